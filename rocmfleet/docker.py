@@ -1,0 +1,36 @@
+"""What the ``docker`` role writes: ``daemon.json`` and the apt source for Docker's packages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rocmfleet.config import DeploySettings
+
+#: Defaults for a GPU inference host. ``live-restore`` keeps containers serving while dockerd
+#: restarts (docs.docker.com/engine/daemon/live-restore/); bounded json-file logs keep a chatty
+#: vLLM from filling the disk (docs.docker.com/engine/logging/drivers/json-file/).
+DAEMON_DEFAULTS: dict[str, Any] = {
+    "live-restore": True,
+    "log-driver": "json-file",
+    "log-opts": {"max-size": "100m", "max-file": "3"},
+}
+
+#: Packages per ``docker_source``; docker-ce's list is Docker's install guide for Debian.
+PACKAGES = {
+    "docker": ["docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin"],
+    "debian": ["docker.io"],
+}
+
+
+def daemon_json(settings: DeploySettings) -> str:
+    """Render ``/etc/docker/daemon.json``: defaults, then ``docker_daemon``, then registries.
+
+    Returns:
+        Pretty JSON with sorted keys and a final newline, so equal data gives equal bytes
+        (and a second converge changes nothing).
+    """
+    daemon = {**DAEMON_DEFAULTS, **settings.docker_daemon}
+    if settings.docker_insecure_registries:
+        daemon["insecure-registries"] = sorted(set(settings.docker_insecure_registries))
+    return json.dumps(daemon, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,1 @@
+"""pyinfra facts rocmfleet adds (``FactBase`` subclasses, one module per domain)."""

@@ -1,0 +1,1 @@
+"""pyinfra operations rocmfleet adds (one module per domain, as in ``pyinfra.operations``)."""

@@ -1,0 +1,42 @@
+"""Readiness of a vLLM server, as a shell probe run on the host itself.
+
+Ready means all three (vLLM's API: ``vllm/entrypoints/openai/api_server.py``):
+``GET /health`` answers 200 (503 once the engine is dead); ``GET /v1/models`` lists the
+served model; and one short ``POST /v1/completions`` succeeds. The port is bound before the
+engine is up, so connection refused only means "not yet" (reference §6, "Readiness").
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+
+def probe_script(port: int, model: str) -> str:
+    """A POSIX shell snippet that exits 0 when the server on ``127.0.0.1:port`` is ready."""
+    base = f"http://127.0.0.1:{port}"
+    completion = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1})
+    listed = f'"id":{json.dumps(model)}'
+    return (
+        f"curl -fsS -m 5 -o /dev/null {base}/health"
+        f" && curl -fsS -m 5 {base}/v1/models | grep -qF {shlex.quote(listed)}"
+        f" && curl -fsS -m 60 -o /dev/null -H 'content-type: application/json'"
+        f" -d {shlex.quote(completion)} {base}/v1/completions"
+    )
+
+
+def wait_script(port: int, model: str, timeout_s: int, container: str, interval_s: int = 5) -> str:
+    """Shell that polls :func:`probe_script` until ready or ``timeout_s`` seconds have passed.
+
+    On timeout it prints the container's last 40 log lines and exits 1, so the deploy fails
+    the host with the reason in its output.
+    """
+    probe = probe_script(port, model)
+    return (
+        f"deadline=$(( $(date +%s) + {timeout_s} )); "
+        f"until ( {probe} ) >/dev/null 2>&1; do "
+        f"if [ $(date +%s) -ge $deadline ]; then "
+        f"echo 'vLLM on port {port} not ready after {timeout_s} s; last container log lines:' >&2; "
+        f"docker logs --tail 40 {shlex.quote(container)} >&2; exit 1; fi; "
+        f"sleep {interval_s}; done"
+    )

@@ -1,0 +1,1 @@
+"""Roles: thin ``@deploy`` functions that call pyinfra operations with data ``rocmfleet`` computed."""

@@ -1,0 +1,90 @@
+"""Where the lab keeps its files, and the addresses and ports it uses.
+
+Everything here is lab-only: the lab is a stand-in for a rack of MI300X servers and
+never leaks into ``rocmfleet/``, ``roles/`` or ``templates/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+#: Root of everything the lab writes; caches survive ``lab down``, ``run/`` does not.
+LAB_DIR = Path(os.environ.get("ROCMFLEET_LAB_DIR", "/var/lib/rocmfleet-lab"))
+CACHE_DIR = LAB_DIR / "cache"
+RUN_DIR = LAB_DIR / "run"
+HOSTS_DIR = LAB_DIR / "hosts"
+STATE_FILE = RUN_DIR / "state.json"
+
+#: Repository root (``tests/lab/config.py`` -> three levels up).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Real MI300X tool outputs, shipped beside the repository (never copied into it).
+FIXTURES_DIR = Path(os.environ.get("ROCMFLEET_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures"))
+
+BRIDGE = "rflab0"
+#: The lab's own subnet; nothing outside this machine is ever addressed.
+NETWORK_PREFIX = "10.213.0"
+GATEWAY = f"{NETWORK_PREFIX}.1"
+PREFIX_LEN = 24
+HOST_ADDRESS_BASE = 11  # lab-1 -> .11, lab-2 -> .12, ...
+
+APT_PROXY_PORT = 3128
+REGISTRY_PORT = 5000
+AMD_REPO_PORT = 8080
+
+DEBIAN_MIRROR = os.environ.get("ROCMFLEET_LAB_MIRROR", "http://deb.debian.org/debian")
+
+#: cgroup v1 hierarchies each host gets its own subtree in (see issue 2).
+CGROUP_CONTROLLERS = (
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "memory",
+    "devices",
+    "freezer",
+    "blkio",
+    "pids",
+    "systemd",
+)
+
+
+def host_name(index: int) -> str:
+    """Name of the lab host with 1-based ``index`` (``lab-1``); short enough for nspawn's veth."""
+    return f"lab-{index}"
+
+
+def host_address(index: int) -> str:
+    """IPv4 address of the lab host with 1-based ``index`` on the lab bridge."""
+    return f"{NETWORK_PREFIX}.{HOST_ADDRESS_BASE + index - 1}"
+
+
+@dataclass
+class LabState:
+    """What ``lab up`` brought up; read by ``inventories/lab.py`` and the tests."""
+
+    hosts: dict[str, str] = field(default_factory=dict)  # name -> address
+    ssh_key: str = ""
+    known_hosts: str = ""
+    apt_proxy: str = ""
+    registry: str = ""
+    amd_repo: str = ""
+    images: dict[str, str] = field(default_factory=dict)  # "repo:tag" -> "sha256:..."
+
+    def save(self) -> None:
+        RUN_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = STATE_FILE.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+        tmp.replace(STATE_FILE)
+
+    @classmethod
+    def load(cls) -> LabState:
+        """Read the state file.
+
+        Raises:
+            FileNotFoundError: the lab is not up (run ``python -m tests.lab up``).
+        """
+        if not STATE_FILE.exists():
+            raise FileNotFoundError(f"{STATE_FILE} not found: the lab is not up (run `python -m tests.lab up`)")
+        return cls(**json.loads(STATE_FILE.read_text()))
