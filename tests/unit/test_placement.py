@@ -1,0 +1,234 @@
+"""place(): expected values written by hand from the fixtures in ../shared/fixtures/ (reasoning in comments)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rocmfleet.placement import InstanceShape, Placement, PlacementError, place
+from rocmfleet.topology import (
+    NumaNode,
+    Topology,
+    parse_kfd_topology,
+    parse_lscpu_numa,
+    parse_rocm_smi_toponuma,
+    read_kfd_tree,
+    with_gpu_numa,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+
+# Constructed, not machine output: no lscpu was published for the MI210 KFD tree's host or the
+# MI308X one. Two sockets in NPS1 (one NUMA node each), SMT2, Linux numbering siblings after all
+# cores: 64 cores a socket for the MI210 host (its KFD CPU nodes have cpu_cores_count 64), 112 for
+# the MI308X host (cpu_cores_count 112).
+LSCPU_NPS1_2X64 = "NUMA node(s): 2\nNUMA node0 CPU(s): 0-63,128-191\nNUMA node1 CPU(s): 64-127,192-255\n"
+LSCPU_NPS1_2X112 = "NUMA node(s): 2\nNUMA node0 CPU(s): 0-111,224-335\nNUMA node1 CPU(s): 112-223,336-447\n"
+
+
+def kfd_gpus(path: Path):
+    tree = read_kfd_tree(path)
+    return tuple(parse_kfd_topology(tree["nodes"], tree["io_links"]))
+
+
+def mi308x(lscpu: str | None = None) -> Topology:
+    numa = tuple(parse_lscpu_numa(lscpu)) if lscpu else ()
+    return Topology(gpus=kfd_gpus(FIXTURES / "kfd-topology/mi308x-8gpu-cpx/topology"), numa_nodes=numa)
+
+
+def mi210_nps1() -> Topology:
+    return Topology(
+        gpus=kfd_gpus(FIXTURES / "kfd-topology/mi210-8gpu-xgmi-pcie"),
+        numa_nodes=tuple(parse_lscpu_numa(LSCPU_NPS1_2X64)),
+    )
+
+
+def mi210_nps4() -> Topology:
+    # NUMA per GPU and CPUs per node from the NPS4 host's rocm-smi and lscpu (same host, real
+    # output); GPU identities (render minors) from the MI210 KFD tree of another 8×MI210 host.
+    # The join is ours: it exercises the NPS4 path, it is not one machine.
+    numa = parse_rocm_smi_toponuma((FIXTURES / "rocm-smi-showtoponuma-mi210-8gpu-nps4.txt").read_text())
+    gpus = with_gpu_numa(kfd_gpus(FIXTURES / "kfd-topology/mi210-8gpu-xgmi-pcie"), numa)
+    lscpu = parse_lscpu_numa((FIXTURES / "lscpu-numa-2socket-nps4.txt").read_text())
+    return Topology(gpus=tuple(gpus), numa_nodes=tuple(lscpu))
+
+
+def shape(name: str, port: int, gpus, tp: int, heads: int | None = None) -> InstanceShape:
+    return InstanceShape(name=name, port=port, gpus=tuple(gpus), tensor_parallel_size=tp, attention_heads=heads)
+
+
+def cuda(n: int) -> dict[str, str]:
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(n)))}
+
+
+# --- MI308X CPX: render minors with gaps --------------------------------------------------------
+
+
+def test_mi308x_render_nodes_follow_drm_render_minor():
+    # KFD nodes 2-5 (GPUs 0-3) have drm_render_minor 128-131; nodes 6-9 (GPUs 4-7) have 136-139,
+    # so GPU 4 -> renderD136, not renderD132. All eight link (io_link type 2) to CPU node 0.
+    a, b = place([shape("a", 8000, range(4), 4), shape("b", 8001, range(4, 8), 4)], mi308x(LSCPU_NPS1_2X112))
+    assert a == Placement(
+        name="a",
+        render_nodes=tuple(f"/dev/dri/renderD{m}" for m in (128, 129, 130, 131)),
+        visible_devices_env=cuda(4),
+        cpuset_cpus="0-111,224-335",
+        cpuset_mems="0",
+    )
+    # Inside b's container its GPUs are 0-3 again (only its render nodes are passed).
+    assert b.render_nodes == tuple(f"/dev/dri/renderD{m}" for m in (136, 137, 138, 139))
+    assert b.visible_devices_env == cuda(4)
+    assert (b.cpuset_cpus, b.cpuset_mems, b.notes) == ("0-111,224-335", "0", ())
+
+
+def test_mi308x_instance_spanning_sockets_gets_the_union():
+    # GPUs 12-15 are KFD nodes 14-17 (bus c8, domain 0, minors 152-155, CPU node 0); GPUs 16-19
+    # are nodes 18-21 (bus 0b, domain 1, minors 160-163, CPU node 1).
+    (p,) = place([shape("wide", 8000, range(12, 20), 8, heads=64)], mi308x(LSCPU_NPS1_2X112))
+    assert p.render_nodes == tuple(f"/dev/dri/renderD{m}" for m in (152, 153, 154, 155, 160, 161, 162, 163))
+    assert p.visible_devices_env == cuda(8)
+    assert p.cpuset_cpus == "0-447"
+    assert p.cpuset_mems == "0-1"
+    assert p.notes == ("spans NUMA nodes 0-1: bound to their union",)
+
+
+def test_mi308x_without_cpu_lists_binds_nothing_and_says_so():
+    (p,) = place([shape("a", 8000, [16], 1)], mi308x())
+    # GPU 16 = KFD node 18, drm_render_minor 160, CPU node 1; no lscpu -> no CPU list.
+    assert p.render_nodes == ("/dev/dri/renderD160",)
+    assert (p.cpuset_cpus, p.cpuset_mems) == ("", "")
+    assert p.notes == ("NUMA node(s) 1: CPU list unknown: no CPU/memory binding",)
+
+
+# --- MI210, NPS1: GPU0-3 -> node 0, GPU4-7 -> node 1 -------------------------------------------
+
+
+def test_mi210_nps1_one_instance_per_gpu():
+    # KFD nodes 2-9 = GPUs 0-7, drm_render_minor 128-135 (no gaps on this host). Nodes 2-5 link to
+    # CPU node 0, nodes 6-9 to CPU node 1.
+    placements = place([shape(f"g{i}", 8000 + i, [i], 1) for i in range(8)], mi210_nps1())
+    assert [p.render_nodes for p in placements] == [(f"/dev/dri/renderD{128 + i}",) for i in range(8)]
+    assert [p.visible_devices_env for p in placements] == [cuda(1)] * 8
+    assert [p.cpuset_cpus for p in placements] == ["0-63,128-191"] * 4 + ["64-127,192-255"] * 4
+    assert [p.cpuset_mems for p in placements] == ["0"] * 4 + ["1"] * 4
+
+
+def test_render_nodes_in_host_order_whatever_the_profile_order():
+    (p,) = place([shape("a", 8000, [5, 4], 2)], mi210_nps1())
+    assert p.render_nodes == ("/dev/dri/renderD132", "/dev/dri/renderD133")
+
+
+# --- MI210, NPS4: GPU -> NUMA 3,2,1,0,7,6,5,4 ---------------------------------------------------
+
+
+def test_mi210_nps4_per_gpu():
+    # rocm-smi: GPU[0] Numa Node 3 ... GPU[7] Numa Node 4. lscpu: node3 48-63,176-191;
+    # node2 32-47,160-175; node7 112-127,240-255; node4 64-79,192-207.
+    placements = place([shape(f"g{i}", 8000 + i, [i], 1) for i in range(8)], mi210_nps4())
+    expected = {
+        0: ("48-63,176-191", "3"),
+        1: ("32-47,160-175", "2"),
+        2: ("16-31,144-159", "1"),
+        3: ("0-15,128-143", "0"),
+        4: ("112-127,240-255", "7"),
+        5: ("96-111,224-239", "6"),
+        6: ("80-95,208-223", "5"),
+        7: ("64-79,192-207", "4"),
+    }
+    assert {i: (p.cpuset_cpus, p.cpuset_mems) for i, p in enumerate(placements)} == expected
+
+
+def test_mi210_nps4_spanning_instances():
+    # GPUs 0,1 -> nodes 3,2: 32-63,160-191 and mems 2-3. GPUs 4-7 -> nodes 7,6,5,4 (socket 1):
+    # 64-127,192-255 and mems 4-7.
+    a, b = place([shape("a", 8000, [0, 1], 2), shape("b", 8001, [4, 5, 6, 7], 4, heads=32)], mi210_nps4())
+    assert (a.cpuset_cpus, a.cpuset_mems) == ("32-63,160-191", "2-3")
+    assert (b.cpuset_cpus, b.cpuset_mems) == ("64-127,192-255", "4-7")
+    assert b.notes == ("spans NUMA nodes 4-7: bound to their union",)
+    assert b.render_nodes == tuple(f"/dev/dri/renderD{m}" for m in (132, 133, 134, 135))
+
+
+# --- unknown NUMA -------------------------------------------------------------------------------
+
+
+def test_unknown_numa_node_means_no_binding():
+    # The MI300X CPX node-2 file alone, without its io_links: nothing says its NUMA node (-1).
+    nodes = {
+        0: (FIXTURES / "kfd-topology-mi300x-cpx-node0-cpu-properties.txt").read_text(),
+        2: (FIXTURES / "kfd-topology-mi300x-cpx-node2-gpu-properties.txt").read_text(),
+    }
+    topo = Topology(gpus=tuple(parse_kfd_topology(nodes)), numa_nodes=(NumaNode(0, (0, 1), 1024),))
+    (p,) = place([shape("a", 8000, [0], 1)], topo)
+    assert p.render_nodes == ("/dev/dri/renderD128",)
+    assert (p.cpuset_cpus, p.cpuset_mems) == ("", "")
+    assert p.notes == ("GPU(s) 0 have no known NUMA node: no CPU/memory binding",)
+
+
+def test_memoryless_node_is_left_out_of_mems():
+    base = mi210_nps1()
+    topo = Topology(base.gpus, (NumaNode(0, (0, 1), 0), NumaNode(1, (2, 3), 1024)))
+    (p,) = place([shape("a", 8000, [3, 4], 2)], topo)
+    assert (p.cpuset_cpus, p.cpuset_mems) == ("0-3", "1")
+    assert "NUMA node(s) 0 have no memory: not in cpuset_mems" in p.notes
+
+
+def test_never_sets_hip_visible_devices():
+    for p in place([shape("a", 8000, range(8), 8)], mi210_nps4()):
+        assert set(p.visible_devices_env) == {"CUDA_VISIBLE_DEVICES"}
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+
+def refusal(instances, topology=None) -> tuple[str, ...]:
+    with pytest.raises(PlacementError) as info:
+        place(instances, topology or mi210_nps1())
+    assert isinstance(info.value, ValueError)
+    for problem in info.value.problems:
+        assert problem in str(info.value)
+    return info.value.problems
+
+
+@pytest.mark.parametrize(
+    ("instances", "problem"),
+    [
+        ([shape("a", 8000, [0, 1, 2], 2)], "instance 'a': tensor_parallel_size 2 does not divide its 3 GPUs"),
+        ([shape("a", 8000, [0], 2)], "instance 'a': tensor_parallel_size 2 exceeds its 1 GPU(s)"),
+        ([shape("a", 8000, [0], 0)], "instance 'a': tensor_parallel_size 0 must be at least 1"),
+        ([shape("a", 8000, [7, 8, 9], 1)], "instance 'a': GPU(s) 8-9 not on this host (it has 0-7)"),
+        (
+            [shape("a", 8000, [0, 1], 2), shape("b", 8001, [1, 2], 2)],
+            "instances 'a', 'b' share GPU 1",
+        ),
+        ([shape(f"g{i}", 8000 + i, [i % 8], 1) for i in range(9)], "9 instances but the host has 8 GPU(s)"),
+        (
+            [shape("a", 8000, [0, 1, 2], 3, heads=40)],
+            "instance 'a': attention_heads 40 not divisible by tensor_parallel_size 3",
+        ),
+        ([shape("a", 8000, [0], 1), shape("b", 8000, [1], 1)], "instances 'a', 'b' share port 8000"),
+        ([shape("a", 8000, [0], 1), shape("a", 8001, [1], 1)], "instances 'a', 'a' share name a"),
+        ([shape("a", 0, [0], 1)], "instance 'a': port 0 is not in 1-65535"),
+        ([shape("a", 8000, [0, 0], 2)], "instance 'a': lists a GPU more than once: [0, 0]"),
+    ],
+)
+def test_each_refusal(instances, problem):
+    assert problem in refusal(instances)
+
+
+def test_all_problems_at_once():
+    problems = refusal(
+        [
+            shape("a", 8000, [0, 1, 2], 2, heads=40),  # TP does not divide 3 GPUs
+            shape("b", 8000, [2, 9], 2, heads=40),  # same port as a; GPU 9 missing; GPU 2 shared with a
+            shape("c", 8002, [3], 1, heads=7),  # fine
+            shape("d", 8003, [4, 5, 6], 3, heads=40),  # 40 heads not divisible by TP 3
+        ]
+    )
+    assert problems == (
+        "instance 'a': tensor_parallel_size 2 does not divide its 3 GPUs",
+        "instance 'b': GPU(s) 9 not on this host (it has 0-7)",
+        "instance 'd': attention_heads 40 not divisible by tensor_parallel_size 3",
+        "instances 'a', 'b' share GPU 2",
+        "instances 'a', 'b' share port 8000",
+    )
