@@ -1,0 +1,144 @@
+"""Model profiles: what a host serves and in what shape, as group data (``group_vars/profiles/``).
+
+A profile names the model, the image (tag and digest), the vLLM version inside the image, how
+many instances run per host on how many GPUs each, and the serving settings of
+:mod:`rocmfleet.flags`, which renders them for that vLLM version. Loading a profile validates it
+completely, including that its settings render for its own vLLM version.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rocmfleet.flags import FlagError, Rendered, ServingSettings, parse_version, render
+
+#: The shipped profiles: ``group_vars/profiles/<name>.yml``.
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "group_vars" / "profiles"
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be used; the message names the file and every problem."""
+
+
+class Image(BaseModel):
+    """The container image; units run it by digest, the tag says what it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repository: str = Field(pattern=r"^[a-z0-9][a-z0-9._:/-]*$", description="e.g. `docker.io/vllm/vllm-openai-rocm`")
+    tag: str = Field(pattern=r"^\w[\w.-]{0,127}$")
+    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$", description="manifest digest, `sha256:` and 64 hex")
+
+    @property
+    def reference(self) -> str:
+        """``repository:tag@digest``."""
+        return f"{self.repository}:{self.tag}@{self.digest}"
+
+
+class Profile(ServingSettings):
+    """One model served on a host: ``instances_per_host`` vLLM servers of the same shape.
+
+    GPUs are given either as a count per instance (``gpus_per_instance``; placement picks
+    them from the host's topology) or as explicit GPU index lists (``instance_gpus``).
+    """
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$")
+    model: str = Field(min_length=1, description="Hugging Face id (or a path inside the container)")
+    served_model_name: str = Field(min_length=1)
+    image: Image
+    vllm_version: str = Field(description="vLLM version inside the image; flags are rendered for it")
+    instances_per_host: int = Field(ge=1, le=64)
+    tensor_parallel_size: int = Field(ge=1)
+    gpus_per_instance: int | None = Field(default=None, ge=1)
+    instance_gpus: list[list[int]] | None = Field(default=None, description="GPU indices of each instance")
+    base_port: int = Field(ge=1, le=65535, description="port of instance 0; instance i listens on base_port + i")
+    attention_heads: int | None = Field(default=None, ge=1, description="to check TP divisibility")
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        parse_version(value)  # FlagError is a ValueError: pydantic reports it on this field
+        return value
+
+    @model_validator(mode="after")
+    def _shape(self) -> Profile:
+        problems = []
+        if (self.gpus_per_instance is None) == (self.instance_gpus is None):
+            problems.append("give exactly one of gpus_per_instance and instance_gpus")
+        counts = [self.gpus_per_instance] * self.instances_per_host if self.gpus_per_instance else []
+        if self.instance_gpus is not None:
+            counts = [len(gpus) for gpus in self.instance_gpus]
+            flat = [gpu for gpus in self.instance_gpus for gpu in gpus]
+            if len(self.instance_gpus) != self.instances_per_host:
+                problems.append(
+                    f"instance_gpus has {len(self.instance_gpus)} lists for {self.instances_per_host} instances"
+                )
+            if any(not gpus for gpus in self.instance_gpus) or any(gpu < 0 for gpu in flat):
+                problems.append("instance_gpus: every instance needs GPU indices >= 0")
+            if len(set(flat)) != len(flat):
+                problems.append(f"instance_gpus: a GPU is given to two instances: {self.instance_gpus}")
+        for i, count in enumerate(counts):
+            if count and count % self.tensor_parallel_size:
+                problems.append(
+                    f"tensor_parallel_size {self.tensor_parallel_size} does not divide the {count} GPUs of instance {i}"
+                )
+        if self.attention_heads and self.attention_heads % self.tensor_parallel_size:
+            problems.append(
+                f"attention_heads {self.attention_heads} is not divisible by tensor_parallel_size "
+                f"{self.tensor_parallel_size}"
+            )
+        if self.base_port + self.instances_per_host - 1 > 65535:
+            problems.append(f"ports {self.base_port}..{self.base_port + self.instances_per_host - 1} exceed 65535")
+        try:
+            self.render()
+        except FlagError as exc:
+            problems += [f"does not render for vLLM {self.vllm_version}: {p}" for p in exc.problems]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def ports(self) -> list[int]:
+        """The API port of each instance."""
+        return [self.base_port + i for i in range(self.instances_per_host)]
+
+    def render(self, vllm_version: str | None = None) -> Rendered:
+        """Environment and ``vllm serve`` args for ``vllm_version`` (default: the profile's)."""
+        settings = ServingSettings.model_validate(self.model_dump(include=set(ServingSettings.model_fields)))
+        return render(settings, vllm_version or self.vllm_version)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate one profile YAML file; its ``name`` must be the file's stem.
+
+    Raises:
+        ProfileError: unreadable YAML, or one line per invalid field (key, message, value).
+    """
+    path = Path(path)
+    try:
+        data: Any = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProfileError(f"{path}: cannot read: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    try:
+        profile = Profile.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{path}: invalid profile ({exc.error_count()} problem(s)):"]
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            value = "" if err["type"] == "missing" or not err["loc"] else f" (got {err.get('input')!r})"
+            lines.append(f"  {key}: {err['msg']}{value}")
+        raise ProfileError("\n".join(lines)) from exc
+    if profile.name != path.stem:
+        raise ProfileError(f"{path}: name {profile.name!r} must match the file name {path.stem!r}")
+    return profile
+
+
+def load_profiles(directory: Path = PROFILES_DIR) -> dict[str, Profile]:
+    """Every ``*.yml`` profile in ``directory``, by name."""
+    return {p.name: p for p in map(load_profile, sorted(directory.glob("*.yml")))}

@@ -1,0 +1,241 @@
+"""Shipped model profiles render AMD's published configurations (rocmfleet/profiles.py, flags.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from rocmfleet.profiles import PROFILES_DIR, Profile, ProfileError, load_profile, load_profiles
+
+# AMD's published Llama 4 command: ROCm blog "Accelerated LLM Inference on AMD Instinct GPUs with
+# vLLM 0.9.x and ROCm" (28 Jun 2025), "Step 3: Run the vLLM Server":
+#   VLLM_USE_V1=1 VLLM_ROCM_USE_AITER=1 VLLM_ROCM_USE_AITER_RMSNORM=0 VLLM_ROCM_USE_AITER_MHA=0
+#   VLLM_V1_USE_PREFILL_DECODE_ATTENTION=1 vllm serve $MODEL --tensor-parallel-size 8
+#   --max-model-len 32768 --max-num-seqs 1024 --max-num-batched-tokens 32768 --disable-log-requests
+#   --compilation-config '{"full_cuda_graph":true}' --trust-remote-code
+# (the JSON is rendered with json.dumps spacing; test_llama_4_json_is_amds checks it parses equal).
+LLAMA4_092_ENV = {
+    "VLLM_USE_V1": "1",
+    "VLLM_ROCM_USE_AITER": "1",
+    "VLLM_ROCM_USE_AITER_RMSNORM": "0",
+    "VLLM_ROCM_USE_AITER_MHA": "0",
+    "VLLM_V1_USE_PREFILL_DECODE_ATTENTION": "1",
+}
+LLAMA4_092_ARGS = [
+    "--tensor-parallel-size", "8", "--max-model-len", "32768", "--max-num-seqs", "1024",
+    "--max-num-batched-tokens", "32768", "--disable-log-requests",
+    "--compilation-config", '{"full_cuda_graph": true}', "--trust-remote-code",
+]  # fmt: skip
+
+# DeepSeek-V3/R1: AMD "vLLM V1 performance optimization" [A6], AITER MLA requirements:
+#   VLLM_ROCM_USE_AITER=1 vllm serve deepseek-ai/DeepSeek-R1 --block-size 1 --tensor-parallel-size 8
+# with the feature switches named explicitly: VLLM_ROCM_USE_AITER_MLA=1 ([A6]) and
+# VLLM_ROCM_USE_AITER_LINEAR=1 (block-scaled FP8 GEMM, vLLM 0.9.x blog).
+DEEPSEEK_ENV = {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MLA": "1", "VLLM_ROCM_USE_AITER_LINEAR": "1"}
+DEEPSEEK_ARGS = ["--tensor-parallel-size", "8", "--block-size", "1"]
+
+# Qwen3 MoE: AITER fused MoE, VLLM_ROCM_USE_AITER=1 VLLM_ROCM_USE_AITER_MOE=1 (vLLM 0.9.x blog,
+# "Enabling AITER Fused MoE Kernel"; [A6] "AITER MoE requirements"); 235B-A22B at TP 8 (issue 5).
+QWEN3_ENV = {"VLLM_ROCM_USE_AITER": "1", "VLLM_ROCM_USE_AITER_MOE": "1"}
+
+#: name -> (vLLM version the profile names, env, vllm serve args after the model), by hand.
+PUBLISHED: dict[str, tuple[str, dict[str, str], list[str]]] = {
+    "llama-4-scout": ("0.9.2", LLAMA4_092_ENV, LLAMA4_092_ARGS),
+    "llama-4-maverick": ("0.9.2", LLAMA4_092_ENV, LLAMA4_092_ARGS),
+    # Issue 5: bf16, TP 1, fp8 KV cache, gpu-memory-utilization 0.92, max-model-len 8192;
+    # [A6]: "VLLM_ROCM_USE_AITER=1 vllm serve meta-llama/Llama-3.3-70B-Instruct".
+    "llama-3.3-70b": (
+        "0.33.0",
+        {"VLLM_ROCM_USE_AITER": "1"},
+        [
+            "--tensor-parallel-size",
+            "1",
+            "--max-model-len",
+            "8192",
+            "--gpu-memory-utilization",
+            "0.92",
+            "--kv-cache-dtype",
+            "fp8",
+            "--dtype",
+            "bfloat16",
+        ],
+    ),  # fmt: skip
+    "deepseek-r1": ("0.33.0", DEEPSEEK_ENV, DEEPSEEK_ARGS),
+    "deepseek-v3": ("0.33.0", DEEPSEEK_ENV, DEEPSEEK_ARGS),
+    "qwen3-235b-a22b": ("0.33.0", QWEN3_ENV, ["--tensor-parallel-size", "8"]),
+    "qwen3-30b-a3b": ("0.33.0", QWEN3_ENV, ["--tensor-parallel-size", "1"]),
+}
+
+
+@pytest.fixture(scope="module")
+def profiles() -> dict[str, Profile]:
+    return load_profiles()
+
+
+def test_every_shipped_profile_has_its_published_configuration(profiles):
+    assert sorted(profiles) == sorted(PUBLISHED)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_shipped_profile_renders_the_published_configuration(profiles, name):
+    version, env, args = PUBLISHED[name]
+    profile = profiles[name]
+    assert profile.vllm_version == version
+    rendered = profile.render()
+    assert rendered.env == env
+    assert rendered.args == args
+
+
+def test_llama_4_json_is_amds(profiles):
+    args = profiles["llama-4-scout"].render().args
+    assert json.loads(args[args.index("--compilation-config") + 1]) == json.loads('{"full_cuda_graph":true}')
+
+
+@pytest.mark.parametrize("name", ["llama-4-scout", "llama-4-maverick"])
+def test_llama_4_for_0_33_uses_the_replacements(profiles, name):
+    # Reference §4.5: VLLM_USE_V1 gone (V1 only); VLLM_V1_USE_PREFILL_DECODE_ATTENTION=1 ->
+    # --attention-backend ROCM_ATTN; full_cuda_graph -> cudagraph_mode FULL; --disable-log-requests
+    # gone (logging is off by default). The AITER switches still exist (§4.1, §4.2).
+    rendered = profiles[name].render("0.33.0")
+    assert rendered.env == {
+        "VLLM_ROCM_USE_AITER": "1",
+        "VLLM_ROCM_USE_AITER_RMSNORM": "0",
+        "VLLM_ROCM_USE_AITER_MHA": "0",
+    }
+    assert rendered.args == [
+        "--tensor-parallel-size", "8", "--max-model-len", "32768", "--max-num-seqs", "1024",
+        "--max-num-batched-tokens", "32768", "--attention-backend", "ROCM_ATTN",
+        "--compilation-config", '{"cudagraph_mode": "FULL"}', "--trust-remote-code",
+    ]  # fmt: skip
+
+
+def test_llama_4_differs_between_0_9_and_0_33_exactly_as_the_reference_says(profiles):
+    old, new = profiles["llama-4-scout"].render("0.9.2"), profiles["llama-4-scout"].render("0.33.0")
+    assert set(old.env) - set(new.env) == {"VLLM_USE_V1", "VLLM_V1_USE_PREFILL_DECODE_ATTENTION"}
+    assert set(new.env) - set(old.env) == set()
+    assert [a for a in old.args if a not in new.args] == ["--disable-log-requests", '{"full_cuda_graph": true}']
+    assert [a for a in new.args if a not in old.args] == [
+        "--attention-backend",
+        "ROCM_ATTN",
+        '{"cudagraph_mode": "FULL"}',
+    ]
+
+
+@pytest.mark.parametrize("name", ["deepseek-r1", "qwen3-235b-a22b", "llama-3.3-70b"])
+def test_version_neutral_profiles_render_the_same_for_0_9_2(profiles, name):
+    assert profiles[name].render("0.9.2") == profiles[name].render()
+
+
+def test_profile_shape_and_image(profiles):
+    llama = profiles["llama-3.3-70b"]
+    assert llama.ports == [8000 + i for i in range(8)]
+    assert llama.image.reference == f"docker.io/vllm/vllm-openai-rocm:v0.33.0@sha256:{'0' * 64}"
+    assert profiles["llama-4-scout"].image.reference.startswith(
+        "docker.io/rocm/vllm-dev:nightly_0624_rc2_0624_rc2_20250620@sha256:"
+    )
+
+
+def test_placeholder_digests_are_marked_in_the_yaml():
+    for path in PROFILES_DIR.glob("*.yml"):
+        text = path.read_text()
+        if "sha256:" + "0" * 64 in text:
+            assert "PLACEHOLDER digest, to replace" in text, path
+
+
+# Bad values.
+
+
+@pytest.fixture
+def data() -> dict[str, Any]:
+    return yaml.safe_load((PROFILES_DIR / "llama-4-scout.yml").read_text())
+
+
+def errors(data: dict[str, Any]) -> list[tuple[str, str]]:
+    with pytest.raises(ValidationError) as err:
+        Profile.model_validate(data)
+    return [(".".join(map(str, e["loc"])), e["msg"]) for e in err.value.errors()]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "loc", "message"),
+    [
+        ("gpu_memory_utilization", 0, "gpu_memory_utilization", "greater than 0"),
+        ("gpu_memory_utilization", 1.5, "gpu_memory_utilization", "less than or equal to 1"),
+        ("kv_cache_dtype", "int8", "kv_cache_dtype", "'auto', 'fp8', 'fp8_e4m3' or 'fp8_e5m2'"),
+        ("quantization", "bitsandbytes", "quantization", "Input should be 'awq'"),
+        ("vllm_version", "0.8.5", "vllm_version", "older than the oldest version the flag table knows (0.9.0)"),
+        ("vllm_version", "0.34.0", "vllm_version", "newer than the newest version the flag table knows (0.33.x)"),
+        ("tensor_parallel_size", 0, "tensor_parallel_size", "greater than or equal to 1"),
+        ("base_port", 70000, "base_port", "less than or equal to 65535"),
+        ("attention_backend", "FLASH_ATTN", "attention_backend", "Input should be 'ROCM_ATTN'"),
+        ("max_num_seqs", "many", "max_num_seqs", "valid integer"),
+        ("enable_prefix_caching", True, "enable_prefix_caching", "Extra inputs are not permitted"),
+    ],
+)
+def test_bad_values_are_refused(data, key, value, loc, message):
+    data[key] = value
+    ((got_loc, got_message),) = errors(data)
+    assert got_loc == loc and message in got_message
+
+
+def test_bad_image_digest_is_refused(data):
+    data["image"]["digest"] = "sha256:1234"
+    assert errors(data) == [("image.digest", "String should match pattern '^sha256:[0-9a-f]{64}$'")]
+
+
+def test_impossible_shapes_are_refused(data):
+    data.update(gpus_per_instance=4, attention_heads=36)
+    ((_, message),) = errors(data)
+    assert "tensor_parallel_size 8 does not divide the 4 GPUs of instance 0" in message
+    assert "attention_heads 36 is not divisible by tensor_parallel_size 8" in message
+
+
+def test_gpus_are_given_one_way_and_never_twice(data):
+    data["instance_gpus"] = [[0, 1, 2, 3, 4, 5, 6, 7]]
+    assert "give exactly one of gpus_per_instance and instance_gpus" in errors(data)[0][1]
+    del data["gpus_per_instance"]
+    data.update(instances_per_host=2, tensor_parallel_size=4, instance_gpus=[[0, 1, 2, 3], [3, 4, 5, 6]])
+    assert "a GPU is given to two instances" in errors(data)[0][1]
+    data["instance_gpus"] = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert Profile.model_validate(data).instance_gpus == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_a_profile_must_render_for_its_own_vllm_version(data):
+    data["vllm_version"] = "0.9.1"  # before VLLM_ROCM_USE_AITER_MHA and the prefill-decode switch rendering
+    ((loc, message),) = errors(data)
+    assert loc == ""
+    assert "does not render for vLLM 0.9.1: aiter_mha=false: vLLM 0.9.1 does not know it" in message
+
+
+def test_load_profile_names_the_file_and_each_problem(tmp_path, data):
+    data["gpu_memory_utilization"] = 2
+    data["image"]["tag"] = "bad tag"
+    path = tmp_path / "llama-4-scout.yml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    assert str(err.value).splitlines() == [
+        f"{path}: invalid profile (2 problem(s)):",
+        "  gpu_memory_utilization: Input should be less than or equal to 1 (got 2)",
+        "  image.tag: String should match pattern '^\\w[\\w.-]{0,127}$' (got 'bad tag')",
+    ]
+
+
+def test_load_profile_refuses_a_name_that_is_not_the_file_name(tmp_path, data):
+    path = tmp_path / "scout.yml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ProfileError, match="name 'llama-4-scout' must match the file name 'scout'"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize("text", ["a: [", "- just\n- a list\n"])
+def test_load_profile_refuses_what_is_not_a_mapping(tmp_path, text):
+    path = Path(tmp_path / "x.yml")
+    path.write_text(text)
+    with pytest.raises(ProfileError, match=str(path)):
+        load_profile(path)
