@@ -92,7 +92,8 @@ def up(count: int) -> config.LabState:
 
 def down(quiet: bool = False) -> None:
     """Stop every host and service and remove the bridge, mounts, cgroups and host disks."""
-    names = sorted({p.name for p in config.HOSTS_DIR.glob("lab-*")} | {p.name for p in config.RUN_DIR.glob("lab-*")})
+    pattern = f"{config.HOST_PREFIX}-*"
+    names = sorted({p.name for p in config.HOSTS_DIR.glob(pattern)} | {p.name for p in config.RUN_DIR.glob(pattern)})
     for name in names:
         hosts.stop(name)
     for service in services.SERVICES:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 #: Root of everything the lab writes; caches survive ``lab down``, ``run/`` does not.
 LAB_DIR = Path(os.environ.get("ROCMFLEET_LAB_DIR", "/var/lib/rocmfleet-lab"))
-CACHE_DIR = LAB_DIR / "cache"
+#: Caches (debootstrap trees, image, registry storage); two labs may share one.
+CACHE_DIR = Path(os.environ.get("ROCMFLEET_LAB_CACHE", LAB_DIR / "cache"))
 RUN_DIR = LAB_DIR / "run"
 HOSTS_DIR = LAB_DIR / "hosts"
 STATE_FILE = RUN_DIR / "state.json"
@@ -23,9 +24,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Real MI300X tool outputs, shipped beside the repository (never copied into it).
 FIXTURES_DIR = Path(os.environ.get("ROCMFLEET_FIXTURES", REPO_ROOT.parent / "shared" / "fixtures"))
 
-BRIDGE = "rflab0"
-#: The lab's own subnet; nothing outside this machine is ever addressed.
-NETWORK_PREFIX = "10.213.0"
+# A second lab beside the first (another LAB_DIR) needs its own bridge, subnet and host names.
+BRIDGE = os.environ.get("ROCMFLEET_LAB_BRIDGE", "rflab0")
+#: The lab's own subnet (first three octets of a /24); nothing outside this machine is addressed.
+NETWORK_PREFIX = os.environ.get("ROCMFLEET_LAB_SUBNET", "10.213.0")
+#: Host names are ``<prefix>-<n>``; nspawn names each host's veth ``vb-<name>``.
+HOST_PREFIX = os.environ.get("ROCMFLEET_LAB_HOST_PREFIX", "lab")
 GATEWAY = f"{NETWORK_PREFIX}.1"
 PREFIX_LEN = 24
 HOST_ADDRESS_BASE = 11  # lab-1 -> .11, lab-2 -> .12, ...
@@ -52,7 +56,7 @@ CGROUP_CONTROLLERS = (
 
 def host_name(index: int) -> str:
     """Name of the lab host with 1-based ``index`` (``lab-1``); short enough for nspawn's veth."""
-    return f"lab-{index}"
+    return f"{HOST_PREFIX}-{index}"
 
 
 def host_address(index: int) -> str:
