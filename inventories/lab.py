@@ -5,15 +5,32 @@ comes from ``group_vars/all.yml`` and ``group_vars/lab.yml``, and the lab's stat
 what changes from one lab run to the next (addresses, proxy, registry, image digest).
 """
 
+import os as _os
+
 from rocmfleet.groupvars import load_group_vars as _load
+from rocmfleet.validate import check_on_load as _check
 from tests.lab.config import LabState as _LabState
 
+# The lab's vault password (a test value, committed on purpose); a real fleet's is never in git.
+_os.environ.setdefault("ROCMFLEET_VAULT_PASSWORD_FILE", str(_LabState.vault_password_file()))
 _state = _LabState.load()
 _lab = _load("lab")
 _image = f"{_state.registry}/rocmfleet-lab/vllm-cpu"
+_tag = "0.32.0-lab.1"
+
+#: The first host runs two single-GPU instances (render nodes and CPU sets from its topology).
+_two_instances = {
+    "vllm_instances": [
+        {"name": "tiny-llama-a", "port": 8000, "gpus": [0]},
+        {"name": "tiny-llama-b", "port": 8001, "gpus": [1]},
+    ]
+}
 
 all = (  # noqa: A001 - pyinfra's name for the group of every host
-    [(name, {"ssh_hostname": address}) for name, address in _state.hosts.items()],
+    [
+        (name, {"ssh_hostname": address, **(_two_instances if index == 0 else {})})
+        for index, (name, address) in enumerate(_state.hosts.items())
+    ],
     _load("all"),
 )
 
@@ -26,8 +43,13 @@ gpu_nodes = (
         "ssh_known_hosts_file": _state.known_hosts,
         "ssh_strict_host_key_checking": "yes",
         "apt_proxy": _state.apt_proxy,
+        "rocm_repo_url": _state.amd_repo,
+        "rocm_key_url": f"{_state.amd_repo}/rocm/rocm.gpg.key",
         "docker_insecure_registries": [_state.registry],
         "vllm_image_repository": _image,
-        "vllm_image_digest": _state.images.get(f"{_image}:{_lab['vllm_image_tag']}", ""),
+        "vllm_image_tag": _tag,
+        "vllm_image_digest": _state.images.get(f"{_image}:{_tag}"),
     },
 )
+
+_check(__file__)

@@ -2,10 +2,12 @@
 
 Groups are module-level tuples ``(hosts, data)``; data comes from ``group_vars/<group>.yml``
 (pyinfra reads only ``.py`` group data, so the YAML is loaded here). A host's own dict wins
-over its groups, a later group over an earlier one, and every group over ``all``.
+over its groups, a later group over an earlier one, and every group over ``all``. The last
+line validates every host before pyinfra connects to any (``rocmfleet validate`` does the same).
 """
 
 from rocmfleet.groupvars import load_group_vars as _load
+from rocmfleet.validate import check_on_load as _check
 
 all = (  # noqa: A001 - pyinfra's name for the group of every host
     [
@@ -18,5 +20,7 @@ all = (  # noqa: A001 - pyinfra's name for the group of every host
 
 gpu_nodes = (
     ["mi300x-a01", "mi300x-a02", "mi300x-a03"],
-    {**_load("prod"), "ssh_user": "root", "apt_proxy": None},
+    {**_load("prod"), "ssh_user": "root"},
 )
+
+_check(__file__)

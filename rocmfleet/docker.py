@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rocmfleet.config import DeploySettings
+from rocmfleet.settings import HostSettings as DeploySettings
 
 #: Defaults for a GPU inference host. ``live-restore`` keeps containers serving while dockerd
 #: restarts (docs.docker.com/engine/daemon/live-restore/); bounded json-file logs keep a chatty

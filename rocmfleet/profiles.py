@@ -21,7 +21,14 @@ PROFILES_DIR = Path(__file__).resolve().parent.parent / "group_vars" / "profiles
 
 
 class ProfileError(ValueError):
-    """A profile file that cannot be used; the message names the file and every problem."""
+    """A profile file that cannot be used; the message names the file and every problem.
+
+    ``problems`` holds ``(key, message, value)`` for each, ``value`` as ``repr`` or ``""``.
+    """
+
+    def __init__(self, message: str, problems: list[tuple[str, str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or [("(profile)", message, "")]
 
 
 class Image(BaseModel):
@@ -129,11 +136,14 @@ def load_profile(path: str | Path) -> Profile:
         profile = Profile.model_validate(data)
     except ValidationError as exc:
         lines = [f"{path}: invalid profile ({exc.error_count()} problem(s)):"]
+        problems = []
         for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            value = "" if err["type"] == "missing" or not err["loc"] else f" (got {err.get('input')!r})"
-            lines.append(f"  {key}: {err['msg']}{value}")
-        raise ProfileError("\n".join(lines)) from exc
+            key = ".".join(str(p) for p in err["loc"]) or "(profile)"
+            value = "" if err["type"] == "missing" or not err["loc"] else repr(err.get("input"))
+            message = err["msg"].removeprefix("Value error, ")
+            problems.append((key, message, value))
+            lines.append(f"  {key}: {message}" + (f" (got {value})" if value else ""))
+        raise ProfileError("\n".join(lines), problems) from exc
     if profile.name != path.stem:
         raise ProfileError(f"{path}: name {profile.name!r} must match the file name {path.stem!r}")
     return profile

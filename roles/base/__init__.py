@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files
 
-from rocmfleet.config import DeploySettings
+from rocmfleet.settings import HostSettings as DeploySettings
 
 APT_PROXY_FILE = "/etc/apt/apt.conf.d/80rocmfleet-proxy"
 

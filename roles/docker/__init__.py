@@ -8,7 +8,7 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt, files, systemd
 
 from rocmfleet import docker
-from rocmfleet.config import DeploySettings
+from rocmfleet.settings import HostSettings as DeploySettings
 
 
 @deploy("docker")

@@ -82,6 +82,11 @@ class LabState:
         tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
         tmp.replace(STATE_FILE)
 
+    @staticmethod
+    def vault_password_file() -> Path:
+        """The lab's vault password (a test value, committed on purpose)."""
+        return Path(__file__).resolve().parent / "vault-password"
+
     @classmethod
     def load(cls) -> LabState:
         """Read the state file.

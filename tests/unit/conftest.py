@@ -4,6 +4,10 @@ from typing import Any
 
 import pytest
 
+from rocmfleet.placement import InstanceShape, place
+from rocmfleet.settings import host_config
+from rocmfleet.topology import Gpu, NumaNode, Topology
+
 DIGEST = "sha256:" + "ab" * 32
 
 
@@ -16,12 +20,39 @@ def lab_data() -> dict[str, Any]:
         "apt_proxy": "http://10.213.0.1:3128",
         "docker_source": "debian",
         "docker_insecure_registries": ["10.213.0.1:5000"],
+        "vllm_profile": "lab-tiny-llama",
         "vllm_image_repository": "10.213.0.1:5000/rocmfleet-lab/vllm-cpu",
         "vllm_image_tag": "0.32.0-lab.1",
         "vllm_image_digest": DIGEST,
-        "vllm_model": "/opt/models/tiny-llama",
-        "vllm_served_model_name": "tiny-llama",
-        "vllm_args": {"max-model-len": 2048, "dtype": "bfloat16", "enforce-eager": True, "trust-remote-code": False},
         "vllm_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
-        "vllm_instances": [{"name": "tiny-llama", "port": 8000}],
     }
+
+
+#: Two NUMA nodes, 4 GPUs each, render minors with a gap (as on the MI308X fixture).
+TOPOLOGY = Topology(
+    gpus=tuple(
+        Gpu(
+            i,
+            f"0000:{0x05 + i:02x}:00.0",
+            i + 2,
+            128 + i + (4 if i >= 4 else 0),
+            0 if i < 4 else 1,
+            "SPX",
+            0x74A1,
+            90402,
+        )
+        for i in range(8)
+    ),
+    numa_nodes=(NumaNode(0, tuple(range(0, 48)), 1024), NumaNode(1, tuple(range(48, 96)), 1024)),
+)
+
+
+@pytest.fixture
+def lab_config(lab_data):
+    return host_config(lab_data)
+
+
+@pytest.fixture
+def lab_placements(lab_config):
+    shapes = [InstanceShape(i.name, i.port, i.gpus, 1) for i in lab_config.instances()]
+    return {p.name: p for p in place(shapes, TOPOLOGY)}

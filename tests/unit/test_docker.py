@@ -2,14 +2,14 @@ from __future__ import annotations
 
 import json
 
-from rocmfleet.config import settings_for
 from rocmfleet.docker import daemon_json
+from rocmfleet.settings import host_config
 
 
 def test_daemon_json_merges_defaults_overrides_and_registries(lab_data):
     lab_data["docker_daemon"] = {"log-opts": {"max-size": "10m"}, "data-root": "/srv/docker"}
     lab_data["docker_insecure_registries"] = ["b:5000", "a:5000", "b:5000"]
-    text = daemon_json(settings_for("h", lab_data))
+    text = daemon_json(host_config(lab_data).settings)
     assert text.endswith("}\n")
     data = json.loads(text)
     assert data["live-restore"] is True
@@ -19,4 +19,5 @@ def test_daemon_json_merges_defaults_overrides_and_registries(lab_data):
 
 
 def test_daemon_json_is_stable(lab_data):
-    assert daemon_json(settings_for("h", lab_data)) == daemon_json(settings_for("h", dict(reversed(lab_data.items()))))
+    one = daemon_json(host_config(lab_data).settings)
+    assert one == daemon_json(host_config(dict(reversed(lab_data.items()))).settings)

@@ -7,19 +7,34 @@ from pathlib import Path
 
 import pytest
 
+from rocmfleet import groupvars
 from rocmfleet.facts.devices import DeviceGroupIds
 from rocmfleet.groupvars import GroupVarsError, load_group_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_yaml_error_names_the_file(tmp_path):
+@pytest.fixture
+def collect_errors(monkeypatch):
+    """Raise GroupVarsError instead of exiting, as ``rocmfleet validate`` does."""
+    monkeypatch.setattr(groupvars, "EXIT_ON_ERROR", False)
+
+
+def test_yaml_error_names_the_file(tmp_path, collect_errors):
     (tmp_path / "bad.yml").write_text("a: [1, 2\n")
     with pytest.raises(GroupVarsError, match=r"bad\.yml: not valid YAML"):
         load_group_vars("bad", tmp_path)
 
 
-def test_top_level_must_be_a_mapping(tmp_path):
+def test_under_pyinfra_a_bad_file_exits_2_with_the_message(tmp_path, capsys):
+    (tmp_path / "bad.yml").write_text("a: [1, 2\n")
+    with pytest.raises(SystemExit) as exit_info:
+        load_group_vars("bad", tmp_path)
+    assert exit_info.value.code == 2
+    assert "bad.yml: not valid YAML" in capsys.readouterr().err
+
+
+def test_top_level_must_be_a_mapping(tmp_path, collect_errors):
     (tmp_path / "list.yml").write_text("- a\n")
     with pytest.raises(GroupVarsError, match="top level must be a mapping"):
         load_group_vars("list", tmp_path)
@@ -36,10 +51,10 @@ def test_prod_inventory_loads_and_every_host_validates():
     )  # fmt: skip
     hosts = json.loads(out.stdout)
     assert [h["name"] for h in hosts] == ["mi300x-a01", "mi300x-a02", "mi300x-a03"]
-    from rocmfleet.config import settings_for
+    from rocmfleet.settings import host_config
 
     for h in hosts:
-        assert settings_for(h["name"], h["data"]).vllm_image_tag == "v0.33.0"
+        assert host_config(h["data"]).image.tag == "v0.33.0"
 
 
 def test_device_group_ids_fact_parses_stat_output():

@@ -77,8 +77,20 @@ def profiles() -> dict[str, Profile]:
     return load_profiles()
 
 
+#: Profiles that serve the lab's model (tests/lab), not a configuration AMD published.
+LAB_PROFILES = {
+    "lab-tiny-llama": ("0.32.0", {}, ["--tensor-parallel-size", "1", "--max-model-len", "2048", "--dtype", "bfloat16"])
+}
+
+
 def test_every_shipped_profile_has_its_published_configuration(profiles):
-    assert sorted(profiles) == sorted(PUBLISHED)
+    assert sorted(profiles) == sorted({**PUBLISHED, **LAB_PROFILES})
+
+
+def test_lab_profile_renders_plain_flags_for_the_cpu_build(profiles):
+    version, env, args = LAB_PROFILES["lab-tiny-llama"]
+    rendered = profiles["lab-tiny-llama"].render()
+    assert (profiles["lab-tiny-llama"].vllm_version, rendered.env, rendered.args) == (version, env, args)
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

@@ -1,48 +1,62 @@
 from __future__ import annotations
 
 from rocmfleet import vllm
-from rocmfleet.config import settings_for
+from rocmfleet.settings import host_config
+from rocmfleet.vault import Secret
 from tests.unit.conftest import DIGEST
 
 
-def test_docker_run_argv_follows_amd_and_vllm_docs(lab_data):
-    settings = settings_for("lab-1", lab_data)
-    instance = settings.vllm_instances[0]
-    argv = vllm.docker_run_argv(settings, instance, device_gids=[992, 44, 992])
+def test_docker_run_argv_follows_amd_and_vllm_docs(lab_config, lab_placements):
+    instance = lab_config.instances()[1]
+    argv = vllm.docker_run_argv(lab_config, instance, lab_placements[instance.name], device_gids=[992, 44, 992])
     assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
     joined = " ".join(argv)
-    # reference §3.1: kfd + DRI, ipc=host, seccomp unconfined, SYS_PTRACE, shm size
+    # reference §3.1/§3.2: kfd plus this instance's render node only; ipc=host; seccomp; ptrace; shm
     for expected in (
-        "--device /dev/kfd",
-        "--device /dev/dri",
+        "--device /dev/kfd --device /dev/dri/renderD129",
         "--ipc=host",
         "--security-opt seccomp=unconfined",
         "--cap-add=SYS_PTRACE",
         "--shm-size 16g",
-        "--env-file /etc/rocmfleet/vllm/tiny-llama.env",
-        "--name vllm-tiny-llama",
+        "--cpuset-cpus 0-47 --cpuset-mems 0",  # GPU 1 hangs off NUMA node 0 (conftest TOPOLOGY)
+        "--env-file /etc/rocmfleet/vllm/lab-tiny-llama-1.env",
+        "--name vllm-lab-tiny-llama-1",
     ):
         assert expected in joined
-    # numeric GIDs, each once, sorted
+    assert "/dev/dri " not in joined + " " and "renderD128" not in joined
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--group-add"] == ["44", "992"]
     image_at = argv.index(f"10.213.0.1:5000/rocmfleet-lab/vllm-cpu:0.32.0-lab.1@{DIGEST}")
     assert argv[image_at + 1 :] == [
         "/opt/models/tiny-llama",
         "--served-model-name", "tiny-llama",
         "--host", "0.0.0.0",
-        "--port", "8000",
-        "--dtype", "bfloat16",
-        "--enforce-eager",
+        "--port", "8001",
+        "--tensor-parallel-size", "1",
         "--max-model-len", "2048",
+        "--dtype", "bfloat16",
     ]  # fmt: skip
 
 
-def test_env_file_is_sorted_lines(lab_data):
-    lab_data["vllm_env"] = {"B": "2", "A": "1"}
-    assert vllm.env_file(settings_for("h", lab_data)) == "A=1\nB=2\n"
+def test_secrets_are_named_on_the_command_line_never_valued(lab_data, lab_placements):
+    lab_data["vllm_secret_env"] = {"HF_TOKEN": Secret("hf_SECRETvalue")}
+    config = host_config(lab_data)
+    instance = config.instances()[0]
+    argv = vllm.docker_run_argv(config, instance, lab_placements[instance.name], [])
+    assert "--env" in argv and argv[argv.index("--env") + 1] == "HF_TOKEN"
+    assert "hf_SECRETvalue" not in " ".join(argv)
 
 
-def test_names(lab_data):
-    instance = settings_for("h", lab_data).vllm_instances[0]
-    assert vllm.unit_name(instance) == "vllm-tiny-llama.service"
-    assert vllm.container_name(instance) == "vllm-tiny-llama"
+def test_container_env_has_profile_flags_user_env_and_visible_devices(lab_config, lab_placements):
+    env = vllm.container_env(lab_config, lab_placements["lab-tiny-llama-0"])
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "CUDA_VISIBLE_DEVICES": "0"}
+    assert "HIP_VISIBLE_DEVICES" not in env
+
+
+def test_env_lines_are_sorted():
+    assert vllm.env_lines({"B": "2", "A": "1"}) == "A=1\nB=2\n"
+
+
+def test_names(lab_config):
+    files = vllm.files_of(lab_config.instances()[0])
+    assert (files.unit, files.container) == ("vllm-lab-tiny-llama-0.service", "vllm-lab-tiny-llama-0")
+    assert files.secrets_file == "/etc/rocmfleet/vllm/lab-tiny-llama-0.secrets"

@@ -1,0 +1,289 @@
+"""The data a deploy, check, bench or rollout reads for one host, validated with pydantic.
+
+Keys are flat (``docker_source``, ``vllm_profile``) so that pyinfra's precedence (host data,
+then groups in inventory order, the later winning, then ``all``) applies key by key. Units are
+in the names (``*_s``, ``*_gib``). Keys that start with one of :data:`OWN_PREFIXES` belong to
+rocmfleet: an unknown one is an error, with a "did you mean" for near misses; other keys
+(``ssh_*``, pyinfra's own) are left alone.
+
+The serving shape comes from a profile, ``group_vars/profiles/<vllm_profile>.yml``
+(:mod:`rocmfleet.profiles`); host data may pin another image (``vllm_image_*``), which is how
+a rollout moves hosts to a new tag and digest.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError, WithJsonSchema, field_validator
+from pydantic.functional_validators import PlainValidator
+
+from rocmfleet.errors import ConfigError, Problem
+from rocmfleet.profiles import PROFILES_DIR, Image, Profile, ProfileError, load_profile
+from rocmfleet.vault import Secret
+
+#: Key prefixes that belong to rocmfleet; other host data (``ssh_*``, pyinfra's) is not ours.
+OWN_PREFIXES = ("apt_", "base_", "docker_", "vllm_")
+
+
+def _secret(value: Any) -> Secret:
+    if isinstance(value, Secret):
+        return value
+    raise ValueError(
+        "must be an ansible-vault value (`!vault |`), not plain text: run `rocmfleet vault encrypt-string`"
+    )
+
+
+#: A value that must come from ansible-vault; never printed.
+VaultSecret = Annotated[
+    Secret,
+    PlainValidator(_secret),
+    PlainSerializer(lambda s: repr(s), return_type=str),
+    WithJsonSchema({"type": "string", "description": "an ansible-vault `!vault |` value"}),
+]
+
+
+class RegistryAuth(BaseModel):
+    """Credentials Docker uses to pull from one registry (written by ``docker login``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    registry: str = Field(description="Registry host[:port], e.g. `registry.example.com`.")
+    username: str
+    password: VaultSecret
+
+
+class InstanceOverride(BaseModel):
+    """An explicit instance in host data, replacing the profile's ``instances_per_host`` layout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$", description="Unit `vllm-<name>.service`.")
+    port: int = Field(ge=1, le=65535, description="API port on the host.")
+    gpus: list[int] = Field(min_length=1, description="Host GPU indices (KFD order) the instance gets.")
+
+
+class ConnectionSettings(BaseModel):
+    """pyinfra's SSH keys that rocmfleet checks early (pyinfra would only fail at connect time)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    ssh_port: int = Field(default=22, ge=1, le=65535, description="SSH port (an integer, not a string).")
+    ssh_user: str | None = None
+    ssh_hostname: str | None = None
+
+
+class HostSettings(BaseModel):
+    """Everything the roles read for one host."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    apt_proxy: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(:\d+)?/?$",
+        description="HTTP proxy for apt, e.g. `http://10.0.0.1:3128`; null for none.",
+    )
+    base_packages: list[str] = Field(
+        default=["ca-certificates", "curl", "gnupg"], description="Debian packages every host gets."
+    )
+
+    docker_source: Literal["docker", "debian"] = Field(
+        default="docker",
+        description="`docker`: Docker's own apt repository (docker-ce); `debian`: the distribution's docker.io.",
+    )
+    docker_repo_url: str = Field(
+        default="https://download.docker.com/linux/debian", description="Docker apt repository base URL."
+    )
+    docker_key_url: str = Field(
+        default="https://download.docker.com/linux/debian/gpg", description="Docker apt signing key URL."
+    )
+    docker_daemon: dict[str, Any] = Field(
+        default_factory=dict, description="Extra keys for `/etc/docker/daemon.json`, merged over rocmfleet's."
+    )
+    docker_insecure_registries: list[str] = Field(
+        default_factory=list, description="`host:port` registries Docker may use over plain HTTP."
+    )
+    docker_registry_auth: list[RegistryAuth] = Field(
+        default_factory=list, description="Registry credentials; `password` must be a vault value."
+    )
+
+    vllm_profile: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$",
+        description="Model profile: `group_vars/profiles/<name>.yml` (model, image, serving shape, flags).",
+    )
+    vllm_image_repository: str | None = Field(default=None, description="Overrides the profile's image repository.")
+    vllm_image_tag: str | None = Field(
+        default=None, pattern=r"^\w[\w.-]{0,127}$", description="Overrides the profile's image tag."
+    )
+    vllm_image_digest: str | None = Field(
+        default=None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="Overrides the profile's digest; required with `vllm_image_tag` (a tag alone is never run).",
+    )
+    vllm_instances: list[InstanceOverride] | None = Field(
+        default=None,
+        description="Explicit instances (name, port, GPUs) instead of the profile's `instances_per_host` layout.",
+    )
+    vllm_env: dict[str, str] = Field(default_factory=dict, description="Container environment (not secrets).")
+    vllm_secret_env: dict[str, VaultSecret] = Field(
+        default_factory=dict,
+        description="Secret container environment (e.g. `HF_TOKEN`): vault values, written only to a 0600 file.",
+    )
+    vllm_shm_size_gib: int = Field(default=16, ge=1, description="Container `/dev/shm` size (AMD MAD uses 16G).")
+    vllm_ready_timeout_s: int = Field(
+        default=1800, ge=10, description="How long the deploy waits for a new container to be ready."
+    )
+    vllm_cache_dir: str = Field(
+        default="/var/cache/vllm", description="Host directory mounted as the container's `/root/.cache/vllm`."
+    )
+    vllm_hf_cache_dir: str = Field(
+        default="/var/cache/huggingface", description="Host directory mounted as `/root/.cache/huggingface`."
+    )
+
+    @field_validator("vllm_env", "vllm_secret_env")
+    @classmethod
+    def _env_names(cls, env: dict[str, Any]) -> dict[str, Any]:
+        bad = [name for name in env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)]
+        if bad:
+            raise ValueError(f"not environment variable names: {', '.join(bad)}")
+        return env
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One vLLM server of a host: unit ``vllm-<name>.service``, container ``vllm-<name>``."""
+
+    name: str
+    port: int
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """A host's validated settings with its profile loaded and its image resolved."""
+
+    settings: HostSettings
+    profile: Profile
+    image: Image
+
+    def instances(self) -> list[Instance]:
+        """``vllm_instances`` if given, else ``<profile>-<i>`` on ``base_port + i`` with the profile's GPUs."""
+        if self.settings.vllm_instances is not None:
+            return [Instance(i.name, i.port, tuple(i.gpus)) for i in self.settings.vllm_instances]
+        p = self.profile
+        if p.instance_gpus is not None:
+            groups = [tuple(g) for g in p.instance_gpus]
+        else:
+            n = p.gpus_per_instance or 1
+            groups = [tuple(range(i * n, (i + 1) * n)) for i in range(p.instances_per_host)]
+        return [Instance(f"{p.name}-{i}", port, groups[i]) for i, port in enumerate(p.ports)]
+
+
+def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
+    problems = []
+    for err in exc.errors():
+        key = prefix + ".".join(str(p) for p in err["loc"]) or "(top level)"
+        message = err["msg"].removeprefix("Value error, ")
+        value = "" if err["type"] == "missing" else repr(err.get("input"))
+        if any(word in str(part) for part in err["loc"] for word in ("secret", "password")):
+            value = "" if not value else "*MASKED*"  # a plain-text secret is still a secret
+        if err["type"] == "extra_forbidden":
+            near = difflib.get_close_matches(str(err["loc"][-1]), HostSettings.model_fields, n=1)
+            message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
+            value = ""
+        problems.append(Problem(key, message, value))
+    return problems
+
+
+def known_profiles(directory: Path = PROFILES_DIR) -> list[str]:
+    """Names of the profiles in ``directory``."""
+    return sorted(p.stem for p in directory.glob("*.yml"))
+
+
+def host_config(data: dict[str, Any], profiles_dir: Path = PROFILES_DIR) -> HostConfig:
+    """Validate one host's merged data (``host.data.dict()``) and load its profile.
+
+    Raises:
+        ConfigError: every problem at once (key, message, bad value; files and hosts are added
+            by :mod:`rocmfleet.validate`, which knows the inventory).
+    """
+    own = {k: v for k, v in data.items() if k.startswith(OWN_PREFIXES)}
+    problems: list[Problem] = []
+    try:
+        ConnectionSettings.model_validate(data)
+    except ValidationError as exc:
+        problems += _problems(exc)
+    try:
+        settings = HostSettings.model_validate(own)
+    except ValidationError as exc:
+        raise ConfigError(problems + _problems(exc)) from None
+    if problems:
+        raise ConfigError(problems)
+    path = profiles_dir / f"{settings.vllm_profile}.yml"
+    if not path.exists():
+        known = known_profiles(profiles_dir)
+        near = difflib.get_close_matches(settings.vllm_profile, known, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ConfigError(
+            [Problem("vllm_profile", f"no profile {path}{hint} Known: {', '.join(known)}", repr(settings.vllm_profile))]
+        )
+    try:
+        profile = load_profile(path)
+    except ProfileError as exc:
+        raise ConfigError(
+            [Problem(key, message, value, file=str(path)) for key, message, value in exc.problems]
+        ) from None
+    image = profile.image
+    overrides = {
+        "repository": settings.vllm_image_repository,
+        "tag": settings.vllm_image_tag,
+        "digest": settings.vllm_image_digest,
+    }
+    if settings.vllm_image_tag and not settings.vllm_image_digest:
+        raise ConfigError(
+            [
+                Problem(
+                    "vllm_image_tag",
+                    "a tag needs its digest (vllm_image_digest): a tag alone is never deployed",
+                    repr(settings.vllm_image_tag),
+                )
+            ]  # fmt: skip
+        )
+    image = image.model_copy(update={k: v for k, v in overrides.items() if v})
+    config = HostConfig(settings, profile, image)
+    shape = instance_problems(config)
+    if shape:
+        raise ConfigError(shape)
+    return config
+
+
+def instance_problems(config: HostConfig) -> list[Problem]:
+    """Instance rules that need the profile: unique names, ports and GPUs; TP divides the GPUs."""
+    problems = []
+    instances = config.instances()
+    tp = config.profile.tensor_parallel_size
+    for attr, what in (("name", "name"), ("port", "port")):
+        values = [getattr(i, attr) for i in instances]
+        for dup in sorted({v for v in values if values.count(v) > 1}, key=str):
+            owners = [i.name for i in instances if getattr(i, attr) == dup]
+            problems.append(Problem("vllm_instances", f"{what} {dup} used by more than one instance: {owners}"))
+    claims: dict[int, list[str]] = {}
+    for instance in instances:
+        for gpu in instance.gpus:
+            claims.setdefault(gpu, []).append(instance.name)
+        if len(instance.gpus) % tp:
+            problems.append(
+                Problem(
+                    "vllm_instances",
+                    f"instance {instance.name}: tensor_parallel_size {tp} (profile {config.profile.name}) "
+                    f"does not divide its {len(instance.gpus)} GPU(s) {list(instance.gpus)}",
+                )
+            )
+    for gpu, owners in sorted(claims.items()):
+        if len(owners) > 1:
+            problems.append(Problem("vllm_instances", f"GPU {gpu} claimed by more than one instance: {owners}"))
+    return problems

@@ -1,0 +1,186 @@
+"""Secrets in ``group_vars``: ansible-vault files and inline ``!vault`` values.
+
+Decryption uses ansible-core's vault library (``ansible.parsing.vault.VaultLib``), never the
+``ansible-vault`` binary. The password comes from the file named by
+``ROCMFLEET_VAULT_PASSWORD_FILE`` or, as Ansible users expect, ``ANSIBLE_VAULT_PASSWORD_FILE``.
+Decrypted values are :class:`Secret` objects: they print as ``*MASKED*`` everywhere (pyinfra's
+output with ``-v``/``--debug``, ``debug-inventory``, exceptions, validation errors) and give
+their text only through :meth:`Secret.reveal`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _import_vault():  # noqa: ANN202
+    """Import ansible's vault library quietly under gevent (pyinfra monkey-patches sockets).
+
+    ansible-core probes ``socket.getaddrinfo`` with invalid arguments at import
+    (``ansible/module_utils/_internal/_patches/_socket_patch.py``); gevent's hub prints that
+    expected ``OSError`` as a traceback. Silence the hub for the import only.
+    """
+    try:
+        import gevent
+
+        hub = gevent.get_hub()
+        saved = hub.print_exception
+        hub.print_exception = lambda *args: None
+    except ImportError:
+        hub = None
+    try:
+        from ansible.parsing import vault as ansible_vault
+    finally:
+        if hub is not None:
+            hub.print_exception = saved
+    return ansible_vault
+
+
+_ansible_vault = _import_vault()
+AnsibleVaultError = _ansible_vault.AnsibleVaultError
+VaultLib = _ansible_vault.VaultLib
+VaultSecret = _ansible_vault.VaultSecret
+is_encrypted = _ansible_vault.is_encrypted
+
+PASSWORD_FILE_VARIABLES = ("ROCMFLEET_VAULT_PASSWORD_FILE", "ANSIBLE_VAULT_PASSWORD_FILE")
+MASK = "*MASKED*"
+
+
+class VaultError(ValueError):
+    """A vault value cannot be decrypted; the message names the file and why, never the secret."""
+
+
+class Secret:
+    """A decrypted secret: prints as ``*MASKED*``; :meth:`reveal` gives the text.
+
+    Example:
+
+    .. code:: python
+
+        token = Secret("hf_abc")
+        f"{token}"       # '*MASKED*'
+        token.reveal()   # 'hf_abc'
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The secret's text; write it only to files of mode 0600."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return MASK
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def password_file() -> Path | None:
+    """The vault password file named by the environment, or None when none is set."""
+    for variable in PASSWORD_FILE_VARIABLES:
+        if os.environ.get(variable):
+            return Path(os.environ[variable])
+    return None
+
+
+def vault_lib(password: bytes | None = None) -> VaultLib:
+    """A ``VaultLib`` holding ``password`` (default: read from :func:`password_file`).
+
+    Raises:
+        VaultError: no password given and none configured, or the file cannot be read.
+    """
+    if password is None:
+        path = password_file()
+        if path is None:
+            raise VaultError(
+                "encrypted data found but no vault password: set ROCMFLEET_VAULT_PASSWORD_FILE "
+                "(or ANSIBLE_VAULT_PASSWORD_FILE) to a file holding the password"
+            )
+        try:
+            password = path.read_bytes().strip()
+        except OSError as exc:
+            raise VaultError(f"vault password file {path}: {exc.strerror}") from None
+    return VaultLib([("default", VaultSecret(password))])
+
+
+def decrypt(data: bytes | str, source: str, vault: VaultLib | None = None) -> str:
+    """Decrypt one vault blob (a whole file or an inline value).
+
+    Args:
+        data: the ``$ANSIBLE_VAULT;1.1;AES256`` armored text.
+        source: where it came from, for the error message (``group_vars/prod.yml: hf_token``).
+        vault: a ``VaultLib``; default :func:`vault_lib`.
+
+    Raises:
+        VaultError: wrong password, or the blob is damaged.
+    """
+    vault = vault or vault_lib()
+    try:
+        return vault.decrypt(data).decode()
+    except AnsibleVaultError as exc:
+        reason = "wrong vault password" if "no vault secrets" in str(exc) else "damaged vault data"
+        raise VaultError(f"{source}: cannot decrypt ({reason})") from None
+    except Exception:  # noqa: BLE001 - ansible raises several types for malformed blobs
+        raise VaultError(f"{source}: cannot decrypt (damaged vault data)") from None
+
+
+def encrypt(text: str, password: bytes | None = None) -> str:
+    """Encrypt ``text`` as an ansible-vault 1.1 AES256 blob (what ``!vault |`` holds)."""
+    return vault_lib(password).encrypt(text).decode()
+
+
+def inline(text: str, password: bytes | None = None) -> str:
+    """``text`` encrypted as a YAML ``!vault |`` block, ready to paste under a key."""
+    body = encrypt(text, password)
+    return "!vault |\n" + "".join(f"  {line}\n" for line in body.splitlines())
+
+
+def rekey(path: Path, old: bytes, new: bytes) -> int:
+    """Re-encrypt every vault blob in ``path`` (whole file or inline values) with ``new``.
+
+    Returns:
+        How many blobs were re-encrypted.
+
+    Raises:
+        VaultError: a blob does not decrypt with ``old``.
+    """
+    text = path.read_text()
+    old_vault, new_vault = vault_lib(old), vault_lib(new)
+    if is_encrypted(text):
+        path.write_text(new_vault.encrypt(decrypt(text, str(path), old_vault)).decode())
+        return 1
+    out: list[str] = []
+    count = 0
+    lines = text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        i += 1
+        if not line.rstrip().endswith("!vault |"):
+            continue
+        indent = None
+        block: list[str] = []
+        while i < len(lines) and (lines[i].strip() == "" or lines[i].startswith(" ")):
+            current = len(lines[i]) - len(lines[i].lstrip())
+            if indent is None:
+                indent = current
+            if lines[i].strip() and current < indent:
+                break
+            block.append(lines[i].strip())
+            i += 1
+        plain = decrypt("\n".join(b for b in block if b), f"{path}", old_vault)
+        pad = " " * (indent or 2)
+        out += [f"{pad}{row}\n" for row in new_vault.encrypt(plain).decode().splitlines()]
+        count += 1
+    path.write_text("".join(out))
+    return count

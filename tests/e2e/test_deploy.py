@@ -1,0 +1,187 @@
+"""The deploy against real lab hosts: converge, serve, placement, secrets, idempotence, reboots, teardown.
+
+Needs root and the lab (``./dev test`` brings both); run only these with ``pytest -m lab``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import testinfra
+
+from tests.conftest import ROOT, lab_command
+
+pytestmark = pytest.mark.lab
+
+MODEL = "tiny-llama"
+#: inventories/lab.py: the first host runs two instances, the others one.
+FIRST_HOST_UNITS = {"vllm-tiny-llama-a.service": 8000, "vllm-tiny-llama-b.service": 8001}
+OTHER_HOST_UNITS = {"vllm-lab-tiny-llama-0.service": 8000}
+TOKEN = "hf_rocmfleetLabToken4242XYZ"  # the vault-encrypted stand-in token in group_vars/lab.yml
+
+
+def units(lab, name: str) -> dict[str, int]:
+    return FIRST_HOST_UNITS if name == sorted(lab.hosts)[0] else OTHER_HOST_UNITS
+
+
+def pyinfra_deploy(*flags: str) -> tuple[int, dict, str]:
+    """``pyinfra -y --json [FLAGS] inventories/lab.py deploy.py``: exit status, JSON report, stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "--json", *flags, "inventories/lab.py", "deploy.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+        env={**os.environ, "PYINFRA_PROGRESS": "off"},
+    )
+    report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    return proc.returncode, report, proc.stderr
+
+
+def complete(address: str, port: int = 8000, prompt: str = "The fleet is", timeout_s: float = 60) -> dict:
+    """POST /v1/completions on ``address:port`` from this machine."""
+    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 8}).encode()
+    request = urllib.request.Request(
+        f"http://{address}:{port}/v1/completions", data=body, headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        assert response.status == 200
+        return json.loads(response.read())
+
+
+def wait_for_completion(address: str, port: int = 8000, timeout_s: float = 900) -> dict:
+    """Retry :func:`complete` until it answers or ``timeout_s`` seconds pass."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return complete(address, port)
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{address}: no completion after {timeout_s} s ({exc})") from exc
+            time.sleep(5)
+
+
+@pytest.fixture(scope="module")
+def ssh_config(lab, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("ssh") / "config"
+    path.write_text(
+        "Host *\n  User root\n"
+        f"  IdentityFile {lab.ssh_key}\n  UserKnownHostsFile {lab.known_hosts}\n"
+        "  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 10\n"
+    )
+    return path
+
+
+def connect(address: str, ssh_config: Path):
+    return testinfra.get_host(f"ssh://root@{address}", ssh_config=str(ssh_config))
+
+
+@pytest.fixture(scope="module")
+def first_deploy(lab):
+    return pyinfra_deploy("-v")
+
+
+def test_first_deploy_converges_every_host(lab, first_deploy):
+    rc, report, stderr = first_deploy
+    assert rc == 0, stderr[-4000:]
+    assert report["results"]["failed_hosts"] == []
+    assert report["results"]["totals"]["error"] == 0
+
+
+def test_every_instance_answers_completions_from_the_machine(lab, first_deploy):
+    for name, address in lab.hosts.items():
+        for port in units(lab, name).values():
+            answer = complete(address, port)
+            assert answer["model"] == MODEL
+            assert answer["choices"][0]["text"]  # random weights: any text, but some
+
+
+def test_units_are_active_and_run_the_image_by_digest(lab, first_deploy, ssh_config):
+    digest = lab.images[f"{lab.registry}/rocmfleet-lab/vllm-cpu:0.32.0-lab.1"]
+    for name, address in lab.hosts.items():
+        host = connect(address, ssh_config)
+        for unit in units(lab, name):
+            assert host.service(unit).is_running and host.service(unit).is_enabled
+            assert host.file(f"/etc/systemd/system/{unit}").contains(f"@{digest}")
+            container = unit.removesuffix(".service")
+            image = host.check_output("docker inspect --format '{{.Config.Image}}' %s", container)
+            assert image.endswith(f"@{digest}")
+
+
+def test_two_instances_get_disjoint_render_nodes_from_the_host_topology(lab, first_deploy, ssh_config):
+    name, address = sorted(lab.hosts.items())[0]
+    host = connect(address, ssh_config)
+    devices = {}
+    for unit in FIRST_HOST_UNITS:
+        container = unit.removesuffix(".service")
+        listed = host.check_output(
+            "docker inspect --format '{{range .HostConfig.Devices}}{{.PathOnHost}} {{end}}' %s", container
+        )
+        devices[container] = set(listed.split())
+    # Stand-in KFD topology (tests/lab/rootfs.py): GPU 0 -> renderD128, GPU 1 -> renderD129.
+    assert devices == {
+        "vllm-tiny-llama-a": {"/dev/kfd", "/dev/dri/renderD128"},
+        "vllm-tiny-llama-b": {"/dev/kfd", "/dev/dri/renderD129"},
+    }
+
+
+def test_the_vault_token_reaches_the_container_and_nothing_else(lab, first_deploy, ssh_config):
+    rc, report, stderr = first_deploy
+    assert TOKEN not in json.dumps(report) + stderr  # pyinfra's output with -v
+    for name, address in lab.hosts.items():
+        host = connect(address, ssh_config)
+        for unit in units(lab, name):
+            container = unit.removesuffix(".service")
+            secrets = host.file(f"/etc/rocmfleet/vllm/{container.removeprefix('vllm-')}.secrets")
+            assert (secrets.user, secrets.group, secrets.mode) == ("root", "root", 0o600)
+            assert host.check_output("docker exec %s printenv HF_TOKEN", container) == TOKEN
+            for text in (
+                host.file(f"/etc/systemd/system/{unit}").content_string,
+                host.check_output("docker inspect --format '{{.Path}} {{.Args}}' %s", container),
+                host.check_output("ps -eo args"),
+                host.check_output("journalctl --no-pager -u %s", unit),
+                host.check_output("docker logs %s 2>&1", container),
+            ):
+                assert TOKEN not in text
+
+
+def test_second_deploy_reports_no_changes(lab, first_deploy):
+    rc, report, stderr = pyinfra_deploy()
+    assert rc == 0, stderr[-4000:]
+    changed = {op["name"]: op["success"] for op in report["results"]["operations"] if op["success"]}
+    assert changed == {}, f"operations that changed something on the second run: {changed}"
+
+
+def test_reboot_inside_a_host_brings_vllm_back(lab, first_deploy, ssh_config):
+    name, address = sorted(lab.hosts.items())[0]
+    host = connect(address, ssh_config)
+    boot_id = host.file("/proc/sys/kernel/random/boot_id").content_string
+    host.run("sh -c '(sleep 1; systemctl reboot) >/dev/null 2>&1 &'")
+    deadline = time.monotonic() + 180
+    while True:
+        time.sleep(3)
+        try:
+            fresh = connect(address, ssh_config)
+            if fresh.file("/proc/sys/kernel/random/boot_id").content_string != boot_id:
+                break
+        except Exception:  # noqa: BLE001 - the host is down while it reboots
+            pass
+        assert time.monotonic() < deadline, f"{name} did not come back within 180 s"
+    for unit, port in units(lab, name).items():
+        wait_for_completion(address, port)
+        assert connect(address, ssh_config).service(unit).is_running
+
+
+def test_lab_restart_brings_vllm_back(lab, first_deploy, ssh_config):
+    name, address = sorted(lab.hosts.items())[1]
+    lab_command("restart", name, timeout_s=600)
+    for unit, port in units(lab, name).items():
+        wait_for_completion(address, port)
+        assert connect(address, ssh_config).service(unit).is_running

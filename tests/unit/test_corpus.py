@@ -1,0 +1,72 @@
+"""The bad-input corpus: every case fails validation with its message, before any connection."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rocmfleet.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "corpus"
+CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "inventory.py").exists())
+VAULT_ENV = {"ROCMFLEET_VAULT_PASSWORD_FILE": str(CORPUS / "vault-password.txt")}
+
+
+def expected(case: str) -> list[str]:
+    return [line for line in (CORPUS / case / "expected.txt").read_text().splitlines() if line]
+
+
+def test_corpus_covers_the_issue_list():
+    assert len(CASES) >= 14
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_validate_reports_the_problem_and_exits_2(case, capsys, monkeypatch):
+    for name, value in VAULT_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(ROOT)
+    assert main(["validate", f"tests/corpus/{case}/inventory.py"]) == 2
+    err = capsys.readouterr().err
+    for line in expected(case):
+        assert line in err
+
+
+@pytest.fixture(scope="module")
+def ssh_listener():
+    """Listen where the corpus hosts point (127.0.0.1:9) to catch any connection attempt."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", 9))
+    except OSError as exc:
+        pytest.skip(f"cannot listen on 127.0.0.1:9 ({exc})")
+    sock.listen(16)
+    sock.setblocking(False)
+    yield sock
+    sock.close()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_pyinfra_stops_before_connecting(case, ssh_listener):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", f"tests/corpus/{case}/inventory.py", "deploy.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **VAULT_ENV},
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output
+    assert "Connecting to hosts" not in output
+    assert "Traceback" not in output
+    for line in expected(case):
+        assert line in output
+    with pytest.raises(BlockingIOError):
+        ssh_listener.accept()  # nobody knocked

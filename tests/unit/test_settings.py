@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import pytest
+
+from rocmfleet.settings import ConfigError, Instance, host_config
+from tests.unit.conftest import DIGEST
+
+
+def test_lab_data_validates_and_resolves_image_and_instances(lab_config):
+    assert lab_config.image.reference == f"10.213.0.1:5000/rocmfleet-lab/vllm-cpu:0.32.0-lab.1@{DIGEST}"
+    assert lab_config.instances() == [
+        Instance("lab-tiny-llama-0", 8000, (0,)),
+        Instance("lab-tiny-llama-1", 8001, (1,)),
+    ]
+
+
+def test_every_problem_is_reported_at_once(lab_data):
+    lab_data.update(vllm_image_digest="latest", vllm_shm_size_gib=0, docker_source="snap")
+    with pytest.raises(ConfigError) as err:
+        host_config(lab_data)
+    problems = {p.key: (p.message, p.value) for p in err.value.problems}
+    assert problems == {
+        "vllm_image_digest": ("String should match pattern '^sha256:[0-9a-f]{64}$'", "'latest'"),
+        "vllm_shm_size_gib": ("Input should be greater than or equal to 1", "0"),
+        "docker_source": ("Input should be 'docker' or 'debian'", "'snap'"),
+    }
+
+
+def test_unknown_key_gets_a_did_you_mean(lab_data):
+    lab_data["vllm_image_tagg"] = "x"
+    with pytest.raises(ConfigError) as err:
+        host_config(lab_data)
+    assert [str(p) for p in err.value.problems] == ["vllm_image_tagg: unknown key; did you mean 'vllm_image_tag'?"]
+
+
+def test_secret_env_must_come_from_vault(lab_data):
+    lab_data["vllm_secret_env"] = {"HF_TOKEN": "hf_plaintext"}
+    with pytest.raises(ConfigError) as err:
+        host_config(lab_data)
+    assert "must be an ansible-vault value" in str(err.value)
+    assert "hf_plaintext" not in str(err.value)
+
+
+def test_explicit_instances_replace_the_profile_layout(lab_data):
+    lab_data["vllm_instances"] = [{"name": "a", "port": 9000, "gpus": [6, 7]}]
+    assert host_config(lab_data).instances() == [Instance("a", 9000, (6, 7))]
+
+
+def test_host_and_ports_of_pyinfra_are_checked_too(lab_data):
+    lab_data["ssh_port"] = "2222"
+    with pytest.raises(ConfigError, match="ssh_port: Input should be a valid integer"):
+        host_config(lab_data)

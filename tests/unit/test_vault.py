@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import pytest
+
+from rocmfleet import groupvars, vault
+
+PASSWORD = b"unit-test-password"
+TOKEN = "hf_UNITtestTOKEN0123456789"
+
+
+@pytest.fixture
+def password_file(tmp_path, monkeypatch):
+    path = tmp_path / "vault-pass"
+    path.write_bytes(PASSWORD + b"\n")
+    monkeypatch.setenv("ROCMFLEET_VAULT_PASSWORD_FILE", str(path))
+    monkeypatch.setattr(groupvars, "EXIT_ON_ERROR", False)
+    return path
+
+
+def test_secret_never_prints():
+    secret = vault.Secret(TOKEN)
+    assert TOKEN not in f"{secret} {secret!r} {[secret]} { ({'k': secret}) }"
+    assert secret.reveal() == TOKEN
+
+
+def test_inline_vault_value_decrypts_to_a_secret(tmp_path, password_file):
+    block = vault.inline(TOKEN, PASSWORD).replace("\n  ", "\n    ")  # nested one level deeper
+    (tmp_path / "g.yml").write_text("vllm_secret_env:\n  HF_TOKEN: " + block)
+    data = groupvars.load_group_vars("g", tmp_path)
+    secret = data["vllm_secret_env"]["HF_TOKEN"]
+    assert isinstance(secret, vault.Secret) and secret.reveal() == TOKEN
+    assert TOKEN not in repr(data)
+
+
+def test_whole_file_vault_decrypts_values_to_secrets(tmp_path, password_file):
+    (tmp_path / "g.yml").write_text(vault.encrypt(f"registry_password: {TOKEN}\n", PASSWORD))
+    data = groupvars.load_group_vars("g", tmp_path)
+    assert data["registry_password"].reveal() == TOKEN
+
+
+def test_wrong_password_names_file_and_line_not_the_secret(tmp_path, password_file):
+    (tmp_path / "g.yml").write_text("a: 1\nb: " + vault.inline(TOKEN, b"other"))
+    with pytest.raises(groupvars.GroupVarsError) as err:
+        groupvars.load_group_vars("g", tmp_path)
+    assert str(err.value) == f"{tmp_path / 'g.yml'}: line 2: cannot decrypt (wrong vault password)"
+
+
+def test_no_password_configured_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(groupvars, "EXIT_ON_ERROR", False)
+    for name in vault.PASSWORD_FILE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "g.yml").write_text("b: " + vault.inline(TOKEN, PASSWORD))
+    with pytest.raises(groupvars.GroupVarsError, match="no vault password: set ROCMFLEET_VAULT_PASSWORD_FILE"):
+        groupvars.load_group_vars("g", tmp_path)
+
+
+def test_rekey_inline_and_whole_file(tmp_path, password_file):
+    inline = tmp_path / "inline.yml"
+    inline.write_text("x: 1\nnested:\n  t: " + vault.inline(TOKEN, PASSWORD).replace("\n  ", "\n    ") + "y: 2\n")
+    whole = tmp_path / "whole.yml"
+    whole.write_text(vault.encrypt("t: secret\n", PASSWORD))
+    assert vault.rekey(inline, PASSWORD, b"new") == 1
+    assert vault.rekey(whole, PASSWORD, b"new") == 1
+    password_file.write_bytes(b"new")
+    data = groupvars.load_group_vars("inline", tmp_path)
+    assert data["nested"]["t"].reveal() == TOKEN and data["x"] == 1 and data["y"] == 2
+    assert groupvars.load_group_vars("whole", tmp_path)["t"].reveal() == "secret"
