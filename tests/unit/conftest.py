@@ -25,6 +25,11 @@ def lab_data() -> dict[str, Any]:
         "vllm_image_tag": "0.32.0-lab.1",
         "vllm_image_digest": DIGEST,
         "vllm_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        # as inventories/lab.py gives its first host
+        "vllm_instances": [
+            {"name": "tiny-llama-a", "port": 8000, "gpus": [0]},
+            {"name": "tiny-llama-b", "port": 8001, "gpus": [1]},
+        ],
     }
 
 

@@ -19,8 +19,8 @@ def test_docker_run_argv_follows_amd_and_vllm_docs(lab_config, lab_placements):
         "--cap-add=SYS_PTRACE",
         "--shm-size 16g",
         "--cpuset-cpus 0-47 --cpuset-mems 0",  # GPU 1 hangs off NUMA node 0 (conftest TOPOLOGY)
-        "--env-file /etc/rocmfleet/vllm/lab-tiny-llama-1.env",
-        "--name vllm-lab-tiny-llama-1",
+        "--env-file /etc/rocmfleet/vllm/tiny-llama-b.env",
+        "--name vllm-tiny-llama-b",
     ):
         assert expected in joined
     assert "/dev/dri " not in joined + " " and "renderD128" not in joined
@@ -47,7 +47,7 @@ def test_secrets_are_named_on_the_command_line_never_valued(lab_data, lab_placem
 
 
 def test_container_env_has_profile_flags_user_env_and_visible_devices(lab_config, lab_placements):
-    env = vllm.container_env(lab_config, lab_placements["lab-tiny-llama-0"])
+    env = vllm.container_env(lab_config, lab_placements["tiny-llama-a"])
     assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "CUDA_VISIBLE_DEVICES": "0"}
     assert "HIP_VISIBLE_DEVICES" not in env
 
@@ -58,5 +58,5 @@ def test_env_lines_are_sorted():
 
 def test_names(lab_config):
     files = vllm.files_of(lab_config.instances()[0])
-    assert (files.unit, files.container) == ("vllm-lab-tiny-llama-0.service", "vllm-lab-tiny-llama-0")
-    assert files.secrets_file == "/etc/rocmfleet/vllm/lab-tiny-llama-0.secrets"
+    assert (files.unit, files.container) == ("vllm-tiny-llama-a.service", "vllm-tiny-llama-a")
+    assert files.secrets_file == "/etc/rocmfleet/vllm/tiny-llama-a.secrets"
