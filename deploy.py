@@ -1,18 +1,37 @@
 """Converge hosts to serving vLLM: ``pyinfra inventories/<fleet>.py deploy.py``.
 
-Roles run in a fixed order: base (apt proxy, packages), docker, vllm. Each host's data is
-validated before any of its operations is planned.
+Roles run in a fixed order: base (apt proxy, packages), rocm (AMD's repositories, the amdgpu
+driver), tuning (MI300X OS settings), one reboot if the driver or kernel command line changed,
+docker, vllm. The rocm preflight stops a host with an unsupported OS or kernel before anything
+changes. The inventory already
+validated every host before connecting (``rocmfleet.validate.check_on_load``); this validates
+again per host so that ``--data`` overrides are checked too.
 """
 
 from pyinfra import host
 
 import roles.base
 import roles.docker
+import roles.rocm
+import roles.tuning
 import roles.vllm
-from rocmfleet.config import settings_for
+from rocmfleet import groupvars
+from rocmfleet.rocm import rocm_settings_for
+from rocmfleet.settings import ConfigError, host_config
+from rocmfleet.tuning import tuning_settings_for
 
-settings = settings_for(host.name, host.data.dict())
+try:
+    config = host_config(host.data.dict(), groupvars.profiles_dir())
+except ConfigError as exc:
+    raise SystemExit(f"rocmfleet: {host.name}: {exc}") from None
 
-roles.base.apply(settings)
-roles.docker.apply(settings)
-roles.vllm.apply(settings)
+rocm_settings = rocm_settings_for(host.name, host.data.dict())
+tuning_settings = tuning_settings_for(host.name, host.data.dict())
+
+roles.rocm.preflight(rocm_settings)
+roles.base.apply(config.settings)
+roles.rocm.apply(rocm_settings)
+roles.tuning.apply(tuning_settings)
+roles.rocm.reboot(rocm_settings, predicted=roles.tuning.predicted_reboot(tuning_settings))
+roles.docker.apply(config.settings)
+roles.vllm.apply(config)

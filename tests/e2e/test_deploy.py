@@ -152,6 +152,38 @@ def test_the_vault_token_reaches_the_container_and_nothing_else(lab, first_deplo
                 assert TOKEN not in text
 
 
+#: Runs inside the lab's real vLLM: each argv through ``vllm serve``'s own parser and checks
+#: (vllm/entrypoints/launchers/cli_args.py in vLLM 0.32). Prints {name: "ok" | reason}.
+PARSER_PROBE = """
+import json, sys
+from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+out = {}
+for name, argv in json.loads(sys.argv[1]).items():
+    try:
+        validate_parsed_serve_args(make_arg_parser(FlexibleArgumentParser()).parse_args(argv))
+        out[name] = "ok"
+    except SystemExit as exc:
+        out[name] = f"rejected (exit {exc.code})"
+    except Exception as exc:
+        out[name] = f"rejected: {exc}"
+print(json.dumps(out))
+"""
+
+
+def test_rendered_arguments_pass_vllms_own_parser(lab, first_deploy, ssh_config):
+    from rocmfleet.profiles import load_profiles
+
+    version = "0.32.0"  # the lab image's vLLM; every shipped profile rendered for it
+    argvs = {name: [p.model, *p.render(version).args] for name, p in load_profiles().items()}
+    argvs["bogus (must be rejected)"] = ["m", "--no-such-flag", "1"]
+    host = connect(sorted(lab.hosts.values())[0], ssh_config)
+    out = host.check_output("docker exec vllm-tiny-llama-a python -c %s %s", PARSER_PROBE, json.dumps(argvs))
+    verdicts = json.loads(out.splitlines()[-1])
+    assert verdicts.pop("bogus (must be rejected)").startswith("rejected")
+    assert verdicts == dict.fromkeys(argvs.keys() - {"bogus (must be rejected)"}, "ok")
+
+
 def test_second_deploy_reports_no_changes(lab, first_deploy):
     rc, report, stderr = pyinfra_deploy()
     assert rc == 0, stderr[-4000:]

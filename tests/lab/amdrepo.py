@@ -3,8 +3,16 @@
 Same paths, suites, package names and key layout as AMD documents
 (``../shared/reference/mi300x.md`` §2.2), so the ROCm role runs unchanged against it; the
 packages are empty stand-ins whose maintainer scripts do what matters to a deploy:
-``amdgpu-dkms`` asks for a reboot (``/var/run/reboot-required``) as a kernel module package
-does. Served over HTTP on the lab bridge by :mod:`tests.lab.services`.
+``amdgpu-dkms`` registers its module with DKMS and builds it for the running and the newest
+installed kernel, as DKMS's ``common.postinst`` does (through the lab's stand-in ``dkms``,
+``tests/lab/standin/dkms``; a failed build fails the package's configuration), and asks for a
+reboot (``/var/run/reboot-required``) as a kernel module package does.
+
+Beside it, under ``rocmfleet-lab-kernel/``, a stand-in for the distribution's kernel archive
+(Debian has no packages for the machine's own kernel, which the lab hosts run):
+``linux-headers-<uname -r>`` (an empty ``/lib/modules/<release>/build``) and
+``linux-image-9.0.0-rocmfleet-lab-dkms-broken``, a newer kernel DKMS cannot build for.
+Served over HTTP on the lab bridge by :mod:`tests.lab.services`.
 """
 
 from __future__ import annotations
@@ -24,24 +32,60 @@ SUITE = "jammy"  # Debian 12 uses the jammy suite on the legacy stream (referenc
 ORIGIN = "repo.radeon.com"  # what AMD's pin matches: "Pin: release o=repo.radeon.com"
 
 _REBOOT_POSTINST = """#!/bin/sh
-# rocmfleet lab stand-in: a kernel module package asks for a reboot, like the real amdgpu-dkms.
+# rocmfleet lab stand-in: like DKMS's common.postinst, build the module for the running and the
+# newest installed kernel (a failed build fails configuration), then ask for a reboot, like the
+# real amdgpu-dkms.
 set -e
 if [ "$1" = configure ]; then
+    dkms add -m amdgpu -v @MODVER@
+    running=$(uname -r)
+    newest=$( (echo "$running"; ls /boot/vmlinuz-* 2>/dev/null | sed 's|^/boot/vmlinuz-||') | sort -V | tail -1)
+    for k in $(printf '%s\\n' "$running" "$newest" | sort -u); do
+        dkms install -m amdgpu -v @MODVER@ -k "$k"
+    done
     touch /var/run/reboot-required
     echo amdgpu-dkms >> /var/run/reboot-required.pkgs
 fi
 """
 
+_DKMS_PRERM = """#!/bin/sh
+# rocmfleet lab stand-in: drop the module from DKMS, as the real amdgpu-dkms does.
+set -e
+if [ "$1" = remove ] || [ "$1" = upgrade ] || [ "$1" = deconfigure ]; then
+    dkms remove -m amdgpu -v @MODVER@ --all || true
+fi
+"""
 
-def _packages(rocm: str, amdgpu: str) -> dict[str, list[tuple[str, str, str, str | None]]]:
-    """Per repository path: (package, version, depends, postinst) stand-ins."""
+#: The machine's kernel, which every lab host runs (nspawn shares it).
+KERNEL = os.uname().release
+#: A newer kernel whose stand-in headers make the stand-in DKMS build fail.
+BROKEN_KERNEL = "9.0.0-rocmfleet-lab-dkms-broken"
+KERNEL_REPO = "rocmfleet-lab-kernel"
+KERNEL_SUITE = "bookworm"
+
+
+def module_version(amdgpu: str) -> str:
+    """DKMS module version of the stand-in driver for an amdgpu directory (``30.30`` -> ``6.14.14-3030``)."""
+    return f"6.14.14-{amdgpu.replace('.', '')}"
+
+
+def _packages(rocm: str, amdgpu: str) -> dict[str, list[tuple]]:
+    """Per repository path: (package, version, depends, postinst[, files, prerm]) stand-ins."""
     minor = rocm.replace(".", "")
     driver = f"1:6.14.14.{amdgpu.replace('.', '')}00-2278356.22.04"
     rocm_ver = f"{rocm}.0.{minor}00000-1~22.04"
+    modver = module_version(amdgpu)
     return {
         f"amdgpu/{amdgpu}/ubuntu": [
             ("amdgpu-dkms-firmware", driver, "", None),
-            ("amdgpu-dkms", driver, "amdgpu-dkms-firmware", _REBOOT_POSTINST),
+            (
+                "amdgpu-dkms",
+                driver,
+                "amdgpu-dkms-firmware",
+                _REBOOT_POSTINST.replace("@MODVER@", modver),
+                {},
+                _DKMS_PRERM.replace("@MODVER@", modver),
+            ),
         ],
         f"rocm/apt/{rocm}": [
             ("amd-smi-lib", rocm_ver, "", None),
@@ -52,11 +96,43 @@ def _packages(rocm: str, amdgpu: str) -> dict[str, list[tuple[str, str, str, str
     }
 
 
+def _kernel_packages() -> list[tuple]:
+    """Stand-ins for the distribution's kernel packages (see the module docstring)."""
+    return [
+        (
+            f"linux-headers-{KERNEL}",
+            "1.0-rocmfleet-lab",
+            "",
+            None,
+            {f"lib/modules/{KERNEL}/build/README.rocmfleet-lab": "stand-in kernel headers\n"},
+        ),
+        (
+            f"linux-image-{BROKEN_KERNEL}",
+            "9.0.0-1",
+            "",
+            None,
+            {
+                f"boot/vmlinuz-{BROKEN_KERNEL}": "rocmfleet lab stand-in kernel image, never booted\n",
+                f"lib/modules/{BROKEN_KERNEL}/build/.rocmfleet-lab-dkms-broken": "amdgpu does not build here\n",
+            },
+        ),
+    ]
+
+
 def _recipe() -> str:
-    return hashlib.sha256((repr(RELEASES) + SUITE + ORIGIN + _REBOOT_POSTINST).encode()).hexdigest()[:16]
+    text = repr(RELEASES) + SUITE + ORIGIN + _REBOOT_POSTINST + _DKMS_PRERM + KERNEL + BROKEN_KERNEL
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _build_deb(out: Path, name: str, version: str, depends: str, postinst: str | None) -> None:
+def _build_deb(
+    out: Path,
+    name: str,
+    version: str,
+    depends: str,
+    postinst: str | None,
+    files: dict[str, str] | None = None,
+    prerm: str | None = None,
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / name
         (root / "DEBIAN").mkdir(parents=True)
@@ -68,9 +144,13 @@ def _build_deb(out: Path, name: str, version: str, depends: str, postinst: str |
             " Empty package; no GPU software inside.\n"
         )
         (root / "DEBIAN/control").write_text(control)
-        if postinst:
-            (root / "DEBIAN/postinst").write_text(postinst)
-            (root / "DEBIAN/postinst").chmod(0o755)
+        for script, body in (("postinst", postinst), ("prerm", prerm)):
+            if body:
+                (root / "DEBIAN" / script).write_text(body)
+                (root / "DEBIAN" / script).chmod(0o755)
+        for rel, text in (files or {}).items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
         doc = root / f"usr/share/doc/{name}"
         doc.mkdir(parents=True)
         (doc / "README.rocmfleet-lab").write_text("rocmfleet lab stand-in package\n")
@@ -98,66 +178,74 @@ def build() -> Path:
     Returns:
         The directory to serve; ``rocm/rocm.gpg.key`` is the armored signing key, as AMD's.
     """
-    repo = config.CACHE_DIR / "amd-repo"
+    # One directory per recipe, so a lab serving an older tree from the shared cache keeps it.
+    repo = config.CACHE_DIR / f"amd-repo-{_recipe()}"
     marker = repo / ".rocmfleet-lab-recipe"
     if marker.exists() and marker.read_text() == _recipe():
         return repo
     shutil.rmtree(repo, ignore_errors=True)
     gnupghome = config.CACHE_DIR / "amd-repo-gnupg"
-    shutil.rmtree(gnupghome, ignore_errors=True)
-    gnupghome.mkdir(mode=0o700, parents=True)
-    _gpg(
-        gnupghome,
-        "--passphrase",
-        "",
-        "--quick-gen-key",
-        "rocmfleet lab stand-in for AMD ROCm repository <lab@rocmfleet.invalid>",
-        "rsa3072",
-        "sign",
-        "never",
-        stderr=subprocess.DEVNULL,
-    )
+    has_key = gnupghome.exists() and _gpg(gnupghome, "--list-secret-keys", capture_output=True).stdout.strip()
+    if not has_key:
+        shutil.rmtree(gnupghome, ignore_errors=True)
+        gnupghome.mkdir(mode=0o700, parents=True)
+        _gpg(
+            gnupghome,
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "rocmfleet lab stand-in for AMD ROCm repository <lab@rocmfleet.invalid>",
+            "rsa3072",
+            "sign",
+            "never",
+            stderr=subprocess.DEVNULL,
+        )
     (repo / "rocm").mkdir(parents=True)
     _gpg(gnupghome, "--armor", "--output", str(repo / "rocm/rocm.gpg.key"), "--export")
 
-    for rocm, amdgpu in RELEASES.items():
-        for path, debs in _packages(rocm, amdgpu).items():
-            base = repo / path
-            pool = base / "pool/main"
-            pool.mkdir(parents=True, exist_ok=True)
-            for deb in debs:
-                _build_deb(pool, *deb)
-            dist = base / f"dists/{SUITE}"
-            binary = dist / "main/binary-amd64"
-            binary.mkdir(parents=True)
-            packages = subprocess.run(
-                ["apt-ftparchive", "packages", "pool"], cwd=base, check=True, capture_output=True
-            ).stdout
-            (binary / "Packages").write_bytes(packages)
-            release = subprocess.run(
-                [
-                    "apt-ftparchive",
-                    "-o",
-                    f"APT::FTPArchive::Release::Origin={ORIGIN}",
-                    "-o",
-                    "APT::FTPArchive::Release::Label=rocmfleet lab stand-in for repo.radeon.com",
-                    "-o",
-                    f"APT::FTPArchive::Release::Suite={SUITE}",
-                    "-o",
-                    f"APT::FTPArchive::Release::Codename={SUITE}",
-                    "-o",
-                    "APT::FTPArchive::Release::Architectures=amd64",
-                    "-o",
-                    "APT::FTPArchive::Release::Components=main",
-                    "release",
-                    ".",
-                ],
-                cwd=dist,
-                check=True,
-                capture_output=True,
-            ).stdout
-            (dist / "Release").write_bytes(release)
-            _gpg(gnupghome, "--clearsign", "--output", str(dist / "InRelease"), str(dist / "Release"))
-            _gpg(gnupghome, "--armor", "--detach-sign", "--output", str(dist / "Release.gpg"), str(dist / "Release"))
+    trees = [
+        (path, debs, SUITE, ORIGIN)
+        for rocm, amdgpu in RELEASES.items()
+        for path, debs in _packages(rocm, amdgpu).items()
+    ]
+    trees.append((KERNEL_REPO, _kernel_packages(), KERNEL_SUITE, "rocmfleet lab kernel stand-in"))
+    for path, debs, suite, origin in trees:
+        base = repo / path
+        pool = base / "pool/main"
+        pool.mkdir(parents=True, exist_ok=True)
+        for deb in debs:
+            _build_deb(pool, *deb)
+        dist = base / f"dists/{suite}"
+        binary = dist / "main/binary-amd64"
+        binary.mkdir(parents=True)
+        packages = subprocess.run(
+            ["apt-ftparchive", "packages", "pool"], cwd=base, check=True, capture_output=True
+        ).stdout
+        (binary / "Packages").write_bytes(packages)
+        release = subprocess.run(
+            [
+                "apt-ftparchive",
+                "-o",
+                f"APT::FTPArchive::Release::Origin={origin}",
+                "-o",
+                f"APT::FTPArchive::Release::Label=rocmfleet lab stand-in ({origin})",
+                "-o",
+                f"APT::FTPArchive::Release::Suite={suite}",
+                "-o",
+                f"APT::FTPArchive::Release::Codename={suite}",
+                "-o",
+                "APT::FTPArchive::Release::Architectures=amd64",
+                "-o",
+                "APT::FTPArchive::Release::Components=main",
+                "release",
+                ".",
+            ],
+            cwd=dist,
+            check=True,
+            capture_output=True,
+        ).stdout
+        (dist / "Release").write_bytes(release)
+        _gpg(gnupghome, "--clearsign", "--output", str(dist / "InRelease"), str(dist / "Release"))
+        _gpg(gnupghome, "--armor", "--detach-sign", "--output", str(dist / "Release.gpg"), str(dist / "Release"))
     marker.write_text(_recipe())
     return repo

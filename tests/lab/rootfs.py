@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -127,6 +128,7 @@ def make_host_tree(base: Path, name: str, address: str, ssh_pubkey: str) -> tupl
     _write(tree / "etc/ssh/sshd_config.d/10-lab.conf", "UseDNS no\nPermitRootLogin prohibit-password\n")
 
     _install_gpu_standin(tree)
+    _install_boot_standins(tree)
     return tree, f"{host_key[0]} {host_key[1]}"
 
 
@@ -151,3 +153,67 @@ def _install_gpu_standin(tree: Path) -> None:
     for src in config.FIXTURES_DIR.glob("amd-smi-*.txt"):
         shutil.copy(src, fixtures / src.name)
     _write(tree / "usr/local/bin/amd-smi", (STANDIN_DIR / "amd-smi").read_text(), mode=0o755)
+    _write_kfd_tree(tree / "usr/share/rocmfleet-lab/kfd/kfd/topology")
+    unit = "rocmfleet-lab-kfd-standin.service"
+    _write(tree / "etc/systemd/system" / unit, (STANDIN_DIR / "kfd-standin.service").read_text())
+    wants = tree / "etc/systemd/system/sysinit.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / unit).symlink_to(f"/etc/systemd/system/{unit}")
+
+
+#: PCI buses of the 8 MI300X in ``amd-smi-list``/``amd-smi-topology`` fixtures (0000:05:00.0 ...).
+MI300X_BUSES = (0x05, 0x26, 0x46, 0x65, 0x85, 0xA6, 0xC6, 0xE5)
+
+
+def _write_kfd_tree(root: Path) -> None:
+    """A KFD topology of one CPU node and 8 MI300X GPU nodes in SPX mode (stand-in).
+
+    Property names and values follow the real MI300X files in ``../shared/fixtures``
+    (``kfd-topology-mi300x-cpx-*``: device_id 29857 = 0x74a1, gfx_target_version 90402 =
+    gfx942, location_id = bus << 8). The CPU node holds this machine's CPUs, so that a
+    NUMA binding computed from it is one the lab's Docker can apply: every GPU hangs off
+    NUMA node 0 over PCIe (io_link type 2), and render minors are 128..135.
+    """
+    cpus = os.cpu_count() or 1
+    _write(root / "system_properties", "platform_oem 0\nplatform_id 0\nplatform_rev 0\n")
+    node0 = root / "nodes/0"
+    _write(node0 / "properties", f"cpu_cores_count {cpus}\nsimd_count 0\ncpu_core_id_base 0\ndrm_render_minor 0\n")
+    _write(node0 / "gpu_id", "0\n")
+    for i, bus in enumerate(MI300X_BUSES, start=1):
+        node = root / f"nodes/{i}"
+        _write(
+            node / "properties",
+            "cpu_cores_count 0\nsimd_count 1216\nnum_xcc 8\ndevice_id 29857\n"
+            f"gfx_target_version 90402\nlocation_id {bus << 8}\ndomain 0\ndrm_render_minor {127 + i}\n"
+            f"unique_id {0xAF54E92B0A5D5700 + i}\n",
+        )
+        _write(node / "gpu_id", f"{40000 + i}\n")
+        _write(node / "io_links/0/properties", "type 2\nnode_from {i}\nnode_to 0\nweight 20\n".replace("{i}", str(i)))
+
+
+def _install_boot_standins(tree: Path) -> None:
+    """What a real server's boot chain gives the ROCm and tuning roles (stand-ins, named so).
+
+    - ``/usr/sbin/dkms`` (where Debian's ``dkms`` puts it): a DKMS stand-in (``standin/dkms``)
+      with DKMS's state layout and messages; the stand-in ``amdgpu-dkms`` calls it as the real
+      one calls DKMS.
+    - ``/etc/default/grub`` (Debian 12's default) and ``/usr/sbin/update-grub`` writing
+      ``/boot/grub/grub.cfg``: the kernel command line is managed as on a real host, though
+      nothing boots from it here.
+    - an apt source for the stand-in kernel archive (:mod:`tests.lab.amdrepo`): headers for the
+      machine's kernel, which the hosts run and Debian does not package, and a kernel DKMS
+      cannot build for. Signed with the lab's stand-in key.
+    """
+    from tests.lab import amdrepo
+
+    _write(tree / "usr/sbin/dkms", (STANDIN_DIR / "dkms").read_text(), mode=0o755)
+    _write(tree / "usr/sbin/update-grub", (STANDIN_DIR / "update-grub").read_text(), mode=0o755)
+    _write(tree / "etc/default/grub", (STANDIN_DIR / "grub.default").read_text())
+    key = tree / "etc/apt/keyrings/rocmfleet-lab-kernel-standin.asc"
+    _write(key, (amdrepo.build() / "rocm/rocm.gpg.key").read_text())
+    _write(
+        tree / "etc/apt/sources.list.d/rocmfleet-lab-kernel-standin.list",
+        "# rocmfleet lab stand-in for the distribution's kernel packages (tests/lab/amdrepo.py)\n"
+        f"deb [signed-by=/{key.relative_to(tree)}] http://{config.GATEWAY}:{config.AMD_REPO_PORT}/"
+        f"{amdrepo.KERNEL_REPO} {amdrepo.KERNEL_SUITE} main\n",
+    )

@@ -1,0 +1,118 @@
+"""Compliance of the ROCm role: repositories, keyrings, pin, driver packages, DKMS, device access."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocmfleet import rocm
+from rocmfleet.checks.expect import in_container, rocm_settings
+
+
+@pytest.fixture(scope="module")
+def settings():
+    return rocm_settings()
+
+
+@pytest.fixture(scope="module")
+def target(host):
+    info = host.system_info
+    release = host.file("/etc/os-release").content_string
+    version = next(
+        (line.split("=", 1)[1].strip('"') for line in release.splitlines() if line.startswith("VERSION_ID=")), ""
+    )
+    return rocm.os_target(info.distribution, version)
+
+
+def _body(host, path: str) -> list[str]:
+    return [line for line in host.file(path).content_string.splitlines() if line and not line.startswith("#")]
+
+
+def test_legacy_keyring_present(host):
+    key = host.file(rocm.LEGACY_KEYRING)
+    assert key.is_file and key.mode == 0o644 and key.size > 0
+
+
+def test_current_keyring_only_with_current_userspace(host, settings):
+    wanted = settings.rocm_stream == "current" and settings.rocm_userspace
+    assert host.file(rocm.CURRENT_KEYRING).exists == wanted
+
+
+def test_repository_files_as_amd_documents(host, settings, target):
+    for path, body in rocm.repo_files(settings, target).items():
+        if body is None:
+            assert not host.file(path).exists, f"{path} must not exist ({settings.rocm_stream} stream)"
+        else:
+            assert _body(host, path) == body.splitlines(), path
+
+
+def test_pin_file_present_for_legacy(host, settings):
+    pin = host.file(rocm.PIN_FILE)
+    if settings.rocm_stream != "legacy":
+        assert not pin.exists
+        return
+    assert _body(host, rocm.PIN_FILE) == rocm.PIN.splitlines()
+    policy = host.check_output("apt-cache policy")
+    assert "600" in policy and "o=repo.radeon.com" in policy
+
+
+def test_kernel_headers_for_running_kernel(host, target):
+    kernel = host.check_output("uname -r")
+    for package in rocm.header_packages(target, kernel):
+        assert host.package(package).is_installed, package
+
+
+def test_driver_packages_at_repository_version(host, settings):
+    for package in settings.rocm_driver_packages:
+        pkg = host.package(package)
+        assert pkg.is_installed, package
+        madison = host.check_output("apt-cache madison %s", package)
+        versions = [
+            line.split("|")[1].strip()
+            for line in madison.splitlines()
+            if line.split("|")[2].split()[0].rstrip("/") == settings.driver_repo
+        ]
+        assert pkg.version in versions, f"{package} {pkg.version} is not the version of {settings.driver_repo}"
+
+
+def test_userspace_only_when_asked(host, settings):
+    for package in settings.userspace_packages:
+        assert host.package(package).is_installed == settings.rocm_userspace, package
+
+
+def test_dkms_installed_for_running_and_newest_kernel(host):
+    kernels = host.check_output("uname -r; ls /boot/vmlinuz-* 2>/dev/null | sed 's|/boot/vmlinuz-||' || true")
+    names = kernels.split()
+    wanted = [names[0], rocm.newest_kernel(names)]
+    status = host.check_output("dkms status")
+    assert rocm.dkms_problems(rocm.parse_dkms_status(status), "amdgpu", wanted) == [], status
+
+
+def test_amdgpu_module_loaded(host):
+    if in_container(host):
+        pytest.skip("container host: the kernel, and its modules, belong to the machine it runs on")
+    assert host.file("/sys/module/amdgpu").is_directory
+    assert host.file("/dev/kfd").exists
+
+
+def test_device_access_persisted(host, settings):
+    rule = host.file(rocm.UDEV_RULE)
+    if settings.rocm_device_access == "udev":
+        assert _body(host, rocm.UDEV_RULE) == list(rocm.UDEV_RULE_LINES)
+    else:
+        assert not rule.exists
+        for user in settings.rocm_device_users:
+            assert {"video", "render"} <= set(host.user(user).groups), user
+
+
+def test_device_access_live(host, settings):
+    if settings.rocm_device_access != "udev":
+        pytest.skip("group access: membership is checked in test_device_access_persisted")
+    if not host.file("/run/udev/control").exists:
+        pytest.skip("udev is not running on this host (container): device modes come from whoever made the nodes")
+    for path in ["/dev/kfd", *host.check_output("ls /dev/dri/renderD* 2>/dev/null || true").split()]:
+        assert host.file(path).mode == 0o666, path
+
+
+def test_no_reboot_owed(host):
+    owed = host.run("cat /run/rocmfleet/reboot-required.d/* 2>/dev/null").stdout.strip()
+    assert not owed, f"a reboot is owed: {owed}"

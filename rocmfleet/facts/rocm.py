@@ -1,0 +1,172 @@
+"""Facts about the ROCm kernel driver, its packages, DKMS, Secure Boot and reboots."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.api import FactBase
+
+#: Reasons a reboot is owed live here, one file each. ``/run`` is emptied by every boot, so a
+#: reason lasts exactly until the next reboot, also across a deploy that failed before it.
+REBOOT_DIR = "/run/rocmfleet/reboot-required.d"
+
+
+class AptRepoVersions(FactBase[dict[str, list[tuple[str, str]]]]):
+    """
+    Versions apt knows per package, with the repository line each comes from
+    (``apt-cache madison``): ``{"amdgpu-dkms": [("1:6.14.14...", "http://.../amdgpu/30.30/ubuntu jammy/main")]}``.
+    """
+
+    default = dict
+
+    def command(self, packages: list[str]) -> str:
+        return "apt-cache madison " + " ".join(shlex.quote(p) for p in packages) + " 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict[str, list[tuple[str, str]]]:
+        versions: dict[str, list[tuple[str, str]]] = {}
+        for line in output:
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) == 3:
+                versions.setdefault(parts[0], []).append((parts[1], parts[2]))
+        return versions
+
+
+class InstalledVersions(FactBase[dict[str, str]]):
+    """Installed (``ii``/``hi``; not half-configured) versions of packages: ``{"amdgpu-dkms": "1:6.14..."}``."""
+
+    default = dict
+
+    def command(self, packages: list[str]) -> str:
+        quoted = " ".join(shlex.quote(p) for p in packages)
+        return f"dpkg-query -W -f '${{Package}} ${{db:Status-Abbrev}} ${{Version}}\\n' {quoted} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        installed = {}
+        for line in output:
+            parts = line.split()
+            if len(parts) == 3 and parts[1][:2] in ("ii", "hi"):
+                installed[parts[0]] = parts[2]
+        return installed
+
+
+class InstalledPackageNames(FactBase[list[str]]):
+    """Names of every package dpkg has (in any state but not-installed/config-files)."""
+
+    default = list
+
+    def command(self) -> str:
+        return "dpkg-query -W -f '${Package} ${db:Status-Abbrev}\\n' 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return [p[0] for p in (line.split() for line in output) if len(p) == 2 and p[1][1] not in "nc"]
+
+
+class DkmsStatus(FactBase[str]):
+    """Output of ``dkms status`` (empty without DKMS)."""
+
+    default = str
+
+    def command(self) -> str:
+        return "if command -v dkms >/dev/null; then dkms status 2>&1; fi"
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
+
+
+class Kernels(FactBase[dict]):
+    """The running kernel and the installed ones (``/boot/vmlinuz-*``, plus the running one)."""
+
+    default = dict
+
+    def command(self) -> str:
+        return 'uname -r; for f in /boot/vmlinuz-*; do [ -e "$f" ] && echo "${f#/boot/vmlinuz-}"; done; true'
+
+    def process(self, output: list[str]) -> dict:
+        lines = [line.strip() for line in output if line.strip()]
+        return {"running": lines[0], "installed": sorted(set(lines))} if lines else {}
+
+
+class SecureBoot(FactBase[dict]):
+    """
+    Secure Boot state and whether DKMS's signing key is enrolled:
+    ``{"enabled": bool | None, "key": str | None, "enrolled": bool | None, "detail": str}``.
+    ``enabled`` is None where the firmware does not say (no EFI, no ``mokutil``).
+    """
+
+    default = dict
+
+    def command(self) -> str:
+        return (
+            'if command -v mokutil >/dev/null; then echo "sb: $(mokutil --sb-state 2>&1 | head -1)"; '
+            "else echo 'sb: unknown (no mokutil)'; fi; "
+            "for k in /var/lib/dkms/mok.pub /var/lib/shim-signed/mok/MOK.der; do "
+            'if [ -e $k ]; then echo "key: $k"; '
+            'command -v mokutil >/dev/null && echo "enrolled: $(mokutil --test-key $k 2>&1 | head -1)"; '
+            "break; fi; done; true"
+        )
+
+    def process(self, output: list[str]) -> dict:
+        info: dict = {"enabled": None, "key": None, "enrolled": None, "detail": "\n".join(output)}
+        for line in output:
+            if line.startswith("sb: "):
+                state = line[4:].lower()
+                if "secureboot enabled" in state:
+                    info["enabled"] = True
+                elif "secureboot disabled" in state or "not supported" in state:
+                    info["enabled"] = False
+            elif line.startswith("key: "):
+                info["key"] = line[5:]
+            elif line.startswith("enrolled: "):
+                info["enrolled"] = "already enrolled" in line
+        return info
+
+
+class RebootReasons(FactBase[list[str]]):
+    """Reasons a reboot is owed (files under :data:`REBOOT_DIR`), one per line."""
+
+    default = list
+
+    def command(self) -> str:
+        return f"cat {REBOOT_DIR}/* 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line.strip() for line in output if line.strip()]
+
+
+class BootId(FactBase[str]):
+    """``/proc/sys/kernel/random/boot_id``: new at every boot (also in containers)."""
+
+    def command(self) -> str:
+        return "cat /proc/sys/kernel/random/boot_id"
+
+    def process(self, output: list[str]) -> str:
+        return output[0].strip() if output else ""
+
+
+class AmdgpuLoaded(FactBase[dict]):
+    """Whether the ``amdgpu`` module is loaded and ``/dev/kfd`` exists."""
+
+    default = dict
+
+    def command(self) -> str:
+        return (
+            "[ -d /sys/module/amdgpu ] && echo module || true; [ -e /dev/kfd ] && echo kfd || true; "
+            "systemd-detect-virt --container >/dev/null 2>&1 && echo container || true"
+        )
+
+    def process(self, output: list[str]) -> dict:
+        lines = {line.strip() for line in output}
+        return {"module": "module" in lines, "kfd": "kfd" in lines, "container": "container" in lines}
+
+
+class KeyringMatches(FactBase[str]):
+    """``same`` when the keyring at ``dest`` equals the dearmored key fetched by ``src_fetch``."""
+
+    def command(self, src_fetch: str, dest: str) -> str:
+        return (
+            f'{src_fetch} && if cmp -s "$tmp" {shlex.quote(dest)}; then echo same; else echo differs; fi; '
+            'rm -f "$tmp" "$tmp.key"'
+        )
+
+    def process(self, output: list[str]) -> str:
+        return output[-1].strip() if output else "differs"

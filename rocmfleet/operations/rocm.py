@@ -1,0 +1,227 @@
+"""Operations for the ROCm kernel driver and AMD's apt repositories."""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+
+from pyinfra import host, state
+from pyinfra.api import StringCommand, operation
+from pyinfra.facts.apt import noninteractive_apt
+from pyinfra.facts.server import LinuxDistribution
+
+from rocmfleet import rocm
+from rocmfleet.facts.rocm import (
+    REBOOT_DIR,
+    AmdgpuLoaded,
+    AptRepoVersions,
+    DkmsStatus,
+    InstalledPackageNames,
+    InstalledVersions,
+    Kernels,
+    KeyringMatches,
+    RebootReasons,
+    SecureBoot,
+)
+
+
+def fail(message: str) -> StringCommand:
+    """A command that fails the host with ``message`` on stderr (shown by pyinfra)."""
+    return StringCommand(f"printf '%s\\n' {shlex.quote(message)} >&2; exit 1")
+
+
+def mark_reboot(reason_key: str, reason: str) -> StringCommand:
+    """A command that records why the host owes a reboot (see :data:`REBOOT_DIR`)."""
+    return StringCommand(
+        f"mkdir -p {REBOOT_DIR} && printf '%s\\n' {shlex.quote(reason)} > {REBOOT_DIR}/{shlex.quote(reason_key)}"
+    )
+
+
+def _from_repo(versions: dict[str, list[tuple[str, str]]], package: str, repo: str) -> str | None:
+    for version, source in versions.get(package, []):
+        if source.split()[0].rstrip("/") == repo.rstrip("/"):
+            return version
+    return None
+
+
+@operation()
+def preflight(settings: rocm.RocmSettings):
+    """
+    Stop this host before anything changes when its OS or kernel is not supported.
+
+    + settings: the host's :class:`rocmfleet.rocm.RocmSettings`
+
+    Supported: Ubuntu 24.04, Ubuntu 22.04 and Debian 12 (reference §2.2, §2.3), with a kernel
+    matching ``rocm_supported_kernels``. A supported host is a no-op.
+    """
+    distro = host.get_fact(LinuxDistribution)
+    kernel = host.get_fact(Kernels).get("running", "")
+    try:
+        target = rocm.os_target(
+            distro.get("release_meta", {}).get("ID", "") or "",
+            str(distro.get("release_meta", {}).get("VERSION_ID", "")),
+        )
+        rocm.check_kernel(settings, target, kernel)
+    except rocm.UnsupportedHost as exc:
+        yield fail(f"rocmfleet: {exc}; nothing was changed on this host")
+        return
+    host.noop(f"{target.name}, kernel {kernel}: supported for ROCm {settings.rocm_version} ({settings.rocm_stream})")
+
+
+@operation()
+def packages_from_repo(packages: list[str], repo: str, reboot_reason: str | None = None):
+    """
+    Install ``packages`` at exactly the version the apt repository ``repo`` offers.
+
+    + packages: package names
+    + repo: repository URL as in the source file (``https://repo.radeon.com/amdgpu/30.30/ubuntu``)
+    + reboot_reason: when set, a change records this reason for :func:`rocmfleet.operations.reboot.if_required`
+
+    Installed packages at another version are upgraded (or downgraded) to the repository's, so
+    changing the ROCm version in group data moves the host cleanly; packages already at that
+    version are a no-op. When apt does not know the repository yet (its lists predate the
+    source file) the lists are updated first.
+    """
+    versions = host.get_fact(AptRepoVersions, packages=packages)
+    wanted = {p: _from_repo(versions, p, repo) for p in packages}
+    if None in wanted.values():
+        yield noninteractive_apt("update")
+        versions = host.get_fact(AptRepoVersions, packages=packages)
+        wanted = {p: _from_repo(versions, p, repo) for p in packages}
+        missing = [p for p, v in wanted.items() if v is None]
+        if missing:
+            known = {p: versions.get(p, []) for p in missing}
+            yield fail(f"rocmfleet: {', '.join(missing)} not offered by {repo}; apt knows: {known}")
+            return
+    installed = host.get_fact(InstalledVersions, packages=packages)
+    todo = [f"{p}={v}" for p, v in wanted.items() if installed.get(p) != v]
+    if not todo:
+        host.noop(f"{', '.join(packages)} at the version of {repo}")
+        return
+    yield noninteractive_apt("install --no-install-recommends --allow-downgrades " + " ".join(todo))
+    if reboot_reason:
+        yield mark_reboot("driver", reboot_reason + ": " + ", ".join(todo))
+
+
+@operation()
+def purge_matching(patterns: list[str], why: str):
+    """
+    Purge (with ``--auto-remove``) every installed package matching one of ``patterns``.
+
+    + patterns: shell patterns of package names (``amdrocm*``, ``rocm-core``)
+    + why: said in the output
+
+    AMD's rule for moving between the legacy and the current stream is "uninstall first" [R6].
+    """
+    names = host.get_fact(InstalledPackageNames)
+    matching = sorted(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns))
+    if not matching:
+        host.noop(f"no package matches {', '.join(patterns)}")
+        return
+    yield noninteractive_apt("purge --auto-remove " + " ".join(shlex.quote(n) for n in matching))
+
+
+@operation()
+def keyring(src: str, dest: str):
+    """
+    Keep the dearmored keyring ``dest`` equal to the key published at ``src``.
+
+    + src: key URL (armored or binary)
+    + dest: keyring path (``/etc/apt/keyrings/rocm.gpg``)
+
+    AMD: "The GPG key may change; ensure it is updated when installing a new release" [R1], so
+    the key is fetched every run (through apt's proxy, like the packages) and replaced only when
+    it differs. The download goes to a temporary file; a failed download changes nothing.
+    """
+    fetch = (
+        "eval $(apt-config shell P Acquire::http::Proxy); "
+        f'tmp=$(mktemp); curl -fsSL ${{P:+--proxy "$P"}} {shlex.quote(src)} -o "$tmp.key" && '
+        f'gpg --batch --yes --dearmor -o "$tmp" "$tmp.key"'
+    )
+    probe = host.get_fact(KeyringMatches, src_fetch=fetch, dest=dest)
+    if probe == "same":
+        host.noop(f"{dest} matches {src}")
+        return
+    yield StringCommand(f'set -e; {fetch}; install -D -m 0644 "$tmp" {shlex.quote(dest)}; rm -f "$tmp" "$tmp.key"')
+
+
+@operation()
+def dkms_installed(module: str = "amdgpu"):
+    """
+    Fail the host, with DKMS's output, unless ``dkms status`` shows ``module`` ``installed`` for
+    the running kernel and for the newest installed kernel (reference §2.5 [R2-post]).
+
+    + module: DKMS module name
+
+    A check: it changes nothing and is a no-op when the module is installed.
+    """
+    if not state.is_executing:
+        host.noop(f"dkms status for {module} is checked after the install")
+        return
+    kernels = host.get_fact(Kernels)
+    wanted = [kernels["running"], rocm.newest_kernel(kernels["installed"])]
+    status = host.get_fact(DkmsStatus)
+    problems = rocm.dkms_problems(rocm.parse_dkms_status(status), module, wanted)
+    if problems:
+        message = "rocmfleet: " + "; ".join(problems) + f"\n--- dkms status ---\n{status or '(no output)'}"
+        yield StringCommand(
+            f"printf '%s\\n' {shlex.quote(message)} >&2; "
+            f'for f in /var/lib/dkms/{module}/*/build/make.log; do [ -e "$f" ] && '
+            '{ echo "--- $f (last 30 lines) ---"; tail -n 30 "$f"; } >&2; done; exit 1'
+        )
+        return
+    host.noop(f"{module} installed for {', '.join(dict.fromkeys(wanted))}")
+
+
+@operation()
+def secure_boot_ready():
+    """
+    Fail the host before its reboot when Secure Boot is on and DKMS's signing key is not enrolled:
+    the new ``amdgpu`` module would not load after the reboot.
+
+    A check: a no-op when Secure Boot is off, unknown (no ``mokutil``) or the key is enrolled.
+    """
+    if not state.is_executing:
+        host.noop("Secure Boot is checked before the reboot")
+        return
+    if not host.get_fact(RebootReasons):
+        host.noop("no reboot owed; nothing new to load")
+        return
+    info = host.get_fact(SecureBoot)
+    if info.get("enabled") is not True:
+        host.noop("Secure Boot is off or not reported (no mokutil); nothing to enroll")
+        return
+    if info.get("key") and info.get("enrolled"):
+        host.noop(f"Secure Boot on; DKMS key {info['key']} is enrolled")
+        return
+    yield fail(
+        "rocmfleet: Secure Boot is enabled and DKMS's module signing key "
+        f"{info.get('key') or '(none found)'} is not enrolled, so amdgpu would not load after a reboot. "
+        "Enroll it (mokutil --import <key>, then confirm in MOK Manager at the console on the next boot) "
+        f"and deploy again. Not rebooted.\n{info.get('detail', '')}"
+    )
+
+
+@operation()
+def driver_ready(check_module: bool = True):
+    """
+    After the reboot: the ``amdgpu`` module is loaded and ``/dev/kfd`` exists.
+
+    + check_module: False skips the check (hosts without their own kernel, such as the lab's)
+
+    A check: a no-op when the driver is up.
+    """
+    if not state.is_executing:
+        host.noop("the driver is checked after the reboot")
+        return
+    if not check_module:
+        host.noop("module check off (rocm_check_module: false)")
+        return
+    loaded = host.get_fact(AmdgpuLoaded)
+    if loaded.get("module") and loaded.get("kfd"):
+        host.noop("amdgpu loaded, /dev/kfd present")
+        return
+    yield fail(
+        f"rocmfleet: after the reboot amdgpu is {'loaded' if loaded.get('module') else 'not loaded'} and "
+        f"/dev/kfd is {'present' if loaded.get('kfd') else 'missing'}; see `dmesg | grep -i amdgpu`"
+    )

@@ -1,0 +1,69 @@
+"""Operations for MI300X OS tuning: the kernel command line in GRUB, live sysctl values."""
+
+from __future__ import annotations
+
+import shlex
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import StringCommand, operation
+from pyinfra.facts.files import FileContents
+from pyinfra.operations import files
+
+from rocmfleet import tuning
+from rocmfleet.facts.tuning import SysctlLive
+
+
+@operation()
+def grub_cmdline(params: list[str], path: str = tuning.GRUB_DEFAULTS):
+    """
+    Make ``GRUB_CMDLINE_LINUX`` in ``/etc/default/grub`` hold ``params``.
+
+    + params: kernel parameters that must be there (``iommu=pt``, ``pci=realloc=off``)
+    + path: the GRUB defaults file
+
+    Only parameters rocmfleet manages are ever removed (:func:`rocmfleet.tuning.edit_grub_defaults`);
+    run ``update-grub`` and a reboot after a change (reference §1.1 rows 1-2 [A1]). A host
+    without the file fails: rocmfleet sets the kernel command line through GRUB only.
+    """
+    lines = host.get_fact(FileContents, path=path)
+    if lines is None:
+        yield StringCommand(
+            f"printf '%s\\n' {shlex.quote(f'rocmfleet: {path} not found; the kernel command line is set through GRUB')}"
+            " >&2; exit 1"
+        )
+        return
+    text = "".join(line + "\n" for line in lines)
+    new = tuning.edit_grub_defaults(text, params)
+    if new == text:
+        host.noop(f"GRUB_CMDLINE_LINUX has {' '.join(params) or 'no managed parameter'}")
+        return
+    yield from files.put._inner(src=StringIO(new), dest=path, mode="644")
+
+
+@operation()
+def sysctl_live(key: str, value: str):
+    """
+    Apply ``key=value`` to the running kernel where it can be written.
+
+    + key: sysctl name (``kernel.numa_balancing``)
+    + value: wanted value
+
+    Inside a container ``/proc/sys`` is read-only: the value persisted in ``/etc/sysctl.d`` is
+    reported instead of failing (it applies when the real host boots). A kernel without the key
+    (no NUMA balancing built in) has nothing to change. Both are no-ops.
+    """
+    live = host.get_fact(SysctlLive, key=key)
+    if live.get("value") is None:
+        host.noop(f"{key}: not in this kernel; nothing to apply")
+        return
+    if live["value"] == value:
+        host.noop(f"{key} = {value} (live)")
+        return
+    if not live.get("writable"):
+        host.noop(
+            f"{key} = {live['value']} live and /proc/sys is read-only here (container host): "
+            f"{value} is persisted and applies at the next boot of the real host"
+        )
+        return
+    yield StringCommand(f"sysctl -w {shlex.quote(f'{key}={value}')}")

@@ -1,0 +1,164 @@
+"""ROCm role: AMD's apt repositories, the amdgpu kernel driver (DKMS), device access, reboots.
+
+Follows AMD's install pages as ``../shared/reference/mi300x.md`` §2 records them; the logic
+(files, versions, support matrix) is :mod:`rocmfleet.rocm`. Three entry points, in deploy order:
+:func:`preflight` (before anything changes), :func:`apply`, and :func:`reboot` (after the
+tuning role, so one reboot covers the driver and the kernel command line).
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.files import FileContents
+from pyinfra.facts.server import LinuxDistribution, OsVersion
+from pyinfra.operations import apt, files, server
+from pyinfra.operations.util import any_changed
+
+from rocmfleet import rocm
+from rocmfleet.facts.rocm import InstalledVersions
+from rocmfleet.operations import reboot as reboot_ops
+from rocmfleet.operations import rocm as rocm_ops
+
+
+def _target() -> rocm.OsTarget | None:
+    meta = host.get_fact(LinuxDistribution).get("release_meta", {})
+    try:
+        return rocm.os_target(meta.get("ID", ""), str(meta.get("VERSION_ID", "")))
+    except rocm.UnsupportedHost:
+        return None  # preflight fails this host before anything runs
+
+
+@deploy("rocm preflight")
+def preflight(settings: rocm.RocmSettings) -> None:
+    """Stop a host whose OS or kernel AMD does not support, before any role changes it."""
+    rocm_ops.preflight(name="Check OS and kernel are supported for ROCm", settings=settings)
+
+
+@deploy("rocm")
+def apply(settings: rocm.RocmSettings) -> None:
+    """Repositories, kernel headers, ``amdgpu-dkms`` (checked with DKMS), optional userspace, device access."""
+    target = _target() or rocm.OS_TARGETS[("debian", "12")]
+    kernel = host.get_fact(OsVersion)
+
+    rocm_ops.purge_matching(
+        name="Remove the other ROCm stream's userspace first",
+        patterns=rocm.other_stream_userspace(settings),
+        why="AMD: uninstall the other stream first",
+    )
+    files.directory(name=f"Create {rocm.KEYRING_DIR}", path=rocm.KEYRING_DIR, mode="755")
+    keys = [rocm_ops.keyring(name="AMD's repo.radeon.com key", src=settings.rocm_key_url, dest=rocm.LEGACY_KEYRING)]
+    if settings.rocm_stream == "current" and settings.rocm_userspace:
+        keys.append(
+            rocm_ops.keyring(
+                name="AMD's stable.repo.amd.com key", src=settings.rocm_current_key_url, dest=rocm.CURRENT_KEYRING
+            )
+        )
+    else:
+        keys.append(files.file(name=f"Remove {rocm.CURRENT_KEYRING}", path=rocm.CURRENT_KEYRING, present=False))
+
+    repo_ops = []
+    for path, body in rocm.repo_files(settings, target).items():
+        if body is None:
+            repo_ops.append(files.file(name=f"Remove {path}", path=path, present=False))
+        else:
+            repo_ops.append(
+                files.template(
+                    name=f"Render {path}",
+                    src="templates/rocm/apt-file.j2",
+                    dest=path,
+                    mode="644",
+                    what=f"ROCm {settings.rocm_version} ({settings.rocm_stream} stream), {target.name}",
+                    body=body.rstrip("\n"),
+                )
+            )
+    apt.update(name="Update apt lists for AMD's repositories", _if=any_changed(*keys, *repo_ops))
+
+    apt.packages(
+        name="Install kernel headers for the running kernel",
+        packages=rocm.header_packages(target, kernel),
+        no_recommends=True,
+    )
+    rocm_ops.packages_from_repo(
+        name=f"Install the amdgpu driver from amdgpu/{settings.amdgpu_version}",
+        packages=settings.rocm_driver_packages,
+        repo=settings.driver_repo,
+        reboot_reason=f"amdgpu driver {settings.amdgpu_version} installed",
+    )
+    rocm_ops.dkms_installed(name="Check DKMS built amdgpu for the running and newest kernels", module="amdgpu")
+
+    if settings.rocm_userspace:
+        rocm_ops.packages_from_repo(
+            name=f"Install the ROCm {settings.rocm_version} userspace",
+            packages=settings.userspace_packages,
+            repo=rocm.userspace_repo(settings, target),
+        )
+
+    _device_access(settings)
+
+
+def _device_access(settings: rocm.RocmSettings) -> None:
+    if settings.rocm_device_access == "udev":
+        rule = files.template(
+            name=f"Render {rocm.UDEV_RULE}",
+            src="templates/rocm/70-amdgpu.rules.j2",
+            dest=rocm.UDEV_RULE,
+            mode="644",
+            body=rocm.udev_rule().rstrip("\n"),
+        )
+        server.shell(
+            name="Reload udev rules",
+            commands=[
+                "if [ -S /run/udev/control ]; then udevadm control --reload-rules && udevadm trigger; "
+                "else echo 'udev is not running here: the rule applies at the next boot'; fi"
+            ],
+            _if=rule.did_change,
+        )
+        return
+    files.file(name=f"Remove {rocm.UDEV_RULE}", path=rocm.UDEV_RULE, present=False)
+    for group in ("video", "render"):
+        server.group(name=f"Ensure group {group}", group=group, system=True)
+    for user in host.loop(settings.rocm_device_users):
+        server.user(name=f"Add {user} to video and render", user=user, groups=["video", "render"], append=True)
+    files.line(
+        name="adduser: extra groups on",
+        path=rocm.ADDUSER_CONF,
+        line=r"^#?\s*ADD_EXTRA_GROUPS=.*",
+        replace="ADD_EXTRA_GROUPS=1",
+    )
+    files.line(
+        name="adduser: video and render for new users",
+        path=rocm.ADDUSER_CONF,
+        line=r"^#?\s*EXTRA_GROUPS=.*",
+        replace='EXTRA_GROUPS="video render"',
+    )
+
+
+def predicted_reboot(settings: rocm.RocmSettings) -> list[str]:
+    """Why the deploy expects to reboot (said by ``--dry``): the driver is missing or changes version.
+
+    Prepare-time guess from the facts as they are now; the reboot itself is decided at execution
+    by what the operations recorded.
+    """
+    installed = host.get_fact(InstalledVersions, packages=settings.rocm_driver_packages)
+    if "amdgpu-dkms" in settings.rocm_driver_packages and "amdgpu-dkms" not in installed:
+        return [f"amdgpu driver {settings.amdgpu_version} will be installed"]
+    target = _target()
+    lines = host.get_fact(FileContents, path=rocm.AMDGPU_LIST) or []
+    if target and rocm.amdgpu_list(settings, target).strip() not in lines:
+        return [f"amdgpu driver moves to {settings.amdgpu_version}"]
+    return []
+
+
+@deploy("rocm reboot")
+def reboot(settings: rocm.RocmSettings, predicted: list[str] | None = None) -> None:
+    """One reboot, only when the driver or the kernel command line changed; then check the driver."""
+    rocm_ops.secure_boot_ready(name="Check Secure Boot will load the new module")
+    reboot_ops.if_required(
+        name="Reboot if the driver or the kernel command line changed",
+        predicted=predicted_reboot(settings) + (predicted or []),
+        timeout_s=settings.rocm_reboot_timeout_s,
+        _parallel=settings.rocm_reboot_parallel,
+    )
+    rocm_ops.dkms_installed(name="Check amdgpu is installed for the booted kernel", module="amdgpu")
+    rocm_ops.driver_ready(name="Check the amdgpu driver is loaded", check_module=settings.rocm_check_module)

@@ -1,0 +1,193 @@
+"""ROCm driver install and MI300X tuning against the lab's hosts (issue 4).
+
+Converges only what runs before Docker (rocm preflight, base, rocm, tuning, the reboot) so that
+it is quick; the walking skeleton then deploys everything and checks a second run changes
+nothing. Order matters and is the module's: a first install at ROCm 7.1 with one host whose
+newest kernel DKMS cannot build for, the recovery, the compliance checks, a no-change run, the
+upgrade to the group data's 7.2, and ``--dry``. Reboots are counted by the lab supervisor,
+which logs every reboot of a host (nspawn exit status 133).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.lab
+
+BROKEN = "linux-image-9.0.0-rocmfleet-lab-dkms-broken"
+DEPLOY = """
+from pyinfra import host
+
+import roles.base
+import roles.rocm
+import roles.tuning
+from rocmfleet import groupvars
+from rocmfleet.rocm import rocm_settings_for
+from rocmfleet.settings import host_config
+from rocmfleet.tuning import tuning_settings_for
+
+config = host_config(host.data.dict(), groupvars.profiles_dir())
+rocm_settings = rocm_settings_for(host.name, host.data.dict())
+tuning_settings = tuning_settings_for(host.name, host.data.dict())
+
+roles.rocm.preflight(rocm_settings)
+roles.base.apply(config.settings)
+roles.rocm.apply(rocm_settings)
+roles.tuning.apply(tuning_settings)
+roles.rocm.reboot(rocm_settings, predicted=roles.tuning.predicted_reboot(tuning_settings))
+"""
+
+
+@pytest.fixture(scope="module")
+def deploy_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("deploy") / "rocm_tuning_deploy.py"
+    path.write_text(DEPLOY)
+    return path
+
+
+def reboots(name: str) -> int:
+    from tests.lab import config
+
+    log = config.RUN_DIR / name / "console.log"
+    return log.read_text().count("exited with 133") if log.exists() else 0
+
+
+def run(lab, deploy_file: Path, *extra: str) -> tuple[int, dict, str, dict[str, int]]:
+    """pyinfra against the lab with the lab's repository address; returns rc, JSON, output, reboots per host."""
+    before = {name: reboots(name) for name in lab.hosts}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            *([] if "--dry" in extra else ["-y"]),  # -y skips the change detection --dry reports
+            "--json",
+            "--data",
+            f"rocm_repo_url={lab.amd_repo}",
+            "--data",
+            f"rocm_key_url={lab.amd_repo}/rocm/rocm.gpg.key",
+            *extra,
+            "inventories/lab.py",
+            str(deploy_file),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYINFRA_PROGRESS": "off"},
+    )
+    report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    return proc.returncode, report, proc.stderr, {name: reboots(name) - before[name] for name in lab.hosts}
+
+
+def changed(report: dict) -> dict[str, int]:
+    return {op["name"]: op["success"] for op in report["results"]["operations"] if op["success"]}
+
+
+def ssh(lab, name: str, command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["ssh", "-i", lab.ssh_key, "-o", f"UserKnownHostsFile={lab.known_hosts}", "-o", "BatchMode=yes"]
+        + [f"root@{lab.hosts[name]}", command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def broken_host(lab) -> str:
+    name = sorted(lab.hosts)[-1]
+    apt = f"apt-get -qq -o Acquire::http::Proxy={lab.apt_proxy}"
+    result = ssh(lab, name, f"{apt} update && DEBIAN_FRONTEND=noninteractive {apt} install -y {BROKEN}")
+    assert result.returncode == 0, result.stderr
+    return name
+
+
+@pytest.fixture(scope="module")
+def first(lab, deploy_file, broken_host):
+    return run(lab, deploy_file, "--data", "rocm_version=7.1")
+
+
+def test_dkms_failure_fails_that_host_alone_with_dkms_message(lab, first, broken_host):
+    rc, report, output, rebooted = first
+    assert rc != 0
+    assert report["results"]["failed_hosts"] == [broken_host]
+    assert "Error! Bad return status for module build on kernel: 9.0.0-rocmfleet-lab-dkms-broken" in output
+    assert rebooted[broken_host] == 0
+
+
+def test_first_install_reboots_every_other_host_exactly_once(lab, first, broken_host):
+    _rc, _report, output, rebooted = first
+    assert {n: c for n, c in rebooted.items() if n != broken_host} == {n: 1 for n in lab.hosts if n != broken_host}
+    assert "amdgpu driver 30.20 installed" in output and "kernel command line now iommu=pt pci=realloc=off" in output
+
+
+def test_broken_host_converges_once_its_kernel_is_fixed(lab, deploy_file, first, broken_host):
+    ssh(lab, broken_host, f"DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq {BROKEN}")
+    rc, report, output, rebooted = run(lab, deploy_file, "--data", "rocm_version=7.1")
+    assert rc == 0, output[-4000:]
+    assert rebooted == {n: int(n == broken_host) for n in lab.hosts}
+
+
+def _group_data(group: str) -> dict:
+    """``rocm_*``/``tuning_*`` keys of ``group_vars/<group>.yml`` (other keys, vaulted ones too, are not read)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    data = yaml.load((ROOT / "group_vars" / f"{group}.yml").read_text(), Loader=Loader) or {}
+    return {k: v for k, v in data.items() if k.startswith(("rocm_", "tuning_"))}
+
+
+def test_hosts_pass_the_compliance_checks(lab, first, tmp_path):
+    data = {**_group_data("all"), **_group_data("lab"), "rocm_version": "7.1", "rocm_repo_url": lab.amd_repo}
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(
+        f"Host *\n  User root\n  IdentityFile {lab.ssh_key}\n  UserKnownHostsFile {lab.known_hosts}\n  BatchMode yes\n"
+    )
+    hosts = ",".join(f"ssh://root@{address}" for address in lab.hosts.values())
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
+        + ["-c", os.devnull, str(ROOT / "rocmfleet/checks"), f"--hosts={hosts}", f"--ssh-config={ssh_config}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "ROCMFLEET_CHECK_DATA": json.dumps(data)},
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "container host" in proc.stdout  # what needs the real kernel says why it skipped
+
+
+def test_second_run_changes_and_reboots_nothing(lab, deploy_file, first):
+    rc, report, output, rebooted = run(lab, deploy_file, "--data", "rocm_version=7.1")
+    assert rc == 0, output[-4000:]
+    assert changed(report) == {}
+    assert set(rebooted.values()) == {0}
+
+
+def test_dry_run_says_which_hosts_would_reboot_and_why(lab, deploy_file, first):
+    rc, _report, output, rebooted = run(lab, deploy_file, "--dry")
+    assert rc == 0, output[-4000:]
+    for name in lab.hosts:
+        assert f"[{name}] would reboot: amdgpu driver moves to 30.30" in output
+    assert set(rebooted.values()) == {0}
+
+
+def test_version_upgrade_reboots_each_host_once_then_nothing(lab, deploy_file, first):
+    rc, report, output, rebooted = run(lab, deploy_file)
+    assert rc == 0, output[-4000:]
+    assert set(rebooted.values()) == {1}
+    assert "amdgpu driver 30.30 installed" in output
+    rc, report, output, rebooted = run(lab, deploy_file)
+    assert rc == 0 and changed(report) == {} and set(rebooted.values()) == {0}
