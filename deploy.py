@@ -16,22 +16,17 @@ import roles.rocm
 import roles.tuning
 import roles.vllm
 from rocmfleet import groupvars
-from rocmfleet.rocm import rocm_settings_for
 from rocmfleet.settings import ConfigError, host_config
-from rocmfleet.tuning import tuning_settings_for
 
 try:
     config = host_config(host.data.dict(), groupvars.profiles_dir())
 except ConfigError as exc:
     raise SystemExit(f"rocmfleet: {host.name}: {exc}") from None
 
-rocm_settings = rocm_settings_for(host.name, host.data.dict())
-tuning_settings = tuning_settings_for(host.name, host.data.dict())
-
-roles.rocm.preflight(rocm_settings)
+roles.rocm.preflight(config.rocm)
 roles.base.apply(config.settings)
-roles.rocm.apply(rocm_settings)
-roles.tuning.apply(tuning_settings)
-roles.rocm.reboot(rocm_settings, predicted=roles.tuning.predicted_reboot(tuning_settings))
+roles.rocm.apply(config.rocm)
+roles.tuning.apply(config.tuning)
+roles.rocm.reboot(config.rocm, predicted=roles.tuning.predicted_reboot(config.tuning))
 roles.docker.apply(config.settings)
 roles.vllm.apply(config)

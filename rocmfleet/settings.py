@@ -24,10 +24,18 @@ from pydantic.functional_validators import PlainValidator
 
 from rocmfleet.errors import ConfigError, Problem
 from rocmfleet.profiles import PROFILES_DIR, Image, Profile, ProfileError, load_profile
+from rocmfleet.rocm import PREFIX as ROCM_PREFIX
+from rocmfleet.rocm import RocmSettings
+from rocmfleet.tuning import PREFIX as TUNING_PREFIX
+from rocmfleet.tuning import TuningSettings
 from rocmfleet.vault import Secret
 
-#: Key prefixes that belong to rocmfleet; other host data (``ssh_*``, pyinfra's) is not ours.
+#: Key prefixes of :class:`HostSettings`; ``rocm_*`` and ``tuning_*`` belong to the rocm and
+#: tuning roles' models (:mod:`rocmfleet.rocm`, :mod:`rocmfleet.tuning`).
 OWN_PREFIXES = ("apt_", "base_", "docker_", "vllm_")
+#: pyinfra's own host data: connector settings and global-argument defaults (``_sudo``).
+PYINFRA_PREFIXES = ("ssh_", "_", "fake_", "chroot_", "vagrant_", "terraform_", "podman_", "dockerssh_")
+PYINFRA_KEYS = frozenset({"docker_identifier", "docker_platform", "docker_architecture", "docker_container_id"})
 
 
 def _secret(value: Any) -> Secret:
@@ -169,6 +177,8 @@ class HostConfig:
     settings: HostSettings
     profile: Profile
     image: Image
+    rocm: RocmSettings
+    tuning: TuningSettings
 
     def instances(self) -> list[Instance]:
         """``vllm_instances`` if given, else ``<profile>-<i>`` on ``base_port + i`` with the profile's GPUs."""
@@ -183,16 +193,28 @@ class HostConfig:
         return [Instance(f"{p.name}-{i}", port, groups[i]) for i, port in enumerate(p.ports)]
 
 
+def _all_fields() -> list[str]:
+    from rocmfleet.rocm import RocmSettings
+    from rocmfleet.tuning import TuningSettings
+
+    return [*HostSettings.model_fields, *RocmSettings.model_fields, *TuningSettings.model_fields]
+
+
 def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
     problems = []
     for err in exc.errors():
-        key = prefix + ".".join(str(p) for p in err["loc"]) or "(top level)"
+        key = prefix + ".".join(str(p) for p in err["loc"])
         message = err["msg"].removeprefix("Value error, ")
         value = "" if err["type"] == "missing" else repr(err.get("input"))
+        if not key:  # a model-level rule: name the first key its message is about
+            named = [f for f in _all_fields() if f in message]
+            key = min(named, key=message.index) if named else "(top level)"
+            inputs = err.get("input")
+            value = repr(inputs.get(key)) if isinstance(inputs, dict) and key in inputs else ""
         if any(word in str(part) for part in err["loc"] for word in ("secret", "password")):
             value = "" if not value else "*MASKED*"  # a plain-text secret is still a secret
         if err["type"] == "extra_forbidden":
-            near = difflib.get_close_matches(str(err["loc"][-1]), HostSettings.model_fields, n=1)
+            near = difflib.get_close_matches(str(err["loc"][-1]), _all_fields(), n=1)
             message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
             value = ""
         problems.append(Problem(key, message, value))
@@ -211,18 +233,30 @@ def host_config(data: dict[str, Any], profiles_dir: Path = PROFILES_DIR) -> Host
         ConfigError: every problem at once (key, message, bad value; files and hosts are added
             by :mod:`rocmfleet.validate`, which knows the inventory).
     """
-    own = {k: v for k, v in data.items() if k.startswith(OWN_PREFIXES)}
     problems: list[Problem] = []
-    try:
-        ConnectionSettings.model_validate(data)
-    except ValidationError as exc:
-        problems += _problems(exc)
-    try:
-        settings = HostSettings.model_validate(own)
-    except ValidationError as exc:
-        raise ConfigError(problems + _problems(exc)) from None
+    foreign = [
+        k
+        for k in data
+        if not k.startswith((*OWN_PREFIXES, ROCM_PREFIX, TUNING_PREFIX, *PYINFRA_PREFIXES)) and k not in PYINFRA_KEYS
+    ]
+    for key in sorted(foreign):
+        near = difflib.get_close_matches(key, _all_fields(), n=1)
+        problems.append(Problem(key, "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")))
+    validated = {}
+    for name, model, prefixes in (
+        ("connection", ConnectionSettings, None),
+        ("settings", HostSettings, OWN_PREFIXES),
+        ("rocm", RocmSettings, (ROCM_PREFIX,)),
+        ("tuning", TuningSettings, (TUNING_PREFIX,)),
+    ):
+        own = data if prefixes is None else {k: v for k, v in data.items() if k.startswith(prefixes)}
+        try:
+            validated[name] = model.model_validate(own)
+        except ValidationError as exc:
+            problems += _problems(exc)
     if problems:
         raise ConfigError(problems)
+    settings = validated["settings"]
     path = profiles_dir / f"{settings.vllm_profile}.yml"
     if not path.exists():
         known = known_profiles(profiles_dir)
@@ -254,7 +288,7 @@ def host_config(data: dict[str, Any], profiles_dir: Path = PROFILES_DIR) -> Host
             ]  # fmt: skip
         )
     image = image.model_copy(update={k: v for k, v in overrides.items() if v})
-    config = HostConfig(settings, profile, image)
+    config = HostConfig(settings, profile, image, validated["rocm"], validated["tuning"])
     shape = instance_problems(config)
     if shape:
         raise ConfigError(shape)
