@@ -115,6 +115,14 @@ def test_units_are_active_and_run_the_image_by_digest(lab, first_deploy, ssh_con
             assert image.endswith(f"@{digest}")
 
 
+def test_systemd_analyze_verify_passes_on_every_rendered_unit(lab, first_deploy, ssh_config):
+    for name, address in lab.hosts.items():
+        host = connect(address, ssh_config)
+        for unit in units(lab, name):
+            result = host.run("systemd-analyze verify /etc/systemd/system/%s", unit)
+            assert result.rc == 0 and not result.stderr.strip(), result.stderr
+
+
 def test_two_instances_get_disjoint_render_nodes_from_the_host_topology(lab, first_deploy, ssh_config):
     name, address = sorted(lab.hosts.items())[0]
     host = connect(address, ssh_config)
@@ -217,3 +225,40 @@ def test_lab_restart_brings_vllm_back(lab, first_deploy, ssh_config):
     for unit, port in units(lab, name).items():
         wait_for_completion(address, port)
         assert connect(address, ssh_config).service(unit).is_running
+
+
+def test_a_new_digest_for_one_host_restarts_only_that_hosts_units(lab, first_deploy, ssh_config):
+    """Roll lab-3 to the second image tag and back; the other hosts' containers keep running."""
+    names = sorted(lab.hosts)
+    target = names[-1]
+    repo = f"{lab.registry}/rocmfleet-lab/vllm-cpu"
+
+    def started_at() -> dict[str, str]:
+        out = {}
+        for name in names:
+            host = connect(lab.hosts[name], ssh_config)
+            for unit in units(lab, name):
+                out[unit + "@" + name] = host.check_output(
+                    "docker inspect --format '{{.State.StartedAt}} {{.Config.Image}}' %s", unit.removesuffix(".service")
+                )
+        return out
+
+    before = started_at()
+    for tag in ("0.32.0-lab.2", "0.32.0-lab.1"):
+        data = ["--data", f"vllm_image_tag={tag}", "--data", f"vllm_image_digest={lab.images[f'{repo}:{tag}']}"]
+        rc, report, stderr = pyinfra_deploy("--limit", target, *data)
+        assert rc == 0, stderr[-4000:]
+        restarted = {
+            host
+            for op in report["results"]["operations"]
+            if op["name"].startswith("vllm | Restart")
+            for host in op["success"]
+        }
+        assert restarted == {target}
+        after = started_at()
+        for key, value in after.items():
+            if key.endswith("@" + target):
+                assert value != before[key] and f":{tag}@" in value
+            else:
+                assert value == before[key], key
+        wait_for_completion(lab.hosts[target])
