@@ -2,8 +2,8 @@
 
 Converges only what runs before Docker (rocm preflight, base, rocm, tuning, the reboot) so that
 it is quick; test_deploy.py then deploys everything and checks a second run changes
-nothing (pyproject.toml's testpaths give the order). Order matters and is the module's: a first install at ROCm 7.1 with one host whose
-newest kernel DKMS cannot build for, the recovery, the compliance checks, a no-change run, the
+nothing (pyproject.toml's testpaths give the order). Order matters and is the module's:
+a first install at ROCm 7.1 with one host whose newest kernel DKMS cannot build for, the recovery, the compliance checks, a no-change run, the
 upgrade to the group data's 7.2, and ``--dry``. Reboots are counted by the lab supervisor,
 which logs every reboot of a host (nspawn exit status 133).
 """
