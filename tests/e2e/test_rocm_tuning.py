@@ -1,11 +1,12 @@
 """ROCm driver install and MI300X tuning against the lab's hosts (issue 4).
 
 Converges only what runs before Docker (rocm preflight, base, rocm, tuning, the reboot) so that
-it is quick; test_deploy.py then deploys everything and checks a second run changes
-nothing (pyproject.toml's testpaths give the order). Order matters and is the module's:
-a first install at ROCm 7.1 with one host whose newest kernel DKMS cannot build for, the recovery, the compliance checks, a no-change run, the
-upgrade to the group data's 7.2, and ``--dry``. Reboots are counted by the lab supervisor,
-which logs every reboot of a host (nspawn exit status 133).
+it is quick; test_deploy.py then deploys everything and checks a second run changes nothing
+(pyproject.toml's testpaths give the order). Order matters and is the module's: a first
+install at ROCm 7.1 with one host whose newest kernel DKMS cannot build for, the recovery,
+the compliance checks, a no-change run, the upgrade to the group data's 7.2, and ``--dry``.
+Reboots are counted by the lab supervisor, which logs every reboot of a host (nspawn exit
+status 133).
 """
 
 from __future__ import annotations
