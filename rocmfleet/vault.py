@@ -77,6 +77,10 @@ class Secret:
 
     __str__ = __repr__
 
+    def to_json(self) -> str:
+        """What pyinfra's JSON output (``--json``, ``debug-inventory``) shows: the mask."""
+        return MASK
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Secret) and other._value == self._value
 

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from rocmfleet import groupvars, vault
@@ -21,6 +26,26 @@ def test_secret_never_prints():
     secret = vault.Secret(TOKEN)
     assert TOKEN not in f"{secret} {secret!r} {[secret]} { ({'k': secret}) }"
     assert secret.reveal() == TOKEN
+
+
+def test_pyinfra_debug_inventory_shows_the_mask(tmp_path):
+    inventory = tmp_path / "inventory.py"
+    (tmp_path / "g.yml").write_text(
+        "vllm_secret_env:\n  HF_TOKEN: " + vault.inline(TOKEN, PASSWORD).replace("\n  ", "\n    ")
+    )
+    (tmp_path / "pw").write_bytes(PASSWORD)
+    inventory.write_text(
+        "from pathlib import Path\nfrom rocmfleet.groupvars import load_group_vars\n"
+        f"web = (['h1'], load_group_vars('g', Path({str(tmp_path)!r})))\n"
+    )
+    env = {**os.environ, "ROCMFLEET_VAULT_PASSWORD_FILE": str(tmp_path / "pw")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "--debug", str(inventory), "debug-inventory", "--json"],
+        capture_output=True, text=True, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert TOKEN not in proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)[0]["data"]["vllm_secret_env"] == {"HF_TOKEN": vault.MASK}
 
 
 def test_inline_vault_value_decrypts_to_a_secret(tmp_path, password_file):
