@@ -6,9 +6,6 @@ Needs root and the lab (``./dev test`` brings both); run only these with ``pytes
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -16,7 +13,7 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from tests.conftest import ROOT, lab_command
+from tests.conftest import lab_command, pyinfra_json
 
 pytestmark = pytest.mark.lab
 
@@ -33,16 +30,7 @@ def units(lab, name: str) -> dict[str, int]:
 
 def pyinfra_deploy(*flags: str) -> tuple[int, dict, str]:
     """``pyinfra -y --json [FLAGS] inventories/lab.py deploy.py``: exit status, JSON report, stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "-y", "--json", *flags, "inventories/lab.py", "deploy.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=3000,
-        env={**os.environ, "PYINFRA_PROGRESS": "off"},
-    )
-    report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
-    return proc.returncode, report, proc.stderr
+    return pyinfra_json("deploy.py", "-y", *flags)
 
 
 def complete(address: str, port: int = 8000, prompt: str = "The fleet is", timeout_s: float = 60) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, pyinfra_json
 
 pytestmark = pytest.mark.lab
 
@@ -31,19 +31,15 @@ import roles.base
 import roles.rocm
 import roles.tuning
 from rocmfleet import groupvars
-from rocmfleet.rocm import rocm_settings_for
 from rocmfleet.settings import host_config
-from rocmfleet.tuning import tuning_settings_for
 
 config = host_config(host.data.dict(), groupvars.profiles_dir())
-rocm_settings = rocm_settings_for(host.name, host.data.dict())
-tuning_settings = tuning_settings_for(host.name, host.data.dict())
 
-roles.rocm.preflight(rocm_settings)
+roles.rocm.preflight(config.rocm)
 roles.base.apply(config.settings)
-roles.rocm.apply(rocm_settings)
-roles.tuning.apply(tuning_settings)
-roles.rocm.reboot(rocm_settings, predicted=roles.tuning.predicted_reboot(tuning_settings))
+roles.rocm.apply(config.rocm)
+roles.tuning.apply(config.tuning)
+roles.rocm.reboot(config.rocm, predicted=roles.tuning.predicted_reboot(config.tuning))
 """
 
 
@@ -62,31 +58,11 @@ def reboots(name: str) -> int:
 
 
 def run(lab, deploy_file: Path, *extra: str) -> tuple[int, dict, str, dict[str, int]]:
-    """pyinfra against the lab with the lab's repository address; returns rc, JSON, output, reboots per host."""
+    """pyinfra against the lab; returns rc, JSON, output, reboots per host."""
     before = {name: reboots(name) for name in lab.hosts}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pyinfra",
-            *([] if "--dry" in extra else ["-y"]),  # -y skips the change detection --dry reports
-            "--json",
-            "--data",
-            f"rocm_repo_url={lab.amd_repo}",
-            "--data",
-            f"rocm_key_url={lab.amd_repo}/rocm/rocm.gpg.key",
-            *extra,
-            "inventories/lab.py",
-            str(deploy_file),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PYINFRA_PROGRESS": "off"},
-    )
-    report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
-    return proc.returncode, report, proc.stderr, {name: reboots(name) - before[name] for name in lab.hosts}
+    apply = [] if "--dry" in extra else ["-y"]  # -y skips the change detection --dry reports
+    rc, report, stderr = pyinfra_json(str(deploy_file), *apply, *extra, timeout_s=900)
+    return rc, report, stderr, {name: reboots(name) - before[name] for name in lab.hosts}
 
 
 def changed(report: dict) -> dict[str, int]:
@@ -139,15 +115,12 @@ def test_broken_host_converges_once_its_kernel_is_fixed(lab, deploy_file, first,
 
 
 def _group_data(group: str) -> dict:
-    """``rocm_*``/``tuning_*`` keys of ``group_vars/<group>.yml`` (other keys, vaulted ones too, are not read)."""
-    import yaml
+    """``rocm_*``/``tuning_*`` keys of ``group_vars/<group>.yml``, read as the inventory reads them."""
+    from rocmfleet.groupvars import load_group_vars
+    from tests.lab.config import LabState
 
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
-    data = yaml.load((ROOT / "group_vars" / f"{group}.yml").read_text(), Loader=Loader) or {}
-    return {k: v for k, v in data.items() if k.startswith(("rocm_", "tuning_"))}
+    os.environ.setdefault("ROCMFLEET_VAULT_PASSWORD_FILE", str(LabState.vault_password_file()))
+    return {k: v for k, v in load_group_vars(group).items() if k.startswith(("rocm_", "tuning_"))}
 
 
 def test_hosts_pass_the_compliance_checks(lab, first, tmp_path):
