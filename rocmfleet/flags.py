@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field
@@ -162,20 +162,10 @@ _MHA_OFF = (
     "aiter_mha=false when aiter=true: AITER FA wins over it before vLLM 0.13 (VLLM_ROCM_USE_AITER_MHA "
     "defaults to True; AMD vLLM 0.9.x blog, 'Triton Prefill-Decode Attention')"
 )
-_CLI_BACKENDS = frozenset(
-    {
-        "ROCM_ATTN",
-        "ROCM_AITER_FA",
-        "ROCM_AITER_UNIFIED_ATTN",
-        "ROCM_AITER_MLA",
-        "ROCM_AITER_TRITON_MLA",
-        "ROCM_AITER_MLA_SPARSE",
-        "TRITON_ATTN",
-        "TRITON_MLA",
-        "FLEX_ATTENTION",
-    }
-)
+#: ROCm backends that only vLLM 0.33.0 knows (absent from the 0.14 registry).
 _CLI_BACKENDS_033 = frozenset({"ROCM_SEGMENTED_ATTN", "TURBOQUANT", "ROCM_OCTAVE", "ULTRAQUANT"})
+#: The rest of the ROCm backends: accepted by ``--attention-backend`` since vLLM 0.13.0.
+_CLI_BACKENDS = frozenset(get_args(AttentionBackend)) - _CLI_BACKENDS_033
 
 
 def _plain(setting: str, flag: str, l092: int, l033: int) -> Flag:
