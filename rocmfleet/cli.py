@@ -1,6 +1,8 @@
 """The ``rocmfleet`` command.
 
 rocmfleet validate INVENTORY          check every host's data; exit 2 on any problem
+rocmfleet check INVENTORY             compliance checks on every host; exit 0 pass, 1 fail, 2 no run
+rocmfleet bench INVENTORY             smoke benchmark on every host; exit 0 pass, 1 fail, 2 no run
 rocmfleet vault encrypt-string NAME   read a secret on stdin, print `NAME: !vault |` YAML
 rocmfleet vault rekey FILE...         re-encrypt vault data with a new password
 rocmfleet schema                      print the JSON Schema of host data (for editors)
@@ -32,6 +34,67 @@ def _validate(args: argparse.Namespace) -> int:
         instances = ", ".join(f"{i.name}:{i.port}" for i in config.instances())
         print(f"{name}: ok ({config.profile.name}, {config.image.reference}; {instances})")
     return 0
+
+
+def _data_overrides(pairs: list[str]) -> dict:
+    """``--data KEY=VALUE`` pairs, each value parsed as pyinfra's own ``--data`` parses it."""
+    from pyinfra_cli.util import parse_cli_arg
+
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--data {pair!r}: expected KEY=VALUE")
+        overrides[key] = parse_cli_arg(value)
+    return overrides
+
+
+def _check(args: argparse.Namespace) -> int:
+    import shutil
+
+    from rocmfleet import compliance
+    from rocmfleet.fleet import FleetError, load_fleet
+
+    try:
+        overrides = _data_overrides(args.data)
+        compliance.module_paths(args.select)  # an unknown module is refused before any connection
+        if not shutil.which("ssh"):
+            raise ValueError("no ssh client on this machine (apt install openssh-client)")
+        targets = load_fleet(args.inventory, args.limit, overrides)
+    except (FleetError, ValueError) as exc:
+        print(f"rocmfleet: {exc}", file=sys.stderr)
+        return 2
+
+    def progress(results):
+        for result in results:
+            print(compliance.line(result), flush=True)
+
+    results = compliance.run_fleet(
+        targets, args.inventory, args.select, args.timeout_s, args.parallel, overrides, on_host=progress
+    )
+    print(compliance.summary_table(results))
+    if args.junit_xml:
+        Path(args.junit_xml).write_text(compliance.junit_xml(results))
+    if args.json:
+        Path(args.json).write_text(compliance.json_report(results, args.inventory))
+    return compliance.exit_status(results)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from rocmfleet import benchrun
+    from rocmfleet.fleet import FleetError
+
+    limit = [item for value in args.limit or [] for item in value.split(",") if item] or None
+    try:
+        targets = benchrun.load_targets(args.inventory, limit)  # load_fleet, in a child process
+    except FleetError as exc:
+        print(f"rocmfleet: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return benchrun.bench(targets, args.results_dir, args.timeout_s, emit=lambda line: print(line, flush=True))
+    except OSError as exc:  # the results directory cannot be written: nothing ran
+        print(f"rocmfleet: {exc}", file=sys.stderr)
+        return 2
 
 
 def _encrypt_string(args: argparse.Namespace) -> int:
@@ -74,6 +137,22 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("validate", help="validate an inventory and its group_vars before any connection")
     p.add_argument("inventory")
     p.set_defaults(func=_validate)
+    c = sub.add_parser("check", help="run the compliance checks against every host of an inventory")
+    c.add_argument("inventory")
+    c.add_argument("--limit", action="append", help="host, glob or group (repeatable); default: every host")
+    c.add_argument("--select", type=lambda v: v.split(","), help="check modules, e.g. rocm,tuning (default: all)")
+    c.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override data, as pyinfra's")
+    c.add_argument("--timeout-s", type=float, default=300, help="deadline per host in seconds (default 300)")
+    c.add_argument("--parallel", type=int, default=10, help="hosts checked at once (default 10)")
+    c.add_argument("--junit-xml", metavar="PATH", help="write a JUnit XML report")
+    c.add_argument("--json", metavar="PATH", help="write a JSON report")
+    c.set_defaults(func=_check)
+    b = sub.add_parser("bench", help="run the smoke benchmark (vllm bench serve) on every host of an inventory")
+    b.add_argument("inventory")
+    b.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
+    b.add_argument("--results-dir", default="bench-results", help="results root (default ./bench-results)")
+    b.add_argument("--timeout-s", type=float, default=3600, help="deadline per host in seconds (default 3600)")
+    b.set_defaults(func=_bench)
     v = sub.add_parser("vault", help="ansible-vault helpers (ansible-core's library, not the binary)")
     vsub = v.add_subparsers(dest="vault_command", required=True)
     e = vsub.add_parser("encrypt-string", help="encrypt stdin as an inline `!vault |` value")

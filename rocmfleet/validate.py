@@ -25,16 +25,18 @@ class InventoryError(ValueError):
     """The inventory itself cannot be loaded (syntax error, bad group data file, no hosts)."""
 
 
-def _load(inventory: str):
+def _load(inventory: str, overrides: dict | None = None):
     from pyinfra.api import State
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory
 
     global _loading
+    if str(Path.cwd()) not in sys.path:  # as pyinfra's CLI: the inventory may import local modules
+        sys.path.append(str(Path.cwd()))
     _loading, groupvars.EXIT_ON_ERROR = True, False
     try:
         with ctx_state.use(State()):
-            return make_inventory(inventory, cwd=str(Path.cwd()))
+            return make_inventory(inventory, override_data=overrides, cwd=str(Path.cwd()))
     except Exception as exc:  # noqa: BLE001 - pyinfra wraps errors in user code (UnexpectedExternalError)
         cause = getattr(exc, "exception", exc)
         if isinstance(cause, groupvars.GroupVarsError):
@@ -44,17 +46,19 @@ def _load(inventory: str):
         _loading, groupvars.EXIT_ON_ERROR = False, True
 
 
-def validate_inventory(inventory: str) -> tuple[dict[str, HostConfig], list[Problem]]:
-    """Load ``inventory`` as pyinfra does and validate every host's data.
+def validate_inventory(inventory: str, with_hosts: bool = False, overrides: dict | None = None):
+    """Load ``inventory`` as pyinfra does (``overrides`` as its ``--data``) and validate every host's data.
 
     Returns:
-        The valid hosts' configurations by host name, and every problem, grouped across hosts.
+        The valid hosts' configurations by host name, and every problem, grouped across hosts;
+        with ``with_hosts``, also pyinfra's ``Host`` objects (for their ``ssh_*`` data), in
+        inventory order.
 
     Raises:
         InventoryError: the inventory file or a group file cannot be loaded at all.
     """
     groupvars.LOADED.clear()
-    inv = _load(inventory)
+    inv = _load(inventory, overrides)
     configs: dict[str, HostConfig] = {}
     grouped: dict[tuple[str, str, str, str], Problem] = {}
     hosts = list(inv)
@@ -76,6 +80,8 @@ def validate_inventory(inventory: str) -> tuple[dict[str, HostConfig], list[Prob
                 grouped.setdefault(key, Problem(problem.key, problem.message, problem.value, file)).hosts.append(
                     host.name
                 )
+    if with_hosts:
+        return configs, list(grouped.values()), hosts
     return configs, list(grouped.values())
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rocmfleet.placement import Placement
+from rocmfleet.placement import InstanceShape, Placement, place
 from rocmfleet.settings import HostConfig, Instance
+from rocmfleet.topology import Topology
 
 #: Where the deploy keeps per-instance files on the host.
 CONFIG_DIR = "/etc/rocmfleet/vllm"
@@ -109,3 +110,18 @@ def docker_run_argv(config: HostConfig, instance: Instance, placement: Placement
 def env_lines(env: dict[str, str]) -> str:
     """``NAME=value`` lines, sorted, for Docker's ``--env-file`` or systemd's EnvironmentFile."""
     return "".join(f"{name}={value}\n" for name, value in sorted(env.items()))
+
+
+def instance_shapes(config: HostConfig) -> list[InstanceShape]:
+    """What each of the host's instances asks of placement: GPUs, TP size, attention heads."""
+    tp, heads = config.profile.tensor_parallel_size, config.profile.attention_heads
+    return [InstanceShape(i.name, i.port, i.gpus, tp, heads) for i in config.instances()]
+
+
+def placements(config: HostConfig, topology: Topology) -> dict[str, Placement]:
+    """Each instance's placement on ``topology`` (the ``GpuTopology`` fact), by instance name.
+
+    Raises:
+        PlacementError: the instances do not fit this host's GPUs (:func:`rocmfleet.placement.place`).
+    """
+    return {p.name: p for p in place(instance_shapes(config), topology)}

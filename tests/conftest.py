@@ -35,11 +35,36 @@ def pyinfra_json(deploy_file: str, *flags: str, timeout_s: float = 3000) -> tupl
     return proc.returncode, report, proc.stderr
 
 
+def lab_ssh(lab, name: str, command: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
+    """Run ``command`` as root on lab host ``name``; returns the completed process (never raises on rc)."""
+    return subprocess.run(
+        ["ssh", "-i", lab.ssh_key, "-o", f"UserKnownHostsFile={lab.known_hosts}", "-o", "BatchMode=yes"]
+        + [f"root@{lab.hosts[name]}", command],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def rocmfleet_cli(*args: str, timeout_s: float = 900) -> subprocess.CompletedProcess:
+    """``rocmfleet ARGS`` (the console script's entry point) from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "rocmfleet.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
+    )
+
+
 @pytest.fixture(scope="session")
 def lab():
-    """A fresh lab (3 hosts, services, image in the registry); taken down after the session."""
+    """A fresh lab (3 hosts, services, image in the registry); taken down after the session.
+
+    With ``ROCMFLEET_LAB_REUSE=1`` the lab that is up (and deployed, ``./dev lab``) is used as it
+    is and left up: for working on one lab test file at a time, not for a full run.
+    """
     from tests.lab.config import LabState
 
+    if os.environ.get("ROCMFLEET_LAB_REUSE") == "1":
+        yield LabState.load()
+        return
     lab_command("up")
     yield LabState.load()
     lab_command("down")

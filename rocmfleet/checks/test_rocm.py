@@ -104,6 +104,17 @@ def test_device_access_persisted(host, settings):
             assert {"video", "render"} <= set(host.user(user).groups), user
 
 
+def test_device_nodes_owned_by_render(host):
+    nodes = ["/dev/kfd", *host.check_output("ls /dev/dri/renderD* 2>/dev/null || true").split()]
+    wrong = [
+        f"{path} {host.file(path).group}"
+        for path in nodes
+        if host.file(path).exists and host.file(path).group != "render"
+    ]
+    assert host.file("/dev/kfd").exists, "/dev/kfd is missing"
+    assert not wrong, "not group render: " + ", ".join(wrong)
+
+
 def test_device_access_live(host, settings):
     if settings.rocm_device_access != "udev":
         pytest.skip("group access: membership is checked in test_device_access_persisted")

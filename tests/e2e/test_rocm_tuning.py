@@ -11,15 +11,11 @@ status 133).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, pyinfra_json
+from tests.conftest import lab_ssh, pyinfra_json, rocmfleet_cli
 
 pytestmark = pytest.mark.lab
 
@@ -69,21 +65,11 @@ def changed(report: dict) -> dict[str, int]:
     return {op["name"]: op["success"] for op in report["results"]["operations"] if op["success"]}
 
 
-def ssh(lab, name: str, command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["ssh", "-i", lab.ssh_key, "-o", f"UserKnownHostsFile={lab.known_hosts}", "-o", "BatchMode=yes"]
-        + [f"root@{lab.hosts[name]}", command],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 @pytest.fixture(scope="module")
 def broken_host(lab) -> str:
     name = sorted(lab.hosts)[-1]
     apt = f"apt-get -qq -o Acquire::http::Proxy={lab.apt_proxy}"
-    result = ssh(lab, name, f"{apt} update && DEBIAN_FRONTEND=noninteractive {apt} install -y {BROKEN}")
+    result = lab_ssh(lab, name, f"{apt} update && DEBIAN_FRONTEND=noninteractive {apt} install -y {BROKEN}")
     assert result.returncode == 0, result.stderr
     return name
 
@@ -108,39 +94,16 @@ def test_first_install_reboots_every_other_host_exactly_once(lab, first, broken_
 
 
 def test_broken_host_converges_once_its_kernel_is_fixed(lab, deploy_file, first, broken_host):
-    ssh(lab, broken_host, f"DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq {BROKEN}")
+    lab_ssh(lab, broken_host, f"DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq {BROKEN}")
     rc, report, output, rebooted = run(lab, deploy_file, "--data", "rocm_version=7.1")
     assert rc == 0, output[-4000:]
     assert rebooted == {n: int(n == broken_host) for n in lab.hosts}
 
 
-def _group_data(group: str) -> dict:
-    """``rocm_*``/``tuning_*`` keys of ``group_vars/<group>.yml``, read as the inventory reads them."""
-    from rocmfleet.groupvars import load_group_vars
-    from tests.lab.config import LabState
-
-    os.environ.setdefault("ROCMFLEET_VAULT_PASSWORD_FILE", str(LabState.vault_password_file()))
-    return {k: v for k, v in load_group_vars(group).items() if k.startswith(("rocm_", "tuning_"))}
-
-
-def test_hosts_pass_the_compliance_checks(lab, first, tmp_path):
-    data = {**_group_data("all"), **_group_data("lab"), "rocm_version": "7.1", "rocm_repo_url": lab.amd_repo}
-    ssh_config = tmp_path / "ssh_config"
-    ssh_config.write_text(
-        f"Host *\n  User root\n  IdentityFile {lab.ssh_key}\n  UserKnownHostsFile {lab.known_hosts}\n  BatchMode yes\n"
-    )
-    hosts = ",".join(f"ssh://root@{address}" for address in lab.hosts.values())
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
-        + ["-c", os.devnull, str(ROOT / "rocmfleet/checks"), f"--hosts={hosts}", f"--ssh-config={ssh_config}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "ROCMFLEET_CHECK_DATA": json.dumps(data)},
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert "container host" in proc.stdout  # what needs the real kernel says why it skipped
+def test_hosts_pass_the_compliance_checks(lab, first):
+    proc = rocmfleet_cli("check", "inventories/lab.py", "--select", "rocm,tuning", "--data", "rocm_version=7.1")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "SKIP  tuning::kernel_cmdline_live  container host" in proc.stdout  # what needs the real kernel says why
 
 
 def test_second_run_changes_and_reboots_nothing(lab, deploy_file, first):

@@ -67,19 +67,28 @@ def cuda(n: int) -> dict[str, str]:
 
 def test_mi308x_render_nodes_follow_drm_render_minor():
     # KFD nodes 2-5 (GPUs 0-3) have drm_render_minor 128-131; nodes 6-9 (GPUs 4-7) have 136-139,
-    # so GPU 4 -> renderD136, not renderD132. All eight link (io_link type 2) to CPU node 0.
+    # so GPU 4 -> renderD136, not renderD132. All eight link (io_link type 2) to CPU node 0, so a
+    # and b split node 0 (0-111,224-335: two sibling ranges of 112): 56 + 56 of each range.
     a, b = place([shape("a", 8000, range(4), 4), shape("b", 8001, range(4, 8), 4)], mi308x(LSCPU_NPS1_2X112))
     assert a == Placement(
         name="a",
         render_nodes=tuple(f"/dev/dri/renderD{m}" for m in (128, 129, 130, 131)),
         visible_devices_env=cuda(4),
-        cpuset_cpus="0-111,224-335",
+        cpuset_cpus="0-55,224-279",
         cpuset_mems="0",
+        notes=(
+            "NUMA node 0 (CPUs 0-111,224-335) shared by 'a', 'b': share 1 of 2 = 0-55,224-279,"
+            " each sibling range split alike",
+        ),
     )
     # Inside b's container its GPUs are 0-3 again (only its render nodes are passed).
     assert b.render_nodes == tuple(f"/dev/dri/renderD{m}" for m in (136, 137, 138, 139))
     assert b.visible_devices_env == cuda(4)
-    assert (b.cpuset_cpus, b.cpuset_mems, b.notes) == ("0-111,224-335", "0", ())
+    assert (b.cpuset_cpus, b.cpuset_mems) == ("56-111,280-335", "0")
+    assert b.notes == (
+        "NUMA node 0 (CPUs 0-111,224-335) shared by 'a', 'b': share 2 of 2 = 56-111,280-335,"
+        " each sibling range split alike",
+    )
 
 
 def test_mi308x_instance_spanning_sockets_gets_the_union():
@@ -106,12 +115,26 @@ def test_mi308x_without_cpu_lists_binds_nothing_and_says_so():
 
 def test_mi210_nps1_one_instance_per_gpu():
     # KFD nodes 2-9 = GPUs 0-7, drm_render_minor 128-135 (no gaps on this host). Nodes 2-5 link to
-    # CPU node 0, nodes 6-9 to CPU node 1.
+    # CPU node 0, nodes 6-9 to CPU node 1. Four instances per node: each sibling range of 64
+    # (0-63 and 128-191 on node 0) splits into 16s, share j taking the j-th 16 of both.
     placements = place([shape(f"g{i}", 8000 + i, [i], 1) for i in range(8)], mi210_nps1())
     assert [p.render_nodes for p in placements] == [(f"/dev/dri/renderD{128 + i}",) for i in range(8)]
     assert [p.visible_devices_env for p in placements] == [cuda(1)] * 8
-    assert [p.cpuset_cpus for p in placements] == ["0-63,128-191"] * 4 + ["64-127,192-255"] * 4
+    assert [p.cpuset_cpus for p in placements] == [
+        "0-15,128-143",
+        "16-31,144-159",
+        "32-47,160-175",
+        "48-63,176-191",
+        "64-79,192-207",
+        "80-95,208-223",
+        "96-111,224-239",
+        "112-127,240-255",
+    ]
     assert [p.cpuset_mems for p in placements] == ["0"] * 4 + ["1"] * 4
+    assert placements[2].notes == (
+        "NUMA node 0 (CPUs 0-63,128-191) shared by 'g0', 'g1', 'g2', 'g3': share 3 of 4 = 32-47,160-175,"
+        " each sibling range split alike",
+    )
 
 
 def test_render_nodes_in_host_order_whatever_the_profile_order():
@@ -147,6 +170,153 @@ def test_mi210_nps4_spanning_instances():
     assert (b.cpuset_cpus, b.cpuset_mems) == ("64-127,192-255", "4-7")
     assert b.notes == ("spans NUMA nodes 4-7: bound to their union",)
     assert b.render_nodes == tuple(f"/dev/dri/renderD{m}" for m in (132, 133, 134, 135))
+
+
+# --- CPU sets shared out: several instances on one NUMA node ------------------------------------
+
+# Constructed like the two above: 2 sockets of 96 cores in NPS1, SMT2, siblings numbered after all
+# cores (the MI300X CPX KFD testdata has cpu_cores_count 96 per CPU node).
+LSCPU_NPS1_2X96 = "NUMA node(s): 2\nNUMA node0 CPU(s): 0-95,192-287\nNUMA node1 CPU(s): 96-191,288-383\n"
+
+
+def test_eight_tp1_instances_on_two_nodes_get_disjoint_sibling_aligned_quarters():
+    # MI210 KFD tree: GPUs 0-3 -> node 0, 4-7 -> node 1 (the §7.1 layout of 8-GPU OAM boards).
+    # Node 0 = 0-95 and their siblings 192-287: 96 / 4 = 24 per range per instance.
+    topo = Topology(
+        gpus=kfd_gpus(FIXTURES / "kfd-topology/mi210-8gpu-xgmi-pcie"),
+        numa_nodes=tuple(parse_lscpu_numa(LSCPU_NPS1_2X96)),
+    )
+    placements = place([shape(f"g{i}", 8000 + i, [i], 1) for i in range(8)], topo)
+    assert [(p.cpuset_cpus, p.cpuset_mems) for p in placements] == [
+        ("0-23,192-215", "0"),
+        ("24-47,216-239", "0"),
+        ("48-71,240-263", "0"),
+        ("72-95,264-287", "0"),
+        ("96-119,288-311", "1"),
+        ("120-143,312-335", "1"),
+        ("144-167,336-359", "1"),
+        ("168-191,360-383", "1"),
+    ]
+
+
+def test_nps1_two_tp2_instances_per_socket():
+    # MI210 NPS1: a, b on node 0 (0-63,128-191), c, d on node 1 (64-127,192-255): halves of each range.
+    placements = place(
+        [
+            shape("a", 8000, [0, 1], 2),
+            shape("b", 8001, [2, 3], 2),
+            shape("c", 8002, [4, 5], 2),
+            shape("d", 8003, [6, 7], 2),
+        ],
+        mi210_nps1(),
+    )
+    assert [(p.name, p.cpuset_cpus, p.cpuset_mems) for p in placements] == [
+        ("a", "0-31,128-159", "0"),
+        ("b", "32-63,160-191", "0"),
+        ("c", "64-95,192-223", "1"),
+        ("d", "96-127,224-255", "1"),
+    ]
+
+
+def test_tp8_over_both_sockets_has_every_cpu_and_no_share_note():
+    (p,) = place([shape("all", 8000, range(8), 8)], mi210_nps1())
+    assert (p.cpuset_cpus, p.cpuset_mems) == ("0-255", "0-1")
+    assert p.notes == ("spans NUMA nodes 0-1: bound to their union",)
+
+
+def test_spanning_instance_takes_its_share_of_each_node_in_instance_order():
+    # a (GPUs 0,1) and wide (2-5) share node 0: a first. wide and b (6,7) share node 1: wide first.
+    # node 0: a 0-31,128-159 | wide 32-63,160-191; node 1: wide 64-95,192-223 | b 96-127,224-255.
+    a, wide, b = place(
+        [shape("a", 8000, [0, 1], 2), shape("wide", 8001, [2, 3, 4, 5], 4), shape("b", 8002, [6, 7], 2)],
+        mi210_nps1(),
+    )
+    assert (a.cpuset_cpus, a.cpuset_mems) == ("0-31,128-159", "0")
+    assert (wide.cpuset_cpus, wide.cpuset_mems) == ("32-95,160-223", "0-1")
+    assert (b.cpuset_cpus, b.cpuset_mems) == ("96-127,224-255", "1")
+    assert wide.notes == (
+        "spans NUMA nodes 0-1: bound to their union",
+        "NUMA node 0 (CPUs 0-63,128-191) shared by 'a', 'wide': share 2 of 2 = 32-63,160-191,"
+        " each sibling range split alike",
+        "NUMA node 1 (CPUs 64-127,192-255) shared by 'wide', 'b': share 1 of 2 = 64-95,192-223,"
+        " each sibling range split alike",
+    )
+
+
+def nps4_cpx() -> Topology:
+    # CPU side: the NPS4 lscpu fixture (node 3 = 48-63,176-191, node 2 = 32-47,160-175). GPU side:
+    # the MI308X CPX KFD tree's first two devices (GPUs 0-3 and 4-7: four CPX partitions each,
+    # one unique_id per device), put on the NUMA nodes the NPS4 host's rocm-smi gives its GPU[0]
+    # and GPU[1] (3 and 2). The join is ours, to have partitions share an NPS4 quadrant.
+    gpus = with_gpu_numa(
+        kfd_gpus(FIXTURES / "kfd-topology/mi308x-8gpu-cpx/topology")[:8], {i: 3 if i < 4 else 2 for i in range(8)}
+    )
+    lscpu = parse_lscpu_numa((FIXTURES / "lscpu-numa-2socket-nps4.txt").read_text())
+    return Topology(gpus=tuple(gpus), numa_nodes=tuple(lscpu))
+
+
+def test_nps4_partitions_split_their_quadrant():
+    # Node 3: 16 + 16 CPUs, four TP1 instances -> 4 of each range; the TP4 instance has node 2 alone.
+    placements = place(
+        [shape(f"p{i}", 8000 + i, [i], 1) for i in range(4)] + [shape("q", 8004, range(4, 8), 4)], nps4_cpx()
+    )
+    assert [(p.cpuset_cpus, p.cpuset_mems) for p in placements] == [
+        ("48-51,176-179", "3"),
+        ("52-55,180-183", "3"),
+        ("56-59,184-187", "3"),
+        ("60-63,188-191", "3"),
+        ("32-47,160-175", "2"),
+    ]
+    assert placements[4].notes == ()
+
+
+def test_uneven_split_gives_the_first_instances_one_more_per_range():
+    # Node 3 of the NPS4 fixture has 16 CPUs per range; 3 instances -> 6, 5, 5 of each.
+    placements = place([shape(f"p{i}", 8000 + i, [i], 1) for i in range(3)], nps4_cpx())
+    assert [p.cpuset_cpus for p in placements] == ["48-53,176-181", "54-58,182-186", "59-63,187-191"]
+
+
+def test_two_cpus_two_instances_get_one_each():
+    # The lab's case: one NUMA node holding this machine's 2 CPUs (tests/lab/rootfs.py), GPUs 0, 1 on it.
+    topo = Topology(mi210_nps1().gpus[:2], (NumaNode(0, (0, 1), 1024),))
+    a, b = place([shape("a", 8000, [0], 1), shape("b", 8001, [1], 1)], topo)
+    assert (a.cpuset_cpus, a.cpuset_mems, b.cpuset_cpus, b.cpuset_mems) == ("0", "0", "1", "0")
+    assert a.notes == ("NUMA node 0 (CPUs 0-1) shared by 'a', 'b': share 1 of 2 = 0",)
+
+
+def test_ranges_of_different_lengths_are_split_as_one_list():
+    # 0-2 and 5-6 are not sibling ranges (3 != 2): split 0,1,2,5,6 in order -> 3 + 2.
+    topo = Topology(mi210_nps1().gpus[:2], (NumaNode(0, (0, 1, 2, 5, 6), 1024),))
+    a, b = place([shape("a", 8000, [0], 1), shape("b", 8001, [1], 1)], topo)
+    assert (a.cpuset_cpus, b.cpuset_cpus) == ("0-2", "5-6")
+    assert a.notes == ("NUMA node 0 (CPUs 0-2,5-6) shared by 'a', 'b': share 1 of 2 = 0-2",)
+
+
+def test_a_node_with_fewer_cpus_than_instances_is_refused():
+    topo = Topology(mi210_nps1().gpus[:3], (NumaNode(0, (0, 1), 1024),))
+    problems = refusal([shape("a", 8000, [0], 1), shape("b", 8001, [1], 1), shape("c", 8002, [2], 1)], topo)
+    assert problems == (
+        "NUMA node 0: 2 CPU(s) (0-1), fewer than the 3 instances that share it; instances sharing it: 'a', 'b', 'c'",
+    )
+
+
+def test_sibling_ranges_shorter_than_the_instances_are_refused():
+    # 0-1 and 4-5 are sibling ranges of 2: three instances cannot each get whole cores.
+    topo = Topology(mi210_nps1().gpus[:3], (NumaNode(0, (0, 1, 4, 5), 1024),))
+    problems = refusal([shape("a", 8000, [0], 1), shape("b", 8001, [1], 1), shape("c", 8002, [2], 1)], topo)
+    assert problems == (
+        "NUMA node 0: 4 CPUs (0-1,4-5) in 2 sibling ranges of 2, fewer per range than the 3 instances"
+        " that share it (SMT siblings are kept together); instances sharing it: 'a', 'b', 'c'",
+    )
+
+
+def test_cpu_refusals_come_with_the_shape_problems():
+    topo = Topology(mi210_nps1().gpus[:3], (NumaNode(0, (0,), 1024),))
+    problems = refusal([shape("a", 0, [0], 1), shape("b", 8001, [1], 1)], topo)
+    assert problems == (
+        "instance 'a': port 0 is not in 1-65535",
+        "NUMA node 0: 1 CPU(s) (0), fewer than the 2 instances that share it; instances sharing it: 'a', 'b'",
+    )
 
 
 # --- unknown NUMA -------------------------------------------------------------------------------

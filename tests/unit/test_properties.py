@@ -16,10 +16,30 @@ from rocmfleet.topology import Gpu, NumaNode, Topology
 
 
 @st.composite
-def topologies(draw) -> Topology:
-    """1-16 GPUs with increasing render minors (gaps allowed) on 1-4 NUMA nodes with CPUs."""
+def numa_nodes(draw, n_numa: int, min_per_range: int = 1) -> tuple[NumaNode, ...]:
+    """``n_numa`` nodes, each one CPU range or two sibling ranges (SMT, numbered as Linux does:
+    second threads after all first threads) of ``min_per_range``-40 CPUs."""
+    smt = draw(st.booleans())
+    sizes = [draw(st.integers(min_per_range, 40)) for _ in range(n_numa)]
+    starts = [sum(sizes[:i]) for i in range(n_numa)]
+    nodes = []
+    for node, (start, size) in enumerate(zip(starts, sizes, strict=True)):
+        cpus = list(range(start, start + size))
+        if smt:  # siblings from 200 on: never adjacent to the first threads (4 × 40 < 200)
+            cpus += range(200 + start, 200 + start + size)
+        nodes.append(NumaNode(node, tuple(cpus), 1024))
+    return tuple(nodes)
+
+
+@st.composite
+def topologies(draw, min_per_range: int = 16) -> Topology:
+    """1-16 GPUs with increasing render minors (gaps allowed) on 1-4 NUMA nodes with CPUs.
+
+    With the default ``min_per_range`` every node has a CPU (per sibling range) for each of its
+    GPUs, so any valid shape places; 1 gives nodes too small for their instances.
+    """
     n_numa = draw(st.integers(1, 4))
-    numa = tuple(NumaNode(node, tuple(range(node * 8, node * 8 + 8)), 1024) for node in range(n_numa))
+    numa = draw(numa_nodes(n_numa, min_per_range))
     n = draw(st.integers(1, 16))
     gaps = draw(st.lists(st.integers(0, 8), min_size=n, max_size=n))
     minors, minor = [], 128
@@ -34,8 +54,8 @@ def topologies(draw) -> Topology:
 
 
 @st.composite
-def valid_shapes(draw) -> tuple[Topology, list[InstanceShape]]:
-    topology = draw(topologies())
+def valid_shapes(draw, min_per_range: int = 16) -> tuple[Topology, list[InstanceShape]]:
+    topology = draw(topologies(min_per_range))
     indices = list(draw(st.permutations([g.index for g in topology.gpus])))
     shapes, port = [], 8000
     while indices:
@@ -55,12 +75,62 @@ def test_valid_shapes_place_on_disjoint_existing_render_nodes(case):
     nodes = [node for p in placements for node in p.render_nodes]
     assert len(nodes) == len(set(nodes))
     assert set(nodes) <= {f"/dev/dri/renderD{g.render_minor}" for g in topology.gpus}
-    all_cpus = {c for n in topology.numa_nodes for c in n.cpus}
+    _assert_disjoint_cpus_of_own_nodes(topology, shapes, placements)
+
+
+def _assert_disjoint_cpus_of_own_nodes(topology, shapes, placements) -> None:
+    """Every placed instance has CPUs, only of its GPUs' nodes, none shared; together they use every
+    CPU of those nodes; its memory nodes are exactly its GPUs' nodes."""
+    taken: dict[int, str] = {}
     for shape, placement in zip(shapes, placements, strict=True):
         assert len(placement.render_nodes) == len(shape.gpus)
-        if placement.cpuset_cpus:
-            cpus = {int(c) for part in placement.cpuset_cpus.split(",") for c in _expand(part)}
-            assert cpus <= all_cpus
+        nodes = {topology.gpu(i).numa_node for i in shape.gpus}
+        own = {c for n in nodes for c in topology.numa(n).cpus}
+        cpus = _ids(placement.cpuset_cpus)
+        assert cpus and cpus <= own
+        assert _ids(placement.cpuset_mems) == nodes
+        for cpu in cpus:
+            assert cpu not in taken, f"CPU {cpu} given to {taken[cpu]!r} and {shape.name!r}"
+            taken[cpu] = shape.name
+    used_nodes = {topology.gpu(i).numa_node for s in shapes for i in s.gpus}
+    assert set(taken) == {c for n in used_nodes for c in topology.numa(n).cpus}
+
+
+@given(valid_shapes(min_per_range=1))
+@settings(max_examples=200, deadline=None)
+def test_a_node_too_small_for_its_instances_is_refused_naming_it(case):
+    topology, shapes = case
+    sharers = {
+        n.node: sum(any(topology.gpu(i).numa_node == n.node for i in s.gpus) for s in shapes)
+        for n in topology.numa_nodes
+    }
+    too_small = {
+        node
+        for node, count in sharers.items()
+        if count and min(len(r) for r in _ranges(topology.numa(node).cpus)) < count
+    }
+    try:
+        placements = place(shapes, topology)
+    except PlacementError as exc:
+        assert too_small
+        assert {int(p.split(":")[0].removeprefix("NUMA node ")) for p in exc.problems} == too_small
+        return
+    assert not too_small
+    _assert_disjoint_cpus_of_own_nodes(topology, shapes, placements)
+
+
+def _ranges(cpus) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for c in sorted(cpus):
+        if runs and c == runs[-1][-1] + 1:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return runs
+
+
+def _ids(text: str) -> set[int]:
+    return {c for part in filter(None, text.split(",")) for c in _expand(part)}
 
 
 def _expand(part: str) -> list[int]:

@@ -18,7 +18,8 @@ def test_docker_run_argv_follows_amd_and_vllm_docs(lab_config, lab_placements):
         "--security-opt seccomp=unconfined",
         "--cap-add=SYS_PTRACE",
         "--shm-size 16g",
-        "--cpuset-cpus 0-47 --cpuset-mems 0",  # GPU 1 hangs off NUMA node 0 (conftest TOPOLOGY)
+        # GPU 1 is on NUMA node 0 (conftest TOPOLOGY) with a's GPU 0: b gets the second half of 0-47
+        "--cpuset-cpus 24-47 --cpuset-mems 0",
         "--env-file /etc/rocmfleet/vllm/tiny-llama-b.env",
         "--name vllm-tiny-llama-b",
     ):

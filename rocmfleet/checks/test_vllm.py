@@ -1,0 +1,99 @@
+"""Compliance of the vLLM role, per instance: unit, container (image digest, arguments,
+environment, devices and CPUs), port and readiness.
+
+A check whose precondition is already reported skips, naming it: with the unit stopped only
+``test_unit_enabled_and_active`` fails, not every check about the container it would run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rocmfleet import readiness, vllm
+
+
+@pytest.fixture
+def unit(host, instance, docker_running):
+    return host.service(vllm.files_of(instance).unit)
+
+
+@pytest.fixture
+def container(host, instance, unit) -> dict:
+    """``docker inspect`` of the instance's running container."""
+    names = vllm.files_of(instance)
+    if not unit.is_running:
+        pytest.skip(f"{names.unit} is not active (reported by test_unit_enabled_and_active)")
+    result = host.run(f"docker inspect --type container {names.container}")
+    assert result.rc == 0, f"{names.unit} is active but has no container {names.container}: {result.stderr.strip()}"
+    try:
+        return json.loads(result.stdout)[0]
+    except (ValueError, IndexError, KeyError):
+        raise AssertionError(f"docker inspect {names.container}: unexpected output {result.stdout[:400]!r}") from None
+
+
+@pytest.fixture
+def placement(config, topology, instance):
+    return vllm.placements(config, topology)[instance.name]
+
+
+def test_unit_enabled_and_active(unit):
+    assert unit.is_enabled, f"{unit.name} is not enabled"
+    assert unit.is_running, f"{unit.name} is not active"
+
+
+def test_container_image_digest(host, config, container):
+    wanted = f"{config.image.repository}@{config.image.digest}"
+    image = host.run(f"docker image inspect --format '{{{{json .RepoDigests}}}}' {container['Image']}")
+    digests = json.loads(image.stdout) if image.rc == 0 and image.stdout.strip().startswith("[") else []
+    assert wanted in digests, (
+        f"{container['Name'].lstrip('/')} runs {container['Config']['Image']} "
+        f"(digests {', '.join(digests) or 'unknown'}); group data wants {wanted}"
+    )
+
+
+def test_container_arguments(config, instance, container):
+    wanted = vllm.serve_args(config, instance)
+    assert container["Config"]["Cmd"] == wanted, f"vllm serve arguments {container['Config']['Cmd']}, want {wanted}"
+
+
+def test_container_environment(config, placement, container):
+    live = dict(line.split("=", 1) for line in container["Config"]["Env"] or [] if "=" in line)
+    wanted = vllm.container_env(config, placement)
+    differ = sorted(k for k, v in wanted.items() if live.get(k) != v)
+    assert not differ, "environment differs: " + ", ".join(f"{k}={live.get(k)!r}, want {wanted[k]!r}" for k in differ)
+    missing = sorted(name for name in config.settings.vllm_secret_env if name not in live)
+    assert not missing, f"secret variables not set in the container: {', '.join(missing)}"  # names only
+
+
+def test_container_devices_and_cpus(host, placement, container):
+    hc = container["HostConfig"]
+    devices = sorted(d["PathOnHost"] for d in hc.get("Devices") or [])
+    wanted = sorted([vllm.KFD, *placement.render_nodes])
+    assert devices == wanted, f"devices {', '.join(devices)}; want {', '.join(wanted)}"
+    live = (hc.get("CpusetCpus") or "", hc.get("CpusetMems") or "")
+    want = (placement.cpuset_cpus or "", placement.cpuset_mems or "")
+    assert live == want, f"cpuset-cpus {live[0]!r} cpuset-mems {live[1]!r}; want {want[0]!r} and {want[1]!r}"
+    render = host.group("render")
+    if render.exists:
+        assert str(render.gid) in (hc.get("GroupAdd") or []), f"group-add {hc.get('GroupAdd')} lacks render's GID"
+
+
+def test_port_answering(host, instance, unit):
+    if not unit.is_running:
+        pytest.skip(f"{unit.name} is not active (reported by test_unit_enabled_and_active)")
+    probe = host.run(f"curl -sS -m 5 -o /dev/null http://127.0.0.1:{instance.port}/health")
+    assert probe.rc == 0, f"port {instance.port}: {probe.stderr.strip()}"
+
+
+def test_ready(host, config, instance, unit):
+    if not unit.is_running:
+        pytest.skip(f"{unit.name} is not active (reported by test_unit_enabled_and_active)")
+    if host.run(f"curl -sS -m 5 -o /dev/null http://127.0.0.1:{instance.port}/health").rc not in (0, 22):
+        pytest.skip(f"port {instance.port} does not answer (reported by test_port_answering)")
+    probe = host.run(readiness.probe_script(instance.port, config.profile.served_model_name))
+    assert probe.rc == 0, (
+        f"port {instance.port} not ready (/health 200, /v1/models lists "
+        f"{config.profile.served_model_name!r}, one completion): {probe.stderr.strip()[-400:]}"
+    )

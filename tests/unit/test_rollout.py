@@ -1,0 +1,453 @@
+"""rocmfleet.rollout: the argument check, the last good copies, wait and roll back.
+
+The shell is run for real (``sh``) in a temporary directory, with stand-ins for ``curl``,
+``docker``, ``systemctl``, ``journalctl`` and ``install`` (without ``-o``/``-g``) on ``PATH``.
+The parser probe is run with the real Python against stand-in ``vllm`` packages laid out as
+vLLM 0.32 and as older releases lay out their serve parser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rocmfleet import rollout
+
+IMAGE = "reg:5000/vllm:new@sha256:" + "ab" * 32
+OLD_IMAGE = "reg:5000/vllm:old@sha256:" + "cd" * 32
+
+
+# --- serve record and the check command --------------------------------------------------------
+
+
+def test_serve_record_is_one_sorted_json_line():
+    record = rollout.serve_record(IMAGE, ["/m", "--port", "8000"], {"B": "2", "A": "1"})
+    assert record == (
+        '{"env": {"A": "1", "B": "2"}, "image": "' + IMAGE + '", "serve_args": ["/m", "--port", "8000"]}\n'
+    )
+    assert record == rollout.serve_record(IMAGE, ("/m", "--port", "8000"), {"A": "1", "B": "2"})
+
+
+def test_check_runs_a_throwaway_container_without_devices_network_or_pull():
+    argv = rollout.serve_args_check_argv(IMAGE, ["/m", "--port", "8000"], {"Z": "1", "A": "x y"}, "a")
+    image_at = argv.index(IMAGE)
+    assert argv[:image_at] == [
+        "docker", "run", "--rm", "--network=none", "--pull=never",
+        "--label", "org.rocmfleet.check=a",
+        "--entrypoint", "python3",
+        "--env", "A=x y", "--env", "Z=1",
+    ]  # fmt: skip
+    assert argv[image_at + 1 :] == ["-c", rollout.PARSER_PROBE, '["/m", "--port", "8000"]']
+    assert not any(a.startswith("--device") for a in argv)
+
+
+def test_check_script_fails_saying_nothing_was_swapped():
+    script = rollout.serve_args_check_script(IMAGE, ["/m"], {}, "a")
+    assert script.endswith(
+        f"|| {{ echo 'vLLM in {IMAGE} rejects the new vllm serve arguments of instance a; nothing was swapped' >&2;"
+        " exit 1; }"
+    )
+
+
+# --- the parser probe, against stand-in vllm packages -------------------------------------------
+
+#: A FlexibleArgumentParser and a make_arg_parser like vLLM's (argparse underneath), with
+#: ``--dtype`` choices and the --enable-auto-tool-choice rule of validate_parsed_serve_args.
+CLI_ARGS = """
+import argparse
+def make_arg_parser(parser):
+    {model_tag}
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dtype", choices=["auto", "bfloat16"], default="auto")
+    parser.add_argument("--enable-auto-tool-choice", action="store_true")
+    parser.add_argument("--tool-call-parser")
+    return parser
+def validate_parsed_serve_args(args):
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise TypeError("Error: --enable-auto-tool-choice requires --tool-call-parser")
+"""
+MODEL_TAG = 'parser.add_argument("model_tag", nargs="?")'
+
+
+def fake_vllm(root: Path, layout: str) -> Path:
+    """A ``vllm`` package as vLLM 0.32 (``launchers``), 0.9 (``openai``, parser class in
+    ``vllm.utils``, ``model_tag`` added by the serve subcommand) or with neither (``none``)."""
+    pkg = root / layout / "vllm"
+    for sub in ("entrypoints/launchers", "entrypoints/openai", "utils"):
+        (pkg / sub).mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text('__version__ = "9.9.9"\n')
+    (pkg / "entrypoints/__init__.py").write_text("")
+    (pkg / "entrypoints/launchers/__init__.py").write_text("")
+    (pkg / "entrypoints/openai/__init__.py").write_text("")
+    parser_class = "import argparse\nclass FlexibleArgumentParser(argparse.ArgumentParser):\n    pass\n"
+    if layout == "launchers":
+        (pkg / "utils/__init__.py").write_text("")
+        (pkg / "utils/argparse_utils.py").write_text(parser_class)
+        (pkg / "entrypoints/launchers/cli_args.py").write_text(CLI_ARGS.format(model_tag=MODEL_TAG))
+    elif layout == "openai":
+        (pkg / "utils/__init__.py").write_text(parser_class)
+        (pkg / "entrypoints/openai/cli_args.py").write_text(CLI_ARGS.format(model_tag="pass"))
+    return pkg.parent
+
+
+def probe(tmp_path: Path, layout: str, argv: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(fake_vllm(tmp_path, layout))}
+    return subprocess.run(
+        [sys.executable, "-c", rollout.PARSER_PROBE, json.dumps(argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("layout", ["launchers", "openai"])
+def test_probe_accepts_good_arguments_with_either_layout(tmp_path, layout):
+    result = probe(tmp_path, layout, ["/opt/models/m", "--port", "8001", "--dtype", "bfloat16"])
+    assert (result.returncode, result.stdout) == (0, "vllm serve (vLLM 9.9.9) accepts the arguments\n")
+
+
+@pytest.mark.parametrize("layout", ["launchers", "openai"])
+def test_probe_rejects_an_unknown_flag_with_argparses_line_and_no_usage(tmp_path, layout):
+    result = probe(tmp_path, layout, ["/m", "--no-such-flag", "1"])
+    assert result.returncode == 2
+    assert result.stderr == "vllm serve: error: unrecognized arguments: --no-such-flag 1\n"
+
+
+def test_probe_rejects_a_bad_choice(tmp_path):
+    result = probe(tmp_path, "launchers", ["/m", "--dtype", "float77"])
+    assert result.returncode == 2
+    assert "argument --dtype: invalid choice: 'float77'" in result.stderr
+
+
+def test_probe_runs_vllms_checks_after_parsing(tmp_path):
+    result = probe(tmp_path, "openai", ["/m", "--enable-auto-tool-choice"])
+    assert result.returncode == 1
+    assert result.stderr == (
+        "vllm serve (vLLM 9.9.9): TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser\n"
+    )
+
+
+def test_probe_without_a_known_parser_exits_3(tmp_path):
+    result = probe(tmp_path, "none", ["/m"])
+    assert result.returncode == rollout.NO_PARSER_EXIT
+    assert result.stderr.startswith("rocmfleet: no vllm serve argument parser in this image:")
+
+
+# --- a host in a directory ----------------------------------------------------------------------
+
+STUBS = {
+    # Ready when $STATE/ready-<port> exists; /v1/models lists "tiny".
+    "curl": """
+        for a in "$@"; do case $a in http://*) url=$a;; esac; done
+        port=${url#http://127.0.0.1:}; port=${port%%/*}
+        [ -e "$STATE/ready-$port" ] || exit 7
+        case $url in */v1/models) printf '{"data":[{"id":"tiny"}]}';; esac
+        exit 0
+    """,
+    "docker": 'echo "docker $*" >> "$STATE/calls"; [ "$1" = logs ] && echo "log line of ${4}"; exit 0',
+    "journalctl": 'echo "journal of $*"',
+    # restart U: U comes back ready when $STATE/heals-U holds its port.
+    "systemctl": """
+        echo "systemctl $*" >> "$STATE/calls"
+        if [ "$1" = restart ] && [ -e "$STATE/heals-$2" ]; then touch "$STATE/ready-$(cat "$STATE/heals-$2")"; fi
+        exit 0
+    """,
+    # install without -o/-g (the tests need not run as root)
+    "install": """
+        args=""; skip=0
+        for a in "$@"; do
+            if [ $skip = 1 ]; then skip=0; continue; fi
+            case $a in -o|-g) skip=1;; *) args="$args $a";; esac
+        done
+        exec /usr/bin/install $args
+    """,
+}
+
+
+@pytest.fixture
+def host(tmp_path):
+    """``run(script)``: the script under ``sh`` with the stand-ins first on PATH; ``state``: their folder."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir()
+    for name, body in STUBS.items():
+        path = bin_dir / name
+        path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
+        path.chmod(0o755)
+
+    def run(script: str) -> subprocess.CompletedProcess:
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STATE": str(state)}
+        return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, check=False, timeout=60)
+
+    run.state = state
+    return run
+
+
+def instance_files(tmp_path: Path, name: str) -> rollout.LastGoodFiles:
+    etc = tmp_path / "etc"
+    (etc / "systemd").mkdir(parents=True, exist_ok=True)
+    return rollout.last_good_files(
+        str(etc),
+        name,
+        str(etc / "systemd" / f"vllm-{name}.service"),
+        str(etc / f"{name}.env"),
+        str(etc / f"{name}.secrets"),
+    )
+
+
+def write_live(files: rollout.LastGoodFiles, version: str) -> None:
+    for name, path in files.live.items():
+        Path(path).write_text(f"{name} of {version}\n")
+
+
+def live_text(files: rollout.LastGoodFiles) -> dict[str, str]:
+    return {name: Path(path).read_text() for name, path in files.live.items()}
+
+
+def last_good_state(host, files) -> rollout.LastGoodState:
+    result = host(rollout.last_good_state_command(files))
+    assert result.returncode == 0, result.stderr
+    return rollout.parse_last_good_state(result.stdout.splitlines())
+
+
+def test_state_of_an_instance_never_saved_is_incomplete(host, tmp_path):
+    files = instance_files(tmp_path, "a")
+    write_live(files, "v1")
+    state = last_good_state(host, files)
+    assert state.files == {"unit": "missing", "env": "missing", "secrets": "missing"}
+    assert (state.serve, state.complete, state.same, state.image) == (None, False, False, None)
+
+
+def test_save_then_state_is_same_and_names_the_image(host, tmp_path):
+    files = instance_files(tmp_path, "a")
+    write_live(files, "v1")
+    record = rollout.serve_record(OLD_IMAGE, ["/m"], {"A": "1"})
+    assert host(rollout.save_last_good_script(files, record)).returncode == 0
+    state = last_good_state(host, files)
+    assert (state.complete, state.same, state.image) == (True, True, OLD_IMAGE)
+    assert state.serve == json.loads(record)
+    assert Path(files.serve_json).read_text() == record
+    assert stat.S_IMODE(os.stat(files.directory).st_mode) == 0o700
+    for name in rollout.SAVED_FILES:
+        assert stat.S_IMODE(os.stat(files.saved(name)).st_mode) == 0o600
+        assert Path(files.saved(name)).read_text() == f"{name} of v1\n"
+
+
+def test_a_new_env_file_makes_the_state_differ(host, tmp_path):
+    files = instance_files(tmp_path, "a")
+    write_live(files, "v1")
+    host(rollout.save_last_good_script(files, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
+    Path(files.live["env"]).write_text("env of v2\n")
+    state = last_good_state(host, files)
+    assert state.files == {"unit": "same", "env": "differs", "secrets": "same"}
+    assert (state.complete, state.same) == (True, False)
+
+
+def test_restore_puts_the_copies_back_with_the_live_modes(host, tmp_path):
+    files = instance_files(tmp_path, "a")
+    write_live(files, "v1")
+    host(rollout.save_last_good_script(files, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
+    write_live(files, "v2")
+    assert host(" && ".join(rollout.restore_commands(files))).returncode == 0
+    assert live_text(files) == {"unit": "unit of v1\n", "env": "env of v1\n", "secrets": "secrets of v1\n"}
+    modes = {name: stat.S_IMODE(os.stat(path).st_mode) for name, path in files.live.items()}
+    assert modes == {"unit": 0o644, "env": 0o600, "secrets": 0o600}
+
+
+def test_parse_ignores_noise_and_bad_json():
+    state = rollout.parse_last_good_state(["unit same", "env differs", "secrets same", "serve {not json", "junk"])
+    assert state.files == {"unit": "same", "env": "differs", "secrets": "same"}
+    assert (state.serve, state.complete) == (None, False)
+
+
+# --- wait, and roll back what is not ready -------------------------------------------------------
+
+
+def target(files: rollout.LastGoodFiles, name: str, port: int, roll_back_to: str | None) -> rollout.WaitTarget:
+    return rollout.WaitTarget(
+        name=name,
+        unit=f"vllm-{name}.service",
+        container=f"vllm-{name}",
+        port=port,
+        model="tiny",
+        image=IMAGE,
+        files=files,
+        roll_back_to=roll_back_to,
+    )
+
+
+def calls(host) -> list[str]:
+    path = host.state / "calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_all_ready_exits_0_and_touches_nothing(host, tmp_path):
+    (host.state / "ready-8000").touch()
+    (host.state / "ready-8001").touch()
+    a, b = instance_files(tmp_path, "a"), instance_files(tmp_path, "b")
+    script = rollout.wait_or_roll_back_script([target(a, "a", 8000, None), target(b, "b", 8001, None)], 5, 5, 1)
+    result = host(script)
+    assert (result.returncode, result.stderr, calls(host)) == (0, "", [])
+
+
+def test_the_instance_not_ready_is_rolled_back_and_the_host_fails(host, tmp_path):
+    a, b = instance_files(tmp_path, "a"), instance_files(tmp_path, "b")
+    for files in (a, b):
+        write_live(files, "v1")
+        host(rollout.save_last_good_script(files, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
+        write_live(files, "v2")
+    (host.state / "ready-8001").touch()  # b's new version is ready; a's is not
+    (host.state / "heals-vllm-a.service").write_text("8000")  # a's old version comes back
+    script = rollout.wait_or_roll_back_script(
+        [target(a, "a", 8000, OLD_IMAGE), target(b, "b", 8001, OLD_IMAGE)], 1, 5, 1
+    )
+    result = host(script)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"vLLM instance a (vllm-a.service, port 8000, image {IMAGE}) not ready after 1 s;"
+        " last 40 log lines of its container:",
+        "log line of vllm-a",
+        f"vllm-a.service: restoring its last good unit and environment (image {OLD_IMAGE})",
+        f"vllm-a.service rolled back to image {OLD_IMAGE}: ready again",
+    ]
+    assert live_text(a) == {"unit": "unit of v1\n", "env": "env of v1\n", "secrets": "secrets of v1\n"}
+    assert live_text(b) == {"unit": "unit of v2\n", "env": "env of v2\n", "secrets": "secrets of v2\n"}
+    assert calls(host) == [
+        "docker logs --tail 40 vllm-a",
+        "systemctl daemon-reload",
+        "systemctl reset-failed vllm-a.service",
+        "systemctl restart vllm-a.service",
+    ]
+
+
+def test_without_a_version_to_roll_back_to_it_only_fails(host, tmp_path):
+    a = instance_files(tmp_path, "a")
+    write_live(a, "v2")
+    result = host(rollout.wait_or_roll_back_script([target(a, "a", 8000, None)], 1, 5, 1))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == "vllm-a.service: no last good version to roll back to; left as it is"
+    assert calls(host) == ["docker logs --tail 40 vllm-a"]
+    assert live_text(a)["unit"] == "unit of v2\n"
+
+
+def test_an_old_version_that_does_not_come_back_is_said_too(host, tmp_path):
+    a = instance_files(tmp_path, "a")
+    write_live(a, "v1")
+    host(rollout.save_last_good_script(a, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
+    write_live(a, "v2")
+    result = host(rollout.wait_or_roll_back_script([target(a, "a", 8000, OLD_IMAGE)], 1, 1, 1))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-2:] == [
+        f"vllm-a.service rolled back to image {OLD_IMAGE}, but it is not ready after 1 s either; last log lines:",
+        "log line of vllm-a",
+    ]
+
+
+def test_logs_fall_back_to_the_journal_when_the_container_is_gone(host, tmp_path):
+    (host.state.parent / "bin" / "docker").write_text("#!/bin/sh\necho 'Error: No such container' >&2\nexit 1\n")
+    a = instance_files(tmp_path, "a")
+    result = host(rollout.wait_or_roll_back_script([target(a, "a", 8000, None)], 1, 1, 1))
+    assert "journal of --no-pager -o cat -n 40 -u vllm-a.service" in result.stderr.splitlines()
+
+
+# --- the operations' decisions (pyinfra's host replaced by a stand-in with canned facts) ---------
+
+
+class FakeHost:
+    """``get_fact`` answers from ``ready`` ({port: bool}) and ``saved`` ({directory: LastGoodState})."""
+
+    def __init__(self, ready: dict[int, bool], saved: dict[str, rollout.LastGoodState]) -> None:
+        self.ready, self.saved, self.noops = ready, saved, []
+
+    def get_fact(self, fact, **kwargs):
+        from rocmfleet.facts.rollout import LastGood
+        from rocmfleet.facts.vllm import VllmReady
+
+        if fact is VllmReady:
+            return self.ready[kwargs["port"]]
+        assert fact is LastGood
+        return self.saved[kwargs["files"].directory]
+
+    def noop(self, message: str) -> None:
+        self.noops.append(message)
+
+
+def saved_state(files: str, serve: dict | None) -> rollout.LastGoodState:
+    return rollout.LastGoodState(files=dict.fromkeys(rollout.SAVED_FILES, files), serve=serve)
+
+
+@pytest.fixture
+def ops(monkeypatch):
+    from rocmfleet.operations import vllm as vllm_ops
+
+    def use(fake: FakeHost, executing: bool = True):
+        monkeypatch.setattr(vllm_ops, "host", fake)
+        monkeypatch.setattr(vllm_ops, "state", type("State", (), {"is_executing": executing})())
+        return vllm_ops
+
+    return use
+
+
+def commands(generator) -> list[str]:
+    return [str(command) for command in generator]
+
+
+def test_check_is_a_noop_when_the_last_good_version_ran_the_same(ops, tmp_path):
+    files = instance_files(tmp_path, "a")
+    record = json.loads(rollout.serve_record(IMAGE, ["/m"], {"A": "1"}))
+    fake = FakeHost({}, {files.directory: saved_state("same", record)})
+    vllm_ops = ops(fake)
+    assert commands(vllm_ops.serve_args_check._inner("a", IMAGE, ["/m"], {"A": "1"}, files)) == []
+    assert fake.noops == ["a: its last good version ran these vllm serve arguments on this image"]
+    # new arguments: checked
+    checked = commands(vllm_ops.serve_args_check._inner("a", IMAGE, ["/m", "--port", "1"], {"A": "1"}, files))
+    assert checked == [rollout.serve_args_check_script(IMAGE, ["/m", "--port", "1"], {"A": "1"}, "a")]
+
+
+def test_wait_rolls_back_only_what_is_not_ready_and_has_a_different_last_good(ops, tmp_path):
+    a, b, c = (instance_files(tmp_path, n) for n in "abc")
+    old = {"image": OLD_IMAGE, "serve_args": [], "env": {}}
+    fake = FakeHost(
+        {8000: False, 8001: False, 8002: True},
+        {
+            a.directory: saved_state("differs", old),
+            b.directory: saved_state("same", old),
+            c.directory: saved_state("same", old),
+        },
+    )
+    targets = [target(a, "a", 8000, None), target(b, "b", 8001, None), target(c, "c", 8002, None)]
+    (script,) = commands(ops(fake).ready_or_roll_back._inner(targets, 10, 20))
+    # a: new files, a complete last good version -> restored; b: unchanged, nothing to go back to; c: ready
+    expected = [target(a, "a", 8000, OLD_IMAGE), target(b, "b", 8001, None)]
+    assert script == rollout.wait_or_roll_back_script(expected, 10, 20)
+
+
+def test_wait_is_a_noop_when_everything_is_ready(ops, tmp_path):
+    a = instance_files(tmp_path, "a")
+    fake = FakeHost({8000: True}, {})
+    assert commands(ops(fake).ready_or_roll_back._inner([target(a, "a", 8000, None)], 10, 20)) == []
+    assert fake.noops == ["vLLM instances a are ready"]
+
+
+def test_last_good_is_kept_once_and_only_when_ready(ops, tmp_path):
+    files = instance_files(tmp_path, "a")
+    record = rollout.serve_record(IMAGE, ["/m"], {})
+    unsaved = FakeHost({8000: True}, {files.directory: saved_state("missing", None)})
+    assert commands(ops(unsaved).last_good._inner("a", 8000, "tiny", files, record)) == [
+        rollout.save_last_good_script(files, record)
+    ]
+    saved = FakeHost({8000: True}, {files.directory: saved_state("same", json.loads(record))})
+    assert commands(ops(saved).last_good._inner("a", 8000, "tiny", files, record)) == []
+    not_ready = FakeHost({8000: False}, {files.directory: saved_state("differs", None)})
+    from pyinfra.api import OperationError
+
+    with pytest.raises(OperationError, match="a: not ready on port 8000"):
+        commands(ops(not_ready).last_good._inner("a", 8000, "tiny", files, record))

@@ -1,0 +1,120 @@
+"""roles/vllm against a pyinfra ``@fake`` host: the order of the operations and which ones are no-ops.
+
+The ``@fake`` connector runs nothing; facts answer from canned output (``fake_responses``,
+matched by substring), everything else succeeds with no output. A stand-in host with two GPUs
+on one NUMA node of 2 CPUs (the lab's shape) and two instances.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from rocmfleet import rollout, vllm
+from rocmfleet.facts.topology import parse_fact_output
+from rocmfleet.placement import InstanceShape, place
+from rocmfleet.settings import host_config
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = {
+    "vllm_profile": "lab-tiny-llama",
+    "vllm_image_repository": "10.213.0.1:5000/rocmfleet-lab/vllm-cpu",
+    "vllm_image_tag": "0.32.0-lab.1",
+    "vllm_image_digest": "sha256:" + "ab" * 32,
+    "vllm_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+    "vllm_instances": [{"name": "a", "port": 8000, "gpus": [0]}, {"name": "b", "port": 8001, "gpus": [1]}],
+}
+GPU = ["cpu_cores_count 0", "simd_count 4", "domain 0", "device_id 29857", "gfx_target_version 90402"]
+TOPOLOGY = [
+    "@@rocmfleet-gpu-topology 1",
+    *["@@node 0", "cpu_cores_count 2", "simd_count 0"],
+    *["@@node 1", *GPU, "location_id 1280", "drm_render_minor 128"],
+    *["@@node 2", *GPU, "location_id 1536", "drm_render_minor 129"],
+    *["@@pci 0000:05:00.0 0 SPX", "@@pci 0000:06:00.0 0 SPX"],
+    *["@@lscpu", "NUMA node(s): 1", "NUMA node0 CPU(s): 0-1", "@@meminfo", "Node 0 MemTotal: 1048576 kB", "@@end"],
+]
+
+
+def records() -> dict[str, str]:
+    """``serve.json`` of each instance as the role computes it."""
+    config = host_config(DATA)
+    shapes = [InstanceShape(i.name, i.port, i.gpus, 1) for i in config.instances()]
+    placed = {p.name: p for p in place(shapes, parse_fact_output(TOPOLOGY))}
+    return {
+        i.name: rollout.serve_record(
+            config.image.reference, vllm.serve_args(config, i), vllm.container_env(config, placed[i.name])
+        )
+        for i in config.instances()
+    }
+
+
+def run_role(tmp_path: Path, responses: dict) -> tuple[list[dict], str]:
+    """Run ``roles.vllm.apply`` on the fake host; the JSON report's operations, and stderr."""
+    inventory, deploy = tmp_path / "inventory.py", tmp_path / "deploy.py"
+    host_data = {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": responses}
+    inventory.write_text(f"hosts = [('@fake/gpu-1', {host_data!r})]\n")
+    deploy.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(ROOT)!r})
+            import roles.vllm
+            from rocmfleet.settings import host_config
+            roles.vllm.apply(host_config({DATA!r}))
+            """
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "--json", str(inventory), str(deploy)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYINFRA_PROGRESS": "off"},
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)["results"]["operations"], proc.stderr
+
+
+def changed(operations: list[dict]) -> list[str]:
+    return [op["name"].removeprefix("vllm | ") for op in operations if op["success"]]
+
+
+def test_fresh_host_checks_before_writing_and_keeps_last_good_at_the_end(tmp_path):
+    operations, _ = run_role(
+        tmp_path, {"@@rocmfleet-gpu-topology": TOPOLOGY, "stat -c %g /dev/kfd": ["992"], "if curl -fsS": ["ready"]}
+    )
+    names = [op["name"].removeprefix("vllm | ") for op in operations]
+    checks = [names.index(f"Check the vllm serve arguments of vllm-{i}.service with the image's vLLM") for i in "ab"]
+    renders = [i for i, name in enumerate(names) if name.startswith(("Render", "Write", "Restart"))]
+    assert names.index("Pull the vLLM image by digest") < min(checks)
+    assert max(checks) < min(renders)
+    assert names[-3:] == [
+        "Wait until every vLLM instance is ready; roll back each one that is not",
+        "Keep the files of vllm-a.service as its last good version",
+        "Keep the files of vllm-b.service as its last good version",
+    ]
+    # Both checks ran (no last good version yet); the wait was a no-op (ready); both were kept.
+    assert {"Check the vllm serve arguments of vllm-a.service with the image's vLLM"} <= set(changed(operations))
+    assert "Wait until every vLLM instance is ready; roll back each one that is not" not in changed(operations)
+    assert "Keep the files of vllm-b.service as its last good version" in changed(operations)
+
+
+def test_a_proven_version_is_not_checked_or_kept_again(tmp_path):
+    saved = {
+        f"{name}.last-good/unit": ["unit same", "env same", "secrets same", "serve " + record.strip()]
+        for name, record in records().items()
+    }
+    responses = {
+        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "stat -c %g /dev/kfd": ["992"],
+        "if curl -fsS": ["ready"],
+        **saved,
+    }
+    operations, _ = run_role(tmp_path, responses)
+    ours = [name for name in changed(operations) if name.startswith(("Check", "Wait", "Keep"))]
+    assert ours == []
