@@ -24,9 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from rocmfleet.errors import ConfigError, Problem
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 PREFIX = "rocm_"
 
@@ -197,34 +195,6 @@ class RocmSettings(BaseModel):
 
 def _vtuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
-
-
-def rocm_settings_for(host_name: str, data: dict[str, Any]) -> RocmSettings:
-    """Validate the ``rocm_*`` keys of one host's merged data into :class:`RocmSettings`.
-
-    Raises:
-        ConfigError: one :class:`~rocmfleet.errors.Problem` per problem: key, rule, bad value, host.
-    """
-    own = {k: v for k, v in data.items() if k.startswith(PREFIX)}
-    try:
-        return RocmSettings.model_validate(own)
-    except ValidationError as exc:
-        raise ConfigError(problems(host_name, exc, own)) from None
-
-
-def problems(host_name: str, exc: ValidationError, data: dict[str, Any]) -> list[Problem]:
-    """One :class:`Problem` per pydantic error; model-level errors are keyed by the keys they name."""
-    found = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"])
-        if key:
-            value = "" if err["type"] == "missing" else repr(err.get("input"))
-        else:
-            names = [k for k in data if k in err["msg"]] or ["(top level)"]
-            key = "/".join(names)
-            value = ", ".join(f"{k}={data[k]!r}" for k in names if k in data)
-        found.append(Problem(key, err["msg"].removeprefix("Value error, "), value, hosts=[host_name]))
-    return found
 
 
 # -- hosts ------------------------------------------------------------------------------------

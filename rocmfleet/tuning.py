@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from rocmfleet.errors import ConfigError
-from rocmfleet.rocm import problems
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PREFIX = "tuning_"
 
@@ -95,19 +92,6 @@ class TuningSettings(BaseModel):
     @property
     def cpu_unit_needed(self) -> bool:
         return self.tuning_disable_c2 or self.tuning_cpu_governor is not None
-
-
-def tuning_settings_for(host_name: str, data: dict[str, Any]) -> TuningSettings:
-    """Validate the ``tuning_*`` keys of one host's merged data into :class:`TuningSettings`.
-
-    Raises:
-        ConfigError: one :class:`~rocmfleet.errors.Problem` per problem: key, rule, bad value, host.
-    """
-    own = {k: v for k, v in data.items() if k.startswith(PREFIX)}
-    try:
-        return TuningSettings.model_validate(own)
-    except ValidationError as exc:
-        raise ConfigError(problems(host_name, exc, own)) from None
 
 
 def sysctl_conf(settings: TuningSettings) -> str | None:

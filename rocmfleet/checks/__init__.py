@@ -1,8 +1,8 @@
 """Compliance checks: plain pytest test functions taking testinfra's ``host`` fixture.
 
-Run them against hosts with testinfra, e.g.
-``pytest --pyargs rocmfleet.checks --hosts=ssh://root@10.0.0.11 --ssh-config=...``. They read
-what a host should be from ``ROCMFLEET_CHECK_*`` environment variables where it depends on
-inventory data (see :mod:`rocmfleet.checks.expect`), and skip, saying why, what needs the real
-kernel or hardware where the host has neither (a container).
+``rocmfleet check INVENTORY`` runs them on every host of an inventory (see
+:mod:`rocmfleet.compliance`). They read what a host should be from the inventory named in
+``ROCMFLEET_CHECK_INVENTORY`` (see :mod:`rocmfleet.checks.expect`), and skip, saying why, what
+needs the real kernel or hardware where the host has neither (a container), or what depends on
+a check that already failed (no container checks when the unit is stopped).
 """

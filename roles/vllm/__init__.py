@@ -14,7 +14,6 @@ from rocmfleet.facts.devices import DeviceGroupIds
 from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.operations import secrets
 from rocmfleet.operations import vllm as vllm_ops
-from rocmfleet.placement import InstanceShape, place
 from rocmfleet.settings import HostConfig, HostSettings
 from rocmfleet.vault import Secret
 
@@ -29,11 +28,7 @@ def placements(config: HostConfig) -> dict:
     topology = host.get_fact(GpuTopology)
     if topology is None:
         raise RuntimeError(f"{host.name}: no GPUs in /sys/class/kfd (is the amdgpu driver loaded?)")
-    shapes = [
-        InstanceShape(i.name, i.port, i.gpus, config.profile.tensor_parallel_size, config.profile.attention_heads)
-        for i in config.instances()
-    ]
-    return {p.name: p for p in place(shapes, topology)}
+    return vllm.placements(config, topology)
 
 
 #: A restored version waits at least the default readiness deadline (``vllm_ready_timeout_s``):

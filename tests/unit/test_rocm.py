@@ -9,6 +9,7 @@ import pytest
 
 from rocmfleet import rocm
 from rocmfleet.errors import ConfigError
+from rocmfleet.settings import host_config
 
 REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "mi300x.md"
 OSES = sorted(rocm.OS_TARGETS.values(), key=lambda t: t.key)
@@ -30,7 +31,7 @@ def _block_after(text: str, marker: str) -> list[str]:
 
 
 def _settings(**data) -> rocm.RocmSettings:
-    return rocm.rocm_settings_for("h", data)
+    return host_config({"vllm_profile": "llama-4-scout", **data}).rocm
 
 
 @pytest.mark.parametrize("target", OSES, ids=lambda t: t.key)
@@ -102,9 +103,9 @@ def test_driver_pairing(version, driver):
 @pytest.mark.parametrize(
     ("data", "key"),
     [
-        ({"rocm_stream": "legacy", "rocm_version": "10.0"}, "rocm_stream/rocm_version"),
-        ({"rocm_stream": "legacy", "rocm_version": "7.2.5"}, "rocm_stream/rocm_version"),
-        ({"rocm_stream": "current", "rocm_version": "7.2"}, "rocm_stream/rocm_version"),
+        ({"rocm_stream": "legacy", "rocm_version": "10.0"}, "rocm_version"),
+        ({"rocm_stream": "legacy", "rocm_version": "7.2.5"}, "rocm_version"),
+        ({"rocm_stream": "current", "rocm_version": "7.2"}, "rocm_version"),
         ({"rocm_stream": "nightly"}, "rocm_stream"),
         ({"rocm_device_access": "acl"}, "rocm_device_access"),
         ({"rocm_reboot_parallel": 0}, "rocm_reboot_parallel"),
@@ -114,9 +115,8 @@ def test_driver_pairing(version, driver):
 )
 def test_bad_data_names_host_key_and_value(data, key):
     with pytest.raises(ConfigError) as exc:
-        rocm.rocm_settings_for("gpu-7", data)
+        host_config({"vllm_profile": "llama-4-scout", **data})
     (problem,) = exc.value.problems
-    assert problem.hosts == ["gpu-7"]
     assert problem.key == key, problem
 
 
