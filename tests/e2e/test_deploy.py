@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import testinfra
 
+from rocmfleet.topology import parse_id_list
 from tests.conftest import lab_command, pyinfra_json
 
 pytestmark = pytest.mark.lab
@@ -111,21 +112,28 @@ def test_systemd_analyze_verify_passes_on_every_rendered_unit(lab, first_deploy,
             assert result.rc == 0 and not result.stderr.strip(), result.stderr
 
 
-def test_two_instances_get_disjoint_render_nodes_from_the_host_topology(lab, first_deploy, ssh_config):
+def test_two_instances_get_disjoint_render_nodes_and_cpus_from_the_host_topology(lab, first_deploy, ssh_config):
     name, address = sorted(lab.hosts.items())[0]
     host = connect(address, ssh_config)
-    devices = {}
+    devices, cpus = {}, {}
     for unit in FIRST_HOST_UNITS:
         container = unit.removesuffix(".service")
         listed = host.check_output(
             "docker inspect --format '{{range .HostConfig.Devices}}{{.PathOnHost}} {{end}}' %s", container
         )
         devices[container] = set(listed.split())
+        # What the container's processes may really run on, as the kernel applies the cpuset.
+        allowed = host.check_output("docker exec %s grep Cpus_allowed_list /proc/1/status", container)
+        cpus[container] = set(parse_id_list(allowed.split()[-1]) or ())
     # Stand-in KFD topology (tests/lab/rootfs.py): GPU 0 -> renderD128, GPU 1 -> renderD129.
     assert devices == {
         "vllm-tiny-llama-a": {"/dev/kfd", "/dev/dri/renderD128"},
         "vllm-tiny-llama-b": {"/dev/kfd", "/dev/dri/renderD129"},
     }
+    # Both GPUs are on the lab machine's one NUMA node: its CPUs are split between the two.
+    node = set(parse_id_list(host.check_output("cat /sys/devices/system/node/node0/cpulist")) or ())
+    a, b = cpus["vllm-tiny-llama-a"], cpus["vllm-tiny-llama-b"]
+    assert a and b and not a & b and a | b == node, cpus
 
 
 def test_the_vault_token_reaches_the_container_and_nothing_else(lab, first_deploy, ssh_config):
