@@ -18,15 +18,17 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePath, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rocmfleet.profiles import Profile
+if TYPE_CHECKING:  # profiles.py imports BenchSettings from here
+    from rocmfleet.profiles import Profile
 
 #: AMD's published ISL/OSL pairs (input tokens, output tokens), run at concurrency 64 (issue 6).
 AMD_PAIRS: tuple[tuple[int, int], ...] = ((2000, 150), (1000, 1000), (5000, 1000), (10000, 1000), (3200, 800))
@@ -118,9 +120,14 @@ class BenchShape(BaseModel):
 
 
 def shape_for(profile: Profile, **overrides: Any) -> BenchShape:
-    """A :class:`BenchShape` capped by ``profile``'s ``max_model_len`` and ``max_num_seqs``."""
+    """A :class:`BenchShape` capped by ``profile``'s ``max_model_len`` and ``max_num_seqs``.
+
+    The keys the profile's ``bench:`` section sets (:class:`BenchSettings`) win over those caps
+    and AMD's defaults; ``overrides`` win over everything.
+    """
+    own = profile.bench.model_dump(exclude_unset=True, exclude={"thresholds"})
     return BenchShape.model_validate(
-        {"max_model_len": profile.max_model_len, "max_concurrency": profile.max_num_seqs, **overrides}
+        {"max_model_len": profile.max_model_len, "max_concurrency": profile.max_num_seqs, **own, **overrides}
     )
 
 
@@ -537,6 +544,25 @@ class Thresholds(BaseModel):
     )
 
 
+class BenchSettings(BenchShape):
+    """A profile's ``bench:`` section: its cases (:class:`BenchShape` keys) and :class:`Thresholds`.
+
+    Every key is optional: an empty section runs AMD's sweep (capped by the profile's
+    ``max_model_len`` and ``max_num_seqs``, :func:`shape_for`) with the default thresholds
+    (no failed request; 10% regression tolerance). Example, a small lab:
+
+    .. code:: yaml
+
+        bench:
+          pairs: [[2000, 150]]
+          length_scale: 0.05
+          concurrencies: [4]
+          thresholds: {regression_tolerance: 0.5}
+    """
+
+    thresholds: Thresholds = Field(default_factory=Thresholds, description="pass/fail limits of each case")
+
+
 @dataclass(frozen=True)
 class Verdict:
     """``passed`` unless a limit was broken; ``reasons`` says which (metric, value, limit).
@@ -664,8 +690,10 @@ def latest_baseline(
 ) -> BenchResult | None:
     """The host's newest result of ``case`` from a run before ``before_run_id`` (any, if ``None``).
 
-    Skipped: unreadable files and runs where no request completed or any failed, so that a
-    broken run never becomes the bar to meet. Run ids compare as strings (:func:`new_run_id`).
+    Skipped: unreadable files, runs where no request completed or any failed, and results whose
+    saved verdict (:func:`save_verdict`) failed, so that neither a broken nor a slow run becomes
+    the bar to meet (a regression that failed once would otherwise pass the next time). Run ids
+    compare as strings (:func:`new_run_id`).
     """
     root = Path(root)
     if not root.is_dir():
@@ -681,6 +709,72 @@ def latest_baseline(
             result = load_result(path)
         except BenchParseError:
             continue
-        if result.completed > 0 and result.failed == 0:
+        if result.completed > 0 and result.failed == 0 and verdict_passed(path) is not False:
             return result
     return None
+
+
+def verdict_path(result: str | Path) -> Path:
+    """``<case>.verdict.json`` beside a result's ``<case>.json``."""
+    result = Path(result)
+    return result.with_name(result.stem + ".verdict.json")
+
+
+def save_verdict(result: str | Path, verdict: Verdict) -> Path:
+    """Write ``verdict`` beside the result it judged; returns the file written."""
+    path = verdict_path(result)
+    body = {"passed": verdict.passed, "reasons": verdict.reasons, "notes": verdict.notes}
+    path.write_text(json.dumps(body, indent=2) + "\n")
+    return path
+
+
+def verdict_passed(result: str | Path) -> bool | None:
+    """The saved verdict of a result: ``True``/``False``, ``None`` when none was saved or it is unreadable."""
+    try:
+        return bool(json.loads(verdict_path(result).read_text())["passed"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# --- running it on a host --------------------------------------------------------------------
+
+#: Where a case's JSON lands inside the container (``/tmp`` of the container, not the host);
+#: the runner copies it out and removes ``<root>/<run_id>`` afterwards.
+CONTAINER_RESULT_ROOT = PurePosixPath("/tmp/rocmfleet-bench")
+#: Seconds coreutils ``timeout`` waits after SIGTERM before it sends SIGKILL.
+KILL_AFTER_S = 10
+
+
+def container_result_path(run_id: str, case: Case) -> PurePosixPath:
+    """``/tmp/rocmfleet-bench/<run_id>/<case>.json``: the ``--result-dir``/``--result-filename`` of a case."""
+    return CONTAINER_RESULT_ROOT / _segment("run id", run_id) / f"{case.name}.json"
+
+
+def instance_dir(instance_names: Sequence[str], name: str) -> str | None:
+    """The ``instance`` argument of :func:`result_path` for instance ``name`` of a host.
+
+    ``None`` (results directly under the host) when the host serves one instance, the
+    instance's name when it serves several: the layout :func:`load_run` reads.
+    """
+    if name not in instance_names:
+        raise ValueError(f"instance {name!r} is not one of {list(instance_names)}")
+    return None if len(instance_names) == 1 else name
+
+
+def target_name(host: str, instance: str | None = None) -> str:
+    """``host`` or ``host/instance``: how :func:`load_run` and the reports name a result's source."""
+    return host if instance is None else f"{host}/{instance}"
+
+
+def docker_exec(container: str, argv: Sequence[str], timeout_s: float | None = None) -> str:
+    """The shell command that runs ``argv`` in ``container`` (``docker exec``), quoted for ``sh``.
+
+    With ``timeout_s`` (seconds, rounded up), coreutils ``timeout`` runs *inside* the container,
+    so the process itself is stopped (SIGTERM, then SIGKILL after :data:`KILL_AFTER_S`); killing
+    the ``docker exec`` client would leave it running. ``timeout`` exits 124 when time ran out.
+    """
+    if timeout_s is not None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        argv = ["timeout", f"--kill-after={KILL_AFTER_S}", str(math.ceil(timeout_s)), *argv]
+    return shlex.join(["docker", "exec", container, *argv])

@@ -11,7 +11,7 @@ no display, no global state, so they work on a headless control host and in thre
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,18 +42,24 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def markdown_summary(run: Run, title: str = "Smoke benchmark") -> str:
+def markdown_summary(
+    run: Run, title: str = "Smoke benchmark", errors: Mapping[str, Sequence[str]] | None = None
+) -> str:
     """The run as Markdown: an overview, then per target a table of its cases and why any failed.
 
     Columns: output and total throughput (tok/s), requests completed/failed, and mean / p99 in
     ms of TTFT, TPOT, ITL and end-to-end latency ("–" where the run did not record it).
+    ``errors``: per target, what kept cases from giving a result (an unreachable host, a
+    benchmark that exited non-zero); such a target fails, and may have no results at all.
     """
-    passed_targets = [t for t, rows in run.items() if rows and all(v.passed for _, _, v in rows)]
+    errors = {t: list(e) for t, e in (errors or {}).items() if e}
+    run = {**run, **{t: [] for t in errors if t not in run}}
+    passed_targets = [t for t, rows in run.items() if rows and all(v.passed for _, _, v in rows) and t not in errors]
     lines = [f"# {title}", ""]
     if not run:
         return "\n".join([*lines, "No results.", ""])
     lines += [
-        f"**{len(passed_targets)} of {len(run)} hosts passed.**",
+        f"**{len(passed_targets)} of {len(run)} instances passed.**",
         "",
         "| Host | Result | Cases passed | Best output tok/s |",
         "|---|---|---|---:|",
@@ -65,14 +71,15 @@ def markdown_summary(run: Run, title: str = "Smoke benchmark") -> str:
         lines.append(f"| {_escape(target)} | {verdict} | {ok}/{len(rows)} | {_cell(best)} |")
     for target, rows in run.items():
         verdict = "PASS" if target in passed_targets else "FAIL"
-        lines += [
-            "",
-            f"## {target}: {verdict}",
-            "",
-            "| Case (ISL x OSL, concurrency) | Result | Output tok/s | Total tok/s | Completed / failed "
-            "| TTFT mean / p99 ms | TPOT mean / p99 ms | ITL mean / p99 ms | E2E mean / p99 ms |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-        ]
+        lines += ["", f"## {target}: {verdict}", ""]
+        if not rows:
+            lines.append("No results.")
+        else:
+            lines += [
+                "| Case (ISL x OSL, concurrency) | Result | Output tok/s | Total tok/s | Completed / failed "
+                "| TTFT mean / p99 ms | TPOT mean / p99 ms | ITL mean / p99 ms | E2E mean / p99 ms |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            ]
         for case, result, v in rows:
             failed = "?" if result.failed is None else str(result.failed)
             lines.append(
@@ -81,11 +88,12 @@ def markdown_summary(run: Run, title: str = "Smoke benchmark") -> str:
                 f"| {result.completed} / {failed} | {_mean_p99(result.ttft)} | {_mean_p99(result.tpot)} "
                 f"| {_mean_p99(result.itl)} | {_mean_p99(result.e2el)} |"
             )
-        why = [(case, reason) for case, _, v in rows for reason in v.reasons]
+        why = [f"{case.name}: {reason}" for case, _, v in rows for reason in v.reasons]
+        why += errors.get(target, [])
         notes = sorted({note for _, _, v in rows for note in v.notes})
         if why:
             lines += ["", "Why it failed:", ""]
-            lines += [f"- {case.name}: {reason}" for case, reason in why]
+            lines += [f"- {reason}" for reason in why]
         if notes:
             lines += ["", "Notes:", ""]
             lines += [f"- {note}" for note in notes]
@@ -196,7 +204,7 @@ def _latency_plot(run: Run, targets: list[str], cases: list[Case], metric: str, 
         _host_axis(ax, targets, "ms")
         ax.set_title(_case_title(case), fontsize=10)
     if not detailed:
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper right", ncols=2, fontsize=8)
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8)
     fig.savefig(path, dpi=110)
 
 
@@ -254,3 +262,32 @@ def plots(run: Run, out_dir: str | Path) -> list[Path]:
         written.append(out / "throughput-vs-concurrency.png")
         _sweep_plot(sweeps, written[-1])
     return written
+
+
+# --- console ---------------------------------------------------------------------------------
+
+
+def case_line(
+    label: str,
+    case: Case,
+    result: BenchResult | None = None,
+    verdict: Verdict | None = None,
+    baseline: str | None = None,
+    error: str | None = None,
+) -> str:
+    """One console line per host, instance and case: ``LABEL CASE: PASS|FAIL`` and why.
+
+    A pass shows output throughput (tok/s) and p99 TTFT and TPOT (ms), and ``baseline`` (the
+    run compared with, or ``None``: none). A failure shows the verdict's reasons, or ``error``
+    when the case gave no result (unreachable host, benchmark exited non-zero).
+    """
+    head = f"{label} {case.name}:"
+    if error is not None or result is None or verdict is None:
+        return f"{head} FAIL {error or 'no result'}"
+    if not verdict.passed:
+        return f"{head} FAIL {'; '.join(verdict.reasons)}"
+    numbers = (
+        f"{_cell(result.output_throughput)} output tok/s, p99 TTFT {_cell(result.ttft.p99_ms)} ms, "
+        f"p99 TPOT {_cell(result.tpot.p99_ms)} ms"
+    )
+    return f"{head} PASS {numbers}; " + (f"baseline {baseline}" if baseline else "no baseline")

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rocmfleet.bench import BenchSettings
 from rocmfleet.flags import FlagError, Rendered, ServingSettings, parse_version, render
 
 #: The shipped profiles: ``group_vars/profiles/<name>.yml``.
@@ -64,6 +65,9 @@ class Profile(ServingSettings):
     instance_gpus: list[list[int]] | None = Field(default=None, description="GPU indices of each instance")
     base_port: int = Field(ge=1, le=65535, description="port of instance 0; instance i listens on base_port + i")
     attention_heads: int | None = Field(default=None, ge=1, description="to check TP divisibility")
+    bench: BenchSettings = Field(
+        default_factory=BenchSettings, description="smoke benchmark (`rocmfleet bench`): cases and thresholds"
+    )
 
     @field_validator("vllm_version")
     @classmethod

@@ -10,7 +10,9 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shlex
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,14 +20,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from rocmfleet import benchrun
 from rocmfleet.bench import (
     AMD_PAIRS,
+    KILL_AFTER_S,
     BenchParseError,
     BenchResult,
     BenchShape,
     Case,
     Thresholds,
+    Verdict,
     bench_command,
+    container_result_path,
+    docker_exec,
+    instance_dir,
     judge,
     latest_baseline,
     load_result,
@@ -34,11 +42,18 @@ from rocmfleet.bench import (
     parse_result,
     parse_results,
     result_path,
+    save_verdict,
     shape_for,
     sweep_for,
+    target_name,
+    verdict_passed,
 )
-from rocmfleet.bench_report import markdown_summary, plots
+from rocmfleet.bench_report import case_line, markdown_summary, plots
+from rocmfleet.fleet import Target
 from rocmfleet.profiles import PROFILES_DIR, load_profile
+from rocmfleet.settings import host_config
+from rocmfleet.vault import Secret
+from tests.unit.conftest import DIGEST
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 FIXTURE = FIXTURES / "vllm-bench-serve-save-result-example.json"
@@ -255,7 +270,8 @@ def test_default_sweep_is_amds() -> None:
 
 def test_lab_sweep_fits_the_lab_model_and_scales_concurrency_down() -> None:
     lab = load_profile(PROFILES_DIR / "lab-tiny-llama.yml")
-    shape = shape_for(lab, concurrency_scale=1 / 16)
+    # AMD's whole sweep instead of the lab profile's own `bench:` choice (one short case)
+    shape = shape_for(lab, pairs=list(AMD_PAIRS), length_scale=1, prompts_per_slot=4)
     assert shape.max_model_len == 2048
     cases = sweep_for(shape)
     assert len(cases) == 5
@@ -456,6 +472,19 @@ def test_latest_baseline_is_the_newest_good_result_before_the_run(tmp_path: Path
     assert latest_baseline(tmp_path, "h1", case, None, instance="b").output_throughput == 9.0  # type: ignore[union-attr]
 
 
+def test_a_result_that_failed_its_verdict_is_never_a_baseline(tmp_path: Path, raw: dict[str, Any]) -> None:
+    case = Case(2000, 150, 64)
+    good = {**raw, "failed": 0}
+    _save(tmp_path, "20260101T000000Z", "h1", case, {**good, "output_throughput": 100.0})
+    slow = _save(tmp_path, "20260201T000000Z", "h1", case, {**good, "output_throughput": 10.0})
+    save_verdict(slow, Verdict(False, ["output_throughput: 10.00 tok/s is 90.0% below the baseline"]))
+    assert verdict_passed(slow) is False
+    found = latest_baseline(tmp_path, "h1", case, "20260301T000000Z")
+    assert found is not None and found.output_throughput == 100.0  # the slow run did not lower the bar
+    save_verdict(slow, Verdict(True))
+    assert latest_baseline(tmp_path, "h1", case, "20260301T000000Z").output_throughput == 10.0  # type: ignore[union-attr]
+
+
 def test_load_run_reads_hosts_and_instances(tmp_path: Path, raw: dict[str, Any]) -> None:
     run_id = "20260722T060114Z"
     _save(tmp_path, run_id, "h1", Case(5000, 1000, 64), raw)
@@ -493,7 +522,7 @@ def run(raw: dict[str, Any]) -> dict[str, list[Any]]:
 def test_markdown_summary(run: dict[str, list[Any]], raw: dict[str, Any]) -> None:
     text = markdown_summary(run, title="Smoke benchmark 20260722T060114Z")
     assert text.startswith("# Smoke benchmark 20260722T060114Z\n")
-    assert "**2 of 3 hosts passed.**" in text
+    assert "**2 of 3 instances passed.**" in text
     assert "| gpu-01 | PASS | 4/4 |" in text
     assert "| gpu\\|03 | **FAIL** | 0/4 |" in text
     assert "## gpu-02: PASS" in text and "## gpu|03: FAIL" in text
@@ -533,3 +562,294 @@ def test_plots_without_sweep_and_with_per_request_samples(raw: dict[str, Any], t
     assert [p.name for p in paths] == ["throughput.png", "ttft.png", "tpot.png"]  # one concurrency: no sweep plot
     assert all(p.read_bytes().startswith(PNG_MAGIC) for p in paths)
     assert plots({}, tmp_path / "empty") == []
+
+
+# --- a profile's bench section ---------------------------------------------------------------
+
+
+def test_profile_bench_section_shapes_the_sweep_and_sets_thresholds() -> None:
+    lab = load_profile(PROFILES_DIR / "lab-tiny-llama.yml")
+    assert [c.name for c in sweep_for(shape_for(lab))] == ["200x15-c4"]  # AMD's 2000/150 at c64, scaled
+    assert sweep_for(shape_for(lab))[0].num_prompts == 32
+    assert lab.bench.thresholds.regression_tolerance == 0.9 and lab.bench.thresholds.max_failed == 0
+    assert shape_for(lab, concurrencies=[2]).concurrencies == [2]  # overrides win over the profile
+    assert shape_for(lab).max_model_len == 2048  # the profile's cap stays
+    scout = load_profile(PROFILES_DIR / "llama-4-scout.yml")  # no bench section: AMD's sweep
+    assert [(c.isl, c.osl, c.concurrency) for c in sweep_for(shape_for(scout))] == [(i, o, 64) for i, o in AMD_PAIRS]
+    assert scout.bench.thresholds == Thresholds()
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [({"pairz": [[1, 2]]}, "bench.pairz"), ({"thresholds": {"ttft_p99": 1}}, "bench.thresholds.ttft_p99")],
+)
+def test_profile_bench_section_refuses_typos(tmp_path: Path, section: dict[str, Any], key: str) -> None:
+    import yaml
+
+    from rocmfleet.profiles import ProfileError
+
+    data = yaml.safe_load((PROFILES_DIR / "lab-tiny-llama.yml").read_text())
+    path = tmp_path / "lab-tiny-llama.yml"
+    path.write_text(yaml.safe_dump({**data, "bench": section}))
+    with pytest.raises(ProfileError) as exc:
+        load_profile(path)
+    assert key in str(exc.value)
+
+
+# --- what runs in the container --------------------------------------------------------------
+
+
+def test_container_paths_instance_dirs_and_targets() -> None:
+    case = Case(200, 15, 4, 32)
+    assert (
+        str(container_result_path("20260722T060114Z", case)) == "/tmp/rocmfleet-bench/20260722T060114Z/200x15-c4.json"
+    )
+    with pytest.raises(ValueError, match="directory name"):
+        container_result_path("../x", case)
+    assert instance_dir(["lab-tiny-llama-0"], "lab-tiny-llama-0") is None
+    assert instance_dir(["a", "b"], "b") == "b"
+    with pytest.raises(ValueError, match="not one of"):
+        instance_dir(["a"], "c")
+    assert target_name("lab-1") == "lab-1" and target_name("lab-1", "b") == "lab-1/b"
+
+
+def test_docker_exec_quotes_and_times_out_inside_the_container() -> None:
+    argv = bench_command(Case(200, 15, 4, 32), 8001, "/opt/m", "/tmp/x/c.json", metadata={"k": "a b"})
+    command = docker_exec("vllm-tiny-llama-b", argv, 89.2)
+    words = shlex.split(command)
+    assert words[:7] == ["docker", "exec", "vllm-tiny-llama-b", "timeout", f"--kill-after={KILL_AFTER_S}", "90", "vllm"]
+    assert words[6:] == argv and "'k=a b'" in command
+    assert docker_exec("c", ["cat", "/tmp/a b"]) == "docker exec c cat '/tmp/a b'"
+    with pytest.raises(ValueError, match="timeout_s"):
+        docker_exec("c", ["true"], 0)
+
+
+# --- console line and Markdown with errors ---------------------------------------------------
+
+
+def test_case_line(raw: dict[str, Any]) -> None:
+    good = result_from(raw, failed=0)
+    case = Case(200, 15, 4)
+    line = case_line("lab-1 tiny-llama-a:8000", case, good, judge(good, Thresholds()), "20260722T060114Z")
+    assert line == (
+        "lab-1 tiny-llama-a:8000 200x15-c4: PASS 124.6 output tok/s, p99 TTFT 113.9 ms, p99 TPOT 35.0 ms; "
+        "baseline 20260722T060114Z"
+    )
+    assert case_line("h", case, good, judge(good, Thresholds())).endswith("; no baseline")
+    bad = result_from(raw)
+    assert case_line("h", case, bad, judge(bad, Thresholds(ttft_p99_ms=100))) == (
+        "h 200x15-c4: FAIL failed: 1 requests > limit 0; p99_ttft_ms: 113.89 ms > limit 100.00 ms"
+    )
+    assert (
+        case_line("h", case, error="vllm bench serve exited 1: boom")
+        == "h 200x15-c4: FAIL vllm bench serve exited 1: boom"
+    )
+
+
+def test_markdown_summary_names_hosts_without_results(raw: dict[str, Any]) -> None:
+    good = result_from(raw, failed=0)
+    case = Case(200, 15, 4)
+    run = {"lab-1/a": [(case, good, judge(good, Thresholds()))], "lab-1/b": [(case, good, judge(good, Thresholds()))]}
+    errors = {"lab-1/b": ["200x8-c4: vllm bench serve exited 1: boom"], "lab-3": ["unreachable: OSError: no route"]}
+    text = markdown_summary(run, "Smoke benchmark R", errors)
+    assert "**1 of 3 instances passed.**" in text
+    assert "| lab-1/a | PASS | 1/1 |" in text and "| lab-1/b | **FAIL** | 1/1 |" in text
+    assert "| lab-3 | **FAIL** | 0/0 | – |" in text
+    assert "## lab-3: FAIL\n\nNo results.\n\nWhy it failed:\n\n- unreachable: OSError: no route\n" in text
+    assert "- 200x8-c4: vllm bench serve exited 1: boom" in text
+
+
+# --- the runner, against fake hosts ----------------------------------------------------------
+
+
+class FakeHost:
+    """Stands in for an opened ``fabric.Connection``: answers the runner's ``docker exec`` commands.
+
+    ``vllm bench serve`` "writes" the fixture's JSON (no failed request, this case's shape,
+    ``throughput`` tok/s) where ``--result-dir``/``--result-filename`` say; ``cat`` and ``rm -rf``
+    act on those files.
+    """
+
+    def __init__(self, raw: dict[str, Any], throughput: float = 124.6, exit_code: int = 0, stderr: str = "") -> None:
+        self.raw, self.throughput, self.exit_code, self.stderr = raw, throughput, exit_code, stderr
+        self.files: dict[tuple[str, str], str] = {}
+        self.commands: list[list[str]] = []
+        self.closed = False
+
+    def run(self, command: str, *, hide: bool, warn: bool, in_stream: bool, timeout: float) -> SimpleNamespace:
+        assert hide and warn and in_stream is False and timeout > 0
+        words = shlex.split(command)
+        self.commands.append(words)
+        assert words[:2] == ["docker", "exec"]
+        container, rest = words[2], words[3:]
+        if rest[0] == "timeout":
+            rest = rest[3:]
+        if rest[:3] == ["vllm", "bench", "serve"]:
+            if self.exit_code:
+                return SimpleNamespace(exited=self.exit_code, stdout="", stderr=self.stderr)
+
+            def flag(name: str) -> str:
+                return rest[rest.index(name) + 1]
+
+            data = {
+                **self.raw,
+                "failed": 0,
+                "num_prompts": int(flag("--num-prompts")),
+                "max_concurrency": int(flag("--max-concurrency")),
+                "model_id": flag("--model"),
+                "output_throughput": self.throughput,
+            }
+            self.files[(container, f"{flag('--result-dir')}/{flag('--result-filename')}")] = json.dumps(data)
+            return SimpleNamespace(exited=0, stdout="", stderr="progress bars")
+        if rest[0] == "cat":
+            text = self.files.get((container, rest[1]))
+            return SimpleNamespace(exited=int(text is None), stdout=text or "", stderr="" if text else "No such file")
+        if rest[:2] == ["rm", "-rf"]:
+            for key in [k for k in self.files if k[0] == container and k[1].startswith(rest[2] + "/")]:
+                del self.files[key]
+            return SimpleNamespace(exited=0, stdout="", stderr="")
+        raise AssertionError(f"unexpected command {words}")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def fleet(lab_data: dict[str, Any]) -> list[Target]:
+    """lab-1 with two instances (as inventories/lab.py), lab-2 with the profile's one; lab-2 has a secret."""
+    one = {k: v for k, v in lab_data.items() if k != "vllm_instances"}
+    one["vllm_secret_env"] = {"HF_TOKEN": Secret("hf_unitTestToken123")}
+    return [
+        Target("lab-1", "10.213.0.11", host_config(lab_data), user="root"),
+        Target("lab-2", "10.213.0.12", host_config(one), user="root"),
+    ]
+
+
+def _run_ids(monkeypatch: pytest.MonkeyPatch, *ids: str) -> None:
+    queue = list(ids)
+    monkeypatch.setattr(benchrun, "new_run_id", lambda: queue.pop(0))
+
+
+def test_bench_saves_results_reports_and_compares_with_the_previous_run(
+    fleet: list[Target], raw: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hosts = {"lab-1": FakeHost(raw), "lab-2": FakeHost(raw)}
+    lines: list[str] = []
+    _run_ids(monkeypatch, "20260722T060000Z", "20260722T070000Z")
+    rc = benchrun.bench(fleet, tmp_path, 600, lines.append, connector=lambda t: hosts[t.name])
+    assert rc == 0, lines
+    case = Case(200, 15, 4, 32)
+    paths = {
+        "lab-1/tiny-llama-a": result_path(tmp_path, "20260722T060000Z", "lab-1", case, "tiny-llama-a"),
+        "lab-1/tiny-llama-b": result_path(tmp_path, "20260722T060000Z", "lab-1", case, "tiny-llama-b"),
+        "lab-2": result_path(tmp_path, "20260722T060000Z", "lab-2", case),
+    }
+    for path in paths.values():
+        assert load_result(path).max_concurrency == 4
+    assert list(load_run(tmp_path, "20260722T060000Z")) == list(paths)
+    case_lines = [line for line in lines if " 200x15-c4: " in line]
+    assert sorted(case_lines) == [  # sorted: lab-2's thread may print between lab-1's lines
+        f"{label} 200x15-c4: PASS 124.6 output tok/s, p99 TTFT 113.9 ms, p99 TPOT 35.0 ms; no baseline"
+        for label in ("lab-1 tiny-llama-a:8000", "lab-1 tiny-llama-b:8001", "lab-2 lab-tiny-llama-0:8000")
+    ]
+    summary = tmp_path / "20260722T060000Z" / "summary.md"
+    text = summary.read_text()
+    assert text.startswith("# Smoke benchmark 20260722T060000Z\n") and "**3 of 3 instances passed.**" in text
+    assert f"Markdown: {summary}" in lines and lines[-1] == "2 of 2 host(s) passed"
+    for name in ("throughput.png", "ttft.png", "tpot.png"):
+        assert (summary.parent / name).read_bytes().startswith(PNG_MAGIC)
+    # the commands: the profile's case against each instance's own port, inside its container
+    serve = [w for w in hosts["lab-1"].commands if "serve" in w]
+    assert [(w[2], w[w.index("--port") + 1]) for w in serve] == [
+        ("vllm-tiny-llama-a", "8000"),
+        ("vllm-tiny-llama-b", "8001"),
+    ]
+    assert serve[0][serve[0].index("--metadata") + 1 :] == [
+        "rocmfleet_run_id=20260722T060000Z",
+        "rocmfleet_host=lab-1",
+        "rocmfleet_instance=tiny-llama-a",
+        f"rocmfleet_image=10.213.0.1:5000/rocmfleet-lab/vllm-cpu:0.32.0-lab.1@{DIGEST}",
+    ]
+    assert all(not h.files and h.closed for h in hosts.values())  # the containers' copies are removed
+
+    # second run: lab-2 is 95% slower, past the lab profile's 90% tolerance
+    hosts["lab-2"].throughput = 124.6 * 0.05
+    lines.clear()
+    rc = benchrun.bench(fleet, tmp_path, 600, lines.append, connector=lambda t: hosts[t.name])
+    assert rc == 1
+    lab2 = next(line for line in lines if line.startswith("lab-2 "))
+    assert lab2.startswith("lab-2 lab-tiny-llama-0:8000 200x15-c4: FAIL output_throughput: 6.23 tok/s is 95.0% below")
+    assert "20260722T060000Z" in lab2
+    assert any(line.endswith("; baseline 20260722T060000Z") and line.startswith("lab-1 ") for line in lines)
+    assert lines[-1] == "1 of 2 host(s) passed; failed: lab-2"
+    assert "## lab-2: FAIL" in (tmp_path / "20260722T070000Z" / "summary.md").read_text()
+
+
+def test_unreachable_host_fails_in_the_report_and_the_others_run(
+    fleet: list[Target], raw: dict[str, Any], tmp_path: Path
+) -> None:
+    def connector(target: Target) -> FakeHost:
+        if target.name == "lab-2":
+            raise OSError(113, "No route to host")
+        return FakeHost(raw)
+
+    lines: list[str] = []
+    assert benchrun.bench(fleet, tmp_path, 600, lines.append, connector=connector) == 1
+    assert "lab-2: FAIL unreachable: OSError: [Errno 113] No route to host" in lines
+    assert sum(": PASS " in line for line in lines) == 2
+    (run_dir,) = tmp_path.iterdir()
+    text = (run_dir / "summary.md").read_text()
+    assert "| lab-2 | **FAIL** | 0/0 | – |" in text and "- unreachable: OSError: [Errno 113] No route to host" in text
+    assert lines[-1] == "1 of 2 host(s) passed; failed: lab-2"
+
+
+def test_real_ssh_to_a_closed_port_is_an_unreachable_host(fleet: list[Target], tmp_path: Path) -> None:
+    import dataclasses
+
+    closed = dataclasses.replace(fleet[1], hostname="127.0.0.1", port=1, known_hosts=str(tmp_path / "kh"))
+    (tmp_path / "kh").write_text("")
+    lines: list[str] = []
+    outcome = benchrun.bench_host(closed, tmp_path, "R", 30, lines.append)
+    assert not outcome.passed and outcome.cases == []
+    assert lines == [f"lab-2: FAIL {outcome.error}"] and outcome.error.startswith("unreachable: ")
+
+
+def test_benchmark_errors_and_timeouts_fail_the_case_with_secrets_masked(
+    fleet: list[Target], raw: dict[str, Any], tmp_path: Path
+) -> None:
+    stderr = "Traceback ...\nhttpx.ConnectError: refused (token hf_unitTestToken123)\n"
+    lines: list[str] = []
+    outcome = benchrun.bench_host(
+        fleet[1], tmp_path, "R", 600, lines.append, lambda t: FakeHost(raw, exit_code=1, stderr=stderr)
+    )
+    assert lines == [
+        "lab-2 lab-tiny-llama-0:8000 200x15-c4: FAIL vllm bench serve exited 1: "
+        "Traceback ... | httpx.ConnectError: refused (token *MASKED*)"
+    ]
+    assert not outcome.passed and outcome.cases[0].error
+    lines.clear()
+    benchrun.bench_host(fleet[1], tmp_path, "R", 600, lines.append, lambda t: FakeHost(raw, exit_code=124))
+    assert lines == ["lab-2 lab-tiny-llama-0:8000 200x15-c4: FAIL timed out after 600 s (--timeout-s)"]
+    lines.clear()
+    outcome = benchrun.bench_host(fleet[0], tmp_path, "R", 0, lines.append, lambda t: FakeHost(raw))
+    assert all(line.endswith("FAIL not run: the host's --timeout-s ran out") for line in lines) and len(lines) == 2
+
+
+def test_host_key_policy_follows_pyinfras_strict_host_key_checking() -> None:
+    from paramiko import AutoAddPolicy, RejectPolicy, WarningPolicy
+
+    assert isinstance(benchrun.host_key_policy("yes"), RejectPolicy)
+    assert isinstance(benchrun.host_key_policy("ask"), RejectPolicy)
+    assert isinstance(benchrun.host_key_policy("no"), WarningPolicy)
+    assert isinstance(benchrun.host_key_policy(None), AutoAddPolicy)
+    assert isinstance(benchrun.host_key_policy("accept-new"), AutoAddPolicy)
+    with pytest.raises(ValueError, match="ssh_strict_host_key_checking"):
+        benchrun.host_key_policy("maybe")
+
+
+def test_cli_bench_without_a_valid_inventory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rocmfleet.cli import main
+
+    assert main(["bench", str(tmp_path / "nope.py"), "--results-dir", str(tmp_path / "r")]) == 2
+    assert "no such inventory file" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()  # nothing ran, nothing written
