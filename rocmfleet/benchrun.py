@@ -23,7 +23,6 @@ import os
 import pickle
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -114,26 +113,32 @@ def load_targets(inventory: str, limit: list[str] | None = None, timeout_s: floa
     Raises:
         FleetError: as :func:`~rocmfleet.fleet.load_fleet` (its message), or the child failed.
     """
-    with tempfile.TemporaryDirectory(prefix="rocmfleet-bench-") as tmp:
-        out = Path(tmp) / "targets.pickle"
-        code = "import sys; from rocmfleet.benchrun import _load_in_child; _load_in_child(*sys.argv[1:])"
-        args = [sys.executable, "-c", code, str(out), json.dumps([inventory, limit])]
-        try:
-            proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            raise FleetError(f"{inventory}: loading the inventory took over {timeout_s:.0f} s") from None
-        if proc.returncode != 0 or not out.is_file():
-            raise FleetError(f"{inventory}: cannot load the inventory: {_tail(proc.stderr, 20, 2000)}")
-        status, value = pickle.loads(out.read_bytes())  # noqa: S301 - written by our own child just now
+    # The pickle comes back through a pipe, never a file: the targets hold decrypted secrets.
+    code = "import sys; from rocmfleet.benchrun import _load_in_child; _load_in_child(sys.argv[1])"
+    args = [sys.executable, "-c", code, json.dumps([inventory, limit])]
+    try:
+        proc = subprocess.run(args, capture_output=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise FleetError(f"{inventory}: loading the inventory took over {timeout_s:.0f} s") from None
+    stderr = proc.stderr.decode(errors="replace")
+    if proc.returncode != 0 or not proc.stdout:
+        raise FleetError(f"{inventory}: cannot load the inventory: {_tail(stderr, 20, 2000)}")
+    status, value = pickle.loads(proc.stdout)  # noqa: S301 - written by our own child just now
     if status == "error":
         raise FleetError(value)
     return value
 
 
-def _load_in_child(out: str, request: str) -> None:
-    """The child of :func:`load_targets`: ``("ok", targets)`` or ``("error", message)``, pickled to ``out``."""
+def _load_in_child(request: str) -> None:
+    """The child of :func:`load_targets`: ``("ok", targets)`` or ``("error", message)``, pickled to stdout.
+
+    Whatever the inventory prints goes to stderr, so stdout carries the pickle only.
+    """
     from rocmfleet.fleet import FleetError, load_fleet
 
+    channel = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     inventory, limit = json.loads(request)
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
@@ -141,7 +146,8 @@ def _load_in_child(out: str, request: str) -> None:
         result: tuple[str, object] = ("ok", load_fleet(inventory, limit))
     except FleetError as exc:
         result = ("error", str(exc))
-    Path(out).write_bytes(pickle.dumps(result))
+    with channel:
+        channel.write(pickle.dumps(result))
 
 
 # --- SSH -------------------------------------------------------------------------------------
