@@ -79,6 +79,26 @@ def result_from(raw: dict[str, Any], source: str = "test", **changes: Any) -> Be
 # --- parser on the real fixture --------------------------------------------------------------
 
 
+#: What ``rocmfleet bench inventories/lab.py --limit lab-2`` saved from the lab's real vLLM 0.32.0
+#: (the CPU build serving the generated tiny model): one case, 200 x 15 tokens at concurrency 4.
+LAB_RESULT = Path(__file__).parent / "data" / "vllm-bench-serve-lab-0.32.0.json"
+
+
+def test_lab_result_values_read_by_hand() -> None:
+    r = load_result(LAB_RESULT)
+    assert r.model_id == "/opt/models/tiny-llama" and r.backend == "vllm"
+    assert (r.num_prompts, r.max_concurrency, r.request_rate) == (32, 4, math.inf)  # "inf" in the JSON
+    assert (r.completed, r.failed) == (32, 0)
+    # 32 prompts of 200 random tokens (the tokenizer gives 6408, not 6400) and exactly 15 out each
+    assert (r.total_input_tokens, r.total_output_tokens) == (6408, 480)
+    assert r.output_throughput == 637.9591202886107
+    assert (r.ttft.mean_ms, r.ttft.p99_ms) == (33.02286546869482, 45.69574523993652)
+    assert (r.tpot.mean_ms, r.tpot.p99_ms) == (4.266581058045307, 5.653170089329121)
+    assert r.itl is not None and r.itl.p99_ms == 11.693481799502477
+    assert r.e2el is not None and r.e2el.p(90) == 103.43103379946115
+    assert judge(r, Thresholds(ttft_p99_ms=60000, tpot_p99_ms=10000)).passed
+
+
 def test_fixture_values_read_by_hand() -> None:
     r = load_result(FIXTURE)
     assert r.source == str(FIXTURE)
