@@ -300,7 +300,8 @@ def bench_host(
     try:
         conn = connector(target)
     except Exception as exc:  # noqa: BLE001 - DNS, TCP, SSH, host key, auth: the host fails, the run goes on
-        outcome.error = f"unreachable: {type(exc).__name__}: {_mask(str(exc), secrets) or 'no detail'}"
+        where = f"{target.user + '@' if target.user else ''}{target.hostname}:{target.port}"
+        outcome.error = f"unreachable ({where}): {type(exc).__name__}: {_mask(str(exc), secrets) or 'no detail'}"
         emit(f"{target.name}: FAIL {outcome.error}")
         return outcome
     try:

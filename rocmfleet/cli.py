@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ def _validate(args: argparse.Namespace) -> int:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return EXIT_INVALID
     if problems:
-        print(report(problems), file=sys.stderr)
+        print(f"rocmfleet: {report(problems)}", file=sys.stderr)
         return EXIT_INVALID
     for name, config in configs.items():
         instances = ", ".join(f"{i.name}:{i.port}" for i in config.instances())
@@ -49,6 +48,27 @@ def _data_overrides(pairs: list[str]) -> dict:
     return overrides
 
 
+def _limit(values: list[str] | None) -> list[str] | None:
+    """``--limit`` values, repeatable and comma-separated (``--limit a,b --limit c``), as pyinfra."""
+    return [item for value in values or [] for item in value.split(",") if item] or None
+
+
+def _writable(path: str | None, option: str) -> None:
+    """Refuse an output path whose directory does not exist, before the run rather than after it."""
+    if path and not Path(path).resolve().parent.is_dir():
+        raise ValueError(f"{option} {path}: directory {Path(path).resolve().parent} does not exist")
+
+
+def _positive(kind: type):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    return parse
+
+
 def _check(args: argparse.Namespace) -> int:
     import shutil
 
@@ -58,9 +78,11 @@ def _check(args: argparse.Namespace) -> int:
     try:
         overrides = _data_overrides(args.data)
         compliance.module_paths(args.select)  # an unknown module is refused before any connection
+        _writable(args.junit_xml, "--junit-xml")
+        _writable(args.json, "--json")
         if not shutil.which("ssh"):
             raise ValueError("no ssh client on this machine (apt install openssh-client)")
-        targets = load_fleet(args.inventory, args.limit, overrides)
+        targets = load_fleet(args.inventory, _limit(args.limit), overrides)
     except (FleetError, ValueError) as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
@@ -84,9 +106,8 @@ def _bench(args: argparse.Namespace) -> int:
     from rocmfleet import benchrun
     from rocmfleet.fleet import FleetError
 
-    limit = [item for value in args.limit or [] for item in value.split(",") if item] or None
     try:
-        targets = benchrun.load_targets(args.inventory, limit)  # load_fleet, in a child process
+        targets = benchrun.load_targets(args.inventory, _limit(args.limit))  # load_fleet, in a child process
     except FleetError as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
@@ -99,6 +120,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _encrypt_string(args: argparse.Namespace) -> int:
     secret = sys.stdin.read().rstrip("\n") if not sys.stdin.isatty() else getpass.getpass(f"{args.name}: ")
+    if not secret:
+        print(f"rocmfleet: {args.name}: empty secret (nothing on stdin)", file=sys.stderr)
+        return 2
     try:
         print(f"{args.name}: {vault.inline(secret)}", end="")
     except vault.VaultError as exc:
@@ -108,25 +132,40 @@ def _encrypt_string(args: argparse.Namespace) -> int:
 
 
 def _rekey(args: argparse.Namespace) -> int:
+    """Re-encrypt every file, or none: each is re-encrypted in a scratch copy before any is replaced."""
+    import shutil
+    import tempfile
+
     old = vault.password_file()
     if old is None:
-        print("rocmfleet: set ROCMFLEET_VAULT_PASSWORD_FILE to the current password file", file=sys.stderr)
+        print(
+            "rocmfleet: set ROCMFLEET_VAULT_PASSWORD_FILE (or ANSIBLE_VAULT_PASSWORD_FILE) to the current password"
+            " file",
+            file=sys.stderr,
+        )
         return 2
-    new = Path(args.new_password_file).read_bytes().strip()
     try:
-        for path in args.files:
-            count = vault.rekey(Path(path), old.read_bytes().strip(), new)
-            print(f"{path}: {count} vault value(s) re-encrypted")
-    except vault.VaultError as exc:
-        print(f"rocmfleet: {exc}", file=sys.stderr)
+        new = Path(args.new_password_file).read_bytes().strip()
+        current = old.read_bytes().strip()
+        with tempfile.TemporaryDirectory(prefix="rocmfleet-rekey-") as scratch:
+            done = []
+            for index, path in enumerate(map(Path, args.files)):
+                copy = Path(scratch) / f"{index}.yml"
+                shutil.copyfile(path, copy)
+                done.append((path, copy, vault.rekey(copy, current, new)))
+            for path, copy, count in done:
+                path.write_text(copy.read_text())
+                print(f"{path}: {count} vault value(s) re-encrypted")
+    except (vault.VaultError, OSError) as exc:
+        print(f"rocmfleet: {exc} (no file was changed)", file=sys.stderr)
         return 2
     return 0
 
 
 def _schema(_args: argparse.Namespace) -> int:
-    from rocmfleet.settings import HostSettings
+    from rocmfleet.reference import json_schema
 
-    print(json.dumps(HostSettings.model_json_schema(), indent=2, sort_keys=True))
+    print(json_schema(), end="")
     return 0
 
 
@@ -135,23 +174,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rocmfleet", description="MI300X vLLM fleet toolkit")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="validate an inventory and its group_vars before any connection")
-    p.add_argument("inventory")
+    p.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     p.set_defaults(func=_validate)
-    c = sub.add_parser("check", help="run the compliance checks against every host of an inventory")
-    c.add_argument("inventory")
-    c.add_argument("--limit", action="append", help="host, glob or group (repeatable); default: every host")
+    exits = "exit status: 0 all passed; 1 a check or host failed; 2 the run could not happen (bad inventory or options)"
+    c = sub.add_parser("check", help="run the compliance checks against every host of an inventory", epilog=exits)
+    c.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
+    c.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
     c.add_argument("--select", type=lambda v: v.split(","), help="check modules, e.g. rocm,tuning (default: all)")
     c.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override data, as pyinfra's")
-    c.add_argument("--timeout-s", type=float, default=300, help="deadline per host in seconds (default 300)")
-    c.add_argument("--parallel", type=int, default=10, help="hosts checked at once (default 10)")
+    c.add_argument("--timeout-s", type=_positive(float), default=300, help="deadline per host in seconds (default 300)")
+    c.add_argument("--parallel", type=_positive(int), default=10, help="hosts checked at once (default 10)")
     c.add_argument("--junit-xml", metavar="PATH", help="write a JUnit XML report")
     c.add_argument("--json", metavar="PATH", help="write a JSON report")
     c.set_defaults(func=_check)
-    b = sub.add_parser("bench", help="run the smoke benchmark (vllm bench serve) on every host of an inventory")
-    b.add_argument("inventory")
+    b = sub.add_parser(
+        "bench", help="run the smoke benchmark (vllm bench serve) on every host of an inventory", epilog=exits
+    )
+    b.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     b.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
     b.add_argument("--results-dir", default="bench-results", help="results root (default ./bench-results)")
-    b.add_argument("--timeout-s", type=float, default=3600, help="deadline per host in seconds (default 3600)")
+    b.add_argument(
+        "--timeout-s", type=_positive(float), default=3600, help="deadline per host in seconds (default 3600)"
+    )
     b.set_defaults(func=_bench)
     v = sub.add_parser("vault", help="ansible-vault helpers (ansible-core's library, not the binary)")
     vsub = v.add_subparsers(dest="vault_command", required=True)

@@ -1,8 +1,9 @@
 """Load ``group_vars/<group>.yml`` for pyinfra inventories (pyinfra itself reads only ``.py``).
 
-A file may be wholly encrypted with ansible-vault, or hold inline ``!vault |`` values; both
-decrypt to :class:`rocmfleet.vault.Secret`. Every loaded file is remembered, so that
-validation can say which file a bad value came from (:func:`source_of`).
+A file may be wholly encrypted with ansible-vault (then it holds secrets only: every string in
+it is one), or hold inline ``!vault |`` values; both decrypt to :class:`rocmfleet.vault.Secret`.
+Every loaded file is remembered, so that validation can say which file a bad value came from
+(:func:`source_of`).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def _read(group: str, path: Path) -> dict[str, Any]:
         if vault.is_encrypted(text):
             text = vault.decrypt(text, str(path))
             data = yaml.safe_load(text)
-            data = {k: vault.Secret(v) if isinstance(v, str) else v for k, v in (data or {}).items()}
+            data = _secret_leaves(data or {})
         else:
             data = yaml.load(text, Loader=_loader(path))  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -91,6 +92,21 @@ def _read(group: str, path: Path) -> dict[str, Any]:
         raise GroupVarsError(f"{path}: top level must be a mapping of keys to values, got {type(data).__name__}")
     LOADED[group] = (path, frozenset(data))
     return data
+
+
+def _secret_leaves(value: Any) -> Any:
+    """Every string of a wholly encrypted file, at any depth, as a :class:`~rocmfleet.vault.Secret`.
+
+    Such a file holds secrets only (``vllm_secret_env: {HF_TOKEN: ...}``); a setting that is
+    not a secret belongs in a plain file, and validation says so.
+    """
+    if isinstance(value, str):
+        return vault.Secret(value)
+    if isinstance(value, dict):
+        return {k: _secret_leaves(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_secret_leaves(v) for v in value]
+    return value
 
 
 def profiles_dir() -> Path:

@@ -81,8 +81,12 @@ class ConnectionSettings(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     ssh_port: int = Field(default=22, ge=1, le=65535, description="SSH port (an integer, not a string).")
-    ssh_user: str | None = None
-    ssh_hostname: str | None = None
+    ssh_user: str | None = Field(default=None, description="SSH user (pyinfra's; default: the local user).")
+    ssh_hostname: str | None = Field(default=None, description="Address to connect to (default: the host's name).")
+    ssh_strict_host_key_checking: Literal["yes", "no", "ask", "accept-new", "off"] | None = Field(
+        default=None,
+        description="OpenSSH's StrictHostKeyChecking, as pyinfra reads it; `rocmfleet check`/`bench` never ask.",
+    )
 
 
 class HostSettings(BaseModel):
@@ -211,6 +215,10 @@ def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
             key = min(named, key=message.index) if named else "(top level)"
             inputs = err.get("input")
             value = repr(inputs.get(key)) if isinstance(inputs, dict) and key in inputs else ""
+        if isinstance(err.get("input"), Secret) and err["type"] != "extra_forbidden":
+            message = "is a vault secret here, but this key is not a secret: a wholly encrypted file holds secrets only"
+            message += " (move the key to a plain group_vars file)"
+            value = "*MASKED*"
         if any(word in str(part) for part in err["loc"] for word in ("secret", "password")):
             value = "" if not value else "*MASKED*"  # a plain-text secret is still a secret
         if err["type"] == "extra_forbidden":

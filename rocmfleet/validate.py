@@ -75,7 +75,10 @@ def validate_inventory(inventory: str, with_hosts: bool = False, overrides: dict
         except ConfigError as exc:
             for problem in exc.problems:
                 top = problem.key.split(".")[0]
-                file = problem.file or groupvars.source_of(top, ["all", *host.groups], inventory)
+                if overrides and top in overrides:
+                    file = "--data"
+                else:
+                    file = problem.file or groupvars.source_of(top, ["all", *host.groups], inventory)
                 key = (file, problem.key, problem.message, problem.value)
                 grouped.setdefault(key, Problem(problem.key, problem.message, problem.value, file)).hosts.append(
                     host.name

@@ -815,11 +815,15 @@ def test_unreachable_host_fails_in_the_report_and_the_others_run(
 
     lines: list[str] = []
     assert benchrun.bench(fleet, tmp_path, 600, lines.append, connector=connector) == 1
-    assert "lab-2: FAIL unreachable: OSError: [Errno 113] No route to host" in lines
+    (down,) = [line for line in lines if line.startswith("lab-2: ")]
+    assert down.startswith(f"lab-2: FAIL unreachable ({fleet[1].hostname}:{fleet[1].port})") or down.startswith(
+        "lab-2: FAIL unreachable (root@"
+    )
+    assert down.endswith("OSError: [Errno 113] No route to host")
     assert sum(": PASS " in line for line in lines) == 2
     (run_dir,) = tmp_path.iterdir()
     text = (run_dir / "summary.md").read_text()
-    assert "| lab-2 | **FAIL** | 0/0 | – |" in text and "- unreachable: OSError: [Errno 113] No route to host" in text
+    assert "| lab-2 | **FAIL** | 0/0 | – |" in text and "OSError: [Errno 113] No route to host" in text
     assert lines[-1] == "1 of 2 host(s) passed; failed: lab-2"
 
 
@@ -831,7 +835,7 @@ def test_real_ssh_to_a_closed_port_is_an_unreachable_host(fleet: list[Target], t
     lines: list[str] = []
     outcome = benchrun.bench_host(closed, tmp_path, "R", 30, lines.append)
     assert not outcome.passed and outcome.cases == []
-    assert lines == [f"lab-2: FAIL {outcome.error}"] and outcome.error.startswith("unreachable: ")
+    assert lines == [f"lab-2: FAIL {outcome.error}"] and outcome.error.startswith("unreachable (root@127.0.0.1:1): ")
 
 
 def test_benchmark_errors_and_timeouts_fail_the_case_with_secrets_masked(

@@ -174,3 +174,20 @@ def test_amdgpu_errors_picks_the_driver_lines():
     )
     assert cvs.amdgpu_errors(log) == log.splitlines()[1:]
     assert cvs.amdgpu_errors("") == []
+
+
+def test_a_bad_data_override_is_blamed_on_data_not_a_file(inventory):
+    path = inventory(hosts='["gpu-1"]')
+    with pytest.raises(FleetError, match=r"--data: vllm_shm_size_gib"):
+        load_fleet(str(path), overrides={"vllm_shm_size_gib": "lots"})
+
+
+def test_check_refuses_bad_options_before_any_connection(inventory, tmp_path, capsys):
+    from rocmfleet.cli import main
+
+    path = str(inventory(hosts='[("gpu-1", {"ssh_hostname": "127.0.0.1", "ssh_port": 9})]'))
+    assert main(["check", path, "--json", str(tmp_path / "missing" / "x.json")]) == 2
+    assert "directory" in capsys.readouterr().err
+    assert main(["check", path, "--limit", "gpu-9,gpu-8"]) == 2
+    with pytest.raises(SystemExit):
+        main(["check", path, "--parallel", "0"])

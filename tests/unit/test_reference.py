@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from rocmfleet import reference
 
 
@@ -15,3 +17,31 @@ def test_json_schema_file_is_current():
 def test_every_field_has_a_description():
     table = reference.markdown_table()
     assert all(not row.endswith("|  |") for row in table.splitlines()), table
+
+
+def test_shipped_group_vars_validate_against_the_schema():
+    """What an editor's YAML language server would say about the shipped files (vault values aside)."""
+    import jsonschema
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!vault", lambda loader, node: "vault-value")
+    schema = json.loads(reference.json_schema())
+    files = sorted(reference.ROOT.glob("group_vars/*.yml"))
+    assert files
+    for path in files:
+        data = yaml.load(path.read_text(), Loader=Loader) or {}
+        errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(data)]
+        assert not errors, f"{path.name}: {errors}"
+
+
+def test_schema_refuses_unknown_keys_but_allows_pyinfras():
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(json.loads(reference.json_schema()))
+    assert not list(validator.iter_errors({"ssh_user": "root", "_sudo": True, "rocm_version": "7.2"}))
+    assert [e.message for e in validator.iter_errors({"rocm_verison": "7.2"})] == [
+        "'rocm_verison' does not match any of the regexes: '^(ssh_|_)'"
+    ]

@@ -63,6 +63,22 @@ def test_whole_file_vault_decrypts_values_to_secrets(tmp_path, password_file):
     assert data["registry_password"].reveal() == TOKEN
 
 
+def test_whole_file_vault_holds_secrets_at_any_depth_and_only_secrets(tmp_path, password_file):
+    from rocmfleet.settings import ConfigError, host_config
+
+    (tmp_path / "g.yml").write_text(vault.encrypt(f"vllm_secret_env:\n  HF_TOKEN: {TOKEN}\n", PASSWORD))
+    secrets = groupvars.load_group_vars("g", tmp_path)
+    config = host_config({"vllm_profile": "llama-4-scout", **secrets})
+    assert config.settings.vllm_secret_env["HF_TOKEN"].reveal() == TOKEN
+
+    (tmp_path / "h.yml").write_text(vault.encrypt("vllm_profile: llama-4-scout\n", PASSWORD))
+    with pytest.raises(ConfigError) as exc:
+        host_config(groupvars.load_group_vars("h", tmp_path))
+    (problem,) = exc.value.problems
+    assert problem.key == "vllm_profile" and "wholly encrypted file holds secrets only" in problem.message
+    assert problem.value == "*MASKED*"
+
+
 def test_wrong_password_names_file_and_line_not_the_secret(tmp_path, password_file):
     (tmp_path / "g.yml").write_text("a: 1\nb: " + vault.inline(TOKEN, b"other"))
     with pytest.raises(groupvars.GroupVarsError) as err:
