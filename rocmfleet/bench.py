@@ -686,14 +686,21 @@ def load_run(root: str | Path, run_id: str) -> dict[str, list[tuple[Case, BenchR
 
 
 def latest_baseline(
-    root: str | Path, host: str, case: Case, before_run_id: str | None, instance: str | None = None
+    root: str | Path,
+    host: str,
+    case: Case,
+    before_run_id: str | None,
+    instance: str | None = None,
+    like: BenchResult | None = None,
 ) -> BenchResult | None:
     """The host's newest result of ``case`` from a run before ``before_run_id`` (any, if ``None``).
 
     Skipped: unreadable files, runs where no request completed or any failed, and results whose
     saved verdict (:func:`save_verdict`) failed, so that neither a broken nor a slow run becomes
-    the bar to meet (a regression that failed once would otherwise pass the next time). Run ids
-    compare as strings (:func:`new_run_id`).
+    the bar to meet (a regression that failed once would otherwise pass the next time). With
+    ``like``, results it cannot be compared with (another model, concurrency or prompt count)
+    are skipped too, so a profile change does not end regression checks. Run ids compare as
+    strings (:func:`new_run_id`).
     """
     root = Path(root)
     if not root.is_dir():
@@ -709,7 +716,8 @@ def latest_baseline(
             result = load_result(path)
         except BenchParseError:
             continue
-        if result.completed > 0 and result.failed == 0 and verdict_passed(path) is not False:
+        comparable = like is None or _comparable(like, result) is None
+        if result.completed > 0 and result.failed == 0 and verdict_passed(path) is not False and comparable:
             return result
     return None
 

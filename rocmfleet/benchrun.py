@@ -273,7 +273,7 @@ def _bench_case(
         result = load_result(local)
     except BenchParseError as exc:
         return CaseOutcome(**where, case=case, error=str(exc).replace("\n", " "), path=local)
-    baseline = latest_baseline(root, target.name, case, run_id, inst_dir)
+    baseline = latest_baseline(root, target.name, case, run_id, inst_dir, like=result)
     verdict = judge(result, profile.bench.thresholds, baseline)
     save_verdict(local, verdict)
     baseline_run = None if baseline is None else Path(baseline.source).relative_to(root).parts[0]

@@ -29,9 +29,17 @@ def _validate(args: argparse.Namespace) -> int:
     if problems:
         print(f"rocmfleet: {report(problems)}", file=sys.stderr)
         return EXIT_INVALID
+    placeholder = "sha256:" + "0" * 64
     for name, config in configs.items():
         instances = ", ".join(f"{i.name}:{i.port}" for i in config.instances())
         print(f"{name}: ok ({config.profile.name}, {config.image.reference}; {instances})")
+    stale = sorted({c.profile.name for c in configs.values() if c.image.digest == placeholder})
+    if stale:
+        print(
+            f"rocmfleet: warning: {', '.join(stale)}: the image digest is the placeholder {placeholder[:15]}...; "
+            "replace it (skopeo inspect docker://IMAGE:TAG) before deploying",
+            file=sys.stderr,
+        )
     return 0
 
 

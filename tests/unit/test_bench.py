@@ -505,6 +505,19 @@ def test_a_result_that_failed_its_verdict_is_never_a_baseline(tmp_path: Path, ra
     assert latest_baseline(tmp_path, "h1", case, "20260301T000000Z").output_throughput == 10.0  # type: ignore[union-attr]
 
 
+def test_baseline_of_another_model_is_passed_over_for_an_older_comparable_one(
+    tmp_path: Path, raw: dict[str, Any]
+) -> None:
+    case = Case(2000, 150, 64)
+    good = {**raw, "failed": 0}
+    _save(tmp_path, "20260101T000000Z", "h1", case, {**good, "output_throughput": 100.0})
+    _save(tmp_path, "20260201T000000Z", "h1", case, {**good, "model_id": "other/model", "output_throughput": 7.0})
+    this = parse_result(json.dumps({**good, "output_throughput": 99.0}), "this run")
+    assert latest_baseline(tmp_path, "h1", case, "20260301T000000Z").output_throughput == 7.0  # type: ignore[union-attr]
+    found = latest_baseline(tmp_path, "h1", case, "20260301T000000Z", like=this)
+    assert found is not None and found.output_throughput == 100.0
+
+
 def test_load_run_reads_hosts_and_instances(tmp_path: Path, raw: dict[str, Any]) -> None:
     run_id = "20260722T060114Z"
     _save(tmp_path, run_id, "h1", Case(5000, 1000, 64), raw)
