@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from pathlib import Path
 
 from rocmfleet.settings import HostConfig
 from rocmfleet.validate import InventoryError, report, validate_inventory
@@ -75,8 +74,6 @@ def load_fleet(inventory: str, limit: list[str] | None = None, overrides: dict |
         FleetError: the inventory cannot be loaded or is invalid (the message is the same report
             ``rocmfleet validate`` prints), or ``limit`` matches no host.
     """
-    if not Path(inventory).is_file():
-        raise FleetError(f"{inventory}: no such inventory file")
     try:
         configs, problems, hosts = validate_inventory(inventory, with_hosts=True, overrides=overrides)
     except InventoryError as exc:

@@ -57,6 +57,8 @@ def validate_inventory(inventory: str, with_hosts: bool = False, overrides: dict
     Raises:
         InventoryError: the inventory file or a group file cannot be loaded at all.
     """
+    if not Path(inventory).is_file():
+        raise InventoryError(f"{inventory}: no such inventory file")
     groupvars.LOADED.clear()
     inv = _load(inventory, overrides)
     configs: dict[str, HostConfig] = {}
