@@ -95,9 +95,11 @@ def _check(args: argparse.Namespace) -> int:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
 
+    width = max(len(t.name) for t in targets)
+
     def progress(results):
         for result in results:
-            print(compliance.line(result), flush=True)
+            print(compliance.line(result, width), flush=True)
 
     results = compliance.run_fleet(
         targets, args.inventory, args.select, args.timeout_s, args.parallel, overrides, on_host=progress

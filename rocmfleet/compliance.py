@@ -159,10 +159,11 @@ def run_fleet(
         return [r for host_results in pool.map(one, targets) for r in host_results]
 
 
-def line(result: CheckResult) -> str:
-    """The line people read: ``lab-1  FAIL  vllm::ready[a]  why``."""
+def line(result: CheckResult, host_width: int = 0) -> str:
+    """The line people read: ``lab-1  FAIL  vllm::ready[a]  why``; the host padded to ``host_width``."""
     word = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[result.outcome]
-    return f"{result.host}  {word}  {result.check}" + (f"  {result.message}" if result.message else "")
+    text = f"{result.host:<{host_width}}  {word}  {result.check}"
+    return text + (f"  {result.message}" if result.message else "")
 
 
 def summary_table(results: list[CheckResult]) -> str:

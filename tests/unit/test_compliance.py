@@ -48,6 +48,7 @@ def test_module_selection_refuses_unknown_modules():
 def test_lines_table_and_exit_status():
     assert compliance.line(RESULTS[1]) == "gpu-1  FAIL  tuning::numa_balancing_persisted  kernel.numa_balancing = 1"
     assert compliance.line(RESULTS[0]) == "gpu-1  PASS  host::reachable"
+    assert compliance.line(RESULTS[0], 8) == "gpu-1     PASS  host::reachable"  # aligned with longer names
     table = compliance.summary_table(RESULTS).splitlines()
     assert table[1].split() == ["gpu-1", "1", "1", "1", "FAIL"]
     assert table[2].split() == ["gpu-2", "0", "1", "0", "FAIL"]
