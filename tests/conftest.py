@@ -18,13 +18,15 @@ def lab_command(*args: str, timeout_s: float = 2400) -> None:
     subprocess.run([sys.executable, "-m", "tests.lab", *args], cwd=ROOT, check=True, timeout=timeout_s)
 
 
-def pyinfra_json(deploy_file: str, *flags: str, timeout_s: float = 3000) -> tuple[int, dict, str]:
-    """``pyinfra --json FLAGS inventories/lab.py DEPLOY_FILE``: exit status, JSON report, stderr.
+def pyinfra_json(
+    deploy_file: str, *flags: str, inventory: str = "inventories/lab.py", timeout_s: float = 3000
+) -> tuple[int, dict, str]:
+    """``pyinfra --json FLAGS INVENTORY DEPLOY_FILE``: exit status, JSON report, stderr.
 
     Pass ``-y`` to apply: without it pyinfra only plans (as ``--dry``).
     """
     proc = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "--json", *flags, "inventories/lab.py", deploy_file],
+        [sys.executable, "-m", "pyinfra", "--json", *flags, inventory, deploy_file],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -51,6 +53,25 @@ def rocmfleet_cli(*args: str, timeout_s: float = 900) -> subprocess.CompletedPro
     return subprocess.run(
         [sys.executable, "-m", "rocmfleet.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
     )
+
+
+@pytest.fixture(scope="session")
+def ssh_config(lab, tmp_path_factory) -> Path:
+    """An ``ssh_config`` for the lab's hosts (root, the lab key, strict host keys), for testinfra."""
+    path = tmp_path_factory.mktemp("ssh") / "config"
+    path.write_text(
+        "Host *\n  User root\n"
+        f"  IdentityFile {lab.ssh_key}\n  UserKnownHostsFile {lab.known_hosts}\n"
+        "  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 10\n"
+    )
+    return path
+
+
+def connect(address: str, ssh_config: Path):
+    """A testinfra host for the lab host at ``address``."""
+    import testinfra
+
+    return testinfra.get_host(f"ssh://root@{address}", ssh_config=str(ssh_config))
 
 
 @pytest.fixture(scope="session")

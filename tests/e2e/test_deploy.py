@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
-import testinfra
 
 from rocmfleet.topology import parse_id_list
-from tests.conftest import lab_command, pyinfra_json
+from tests.conftest import connect, lab_command, pyinfra_json
 
 pytestmark = pytest.mark.lab
 
@@ -55,21 +53,6 @@ def wait_for_completion(address: str, port: int = 8000, timeout_s: float = 900) 
             if time.monotonic() > deadline:
                 raise AssertionError(f"{address}: no completion after {timeout_s} s ({exc})") from exc
             time.sleep(5)
-
-
-@pytest.fixture(scope="module")
-def ssh_config(lab, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("ssh") / "config"
-    path.write_text(
-        "Host *\n  User root\n"
-        f"  IdentityFile {lab.ssh_key}\n  UserKnownHostsFile {lab.known_hosts}\n"
-        "  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 10\n"
-    )
-    return path
-
-
-def connect(address: str, ssh_config: Path):
-    return testinfra.get_host(f"ssh://root@{address}", ssh_config=str(ssh_config))
 
 
 @pytest.fixture(scope="module")

@@ -15,17 +15,14 @@ so the parser check accepts it and the engine dies at every start.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from rocmfleet import rollout
-from tests.conftest import ROOT
-from tests.e2e.test_deploy import complete, connect, pyinfra_deploy
+from tests.conftest import ROOT, connect, pyinfra_json
+from tests.e2e.test_deploy import complete, pyinfra_deploy
 
 pytestmark = pytest.mark.lab
 
@@ -35,20 +32,6 @@ REPO = "rocmfleet-lab/vllm-cpu"
 GOOD_TAG, BAD_TAG = "0.32.0-lab.1", "0.32.0-lab.2"
 #: Short, to fail the new version fast; the old one still gets the default deadline to come back.
 BAD_TIMEOUT_S = 180
-
-
-def pyinfra_run(inventory: Path) -> tuple[int, dict, str]:
-    """``pyinfra -y --json INVENTORY deploy.py`` from the repository root."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "--json", "-y", str(inventory), "deploy.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=3000,
-        env={**os.environ, "PYINFRA_PROGRESS": "off"},
-    )
-    report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
-    return proc.returncode, report, proc.stderr
 
 
 def bad_version_inventory(tmp_path: Path, lab, target: str) -> Path:
@@ -94,17 +77,6 @@ def started(lab, ssh_config) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def ssh_config(lab, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("ssh") / "config"
-    path.write_text(
-        "Host *\n  User root\n"
-        f"  IdentityFile {lab.ssh_key}\n  UserKnownHostsFile {lab.known_hosts}\n"
-        "  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 10\n"
-    )
-    return path
-
-
-@pytest.fixture(scope="module")
 def converged(lab):
     rc, report, stderr = pyinfra_deploy()
     assert rc == 0, stderr[-4000:]
@@ -145,7 +117,7 @@ def test_a_version_that_never_gets_ready_is_rolled_back_on_its_host_only(lab, co
     assert saved["image"] == f"{repo}:{GOOD_TAG}@{good_digest}"  # the converged deploy kept it as last good
     before = started(lab, ssh_config)
 
-    rc, report, stderr = pyinfra_run(bad_version_inventory(tmp_path, lab, target))
+    rc, report, stderr = pyinfra_json("deploy.py", "-y", inventory=str(bad_version_inventory(tmp_path, lab, target)))
 
     assert rc != 0
     results = report["results"]
