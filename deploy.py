@@ -2,10 +2,14 @@
 
 Roles run in a fixed order: base (apt proxy, packages), rocm (AMD's repositories, the amdgpu
 driver), tuning (MI300X OS settings), one reboot if the driver or kernel command line changed,
-docker, vllm. The rocm preflight stops a host with an unsupported OS or kernel before anything
-changes. The inventory already
-validated every host before connecting (``rocmfleet.validate.check_on_load``); this validates
-again per host so that ``--data`` overrides are checked too.
+docker, vllm. A bare host converges in one run: the vllm role reads the GPU topology at
+execution time, after the reboot (``roles/vllm``), not while pyinfra prepares the run.
+
+Every per-host problem fails that host alone, through pyinfra's own error path
+(:mod:`rocmfleet.operations.fail`): the other hosts converge and pyinfra exits non-zero naming
+the failed hosts. The inventory already validated every host before connecting
+(``rocmfleet.validate.check_on_load``); this validates again per host so that ``--data``
+overrides are checked too.
 """
 
 from pyinfra import host
@@ -16,17 +20,18 @@ import roles.rocm
 import roles.tuning
 import roles.vllm
 from rocmfleet import groupvars
+from rocmfleet.operations import fail
 from rocmfleet.settings import ConfigError, host_config
 
 try:
     config = host_config(host.data.dict(), groupvars.profiles_dir())
 except ConfigError as exc:
-    raise SystemExit(f"rocmfleet: {host.name}: {exc}") from None
-
-roles.rocm.preflight(config.rocm)
-roles.base.apply(config.settings)
-roles.rocm.apply(config.rocm)
-roles.tuning.apply(config.tuning)
-roles.rocm.reboot(config.rocm, predicted=roles.tuning.predicted_reboot(config.tuning))
-roles.docker.apply(config.settings)
-roles.vllm.apply(config)
+    fail.failed(name="Validate this host's data", message=f"rocmfleet: {host.name}: {exc}".replace("\n", "; "))
+else:
+    roles.rocm.preflight(config.rocm)
+    roles.base.apply(config.settings)
+    roles.rocm.apply(config.rocm)
+    roles.tuning.apply(config.tuning)
+    roles.rocm.reboot(config.rocm, predicted=roles.tuning.predicted_reboot(config.tuning))
+    roles.docker.apply(config.settings)
+    roles.vllm.apply(config)

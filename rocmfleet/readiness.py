@@ -11,18 +11,20 @@ from __future__ import annotations
 import json
 import shlex
 
+from rocmfleet import scripts
 
-def probe_script(port: int, model: str) -> str:
-    """A POSIX shell snippet that exits 0 when the server on ``127.0.0.1:port`` is ready."""
-    base = f"http://127.0.0.1:{port}"
+
+def probe_script(port: int, model: str, container: str) -> str:
+    """Shell that exits 0 when ``container``'s server on ``127.0.0.1:port`` is ready.
+
+    Runs ``rocmfleet/scripts/vllm-probe.sh ready``: the port must be held by a process of
+    ``container`` (an orphan or a stranger answering there never makes this instance ready),
+    then ``/health``, ``/v1/models`` listing ``model`` (matched as the server writes it: UTF-8,
+    not ``\\u`` escapes) and one short completion.
+    """
+    listed = f'"id":{json.dumps(model, ensure_ascii=False)}'
     completion = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1})
-    listed = f'"id":{json.dumps(model)}'
-    return (
-        f"curl -fsS -m 5 -o /dev/null {base}/health"
-        f" && curl -fsS -m 5 {base}/v1/models | grep -qF {shlex.quote(listed)}"
-        f" && curl -fsS -m 60 -o /dev/null -H 'content-type: application/json'"
-        f" -d {shlex.quote(completion)} {base}/v1/completions"
-    )
+    return scripts.command("vllm-probe.sh", "ready", port, container, listed, completion)
 
 
 def wait_script(port: int, model: str, timeout_s: int, container: str, interval_s: int = 5) -> str:
@@ -31,7 +33,7 @@ def wait_script(port: int, model: str, timeout_s: int, container: str, interval_
     On timeout it prints the container's last 40 log lines and exits 1, so the deploy fails
     the host with the reason in its output.
     """
-    probe = probe_script(port, model)
+    probe = probe_script(port, model, container)
     return (
         f"deadline=$(( $(date +%s) + {timeout_s} )); "
         f"until ( {probe} ) >/dev/null 2>&1; do "

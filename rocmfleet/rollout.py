@@ -355,7 +355,9 @@ def wait_or_roll_back_script(
     for i, _ in enumerate(targets):
         lines.append(f"r{i}=0; b{i}=0; q{i}=0; on{i}=1")
     lines += _wait_loop(
-        [(f"r{i}", f"on{i}", probe_script(t.port, t.model)) for i, t in enumerate(targets)], timeout_s, interval_s
+        [(f"r{i}", f"on{i}", probe_script(t.port, t.model, t.container)) for i, t in enumerate(targets)],
+        timeout_s,
+        interval_s,
     )
     for i, t in enumerate(targets):
         lines += [
@@ -395,7 +397,7 @@ def wait_or_roll_back_script(
         lines += [
             "  " + line
             for line in _wait_loop(
-                [(f"q{i}", f"b{i}", probe_script(t.port, t.model)) for i, t in rollbackable],
+                [(f"q{i}", f"b{i}", probe_script(t.port, t.model, t.container)) for i, t in rollbackable],
                 rollback_timeout_s,
                 interval_s,
             )

@@ -100,7 +100,8 @@ class HostSettings(BaseModel):
         description="HTTP proxy for apt, e.g. `http://10.0.0.1:3128`; null for none.",
     )
     base_packages: list[str] = Field(
-        default=["ca-certificates", "curl", "gnupg"], description="Debian packages every host gets."
+        default=["ca-certificates", "curl", "gnupg", "iproute2"],
+        description="Debian packages every host gets (curl and iproute2's `ss`: the vLLM readiness probe).",
     )
 
     docker_source: Literal["docker", "debian"] = Field(

@@ -1,26 +1,79 @@
-"""Facts about vLLM servers on a host."""
+"""Facts about vLLM servers on a host: readiness, who holds a port, which instances are rocmfleet's."""
 
 from __future__ import annotations
 
+import shlex
+
 from pyinfra.api import FactBase
 
+from rocmfleet import scripts
 from rocmfleet.readiness import probe_script
+
+#: First line of every unit rocmfleet renders (``templates/vllm/vllm.service.j2``): the mark that
+#: makes a ``vllm-*.service`` ours to remove when the data no longer lists it.
+UNIT_MARKER = "# Managed by rocmfleet (roles/vllm)."
 
 
 class VllmReady(FactBase[bool]):
     """
-    Whether the vLLM server on ``127.0.0.1:port`` is ready to serve ``model`` (see
-    :mod:`rocmfleet.readiness` for what ready means).
+    Whether the vLLM server of ``container`` on ``127.0.0.1:port`` is ready to serve ``model`` (see
+    :mod:`rocmfleet.readiness` for what ready means: a server answering on the port that is not
+    the container's own never counts).
 
     .. code:: python
 
-        host.get_fact(VllmReady, port=8000, model="tiny-llama")  # True
+        host.get_fact(VllmReady, port=8000, model="tiny-llama", container="vllm-a")  # True
     """
 
     default = bool
 
-    def command(self, port: int, model: str) -> str:
-        return f"if {probe_script(port, model)} 2>/dev/null; then echo ready; else echo not-ready; fi"
+    def command(self, port: int, model: str, container: str) -> str:
+        return f"if {probe_script(port, model, container)} 2>/dev/null; then echo ready; else echo not-ready; fi"
 
     def process(self, output: list[str]) -> bool:
         return output == ["ready"]
+
+
+class PortOwner(FactBase[str]):
+    """
+    Who listens on TCP ``port``: ``"free"``, ``"ours"`` (a process of ``container``) or
+    ``"other PID COMMAND"`` (``rocmfleet/scripts/vllm-probe.sh owner``).
+
+    .. code:: python
+
+        host.get_fact(PortOwner, port=8001, container="vllm-b")  # "other 4242 python3 -m http.server 8001"
+    """
+
+    def command(self, port: int, container: str) -> str:
+        return scripts.command("vllm-probe.sh", "owner", port, container)
+
+    def process(self, output: list[str]) -> str:
+        line = " ".join(output).strip()
+        return line if line in ("free", "ours") or line.startswith("other ") else f"other ? (unreadable: {line!r})"
+
+    @staticmethod
+    def default() -> str:
+        return "free"
+
+
+class ManagedInstances(FactBase[list[str]]):
+    """
+    Names of the vLLM instances rocmfleet made on this host: every
+    ``/etc/systemd/system/vllm-<name>.service`` whose first line is :data:`UNIT_MARKER`.
+
+    .. code:: python
+
+        host.get_fact(ManagedInstances)  # ["tiny-llama-a", "tiny-llama-b"]
+    """
+
+    default = list
+
+    def command(self) -> str:
+        marker = shlex.quote(UNIT_MARKER)
+        return (
+            'for f in /etc/systemd/system/vllm-*.service; do [ -f "$f" ] || continue; '
+            f'head -n 1 "$f" | grep -qF {marker} && basename "$f" .service; done; true'
+        )
+
+    def process(self, output: list[str]) -> list[str]:
+        return sorted(line.strip().removeprefix("vllm-") for line in output if line.strip().startswith("vllm-"))

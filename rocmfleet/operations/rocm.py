@@ -23,11 +23,12 @@ from rocmfleet.facts.rocm import (
     RebootReasons,
     SecureBoot,
 )
+from rocmfleet.operations.fail import host_failure
 
 
-def fail(message: str) -> StringCommand:
-    """A command that fails the host with ``message`` on stderr (shown by pyinfra)."""
-    return StringCommand(f"printf '%s\\n' {shlex.quote(message)} >&2; exit 1")
+def fail(message: str):
+    """A command that fails the host with ``message`` (:func:`rocmfleet.operations.fail.host_failure`)."""
+    return host_failure(message)
 
 
 def mark_reboot(reason_key: str, reason: str) -> StringCommand:

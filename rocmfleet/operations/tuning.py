@@ -12,6 +12,7 @@ from pyinfra.operations import files
 
 from rocmfleet import tuning
 from rocmfleet.facts.tuning import SysctlLive
+from rocmfleet.operations.fail import host_failure
 
 
 @operation()
@@ -28,10 +29,7 @@ def grub_cmdline(params: list[str], path: str = tuning.GRUB_DEFAULTS):
     """
     lines = host.get_fact(FileContents, path=path)
     if lines is None:
-        yield StringCommand(
-            f"printf '%s\\n' {shlex.quote(f'rocmfleet: {path} not found; the kernel command line is set through GRUB')}"
-            " >&2; exit 1"
-        )
+        yield host_failure(f"rocmfleet: {path} not found; the kernel command line is set through GRUB")
         return
     text = "".join(line + "\n" for line in lines)
     new = tuning.edit_grub_defaults(text, params)

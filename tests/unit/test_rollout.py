@@ -17,8 +17,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pyinfra.api import FunctionCommand
 
-from rocmfleet import rollout
+from rocmfleet import rollout, vllm
+from tests.unit.conftest import TOPOLOGY
 
 IMAGE = "reg:5000/vllm:new@sha256:" + "ab" * 32
 OLD_IMAGE = "reg:5000/vllm:old@sha256:" + "cd" * 32
@@ -152,7 +154,16 @@ STUBS = {
         case $url in */v1/models) printf '{"data":[{"id":"tiny"}]}';; esac
         exit 0
     """,
-    "docker": 'echo "docker $*" >> "$STATE/calls"; [ "$1" = logs ] && echo "log line of ${4}"; exit 0',
+    # A ready port is held by pid 4242, a process of every container (docker top).
+    "ss": """
+        for a in "$@"; do case $a in *:*) port=${a##*:};; esac; done
+        [ -e "$STATE/ready-$port" ] && echo "LISTEN 0 4096 0.0.0.0:$port 0.0.0.0:* users:((\\"vllm\\",pid=4242,fd=3))"
+        exit 0
+    """,
+    "docker": """
+        [ "$1" = top ] && { printf 'PID\\n4242\\n'; exit 0; }
+        echo "docker $*" >> "$STATE/calls"; [ "$1" = logs ] && echo "log line of ${4}"; exit 0
+    """,
     "journalctl": 'echo "journal of $*"',
     # restart U: U comes back ready when $STATE/heals-U holds its port.
     "systemctl": """
@@ -362,19 +373,26 @@ def test_logs_fall_back_to_the_journal_when_the_container_is_gone(host, tmp_path
 
 
 class FakeHost:
-    """``get_fact`` answers from ``ready`` ({port: bool}) and ``saved`` ({directory: LastGoodState})."""
+    """``get_fact`` answers from ``ready`` ({port: bool}), ``saved`` ({directory: LastGoodState}) and
+    ``facts`` (fact class -> answer: the topology, device gids, managed instances, port owners)."""
 
-    def __init__(self, ready: dict[int, bool], saved: dict[str, rollout.LastGoodState]) -> None:
+    name = "gpu-1"
+
+    def __init__(self, ready: dict[int, bool], saved: dict[str, rollout.LastGoodState], **facts) -> None:
         self.ready, self.saved, self.noops = ready, saved, []
+        self.facts = {"GpuTopology": TOPOLOGY, "DeviceGroupIds": [44, 992], **facts}
 
     def get_fact(self, fact, **kwargs):
         from rocmfleet.facts.rollout import LastGood
-        from rocmfleet.facts.vllm import VllmReady
+        from rocmfleet.facts.vllm import PortOwner, VllmReady
 
         if fact is VllmReady:
             return self.ready[kwargs["port"]]
-        assert fact is LastGood
-        return self.saved[kwargs["files"].directory]
+        if fact is PortOwner:
+            return self.facts["PortOwner"][kwargs["port"]]
+        if fact is LastGood:
+            return self.saved[kwargs["files"].directory]
+        return self.facts[fact.__name__]
 
     def noop(self, message: str) -> None:
         self.noops.append(message)
@@ -400,16 +418,87 @@ def commands(generator) -> list[str]:
     return [str(command) for command in generator]
 
 
-def test_check_is_a_noop_when_the_last_good_version_ran_the_same(ops, tmp_path):
-    files = instance_files(tmp_path, "a")
-    record = json.loads(rollout.serve_record(IMAGE, ["/m"], {"A": "1"}))
+def expected_env(config, name: str) -> dict[str, str]:
+    return vllm.container_env(config, vllm.placements(config, TOPOLOGY)[name])
+
+
+def failure(commands_: list) -> str:
+    """The message of the one host failure an operation yielded."""
+    (command,) = commands_
+    assert isinstance(command, FunctionCommand)
+    return command.args[0]
+
+
+def test_check_is_a_noop_when_the_last_good_version_ran_the_same(ops, tmp_path, lab_config):
+    files = instance_files(tmp_path, "tiny-llama-a")
+    inst = lab_config.instances()[0]
+    args, env = vllm.serve_args(lab_config, inst), expected_env(lab_config, inst.name)
+    record = json.loads(rollout.serve_record(lab_config.image.reference, args, env))
     fake = FakeHost({}, {files.directory: saved_state("same", record)})
     vllm_ops = ops(fake)
-    assert commands(vllm_ops.serve_args_check._inner("a", IMAGE, ["/m"], {"A": "1"}, files)) == []
-    assert fake.noops == ["a: its last good version ran these vllm serve arguments on this image"]
-    # new arguments: checked
-    checked = commands(vllm_ops.serve_args_check._inner("a", IMAGE, ["/m", "--port", "1"], {"A": "1"}, files))
-    assert checked == [rollout.serve_args_check_script(IMAGE, ["/m", "--port", "1"], {"A": "1"}, "a")]
+    assert list(vllm_ops.serve_args_check._inner(lab_config, inst.name, files)) == []
+    assert fake.noops == ["tiny-llama-a: its last good version ran these vllm serve arguments on this image"]
+    # a last good version on another image: checked with the instance's placed environment
+    fake = FakeHost({}, {files.directory: saved_state("same", {**record, "image": OLD_IMAGE})})
+    checked = commands(ops(fake).serve_args_check._inner(lab_config, inst.name, files))
+    assert checked == [rollout.serve_args_check_script(lab_config.image.reference, args, env, inst.name)]
+    assert "CUDA_VISIBLE_DEVICES=0" in checked[0]
+
+
+def test_nothing_is_placed_while_preparing_a_host_without_gpus(ops, tmp_path, lab_config):
+    fake = FakeHost({}, {}, GpuTopology=None)
+    vllm_ops = ops(fake, executing=False)
+    files = instance_files(tmp_path, "tiny-llama-a")
+    assert commands(vllm_ops.place._inner(lab_config)) == []
+    assert commands(vllm_ops.instance_files._inner(lab_config, "tiny-llama-a", "/etc/u")) == []
+    assert commands(vllm_ops.serve_args_check._inner(lab_config, "tiny-llama-a", files)) == []
+    assert commands(vllm_ops.last_good._inner(lab_config, "tiny-llama-a", files)) == []
+    assert fake.noops[0] == "the GPU topology is read after the driver is installed and the host rebooted"
+
+
+def test_a_host_without_gpus_at_execution_fails_alone_with_the_reason(ops, lab_config):
+    vllm_ops = ops(FakeHost({}, {}, GpuTopology=None))
+    assert failure(list(vllm_ops.place._inner(lab_config))) == f"rocmfleet: {vllm_ops.NO_KFD}"
+
+
+def test_instances_that_do_not_fit_fail_the_host_with_the_placement_problem(ops, lab_data):
+    from rocmfleet.settings import host_config
+
+    config = host_config({**lab_data, "vllm_instances": [{"name": "x", "port": 8000, "gpus": [9]}]})
+    message = failure(list(ops(FakeHost({}, {})).place._inner(config)))
+    assert message.startswith("rocmfleet: placement: ") and "9" in message
+
+
+def test_placement_is_said_and_read_once_per_run(ops, lab_config):
+    fake = FakeHost({}, {})
+    vllm_ops = ops(fake)
+    assert list(vllm_ops.place._inner(lab_config)) == []
+    fake.facts["GpuTopology"] = None  # read again, this would fail the host
+    assert list(vllm_ops.place._inner(lab_config)) == []
+    assert fake.noops[0].startswith("tiny-llama-a: ") and "tiny-llama-b: " in fake.noops[0]
+
+
+def test_orphans_are_stopped_and_removed_with_their_files(ops):
+    fake = FakeHost({}, {}, ManagedInstances=["a", "gone", "b"])
+    assert commands(ops(fake).remove_orphans._inner(["a", "b"])) == [
+        "systemctl disable --now vllm-gone.service",
+        "docker rm --force vllm-gone >/dev/null 2>&1 || true",
+        "rm -rf /etc/systemd/system/vllm-gone.service /etc/rocmfleet/vllm/gone.env "
+        "/etc/rocmfleet/vllm/gone.secrets /etc/rocmfleet/vllm/gone.last-good",
+        "systemctl reset-failed vllm-gone.service 2>/dev/null || true",
+        "systemctl daemon-reload",
+    ]
+    fake = FakeHost({}, {}, ManagedInstances=["a", "b"])
+    assert commands(ops(fake).remove_orphans._inner(["a", "b", "c"])) == []
+
+
+def test_a_stranger_on_the_port_fails_the_host(ops):
+    fake = FakeHost({}, {}, PortOwner={8000: "free", 8001: "ours", 8002: "other 4242 python3 -m http.server 8002"})
+    vllm_ops = ops(fake)
+    assert list(vllm_ops.port_is_ours._inner("a", 8000, "vllm-a")) == []
+    assert list(vllm_ops.port_is_ours._inner("b", 8001, "vllm-b")) == []
+    message = failure(list(vllm_ops.port_is_ours._inner("c", 8002, "vllm-c")))
+    assert message.startswith("rocmfleet: port 8002 of vLLM instance c is held by 4242 python3 -m http.server 8002")
 
 
 def test_wait_rolls_back_only_what_is_not_ready_and_has_a_different_last_good(ops, tmp_path):
@@ -437,17 +526,17 @@ def test_wait_is_a_noop_when_everything_is_ready(ops, tmp_path):
     assert fake.noops == ["vLLM instances a are ready"]
 
 
-def test_last_good_is_kept_once_and_only_when_ready(ops, tmp_path):
-    files = instance_files(tmp_path, "a")
-    record = rollout.serve_record(IMAGE, ["/m"], {})
+def test_last_good_is_kept_once_and_only_when_ready(ops, tmp_path, lab_config):
+    inst = lab_config.instances()[0]
+    files = instance_files(tmp_path, inst.name)
+    env = expected_env(lab_config, inst.name)
+    record = rollout.serve_record(lab_config.image.reference, vllm.serve_args(lab_config, inst), env)
     unsaved = FakeHost({8000: True}, {files.directory: saved_state("missing", None)})
-    assert commands(ops(unsaved).last_good._inner("a", 8000, "tiny", files, record)) == [
+    assert commands(ops(unsaved).last_good._inner(lab_config, inst.name, files)) == [
         rollout.save_last_good_script(files, record)
     ]
     saved = FakeHost({8000: True}, {files.directory: saved_state("same", json.loads(record))})
-    assert commands(ops(saved).last_good._inner("a", 8000, "tiny", files, record)) == []
+    assert commands(ops(saved).last_good._inner(lab_config, inst.name, files)) == []
     not_ready = FakeHost({8000: False}, {files.directory: saved_state("differs", None)})
-    from pyinfra.api import OperationError
-
-    with pytest.raises(OperationError, match="a: not ready on port 8000"):
-        commands(ops(not_ready).last_good._inner("a", 8000, "tiny", files, record))
+    message = failure(list(ops(not_ready).last_good._inner(lab_config, inst.name, files)))
+    assert message == "rocmfleet: tiny-llama-a: not ready on port 8000; its files are not kept as the last good version"

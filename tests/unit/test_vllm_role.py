@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rocmfleet import rollout, vllm
 from rocmfleet.facts.topology import parse_fact_output
+from rocmfleet.operations.vllm import NO_KFD
 from rocmfleet.placement import InstanceShape, place
 from rocmfleet.settings import host_config
 
@@ -52,11 +53,15 @@ def records() -> dict[str, str]:
     }
 
 
-def run_role(tmp_path: Path, responses: dict) -> tuple[list[dict], str]:
-    """Run ``roles.vllm.apply`` on the fake host; the JSON report's operations, and stderr."""
+def run_role(tmp_path: Path, responses: dict, rc: int = 0, others: dict | None = None) -> tuple[list[dict], str]:
+    """Run ``roles.vllm.apply`` on the fake host ``gpu-1`` (and ``others``: {name: responses});
+    the JSON report's operations, and stderr."""
     inventory, deploy = tmp_path / "inventory.py", tmp_path / "deploy.py"
-    host_data = {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": responses}
-    inventory.write_text(f"hosts = [('@fake/gpu-1', {host_data!r})]\n")
+    hosts = [
+        (f"@fake/{name}", {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": answers})
+        for name, answers in {"gpu-1": responses, **(others or {})}.items()
+    ]
+    inventory.write_text(f"hosts = {hosts!r}\n")
     deploy.write_text(
         textwrap.dedent(
             f"""
@@ -76,7 +81,7 @@ def run_role(tmp_path: Path, responses: dict) -> tuple[list[dict], str]:
         timeout=300,
         env={**os.environ, "PYINFRA_PROGRESS": "off"},
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.returncode == rc, proc.stderr[-4000:]
     return json.loads(proc.stdout)["results"]["operations"], proc.stderr
 
 
@@ -86,7 +91,13 @@ def changed(operations: list[dict]) -> list[str]:
 
 def test_fresh_host_checks_before_writing_and_keeps_last_good_at_the_end(tmp_path):
     operations, _ = run_role(
-        tmp_path, {"@@rocmfleet-gpu-topology": TOPOLOGY, "stat -c %g /dev/kfd": ["992"], "if curl -fsS": ["ready"]}
+        tmp_path,
+        {
+            "@@rocmfleet-gpu-topology": TOPOLOGY,
+            "stat -c %g /dev/kfd": ["992"],
+            "vllm-probe.sh ready 80": ["ready"],
+            "vllm-probe.sh owner 80": ["free"],
+        },
     )
     names = [op["name"].removeprefix("vllm | ") for op in operations]
     checks = [names.index(f"Check the vllm serve arguments of vllm-{i}.service with the image's vLLM") for i in "ab"]
@@ -112,9 +123,46 @@ def test_a_proven_version_is_not_checked_or_kept_again(tmp_path):
     responses = {
         "@@rocmfleet-gpu-topology": TOPOLOGY,
         "stat -c %g /dev/kfd": ["992"],
-        "if curl -fsS": ["ready"],
+        "vllm-probe.sh ready 80": ["ready"],
+        "vllm-probe.sh owner 80": ["free"],
         **saved,
     }
     operations, _ = run_role(tmp_path, responses)
     ours = [name for name in changed(operations) if name.startswith(("Check", "Wait", "Keep"))]
     assert ours == []
+
+
+def test_a_host_without_gpus_fails_alone_before_anything_of_vllm_changes(tmp_path):
+    healthy = {
+        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "stat -c %g /dev/kfd": ["992"],
+        "vllm-probe.sh ready 80": ["ready"],
+        "vllm-probe.sh owner 80": ["free"],
+    }
+    bare = {"@@rocmfleet-gpu-topology": ["@@rocmfleet-gpu-topology 1", "@@no-kfd"]}
+    operations, stderr = run_role(tmp_path, bare, rc=1, others={"gpu-2": healthy})
+    failed = [op["name"].removeprefix("vllm | ") for op in operations if op["error"]]
+    assert failed[0] == "Place the vLLM instances on this host's GPUs"  # then nothing more ran there
+    assert all(op["error"] == ["@fake/gpu-1"] for op in operations if op["error"])
+    # the other host went on to the end
+    assert operations[-1]["no_change"] + operations[-1]["success"] == ["@fake/gpu-2"]
+    assert [line for line in stderr.splitlines() if "no GPUs in /sys/class/kfd" in line] == [
+        f"    [@fake/gpu-1] rocmfleet: {NO_KFD}"
+    ]
+    assert "Traceback" not in stderr
+    assert not [op["name"] for op in operations if "@fake/gpu-1" in op["success"] and "Create" not in op["name"]]
+
+
+def test_an_orphan_unit_of_ours_is_removed_before_the_new_ones_start(tmp_path):
+    responses = {
+        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "stat -c %g /dev/kfd": ["992"],
+        "vllm-probe.sh ready 80": ["ready"],
+        "vllm-probe.sh owner 80": ["free"],
+        "/etc/systemd/system/vllm-*.service": ["vllm-a", "vllm-old"],
+    }
+    operations, _ = run_role(tmp_path, responses)
+    names = [op["name"].removeprefix("vllm | ") for op in operations]
+    removal = names.index("Remove vLLM instances the data no longer lists")
+    assert "Remove vLLM instances the data no longer lists" in changed(operations)
+    assert removal < min(i for i, name in enumerate(names) if name.startswith(("Render", "Enable", "Restart")))

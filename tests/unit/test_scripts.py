@@ -1,0 +1,69 @@
+"""Host-side scripts (``rocmfleet/scripts``): shellcheck-clean, and run here under ``sh``."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from rocmfleet import scripts
+
+SCRIPTS = sorted(p.name for p in scripts.DIR.glob("*.sh"))
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_script_is_shellcheck_clean(name):
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (./dev setup installs it)")
+    result = subprocess.run(["shellcheck", "-s", "sh", str(scripts.DIR / name)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def run(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", "-c", scripts.command("vllm-probe.sh", *args)], capture_output=True, text=True)
+
+
+@pytest.fixture
+def listener():
+    """A process of this machine listening on a free port of 127.0.0.1: (port, pid)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen();"
+         " print(s.getsockname()[1], flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    port = int(proc.stdout.readline())
+    yield port, proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_owner_names_a_stranger_on_the_port(listener):
+    if shutil.which("ss") is None:
+        pytest.skip("ss (iproute2) is not installed")
+    port, pid = listener
+    result = run("owner", port, "vllm-nosuch")  # no such container: the listener is a stranger
+    assert result.stdout.startswith(f"other {pid} {sys.executable} -c import socket")
+
+
+def test_owner_of_a_free_port_is_free():
+    if shutil.which("ss") is None:
+        pytest.skip("ss (iproute2) is not installed")
+    assert run("owner", free_port(), "vllm-nosuch").stdout == "free\n"
+
+
+def test_a_stranger_answering_never_makes_the_instance_ready(listener):
+    if shutil.which("ss") is None:
+        pytest.skip("ss (iproute2) is not installed")
+    port, pid = listener
+    result = run("ready", port, "vllm-a", '"id":"m"', "{}")
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"port {port}: other {pid} ") and "(not container vllm-a)" in result.stderr
