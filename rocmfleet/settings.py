@@ -99,6 +99,16 @@ class HostSettings(BaseModel):
         pattern=r"^https?://[^\s/]+(:\d+)?/?$",
         description="HTTP proxy for apt, e.g. `http://10.0.0.1:3128`; null for none.",
     )
+    apt_lock_timeout_s: int = Field(
+        default=600,
+        ge=0,
+        le=3600,
+        description=(
+            "Seconds apt waits for the dpkg lock held by another apt (unattended-upgrades or apt-daily on a first "
+            "boot) before the host fails naming the holder (apt's `DPkg::Lock::Timeout`). Up to an hour: "
+            "a longer hold is a stuck apt, not a busy one."
+        ),
+    )
     base_packages: list[str] = Field(
         default=["ca-certificates", "curl", "gnupg", "iproute2"],
         description="Debian packages every host gets (curl and iproute2's `ss`: the vLLM readiness probe).",

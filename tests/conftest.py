@@ -89,3 +89,15 @@ def lab():
     lab_command("up")
     yield LabState.load()
     lab_command("down")
+
+
+def lab_inventory(directory: Path, host_data: dict[str, dict]) -> str:
+    """An inventory file in ``directory``: ``inventories/lab.py`` with ``host_data`` ({host: {key: value}})
+    merged into those hosts' data (a fleet whose inventory changed). Returns its path."""
+    path = directory / "lab_changed.py"
+    path.write_text(
+        "from inventories.lab import all as _all, gpu_nodes\n"
+        f"_changes = {host_data!r}\n"
+        "all = ([(name, {**data, **_changes.get(name, {})}) for name, data in _all[0]], _all[1])  # noqa: A001\n"
+    )
+    return str(path)

@@ -208,21 +208,22 @@ def driver_ready(check_module: bool = True):
     """
     After the reboot: the ``amdgpu`` module is loaded and ``/dev/kfd`` exists.
 
-    + check_module: False skips the check (hosts without their own kernel, such as the lab's)
+    + check_module: False skips the module check (hosts without their own kernel, such as the
+      lab's); ``/dev/kfd`` is checked either way
 
-    A check: a no-op when the driver is up.
+    A check: a no-op when the driver is up. A host whose driver did not come up fails here,
+    before Docker or vLLM are touched, with what is missing.
     """
     if not state.is_executing:
         host.noop("the driver is checked after the reboot")
         return
-    if not check_module:
-        host.noop("module check off (rocm_check_module: false)")
-        return
     loaded = host.get_fact(AmdgpuLoaded)
-    if loaded.get("module") and loaded.get("kfd"):
-        host.noop("amdgpu loaded, /dev/kfd present")
+    module_ok = loaded.get("module") or not check_module
+    if module_ok and loaded.get("kfd"):
+        host.noop("amdgpu loaded, /dev/kfd present" if check_module else "/dev/kfd present (module check off)")
         return
+    module = ("loaded" if loaded.get("module") else "not loaded") if check_module else "not checked"
     yield fail(
-        f"rocmfleet: after the reboot amdgpu is {'loaded' if loaded.get('module') else 'not loaded'} and "
-        f"/dev/kfd is {'present' if loaded.get('kfd') else 'missing'}; see `dmesg | grep -i amdgpu`"
+        f"rocmfleet: after the reboot amdgpu is {module} and /dev/kfd is {'present' if loaded.get('kfd') else 'missing'}"
+        "; the driver did not come up (see `dmesg | grep -i amdgpu` and `dkms status`)"
     )

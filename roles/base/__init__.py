@@ -8,11 +8,26 @@ from pyinfra.operations import apt, files
 from rocmfleet.settings import HostSettings as DeploySettings
 
 APT_PROXY_FILE = "/etc/apt/apt.conf.d/80rocmfleet-proxy"
+APT_LOCK_FILE = "/etc/apt/apt.conf.d/80rocmfleet-lock-timeout"
 
 
 @deploy("base")
 def apply(settings: DeploySettings) -> None:
-    """Point apt at ``apt_proxy`` (or remove our proxy file) and install ``base_packages``."""
+    """Make apt wait for a held dpkg lock, point apt at ``apt_proxy`` (or remove our proxy file) and
+    install ``base_packages``.
+
+    A first boot often finds unattended-upgrades or apt-daily holding the dpkg lock; pyinfra's apt
+    operations fail at once then. ``DPkg::Lock::Timeout`` (apt >= 1.9.11, ``apt.conf(5)``) makes
+    every apt-get of the deploy wait up to ``apt_lock_timeout_s``; past it apt fails the host
+    with ``Could not get lock ... It is held by process PID (NAME)``.
+    """
+    files.template(
+        name="Make apt wait for a held dpkg lock",
+        src="templates/base/apt-lock.conf.j2",
+        dest=APT_LOCK_FILE,
+        mode="644",
+        timeout_s=settings.apt_lock_timeout_s,
+    )
     if settings.apt_proxy:
         files.template(
             name="Configure apt proxy",

@@ -1,12 +1,14 @@
-"""ROCm driver install and MI300X tuning against the lab's hosts (issue 4).
+"""A bare fleet's first deploy with the unmodified ``deploy.py``: ROCm driver, MI300X tuning, one
+reboot, then Docker and vLLM placed on the topology the driver brought up (issues 4 and 10).
 
-Converges only what runs before Docker (rocm preflight, base, rocm, tuning, the reboot) so that
-it is quick; test_deploy.py then deploys everything and checks a second run changes nothing
-(pyproject.toml's testpaths give the order). Order matters and is the module's: a first
-install at ROCm 7.1 with one host whose newest kernel DKMS cannot build for, the recovery,
-the compliance checks, a no-change run, the upgrade to the group data's 7.2, and ``--dry``.
-Reboots are counted by the lab supervisor, which logs every reboot of a host (nspawn exit
-status 133).
+Lab hosts start bare (no ``/dev/kfd``, render nodes, KFD tree or ``amd-smi`` until the stand-in
+``amdgpu-dkms`` is installed and the host rebooted: ``tests/lab/amdrepo.py``). Order matters and
+is the module's: a first install at ROCm 7.1 with one host whose newest kernel DKMS cannot
+build for (that host fails alone, the others converge to serving), the recovery, the
+compliance checks, a no-change run, the upgrade to the group data's 7.2, and ``--dry``.
+test_deploy.py then checks the converged lab in detail (pyproject.toml's testpaths give the
+order). Reboots are counted by the lab supervisor, which logs every reboot of a host (nspawn
+exit status 133).
 """
 
 from __future__ import annotations
@@ -20,30 +22,11 @@ from tests.conftest import lab_ssh, pyinfra_json, rocmfleet_cli
 pytestmark = pytest.mark.lab
 
 BROKEN = "linux-image-9.0.0-rocmfleet-lab-dkms-broken"
-DEPLOY = """
-from pyinfra import host
-
-import roles.base
-import roles.rocm
-import roles.tuning
-from rocmfleet import groupvars
-from rocmfleet.settings import host_config
-
-config = host_config(host.data.dict(), groupvars.profiles_dir())
-
-roles.rocm.preflight(config.rocm)
-roles.base.apply(config.settings)
-roles.rocm.apply(config.rocm)
-roles.tuning.apply(config.tuning)
-roles.rocm.reboot(config.rocm, predicted=roles.tuning.predicted_reboot(config.tuning))
-"""
 
 
 @pytest.fixture(scope="module")
-def deploy_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("deploy") / "rocm_tuning_deploy.py"
-    path.write_text(DEPLOY)
-    return path
+def deploy_file() -> Path:
+    return Path("deploy.py")  # the real one, unmodified
 
 
 def reboots(name: str) -> int:
@@ -57,12 +40,27 @@ def run(lab, deploy_file: Path, *extra: str) -> tuple[int, dict, str, dict[str, 
     """pyinfra against the lab; returns rc, JSON, output, reboots per host."""
     before = {name: reboots(name) for name in lab.hosts}
     apply = [] if "--dry" in extra else ["-y"]  # -y skips the change detection --dry reports
-    rc, report, stderr = pyinfra_json(str(deploy_file), *apply, *extra, timeout_s=900)
+    rc, report, stderr = pyinfra_json(str(deploy_file), *apply, *extra, timeout_s=2400)
     return rc, report, stderr, {name: reboots(name) - before[name] for name in lab.hosts}
 
 
 def changed(report: dict) -> dict[str, int]:
     return {op["name"]: op["success"] for op in report["results"]["operations"] if op["success"]}
+
+
+def test_hosts_start_bare(lab):
+    for name in lab.hosts:
+        result = lab_ssh(lab, name, "ls /dev/kfd /dev/dri /sys/class/kfd; command -v amd-smi")
+        assert result.returncode != 0 and not result.stdout.strip(), (name, result.stdout)
+
+
+def test_dry_run_on_bare_hosts_says_what_it_would_do_without_failing(lab, deploy_file):
+    rc, _report, output, rebooted = run(lab, deploy_file, "--dry", "-v", "--data", "rocm_version=7.1")
+    assert rc == 0, output[-4000:]
+    for name in lab.hosts:
+        assert f"[{name}] would reboot: amdgpu driver 30.20 will be installed" in output
+        assert f"[{name}] noop: the GPU topology is read after the driver is installed and the host rebooted" in output
+    assert "Traceback" not in output and set(rebooted.values()) == {0}
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +89,17 @@ def test_first_install_reboots_every_other_host_exactly_once(lab, first, broken_
     _rc, _report, output, rebooted = first
     assert {n: c for n, c in rebooted.items() if n != broken_host} == {n: 1 for n in lab.hosts if n != broken_host}
     assert "amdgpu driver 30.20 installed" in output and "kernel command line now iommu=pt pci=realloc=off" in output
+    assert "Traceback" not in output
+
+
+def test_first_install_brings_every_other_host_to_serving_in_the_same_run(lab, first, broken_host):
+    from tests.e2e.test_deploy import complete, units
+
+    for name, address in lab.hosts.items():
+        if name == broken_host:
+            continue
+        for port in units(lab, name).values():
+            assert complete(address, port)["choices"][0]["text"]
 
 
 def test_broken_host_converges_once_its_kernel_is_fixed(lab, deploy_file, first, broken_host):

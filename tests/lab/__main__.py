@@ -5,6 +5,7 @@ Usage (as root, from the repository root)::
     python -m tests.lab up [--hosts N]   # fresh hosts, services, image in the registry
     python -m tests.lab status
     python -m tests.lab restart lab-2    # power a host off and on again (its disk is kept)
+    python -m tests.lab poweroff lab-2   # power a host off (poweron boots it again)
     python -m tests.lab down             # nothing left running, mounted or plugged in
 """
 
@@ -138,6 +139,20 @@ def restart(name: str) -> None:
     _log(f"{name} restarted")
 
 
+def power(name: str, on: bool) -> None:
+    """Power ``name`` off (``on=False``: its disk is kept) or boot it again and wait for SSH."""
+    state = config.LabState.load()
+    if name not in state.hosts:
+        sys.exit(f"lab: no host {name!r}; hosts: {', '.join(state.hosts)}")
+    if not on:
+        hosts.stop(name)
+        _log(f"{name} powered off")
+        return
+    hosts.start(name)
+    hosts.wait_for_ssh(state.hosts[name], config.Path(state.ssh_key), config.Path(state.known_hosts))
+    _log(f"{name} powered on")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="say what is up")
     restart_parser = sub.add_parser("restart", help="power a host off and on")
     restart_parser.add_argument("host")
+    for verb, what in (("poweroff", "power a host off (its disk is kept)"), ("poweron", "boot a powered-off host")):
+        sub.add_parser(verb, help=what).add_argument("host")
     args = parser.parse_args(argv)
     if args.command == "up":
         up(args.hosts)
@@ -156,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         return status()
     elif args.command == "restart":
         restart(args.host)
+    elif args.command in ("poweroff", "poweron"):
+        power(args.host, on=args.command == "poweron")
     return 0
 
 

@@ -45,6 +45,8 @@ if [ "$1" = configure ]; then
     done
     touch /var/run/reboot-required
     echo amdgpu-dkms >> /var/run/reboot-required.pkgs
+    # The stand-in for the GPUs the module brings up: from the next boot on, as a real module.
+    systemctl enable rocmfleet-lab-kfd-standin.service
 fi
 """
 
@@ -53,6 +55,9 @@ _DKMS_PRERM = """#!/bin/sh
 set -e
 if [ "$1" = remove ] || [ "$1" = upgrade ] || [ "$1" = deconfigure ]; then
     dkms remove -m amdgpu -v @MODVER@ --all || true
+fi
+if [ "$1" = remove ]; then
+    systemctl disable rocmfleet-lab-kfd-standin.service || true
 fi
 """
 
@@ -69,6 +74,62 @@ def module_version(amdgpu: str) -> str:
     return f"6.14.14-{amdgpu.replace('.', '')}"
 
 
+#: PCI buses of the 8 MI300X in ``amd-smi-list``/``amd-smi-topology`` fixtures (0000:05:00.0 ...).
+MI300X_BUSES = (0x05, 0x26, 0x46, 0x65, 0x85, 0xA6, 0xC6, 0xE5)
+STANDIN_DIR = Path(__file__).resolve().parent / "standin"
+
+
+def _kfd_tree() -> dict[str, str]:
+    """A KFD topology of one CPU node and 8 MI300X GPU nodes in SPX mode (stand-in), by path.
+
+    Property names and values follow the real MI300X files in ``../shared/fixtures``
+    (``kfd-topology-mi300x-cpx-*``: device_id 29857 = 0x74a1, gfx_target_version 90402 =
+    gfx942, location_id = bus << 8). The CPU node holds this machine's CPUs, so that a
+    NUMA binding computed from it is one the lab's Docker can apply: every GPU hangs off
+    NUMA node 0 over PCIe (io_link type 2), and render minors are 128..135.
+    """
+    root = "usr/share/rocmfleet-lab/kfd/kfd/topology"
+    cpus = os.cpu_count() or 1
+    files = {
+        f"{root}/system_properties": "platform_oem 0\nplatform_id 0\nplatform_rev 0\n",
+        f"{root}/nodes/0/properties": f"cpu_cores_count {cpus}\nsimd_count 0\ncpu_core_id_base 0\ndrm_render_minor 0\n",
+        f"{root}/nodes/0/gpu_id": "0\n",
+    }
+    for i, bus in enumerate(MI300X_BUSES, start=1):
+        node = f"{root}/nodes/{i}"
+        files[f"{node}/properties"] = (
+            "cpu_cores_count 0\nsimd_count 1216\nnum_xcc 8\ndevice_id 29857\n"
+            f"gfx_target_version 90402\nlocation_id {bus << 8}\ndomain 0\ndrm_render_minor {127 + i}\n"
+            f"unique_id {0xAF54E92B0A5D5700 + i}\n"
+        )
+        files[f"{node}/gpu_id"] = f"{40000 + i}\n"
+        files[f"{node}/io_links/0/properties"] = f"type 2\nnode_from {i}\nnode_to 0\nweight 20\n"
+    return files
+
+
+def _gpu_standin() -> dict[str, str]:
+    """What the stand-in ``amdgpu-dkms`` installs: the boot-time stand-in for the GPUs (unit,
+    device nodes, KFD tree), inert until the next boot (``standin/kfd-standin.service``)."""
+    return {
+        "lib/systemd/system/rocmfleet-lab-kfd-standin.service": (STANDIN_DIR / "kfd-standin.service").read_text(),
+        "usr/share/rocmfleet-lab/gpu-devices.conf": (STANDIN_DIR / "gpu-devices.tmpfiles.conf").read_text(),
+        **_kfd_tree(),
+    }
+
+
+def _amd_smi_standin() -> dict[str, str]:
+    """What the stand-in ``amd-smi-lib`` installs: an ``amd-smi`` printing recorded MI300X output."""
+    recorded = sorted(config.FIXTURES_DIR.glob("amd-smi-*.txt"))
+    if not recorded:
+        raise FileNotFoundError(
+            f"no amd-smi-*.txt in {config.FIXTURES_DIR}: the lab's amd-smi stand-in prints recorded MI300X "
+            "output from ../shared/fixtures beside the repository (or set ROCMFLEET_FIXTURES)"
+        )
+    files = {f"usr/share/rocmfleet-lab/fixtures/{src.name}": src.read_text() for src in recorded}
+    files["usr/bin/amd-smi"] = (STANDIN_DIR / "amd-smi").read_text()
+    return files
+
+
 def _packages(rocm: str, amdgpu: str) -> dict[str, list[tuple]]:
     """Per repository path: (package, version, depends, postinst[, files, prerm]) stand-ins."""
     minor = rocm.replace(".", "")
@@ -83,12 +144,12 @@ def _packages(rocm: str, amdgpu: str) -> dict[str, list[tuple]]:
                 driver,
                 "amdgpu-dkms-firmware",
                 _REBOOT_POSTINST.replace("@MODVER@", modver),
-                {},
+                _gpu_standin(),
                 _DKMS_PRERM.replace("@MODVER@", modver),
             ),
         ],
         f"rocm/apt/{rocm}": [
-            ("amd-smi-lib", rocm_ver, "", None),
+            ("amd-smi-lib", rocm_ver, "", None, _amd_smi_standin()),
             ("rocm-core", rocm_ver, "", None),
             ("rocm", rocm_ver, "rocm-core, amd-smi-lib", None),
         ],
@@ -121,6 +182,7 @@ def _kernel_packages() -> list[tuple]:
 
 def _recipe() -> str:
     text = repr(RELEASES) + SUITE + ORIGIN + _REBOOT_POSTINST + _DKMS_PRERM + KERNEL + BROKEN_KERNEL
+    text += repr(sorted(_gpu_standin().items())) + repr(sorted(_amd_smi_standin().items()))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -151,6 +213,8 @@ def _build_deb(
         for rel, text in (files or {}).items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text)
+            if "/bin/" in f"/{rel}":
+                (root / rel).chmod(0o755)
         doc = root / f"usr/share/doc/{name}"
         doc.mkdir(parents=True)
         (doc / "README.rocmfleet-lab").write_text("rocmfleet lab stand-in package\n")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -133,68 +132,16 @@ def make_host_tree(base: Path, name: str, address: str, ssh_pubkey: str) -> tupl
 
 
 def _install_gpu_standin(tree: Path) -> None:
-    """Give the host what an MI300X node's hardware would: device nodes and ``amd-smi``.
+    """The ``render`` group, as Debian 12's systemd (``sysusers.d/basic.conf``) gives every host.
 
-    Stand-in only: the ``render`` group, ``/dev/kfd`` and eight ``/dev/dri/renderD*`` nodes
-    (root:render 0660, as ROCm's udev rules make them), created at every boot by
-    systemd-sysusers and systemd-tmpfiles; and an ``amd-smi`` that prints recorded MI300X
-    output from ``../shared/fixtures``.
+    Nothing of the GPU itself: a lab host is bare, as a real one before its driver. The device
+    nodes, the KFD topology and ``amd-smi`` come with the stand-in AMD packages
+    (:mod:`tests.lab.amdrepo`) and appear after the driver's reboot.
     """
     _write(
         tree / "usr/lib/sysusers.d/rocmfleet-lab-gpu-standin.conf",
         "# rocmfleet lab stand-in: the group udev creates on a real host\ng render - -\n",
     )
-    _write(
-        tree / "usr/lib/tmpfiles.d/rocmfleet-lab-gpu-standin.conf",
-        (STANDIN_DIR / "gpu-devices.tmpfiles.conf").read_text(),
-    )
-    fixtures = tree / "usr/share/rocmfleet-lab/fixtures"
-    fixtures.mkdir(parents=True, exist_ok=True)
-    recorded = sorted(config.FIXTURES_DIR.glob("amd-smi-*.txt"))
-    if not recorded:
-        raise FileNotFoundError(
-            f"no amd-smi-*.txt in {config.FIXTURES_DIR}: the lab's amd-smi stand-in prints recorded MI300X "
-            "output from ../shared/fixtures beside the repository (or set ROCMFLEET_FIXTURES)"
-        )
-    for src in recorded:
-        shutil.copy(src, fixtures / src.name)
-    _write(tree / "usr/local/bin/amd-smi", (STANDIN_DIR / "amd-smi").read_text(), mode=0o755)
-    _write_kfd_tree(tree / "usr/share/rocmfleet-lab/kfd/kfd/topology")
-    unit = "rocmfleet-lab-kfd-standin.service"
-    _write(tree / "etc/systemd/system" / unit, (STANDIN_DIR / "kfd-standin.service").read_text())
-    wants = tree / "etc/systemd/system/sysinit.target.wants"
-    wants.mkdir(parents=True, exist_ok=True)
-    (wants / unit).symlink_to(f"/etc/systemd/system/{unit}")
-
-
-#: PCI buses of the 8 MI300X in ``amd-smi-list``/``amd-smi-topology`` fixtures (0000:05:00.0 ...).
-MI300X_BUSES = (0x05, 0x26, 0x46, 0x65, 0x85, 0xA6, 0xC6, 0xE5)
-
-
-def _write_kfd_tree(root: Path) -> None:
-    """A KFD topology of one CPU node and 8 MI300X GPU nodes in SPX mode (stand-in).
-
-    Property names and values follow the real MI300X files in ``../shared/fixtures``
-    (``kfd-topology-mi300x-cpx-*``: device_id 29857 = 0x74a1, gfx_target_version 90402 =
-    gfx942, location_id = bus << 8). The CPU node holds this machine's CPUs, so that a
-    NUMA binding computed from it is one the lab's Docker can apply: every GPU hangs off
-    NUMA node 0 over PCIe (io_link type 2), and render minors are 128..135.
-    """
-    cpus = os.cpu_count() or 1
-    _write(root / "system_properties", "platform_oem 0\nplatform_id 0\nplatform_rev 0\n")
-    node0 = root / "nodes/0"
-    _write(node0 / "properties", f"cpu_cores_count {cpus}\nsimd_count 0\ncpu_core_id_base 0\ndrm_render_minor 0\n")
-    _write(node0 / "gpu_id", "0\n")
-    for i, bus in enumerate(MI300X_BUSES, start=1):
-        node = root / f"nodes/{i}"
-        _write(
-            node / "properties",
-            "cpu_cores_count 0\nsimd_count 1216\nnum_xcc 8\ndevice_id 29857\n"
-            f"gfx_target_version 90402\nlocation_id {bus << 8}\ndomain 0\ndrm_render_minor {127 + i}\n"
-            f"unique_id {0xAF54E92B0A5D5700 + i}\n",
-        )
-        _write(node / "gpu_id", f"{40000 + i}\n")
-        _write(node / "io_links/0/properties", "type 2\nnode_from {i}\nnode_to 0\nweight 20\n".replace("{i}", str(i)))
 
 
 def _install_boot_standins(tree: Path) -> None:
