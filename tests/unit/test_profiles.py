@@ -48,7 +48,8 @@ PUBLISHED: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "llama-4-scout": ("0.9.2", LLAMA4_092_ENV, LLAMA4_092_ARGS),
     "llama-4-maverick": ("0.9.2", LLAMA4_092_ENV, LLAMA4_092_ARGS),
     # Issue 5: bf16, TP 1, fp8 KV cache, gpu-memory-utilization 0.92, max-model-len 8192;
-    # [A6]: "VLLM_ROCM_USE_AITER=1 vllm serve meta-llama/Llama-3.3-70B-Instruct".
+    # [A6]: "VLLM_ROCM_USE_AITER=1 vllm serve meta-llama/Llama-3.3-70B-Instruct"; reference §1.4
+    # [P1] adds --trust-remote-code (its environment set: tests/unit/test_envpolicy.py).
     "llama-3.3-70b": (
         "0.33.0",
         {"VLLM_ROCM_USE_AITER": "1"},
@@ -63,6 +64,7 @@ PUBLISHED: dict[str, tuple[str, dict[str, str], list[str]]] = {
             "fp8",
             "--dtype",
             "bfloat16",
+            "--trust-remote-code",
         ],
     ),  # fmt: skip
     "deepseek-r1": ("0.33.0", DEEPSEEK_ENV, DEEPSEEK_ARGS),
