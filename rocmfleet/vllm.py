@@ -12,7 +12,7 @@ the GPUs' NUMA nodes (§7). The official image's entrypoint is ``vllm serve``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rocmfleet import envpolicy, partitions
 from rocmfleet.placement import InstanceShape, Placement, PlacementError, place
@@ -172,4 +172,16 @@ def placements(config: HostConfig, topology: Topology, host: str = "") -> dict[s
     ]
     if problems:
         raise PlacementError(problems)
-    return {p.name: p for p in place(shapes, topology)}
+    placed = place(shapes, topology)
+    if policy.partitioned:
+        placed = [replace(p, notes=(*p.notes, _partition_note(p, by_index, policy))) for p in placed]
+    return {p.name: p for p in placed}
+
+
+def _partition_note(placement: Placement, by_index: dict, policy: partitions.PartitionPolicy) -> str:
+    """``compute partition CPX: GPUs 0,8 are partitions of physical GPUs 0000:05:00.0, 0000:27:00.0``."""
+    physical = list(dict.fromkeys(by_index[i].physical for i in placement.gpus))
+    return (
+        f"compute partition {policy.compute}: GPU(s) {','.join(map(str, placement.gpus))} are partitions of "
+        f"physical GPU(s) {', '.join(physical)}"
+    )

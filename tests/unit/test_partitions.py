@@ -194,6 +194,9 @@ def test_cpx_profile_tp1_instances_one_per_physical_gpu(tmp_path):
     placed = vllm.placements(config, mi300x_cpx())
     assert [p.gpus for p in placed.values()] == [(0,), (32,), (8,), (40,), (16,), (48,), (24,), (56,)]
     assert [p.cpuset_mems for p in placed.values()] == ["0", "1"] * 4
+    assert placed["llama-3.3-70b-1"].notes[-1] == (
+        "compute partition CPX: GPU(s) 32 are partitions of physical GPU(s) 0000:85:00.0"
+    )
 
 
 def test_explicit_tp_group_on_one_physical_gpu_refused(tmp_path):

@@ -253,3 +253,21 @@ def test_load_profile_refuses_what_is_not_a_mapping(tmp_path, text):
     path.write_text(text)
     with pytest.raises(ProfileError, match=str(path)):
         load_profile(path)
+
+
+def test_ready_probe_is_optional_profile_data(tmp_path):
+    text = (PROFILES_DIR / "lab-tiny-llama.yml").read_text().replace("name: lab-tiny-llama", "name: probe")
+    (tmp_path / "probe.yml").write_text(
+        text + "ready_probe: {prompt: 'The capital of France is', expect_regex: 'Paris'}\n"
+    )
+    probe = load_profile(tmp_path / "probe.yml").ready_probe
+    assert (probe.prompt, probe.expect_regex, probe.max_tokens, probe.chat) == (
+        "The capital of France is",
+        "Paris",
+        16,
+        False,
+    )
+    (tmp_path / "probe.yml").write_text(text + "ready_probe: {prompt: p, expect_regex: '(unclosed'}\n")
+    with pytest.raises(ProfileError, match="ready_probe.expect_regex: not a regular expression"):
+        load_profile(tmp_path / "probe.yml")
+    assert load_profiles()["llama-3.3-70b"].ready_probe is None
