@@ -385,9 +385,23 @@ def _flag_name(token: str) -> str:
     return ARG_ALIASES.get(name, name)
 
 
-def _passthrough_problems(settings: ServingSettings, vllm_version: str, version: Version) -> list[str]:
+def env_passthrough_problems(names: list[str], vllm_version: str, where: str) -> list[str]:
+    """The same rules as for ``extra_env`` (:func:`render`) for variables from another source, e.g.
+    host data's ``vllm_env``: a variable ``vllm_version`` no longer has (with its replacement), or
+    one the table renders (naming the setting that owns it). Lines start ``<where> <NAME>:``.
+
+    Raises:
+        FlagError: ``vllm_version`` is not a version the table knows.
+    """
+    version = parse_version(vllm_version)
+    return _passthrough_problems(ServingSettings(extra_env=dict.fromkeys(names, "")), vllm_version, version, where)
+
+
+def _passthrough_problems(
+    settings: ServingSettings, vllm_version: str, version: Version, env_where: str = "extra_env"
+) -> list[str]:
     managed, removed, problems = _managed(), {r.name: r for r in REMOVED}, []
-    names = [("extra_env", name, name) for name in settings.extra_env]
+    names = [(env_where, name, name) for name in settings.extra_env]
     names += [("extra_args", t.split("=", 1)[0], _flag_name(t)) for t in settings.extra_args if t.startswith("-")]
     for where, given, name in names:
         gone = removed.get(name)

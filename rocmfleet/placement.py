@@ -70,6 +70,10 @@ class Placement:
         cpuset_mems: ``--cpuset-mems`` value, e.g. ``"0"`` or ``"0-1"``; ``""`` = no binding.
         notes: why a binding was left out, that it spans NUMA nodes, and for each NUMA node it
             shares with other instances which share of the node's CPUs it got.
+        gpus: the host GPU indices (KFD order) of the instance.
+        gfx_arch: the GPUs' LLVM target (``gfx942`` for MI300X, from KFD ``gfx_target_version``),
+            ``None`` when the instance's GPUs disagree; the environment policy reads it
+            (:mod:`rocmfleet.envpolicy`).
     """
 
     name: str
@@ -78,6 +82,8 @@ class Placement:
     cpuset_cpus: str
     cpuset_mems: str
     notes: tuple[str, ...] = field(default=())
+    gpus: tuple[int, ...] = field(default=(), compare=False)
+    gfx_arch: str | None = field(default=None, compare=False)
 
 
 class PlacementError(ValueError):
@@ -199,6 +205,8 @@ def _place_one(
         cpuset_cpus=cpus,
         cpuset_mems=mems,
         notes=tuple(notes_out),
+        gpus=tuple(g.index for g in gpus),
+        gfx_arch=archs.pop() if len(archs := {g.gfx_arch for g in gpus}) == 1 else None,
     )
 
 

@@ -8,14 +8,18 @@ completely, including that its settings render for its own vLLM version.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rocmfleet import envpolicy, memfit
 from rocmfleet.bench import BenchSettings
 from rocmfleet.flags import FlagError, Rendered, ServingSettings, parse_version, render
+from rocmfleet.memfit import ModelMemory
+from rocmfleet.partitions import MI300X_MEMORY_GIB, ComputePartition, MemoryPartition, PartitionPolicy, policy_problems
 
 #: The shipped profiles: ``group_vars/profiles/<name>.yml``.
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "group_vars" / "profiles"
@@ -47,6 +51,30 @@ class Image(BaseModel):
         return f"{self.repository}:{self.tag}@{self.digest}"
 
 
+class ReadyProbe(BaseModel):
+    """A known-answer request for readiness: sent at temperature 0 after ``/health`` and ``/v1/models``;
+    an answer not matching ``expect_regex`` means not ready (vLLM issue 45562: FP8 KV cache on MI300X
+    answering HTTP 200 with garbage)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(min_length=1, description="completion prompt")
+    expect_regex: str = Field(min_length=1, description="Python regular expression the greedy answer must match")
+    max_tokens: int = Field(default=16, ge=1, le=4096)
+    chat: bool = Field(
+        default=False, description="also send the prompt to /v1/chat/completions (served to chat clients)"
+    )
+
+    @field_validator("expect_regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
 class Profile(ServingSettings):
     """One model served on a host: ``instances_per_host`` vLLM servers of the same shape.
 
@@ -67,6 +95,26 @@ class Profile(ServingSettings):
     attention_heads: int | None = Field(default=None, ge=1, description="to check TP divisibility")
     bench: BenchSettings = Field(
         default_factory=BenchSettings, description="smoke benchmark (`rocmfleet bench`): cases and thresholds"
+    )
+    compute_partition: ComputePartition = Field(
+        default="SPX",
+        description="compute partition mode the GPUs must be in (SPX, DPX, QPX, CPX); hosts in another are refused",
+    )
+    memory_partition: MemoryPartition = Field(
+        default="NPS1", description="memory partition (NPS) mode the GPUs must be in (NPS1, NPS2, NPS4)"
+    )
+    tp_on_one_gpu: bool = Field(
+        default=False, description="allow the ranks of one TP group on partitions of the same physical GPU"
+    )
+    env_sets: list[str] = Field(
+        default_factory=list, description="named environment sets (`rocmfleet.envpolicy.ENV_SETS`)"
+    )
+    gpu_memory_gib: float = Field(default=MI300X_MEMORY_GIB, gt=0, description="memory of one physical GPU, GiB")
+    model_memory: ModelMemory | None = Field(
+        default=None, description="weights and KV-cache shape, to check that the model fits before deploy"
+    )
+    ready_probe: ReadyProbe | None = Field(
+        default=None, description="known-answer request the readiness check sends (temperature 0)"
     )
 
     @field_validator("vllm_version")
@@ -108,6 +156,8 @@ class Profile(ServingSettings):
             self.render()
         except FlagError as exc:
             problems += [f"does not render for vLLM {self.vllm_version}: {p}" for p in exc.problems]
+        policy = PartitionPolicy(self.compute_partition, self.memory_partition, self.tp_on_one_gpu)
+        problems += policy_problems(policy) + envpolicy.profile_problems(self) + memfit.problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError, WithJsonSchema, field_validator
 from pydantic.functional_validators import PlainValidator
 
+from rocmfleet import envpolicy
 from rocmfleet.errors import ConfigError, Problem
 from rocmfleet.profiles import PROFILES_DIR, Image, Profile, ProfileError, load_profile
 from rocmfleet.rocm import PREFIX as ROCM_PREFIX
@@ -308,7 +309,7 @@ def host_config(data: dict[str, Any], profiles_dir: Path = PROFILES_DIR) -> Host
         )
     image = image.model_copy(update={k: v for k, v in overrides.items() if v})
     config = HostConfig(settings, profile, image, validated["rocm"], validated["tuning"])
-    shape = instance_problems(config)
+    shape = instance_problems(config) + [Problem(*p) for p in envpolicy.host_problems(profile, settings.vllm_env)]
     if shape:
         raise ConfigError(shape)
     return config

@@ -63,6 +63,10 @@ class Gpu:
         partition: compute partition mode (``SPX``, ``DPX``, ``QPX``, ``CPX``), ``None`` when unknown.
         device_id: PCI device id (29857 = 0x74a1 is MI300X).
         gfx_target_version: e.g. 90402 for gfx942.
+        memory_partition: memory partition (NPS) mode of the physical GPU (``NPS1``, ``NPS2``,
+            ``NPS4``, ``NPS8``), from sysfs ``current_memory_partition``; ``None`` when unknown.
+        physical: the physical GPU this node belongs to: the PCI address at function 0
+            (``DDDD:BB:DD.0``); every compute partition of one device has the same one.
     """
 
     index: int
@@ -73,6 +77,23 @@ class Gpu:
     partition: str | None
     device_id: int
     gfx_target_version: int
+    memory_partition: str | None = None
+    physical: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.physical:  # default: the device's PCI function 0
+            object.__setattr__(self, "physical", self.pci_address[:-1] + "0")
+
+    @property
+    def gfx_arch(self) -> str:
+        """The LLVM target name from ``gfx_target_version``: 90402 -> ``gfx942``, 90010 -> ``gfx90a``.
+
+        KFD encodes major*10000 + minor*100 + stepping (kfd_topology.c); LLVM names the target
+        ``gfx<major><minor><stepping>`` with minor and stepping as one hex digit each.
+        """
+        major, rest = divmod(self.gfx_target_version, 10000)
+        minor, stepping = divmod(rest, 100)
+        return f"gfx{major}{minor:x}{stepping:x}"
 
     @property
     def render_node(self) -> str:
@@ -96,6 +117,13 @@ class Topology:
     gpus: tuple[Gpu, ...]
     numa_nodes: tuple[NumaNode, ...]
 
+    def physical_gpus(self) -> dict[str, tuple[Gpu, ...]]:
+        """``{physical GPU key: its GPU nodes (partitions) in index order}``, in order of first index."""
+        groups: dict[str, list[Gpu]] = {}
+        for gpu in sorted(self.gpus, key=lambda g: g.index):
+            groups.setdefault(gpu.physical, []).append(gpu)
+        return {key: tuple(gpus) for key, gpus in groups.items()}
+
     def gpu(self, index: int) -> Gpu | None:
         """The GPU with this index, or ``None``."""
         return next((g for g in self.gpus if g.index == index), None)
@@ -106,10 +134,12 @@ class Topology:
 
 
 class PciSysfs(NamedTuple):
-    """What ``/sys/bus/pci/devices/<bdf>/`` says about one GPU: ``numa_node`` and ``current_compute_partition``."""
+    """What ``/sys/bus/pci/devices/<bdf>/`` says about one GPU: ``numa_node``,
+    ``current_compute_partition`` and ``current_memory_partition`` (amdgpu, gfx 9.4.3 parts)."""
 
     numa_node: int | None
     compute_partition: str | None
+    memory_partition: str | None = None
 
 
 class KfdTree(TypedDict):
@@ -338,7 +368,16 @@ def _kfd_gpu(
         partition=(entry.compute_partition if entry and entry.compute_partition else inferred),
         device_id=props["device_id"],
         gfx_target_version=props["gfx_target_version"],
+        memory_partition=entry.memory_partition if entry and entry.memory_partition else None,
+        physical=_physical_key(props),
     )
+
+
+def _physical_key(props: Mapping[str, int]) -> str:
+    """The physical GPU of a KFD node: its PCI address at function 0. Partitions of gfx 9.4.3 parts
+    put the partition number in the function bits (the MI308X CPX fixture: ``location_id``
+    2560..2563 share ``unique_id`` 598046273873802902), so all partitions of one device agree."""
+    return pci_address(props["domain"], props["location_id"])[:-1] + "0"
 
 
 def with_gpu_numa(gpus: Iterable[Gpu], numa_by_index: Mapping[int, int]) -> list[Gpu]:

@@ -12,9 +12,10 @@ the GPUs' NUMA nodes (§7). The official image's entrypoint is ``vllm serve``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from rocmfleet.placement import InstanceShape, Placement, place
+from rocmfleet import envpolicy, partitions
+from rocmfleet.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.settings import HostConfig, Instance
 from rocmfleet.topology import Topology
 
@@ -56,8 +57,10 @@ def serve_args(config: HostConfig, instance: Instance) -> list[str]:
 
 
 def container_env(config: HostConfig, placement: Placement) -> dict[str, str]:
-    """Container environment: the profile's rendered variables, ``vllm_env``, visible devices."""
-    return {**config.profile.render().env, **config.settings.vllm_env, **placement.visible_devices_env}
+    """Container environment: the profile's rendered variables, its named sets and the safe values for
+    the placement's GPU architecture, then ``vllm_env``, then visible devices
+    (:func:`rocmfleet.envpolicy.container_env`)."""
+    return envpolicy.container_env(config.profile, config.settings.vllm_env, placement)
 
 
 def docker_run_argv(config: HostConfig, instance: Instance, placement: Placement, device_gids: list[int]) -> list[str]:
@@ -112,16 +115,73 @@ def env_lines(env: dict[str, str]) -> str:
     return "".join(f"{name}={value}\n" for name, value in sorted(env.items()))
 
 
-def instance_shapes(config: HostConfig) -> list[InstanceShape]:
-    """What each of the host's instances asks of placement: GPUs, TP size, attention heads."""
-    tp, heads = config.profile.tensor_parallel_size, config.profile.attention_heads
-    return [InstanceShape(i.name, i.port, i.gpus, tp, heads) for i in config.instances()]
+def instance_shapes(config: HostConfig, topology: Topology | None = None) -> list[InstanceShape]:
+    """What each of the host's instances asks of placement: GPUs, TP size, attention heads.
 
-
-def placements(config: HostConfig, topology: Topology) -> dict[str, Placement]:
-    """Each instance's placement on ``topology`` (the ``GpuTopology`` fact), by instance name.
+    With ``topology`` and a profile in a partitioned compute mode (``compute_partition`` other than
+    SPX) whose instances come from ``gpus_per_instance``, the GPUs are chosen on the topology by
+    :func:`rocmfleet.partitions.spread` (distinct physical GPUs per TP group, instances spread
+    over GPUs and NUMA nodes); otherwise they are the configured indices.
 
     Raises:
-        PlacementError: the instances do not fit this host's GPUs (:func:`rocmfleet.placement.place`).
+        PlacementError: the partitions cannot be spread as the profile asks.
     """
-    return {p.name: p for p in place(instance_shapes(config), topology)}
+    tp, heads = config.profile.tensor_parallel_size, config.profile.attention_heads
+    instances = config.instances()
+    gpus = [i.gpus for i in instances]
+    policy = partition_policy(config)
+    automatic = config.settings.vllm_instances is None and config.profile.instance_gpus is None
+    if topology is not None and policy.partitioned and automatic:
+        gpus, problems = partitions.spread([i.name for i in instances], [len(g) for g in gpus], topology, policy)
+        if problems:
+            raise PlacementError(problems)
+    return [InstanceShape(i.name, i.port, g, tp, heads) for i, g in zip(instances, gpus, strict=True)]
+
+
+def partition_policy(config: HostConfig) -> partitions.PartitionPolicy:
+    """The profile's compute and memory partition modes (:mod:`rocmfleet.partitions`)."""
+    p = config.profile
+    return partitions.PartitionPolicy(p.compute_partition, p.memory_partition, p.tp_on_one_gpu)
+
+
+def placements(config: HostConfig, topology: Topology, host: str = "") -> dict[str, Placement]:
+    """Each instance's placement on ``topology`` (the ``GpuTopology`` fact), by instance name.
+
+    The host's GPUs must be in the profile's partition modes (SPX/NPS1 unless it says otherwise),
+    and no TP group may share a physical GPU unless the profile allows it.
+
+    Args:
+        host: the host's name, for the messages.
+
+    Raises:
+        PlacementError: GPUs in another partition mode (naming the host, the mode found and the
+            ``amd-smi`` command that changes it), or instances that do not fit this host's GPUs
+            (:func:`rocmfleet.placement.place`).
+    """
+    policy = partition_policy(config)
+    problems = partitions.mode_problems(topology, policy, host, config.profile.name)
+    if problems:
+        raise PlacementError(problems)
+    shapes = instance_shapes(config, topology)
+    by_index = {g.index: g for g in topology.gpus}
+    tp = config.profile.tensor_parallel_size
+    problems = [
+        p
+        for s in shapes
+        for p in partitions.tp_group_problems(s.name, [by_index[i] for i in s.gpus if i in by_index], policy, tp)
+    ]
+    if problems:
+        raise PlacementError(problems)
+    placed = place(shapes, topology)
+    if policy.partitioned:
+        placed = [replace(p, notes=(*p.notes, _partition_note(p, by_index, policy))) for p in placed]
+    return {p.name: p for p in placed}
+
+
+def _partition_note(placement: Placement, by_index: dict, policy: partitions.PartitionPolicy) -> str:
+    """``compute partition CPX: GPUs 0,8 are partitions of physical GPUs 0000:05:00.0, 0000:27:00.0``."""
+    physical = list(dict.fromkeys(by_index[i].physical for i in placement.gpus))
+    return (
+        f"compute partition {policy.compute}: GPU(s) {','.join(map(str, placement.gpus))} are partitions of "
+        f"physical GPU(s) {', '.join(physical)}"
+    )

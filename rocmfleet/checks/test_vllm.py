@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from rocmfleet import readiness, vllm
+from rocmfleet import partitions, readiness, vllm
 
 
 @pytest.fixture
@@ -35,7 +35,16 @@ def container(host, instance, unit) -> dict:
 
 @pytest.fixture
 def placement(config, topology, instance):
+    if partitions.mode_problems(topology, vllm.partition_policy(config)):
+        pytest.skip("GPUs not in the profile's partition modes (reported by test_gpu_partition_modes)")
     return vllm.placements(config, topology)[instance.name]
+
+
+def test_gpu_partition_modes(config, topology):
+    """Each physical GPU's compute and memory partition modes (sysfs, else KFD) against the profile's
+    (SPX/NPS1 unless it opts into another); a mode that cannot be read passes."""
+    problems = partitions.mode_problems(topology, vllm.partition_policy(config), profile=config.profile.name)
+    assert not problems, "; ".join(problems)
 
 
 def test_unit_enabled_and_active(unit):

@@ -33,7 +33,8 @@ for p in /sys/bus/pci/drivers/amdgpu/*:*:*.*; do
   [ -e "$p" ] || continue
   numa=$(cat "$p/numa_node" 2>/dev/null || echo -)
   part=$(cat "$p/current_compute_partition" 2>/dev/null || echo -)
-  echo "@@pci ${p##*/} $numa $part"
+  mem=$(cat "$p/current_memory_partition" 2>/dev/null || echo -)
+  echo "@@pci ${p##*/} $numa $part $mem"
 done
 echo "@@lscpu"; LC_ALL=C lscpu | grep "^NUMA"
 echo "@@meminfo"; cat /sys/devices/system/node/node*/meminfo 2>/dev/null | grep MemTotal
@@ -43,7 +44,8 @@ echo "@@end"
 
 class GpuTopology(FactBase[Topology | None]):
     """
-    The host's GPUs (KFD order, render minor, PCI address, NUMA node, partition mode) and NUMA
+    The host's GPUs (KFD order, render minor, PCI address, NUMA node, compute and memory
+    partition modes from sysfs ``current_compute_partition``/``current_memory_partition``) and NUMA
     nodes (CPUs, memory). ``None`` where there is no KFD (amdgpu not loaded, or no GPU driver).
 
     NUMA node per GPU: the PCI device's sysfs ``numa_node`` (read here for every device bound to
@@ -99,8 +101,11 @@ def _open_section(line: str, kfd: KfdTree, sysfs: dict[str, PciSysfs], texts: di
             key = f"node {node}"
         case ["@@io_link", node, link] if node.isdigit() and link.isdigit():
             key = f"io_link {node} {link}"
-        case ["@@pci", bdf, numa, partition] if numa == "-" or numa.lstrip("-").isdigit():
-            sysfs[bdf] = PciSysfs(None if numa == "-" else int(numa), None if partition == "-" else partition)
+        case ["@@pci", bdf, numa, partition, *memory] if len(memory) <= 1 and (
+            numa == "-" or numa.lstrip("-").isdigit()
+        ):
+            mem = memory[0] if memory and memory[0] != "-" else None
+            sysfs[bdf] = PciSysfs(None if numa == "-" else int(numa), None if partition == "-" else partition, mem)
             return []
         case ["@@lscpu"] | ["@@meminfo"]:
             key = words[0][2:]

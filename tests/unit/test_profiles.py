@@ -48,7 +48,8 @@ PUBLISHED: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "llama-4-scout": ("0.9.2", LLAMA4_092_ENV, LLAMA4_092_ARGS),
     "llama-4-maverick": ("0.9.2", LLAMA4_092_ENV, LLAMA4_092_ARGS),
     # Issue 5: bf16, TP 1, fp8 KV cache, gpu-memory-utilization 0.92, max-model-len 8192;
-    # [A6]: "VLLM_ROCM_USE_AITER=1 vllm serve meta-llama/Llama-3.3-70B-Instruct".
+    # [A6]: "VLLM_ROCM_USE_AITER=1 vllm serve meta-llama/Llama-3.3-70B-Instruct"; reference §1.4
+    # [P1] adds --trust-remote-code (its environment set: tests/unit/test_envpolicy.py).
     "llama-3.3-70b": (
         "0.33.0",
         {"VLLM_ROCM_USE_AITER": "1"},
@@ -63,6 +64,7 @@ PUBLISHED: dict[str, tuple[str, dict[str, str], list[str]]] = {
             "fp8",
             "--dtype",
             "bfloat16",
+            "--trust-remote-code",
         ],
     ),  # fmt: skip
     "deepseek-r1": ("0.33.0", DEEPSEEK_ENV, DEEPSEEK_ARGS),
@@ -251,3 +253,21 @@ def test_load_profile_refuses_what_is_not_a_mapping(tmp_path, text):
     path.write_text(text)
     with pytest.raises(ProfileError, match=str(path)):
         load_profile(path)
+
+
+def test_ready_probe_is_optional_profile_data(tmp_path):
+    text = (PROFILES_DIR / "lab-tiny-llama.yml").read_text().replace("name: lab-tiny-llama", "name: probe")
+    (tmp_path / "probe.yml").write_text(
+        text + "ready_probe: {prompt: 'The capital of France is', expect_regex: 'Paris'}\n"
+    )
+    probe = load_profile(tmp_path / "probe.yml").ready_probe
+    assert (probe.prompt, probe.expect_regex, probe.max_tokens, probe.chat) == (
+        "The capital of France is",
+        "Paris",
+        16,
+        False,
+    )
+    (tmp_path / "probe.yml").write_text(text + "ready_probe: {prompt: p, expect_regex: '(unclosed'}\n")
+    with pytest.raises(ProfileError, match="ready_probe.expect_regex: not a regular expression"):
+        load_profile(tmp_path / "probe.yml")
+    assert load_profiles()["llama-3.3-70b"].ready_probe is None

@@ -1,0 +1,153 @@
+"""One environment policy for extra_env, vllm_env and the flag table; safe AITER values per
+(vLLM version, gfx arch); the MI300X production set; HSA_NO_SCRATCH_RECLAIM for TP > 1."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocmfleet import envpolicy, vllm
+from rocmfleet.errors import ConfigError
+from rocmfleet.placement import Placement
+from rocmfleet.profiles import ProfileError, load_profile, load_profiles
+from rocmfleet.settings import host_config
+from tests.unit.test_partitions import PROFILES, _config
+
+FP4 = "VLLM_ROCM_USE_AITER_FP4BMM"
+
+
+@pytest.fixture(scope="module")
+def profiles():
+    return load_profiles()
+
+
+# --- rendered environment ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["0.15.0", "0.16.0", "0.32.0"])
+def test_deepseek_on_gfx942_from_015_gets_the_safe_fp4bmm_value(profiles, version):
+    env = envpolicy.rendered_env(profiles["deepseek-r1"], "gfx942", version)
+    assert env[FP4] == "0"
+    assert env["VLLM_ROCM_USE_AITER"] == "1"
+    assert env["HSA_NO_SCRATCH_RECLAIM"] == "1"  # TP 8
+
+
+@pytest.mark.parametrize(
+    ("arch", "version"),
+    [("gfx942", "0.14.0"), ("gfx942", "0.33.0"), ("gfx950", "0.15.0"), (None, "0.15.0")],
+)
+def test_deepseek_without_the_value_where_not_needed(profiles, arch, version):
+    # Before 0.15 the default was off; 0.33.0's default is False (reference §4.1); gfx950 has FP4.
+    assert FP4 not in envpolicy.rendered_env(profiles["deepseek-r1"], arch, version)
+
+
+def test_safe_value_only_with_aiter_on(profiles):
+    lab = profiles["lab-tiny-llama"]  # no aiter setting
+    assert FP4 not in envpolicy.rendered_env(lab, "gfx942", "0.15.0")
+
+
+def test_llama_reproduces_the_production_guidance(profiles):
+    llama = profiles["llama-3.3-70b"]
+    env = envpolicy.rendered_env(llama, "gfx942")
+    assert {k: env[k] for k in ("HIP_FORCE_DEV_KERNARG", "HSA_ENABLE_SDMA", "NCCL_COMM_BLOCKING")} == {
+        "HIP_FORCE_DEV_KERNARG": "1",
+        "HSA_ENABLE_SDMA": "1",
+        "NCCL_COMM_BLOCKING": "0",
+    }
+    assert "RCCL_MSCCL_ENABLE" not in env  # multi-node only
+    assert "HSA_NO_SCRATCH_RECLAIM" not in env  # TP 1
+    assert llama.render().args == [
+        "--tensor-parallel-size", "1", "--max-model-len", "8192", "--gpu-memory-utilization", "0.92",
+        "--kv-cache-dtype", "fp8", "--dtype", "bfloat16", "--trust-remote-code",
+    ]  # fmt: skip
+
+
+def test_container_env_reads_the_placements_arch(tmp_path):
+    config = _config(tmp_path, "deepseek-r1", vllm_version="0.16.0")
+    placement = Placement("d", (), {"CUDA_VISIBLE_DEVICES": "0"}, "", "", gpus=(0,), gfx_arch="gfx942")
+    assert vllm.container_env(config, placement)[FP4] == "0"
+    placement = Placement("d", (), {"CUDA_VISIBLE_DEVICES": "0"}, "", "", gpus=(0,), gfx_arch="gfx950")
+    assert FP4 not in vllm.container_env(config, placement)
+
+
+def test_every_env_set_is_documented():
+    for s in envpolicy.ENV_SETS.values():
+        assert set(s.meaning) == set(s.variables) and s.when_not and s.source
+
+
+# --- vllm_env and extra_env -------------------------------------------------------------------
+
+
+def problems(env: dict[str, str], profile: str = "llama-3.3-70b") -> dict[str, tuple[str, str]]:
+    with pytest.raises(ConfigError) as info:
+        host_config({"vllm_profile": profile, "vllm_env": env})
+    return {p.key: (p.message, p.value) for p in info.value.problems}
+
+
+@pytest.mark.parametrize("name", ["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"])
+def test_visibility_belongs_to_placement(name):
+    message, value = problems({name: "0,1"})[f"vllm_env.{name}"]
+    assert "visible GPUs belong to placement" in message and value == "'0,1'"
+
+
+def test_removed_variables_name_the_replacement():
+    found = problems({"VLLM_ATTENTION_BACKEND": "ROCM_ATTN", "VLLM_USE_TRITON_FLASH_ATTN": "0"})
+    assert "removed after vLLM 0.14.0" in found["vllm_env.VLLM_ATTENTION_BACKEND"][0]
+    assert "use attention_backend=<NAME> (--attention-backend NAME)" in found["vllm_env.VLLM_ATTENTION_BACKEND"][0]
+    assert "removed in vLLM 0.11.1; use attention_backend" in found["vllm_env.VLLM_USE_TRITON_FLASH_ATTN"][0]
+
+
+def test_table_rendered_variable_only_through_its_setting():
+    message, _ = problems({"VLLM_ROCM_USE_AITER": "0"})["vllm_env.VLLM_ROCM_USE_AITER"]
+    assert message == "rendered from setting aiter; set that instead"
+
+
+def test_env_set_variable_owned_by_the_set():
+    message, _ = problems({"HSA_ENABLE_SDMA": "0"})["vllm_env.HSA_ENABLE_SDMA"]
+    assert "rendered by env_sets ['mi300x-production']" in message
+
+
+def test_scratch_reclaim_off_refused_at_tp8():
+    message, _ = problems({"HSA_NO_SCRATCH_RECLAIM": "0"}, "deepseek-r1")["vllm_env.HSA_NO_SCRATCH_RECLAIM"]
+    assert "tensor_parallel_size 8 needs HSA_NO_SCRATCH_RECLAIM=1" in message
+
+
+def test_unsafe_aiter_value_refused_on_the_assumed_arch(tmp_path):
+    (tmp_path / "ds.yml").write_text(
+        (PROFILES / "deepseek-r1.yml").read_text().replace("name: deepseek-r1", "name: ds")
+        .replace('vllm_version: "0.33.0"', 'vllm_version: "0.16.0"')
+    )  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        host_config({"vllm_profile": "ds", "vllm_env": {FP4: "1"}}, tmp_path)
+    (problem,) = info.value.problems
+    assert problem.key == f"vllm_env.{FP4}"
+    assert "on gfx942 with vLLM 0.16.0 it must be 0" in problem.message and "34641" in problem.message
+
+
+def test_token_value_refused_and_masked():
+    token = "hf_" + "aB3" * 12
+    found = problems({"MY_VAR": token, "HF_TOKEN": "x"})
+    for key in ("vllm_env.MY_VAR", "vllm_env.HF_TOKEN"):
+        message, value = found[key]
+        assert "put it in vllm_secret_env" in message and value == "*MASKED*"
+    assert token not in str(found)
+
+
+def test_ordinary_variables_pass():
+    config = host_config({"vllm_profile": "llama-3.3-70b", "vllm_env": {"NCCL_DEBUG": "WARN", "HF_HUB_OFFLINE": "1"}})
+    assert config.settings.vllm_env["NCCL_DEBUG"] == "WARN"
+
+
+def test_extra_env_follows_the_same_rules(tmp_path):
+    text = (PROFILES / "llama-3.3-70b.yml").read_text().replace("name: llama-3.3-70b", "name: bad")
+    (tmp_path / "bad.yml").write_text(text + "extra_env:\n  HIP_VISIBLE_DEVICES: '0'\n  HSA_ENABLE_SDMA: '0'\n")
+    with pytest.raises(ProfileError) as info:
+        load_profile(tmp_path / "bad.yml")
+    assert "extra_env HIP_VISIBLE_DEVICES: visible GPUs belong to placement" in str(info.value)
+    assert "extra_env HSA_ENABLE_SDMA: rendered by env_sets" in str(info.value)
+
+
+def test_unknown_env_set(tmp_path):
+    text = (PROFILES / "lab-tiny-llama.yml").read_text().replace("name: lab-tiny-llama", "name: x")
+    (tmp_path / "x.yml").write_text(text + "env_sets: [mi300x-prod]\n")
+    with pytest.raises(ProfileError, match="unknown set 'mi300x-prod'; known: mi300x-production"):
+        load_profile(tmp_path / "x.yml")
