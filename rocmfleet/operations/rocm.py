@@ -223,7 +223,8 @@ def driver_ready(check_module: bool = True):
         host.noop("amdgpu loaded, /dev/kfd present" if check_module else "/dev/kfd present (module check off)")
         return
     module = ("loaded" if loaded.get("module") else "not loaded") if check_module else "not checked"
+    kfd = "present" if loaded.get("kfd") else "missing"
     yield fail(
-        f"rocmfleet: after the reboot amdgpu is {module} and /dev/kfd is {'present' if loaded.get('kfd') else 'missing'}"
+        f"rocmfleet: after the reboot amdgpu is {module} and /dev/kfd is {kfd}"
         "; the driver did not come up (see `dmesg | grep -i amdgpu` and `dkms status`)"
     )

@@ -75,7 +75,7 @@ def host_placement(config: HostConfig) -> HostPlacement | str | None:
         if topology is None:
             result = f"rocmfleet: {NO_KFD}" if state.is_executing else None
         else:
-            result = HostPlacement(vllm.placements(config, topology), host.get_fact(DeviceGroupIds))
+            result = HostPlacement(vllm.placements(config, topology, host.name), host.get_fact(DeviceGroupIds))
     except PlacementError as exc:
         result = f"rocmfleet: placement: {exc}"
     except PyinfraError as exc:
