@@ -68,9 +68,7 @@ def module_paths(select: list[str] | None = None) -> list[str]:
 def _reachable(target: Target) -> CheckResult:
     started = time.monotonic()
     why = connect.reachable(target.ssh, REACH_TIMEOUT_S)
-    return CheckResult(
-        target.name, REACHABLE, "failed" if why else "passed", why or "", "", time.monotonic() - started
-    )
+    return CheckResult(target.name, REACHABLE, "failed" if why else "passed", why or "", "", time.monotonic() - started)
 
 
 def run_host(target: Target, paths: list[str], timeout_s: float) -> list[CheckResult]:

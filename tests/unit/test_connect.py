@@ -16,6 +16,9 @@ from rocmfleet.connect import CommandTimeout, ConnectError, Session, SshSettings
 from rocmfleet.errors import CannotCheck
 from tests.unit.sshserver import LoopbackSshServer
 
+#: Each test starts a loopback SSH server (paramiko, 127.0.0.1, throwaway keys): seconds, no lab.
+pytestmark = pytest.mark.loopback
+
 #: A stand-in sudo for the loopback server: takes pyinfra's options, runs the rest, or refuses.
 FAKE_SUDO = """#!/bin/sh
 if [ "$SUDO_MODE" = refuse ]; then echo "sudo: a password is required" >&2; exit 1; fi
@@ -184,3 +187,79 @@ def test_testinfra_backend_without_sudo_rights_raises_cannot_check(tmp_path):
 def test_key_files_are_never_key_material(server):
     assert os.path.isfile(settings_for(server).key)
     assert "PRIVATE KEY" not in str(settings_for(server).to_dict())
+
+
+# --- rocmfleet check's host runner, end to end over the loopback server -----------------------
+
+SAMPLE_CHECKS = '''
+from rocmfleet.checks import expect
+from rocmfleet.errors import CannotCheck
+
+
+def test_sees_its_expectations(host):
+    config = expect.host_config()
+    assert config.profile.name == "lab-tiny-llama"
+    assert [i.name for i in config.instances()] == ["tiny-llama-a", "tiny-llama-b"]
+    assert list(config.settings.vllm_secret_env) == ["HF_TOKEN"]
+    assert config.settings.vllm_secret_env["HF_TOKEN"].reveal() == ""  # names only, never the value
+
+
+def test_runs_on_the_host(host):
+    assert host.run("echo $SUDO_AS").stdout.strip() == "svc"
+
+
+def test_finds_a_difference(host):
+    assert host.file("/no/such/file").exists, "the file is missing"
+
+
+def test_cannot_read(host):
+    raise CannotCheck("the source is empty")
+'''
+
+
+def test_run_host_checks_a_long_named_host_with_its_own_expectations(tmp_path, lab_data):
+    from rocmfleet import compliance
+    from rocmfleet.fleet import Target
+    from rocmfleet.settings import host_config
+    from rocmfleet.vault import Secret
+
+    server = _server(tmp_path)
+    checks = tmp_path / "test_sample.py"
+    checks.write_text(SAMPLE_CHECKS)
+    name = "gpu-node-0042.rack-17.row-c.datacenter-west.example-corp.net"[:60].ljust(60, "x")
+    config = host_config({**lab_data, "vllm_secret_env": {"HF_TOKEN": Secret("hf_neverShown")}})
+    target = Target(name, settings_for(server, sudo=True, sudo_user="svc"), config)
+    try:
+        results = compliance.run_host(target, [str(checks)], timeout_s=60)
+    finally:
+        server.close()
+    outcomes = {r.check: (r.outcome, r.message) for r in results}
+    assert outcomes == {
+        "host::reachable": ("passed", ""),
+        "sample::sees_its_expectations": ("passed", ""),
+        "sample::runs_on_the_host": ("passed", ""),
+        "sample::finds_a_difference": ("failed", "the file is missing"),
+        "sample::cannot_read": ("error", "cannot check: the source is empty"),
+    }
+    assert all(r.host == name for r in results) and len(name) == 60
+    assert "hf_neverShown" not in repr(results) and not any("hf_neverShown" in c for c in server.commands)
+
+
+def test_run_host_without_sudo_rights_makes_every_host_check_an_error(tmp_path, lab_data):
+    from rocmfleet import compliance
+    from rocmfleet.fleet import Target
+    from rocmfleet.settings import host_config
+
+    server = _server(tmp_path, sudo_mode="refuse")
+    checks = tmp_path / "test_sample.py"
+    checks.write_text(SAMPLE_CHECKS)
+    try:
+        results = compliance.run_host(
+            Target("gpu-1", settings_for(server, sudo=True), host_config(lab_data)), [str(checks)], 60
+        )
+    finally:
+        server.close()
+    outcomes = {r.check: r.outcome for r in results}
+    assert outcomes["sample::runs_on_the_host"] == outcomes["sample::finds_a_difference"] == "error"
+    assert "sudo: a password is required" in next(r.message for r in results if r.check == "sample::runs_on_the_host")
+    assert compliance.exit_status(results) == 1
