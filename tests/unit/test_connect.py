@@ -191,7 +191,7 @@ def test_key_files_are_never_key_material(server):
 
 # --- rocmfleet check's host runner, end to end over the loopback server -----------------------
 
-SAMPLE_CHECKS = '''
+SAMPLE_CHECKS = """
 from rocmfleet.checks import expect
 from rocmfleet.errors import CannotCheck
 
@@ -214,7 +214,7 @@ def test_finds_a_difference(host):
 
 def test_cannot_read(host):
     raise CannotCheck("the source is empty")
-'''
+"""
 
 
 def test_run_host_checks_a_long_named_host_with_its_own_expectations(tmp_path, lab_data):
