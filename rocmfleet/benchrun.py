@@ -7,22 +7,14 @@ container is read back (``docker exec ... cat``), kept at :func:`rocmfleet.bench
 and removed from the container. What runs, how a result is judged and how the run is reported
 come from :mod:`rocmfleet.bench` and :mod:`rocmfleet.bench_report`.
 
-SSH is fabric's (``fabric.Connection`` over paramiko). Host keys follow the inventory's
-pyinfra data as pyinfra's own connector reads it (``pyinfra/connectors/sshuserclient/client.py``):
-the ``ssh_known_hosts_file`` (default ``~/.ssh/known_hosts``), and ``ssh_strict_host_key_checking``
-``yes`` (or ``ask``: nobody can answer) rejects a host whose key is not in it; a key that differs
-from the file's is always refused (paramiko's ``BadHostKeyException``).
+SSH is :mod:`rocmfleet.connect`'s, as for ``rocmfleet check``: one :class:`~rocmfleet.connect.Session`
+per host, with the inventory's keys, known-hosts file, ``ssh_strict_host_key_checking`` and sudo
+settings (see that module for what each means).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
-import os
-import pickle
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -51,12 +43,11 @@ from rocmfleet.bench import (
     target_name,
 )
 from rocmfleet.bench_report import case_line, markdown_summary, plots
-from rocmfleet.fleet import FleetError, Target
+from rocmfleet.connect import CommandTimeout, ConnectError, Session
+from rocmfleet.fleet import Target
 from rocmfleet.settings import Instance
 from rocmfleet.vllm import files_of
 
-#: Seconds to wait for a host's SSH port (fabric's ``connect_timeout``).
-CONNECT_TIMEOUT_S = 10
 #: Seconds a short command (``cat``, ``rm``) may take.
 SHORT_COMMAND_S = 60
 #: Most hosts benchmarked at once (one thread each; they mostly wait on SSH).
@@ -98,95 +89,12 @@ class HostOutcome:
         return self.error is None and bool(self.cases) and all(c.passed for c in self.cases)
 
 
-# --- the inventory --------------------------------------------------------------------------
+# --- SSH ------------------------------------------------------------------------------------
 
 
-def load_targets(inventory: str, limit: list[str] | None = None, timeout_s: float = 300) -> list[Target]:
-    """:func:`rocmfleet.fleet.load_fleet` run in a child process, its targets sent back pickled.
-
-    Loading an inventory imports ``pyinfra_cli``, whose ``__init__`` runs gevent's
-    ``monkey.patch_all()`` in the importing process. Patched that late (``threading`` already
-    imported), fabric's command runner hangs for good: invoke joins its I/O threads and the
-    join never returns (seen with fabric 3.2.3, invoke 2.2.1, gevent as pyinfra 3 pins it). The
-    child takes the patch; this process keeps real threads.
-
-    Raises:
-        FleetError: as :func:`~rocmfleet.fleet.load_fleet` (its message), or the child failed.
-    """
-    # The pickle comes back through a pipe, never a file: the targets hold decrypted secrets.
-    code = "import sys; from rocmfleet.benchrun import _load_in_child; _load_in_child(sys.argv[1])"
-    args = [sys.executable, "-c", code, json.dumps([inventory, limit])]
-    try:
-        proc = subprocess.run(args, capture_output=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        raise FleetError(f"{inventory}: loading the inventory took over {timeout_s:.0f} s") from None
-    stderr = proc.stderr.decode(errors="replace")
-    if proc.returncode != 0 or not proc.stdout:
-        raise FleetError(f"{inventory}: cannot load the inventory: {_tail(stderr, 20, 2000)}")
-    status, value = pickle.loads(proc.stdout)  # noqa: S301 - written by our own child just now
-    if status == "error":
-        raise FleetError(value)
-    return value
-
-
-def _load_in_child(request: str) -> None:
-    """The child of :func:`load_targets`: ``("ok", targets)`` or ``("error", message)``, pickled to stdout.
-
-    Whatever the inventory prints goes to stderr, so stdout carries the pickle only.
-    """
-    from rocmfleet.fleet import FleetError, load_fleet
-
-    channel = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    inventory, limit = json.loads(request)
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        result: tuple[str, object] = ("ok", load_fleet(inventory, limit))
-    except FleetError as exc:
-        result = ("error", str(exc))
-    with channel:
-        channel.write(pickle.dumps(result))
-
-
-# --- SSH -------------------------------------------------------------------------------------
-
-
-def host_key_policy(strict: str | None):
-    """paramiko's policy for a host key missing from known_hosts, from ``ssh_strict_host_key_checking``.
-
-    ``yes``/``ask``: reject (a fleet command cannot ask); ``no``/``off``: accept with a warning;
-    unset or ``accept-new`` (pyinfra's default): accept (not written back to the file).
-    """
-    from paramiko import AutoAddPolicy, RejectPolicy, WarningPolicy
-
-    if strict in ("yes", "ask"):
-        return RejectPolicy()
-    if strict in ("no", "off"):
-        return WarningPolicy()
-    if strict in (None, "accept-new"):
-        return AutoAddPolicy()
-    raise ValueError(f"ssh_strict_host_key_checking {strict!r}: expected yes, ask, accept-new, no or off")
-
-
-def connect(target: Target):
-    """An opened ``fabric.Connection`` to ``target`` with the inventory's key and host-key settings."""
-    from fabric import Connection
-
-    conn = Connection(
-        host=target.hostname,
-        user=target.user,
-        port=target.port,
-        connect_kwargs={"key_filename": target.key} if target.key else {},
-        connect_timeout=CONNECT_TIMEOUT_S,
-    )
-    conn.client.set_missing_host_key_policy(host_key_policy(target.strict_host_key_checking))
-    known_hosts = os.path.expanduser(target.known_hosts or "~/.ssh/known_hosts")
-    if target.known_hosts or os.path.isfile(known_hosts):
-        conn.client.load_host_keys(known_hosts)
-    conn.open()
-    return conn
+def connect(target: Target) -> Session:
+    """An opened :class:`~rocmfleet.connect.Session` to ``target`` (raises :class:`~rocmfleet.connect.ConnectError`)."""
+    return Session.open(target.ssh)
 
 
 def _secrets(target: Target) -> list[str]:
@@ -210,8 +118,11 @@ def _tail(text: str, lines: int = 3, width: int = 300) -> str:
 
 
 def _run(conn, command: str, timeout_s: float):
-    """``command`` on the host; fabric's Result (``exited``, ``stdout``, ``stderr``), never raising on exit status."""
-    return conn.run(command, hide=True, warn=True, in_stream=False, timeout=timeout_s)
+    """``command`` on the host: a :class:`~rocmfleet.connect.Result` (``exited``, ``stdout``, ``stderr``).
+
+    Never raises on the exit status; raises :class:`~rocmfleet.connect.CommandTimeout` past ``timeout_s``.
+    """
+    return conn.run(command, timeout_s=timeout_s)
 
 
 # --- one host --------------------------------------------------------------------------------
@@ -229,8 +140,6 @@ def _bench_case(
     secrets: list[str],
 ) -> CaseOutcome:
     """Run ``case`` in ``instance``'s container, copy its JSON to ``root`` and judge it."""
-    from invoke.exceptions import CommandTimedOut
-
     profile = target.config.profile
     container = files_of(instance).container
     where = dict(target=target_name(target.name, inst_dir), label=f"{target.name} {instance.name}:{instance.port}")
@@ -258,7 +167,7 @@ def _bench_case(
             why = _mask(_tail(ran.stderr if ran.stderr.strip() else ran.stdout), secrets)  # tracebacks: stderr
             return CaseOutcome(**where, case=case, error=f"vllm bench serve exited {ran.exited}: {why}")
         read = _run(conn, docker_exec(container, ["cat", str(inside)]), SHORT_COMMAND_S)
-    except CommandTimedOut:
+    except CommandTimeout:
         return CaseOutcome(**where, case=case, error="timed out (--timeout-s)")
     except Exception as exc:  # noqa: BLE001 - SSH or socket errors: this case failed, the run goes on
         return CaseOutcome(
@@ -300,8 +209,9 @@ def bench_host(
     try:
         conn = connector(target)
     except Exception as exc:  # noqa: BLE001 - DNS, TCP, SSH, host key, auth: the host fails, the run goes on
-        where = f"{target.user + '@' if target.user else ''}{target.hostname}:{target.port}"
-        outcome.error = f"unreachable ({where}): {type(exc).__name__}: {_mask(str(exc), secrets) or 'no detail'}"
+        why = str(exc).removeprefix(f"{target.ssh.where}: ") if isinstance(exc, ConnectError) else None
+        why = why or f"{type(exc).__name__}: {str(exc) or 'no detail'}"
+        outcome.error = f"unreachable ({target.ssh.where}): {_mask(why, secrets)}"
         emit(f"{target.name}: FAIL {outcome.error}")
         return outcome
     try:
@@ -379,7 +289,6 @@ def bench(
         0 when every host passed, 1 when any failed (a limit, a regression, unreachable, a
         benchmark error).
     """
-    logging.getLogger("paramiko").setLevel(logging.CRITICAL)  # its errors reach the report as lines
     root = Path(results_dir)
     run_id, run_dir = _new_run_dir(root)
     lock = threading.Lock()

@@ -1,9 +1,16 @@
 """``rocmfleet check``: run the packaged testinfra checks against every host of an inventory.
 
-One ``pytest`` process per host (testinfra's ``ssh://`` backend, with an ``ssh_config`` written
-from the inventory's ``ssh_*`` data), several hosts at once, each under a deadline. Before the
-suite, one plain ``ssh HOST true`` decides whether the host is reachable at all: an unreachable
-host is one failed check, ``host::reachable``, not a page of connection errors.
+The inventory is loaded and validated once, here (:func:`rocmfleet.fleet.load_fleet`); each host
+then gets one ``pytest`` process, several hosts at once, each under a deadline, given only its
+own expectations (:func:`rocmfleet.checks.expect.expectations_json`, a 0600 file) and checked
+over one SSH session of :mod:`rocmfleet.connect` (testinfra backend ``rocmfleet://``,
+:mod:`rocmfleet.checks.backend`), with the inventory's sudo settings. Before the suite, one
+connection running ``true`` decides whether the host is reachable at all: an unreachable host is
+one failed check, ``host::reachable``, not a page of connection errors.
+
+Outcomes: ``passed``, ``failed`` (the host is not as the inventory says), ``skipped`` (with the
+reason) and ``error`` (the check could not be made: an empty or unreadable source, output of an
+unknown format, sudo refused); an error counts as a failure for the exit status, never as a pass.
 
 Check names are ``<module>::<check>[<instance>]``, e.g. ``tuning::numa_balancing_persisted``
 or ``vllm::container_image_digest[tiny-llama-a]`` (from ``rocmfleet/checks/test_<module>.py``).
@@ -22,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rocmfleet import checks
-from rocmfleet.checks import expect
+from rocmfleet import checks, connect
+from rocmfleet.checks import backend, expect
 from rocmfleet.fleet import Target
 
 #: Modules of the suite, in the order they run (``rocmfleet/checks/test_<name>.py``).
@@ -35,7 +42,7 @@ REACH_TIMEOUT_S = 20
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One check on one host. ``outcome`` is ``passed``, ``failed`` or ``skipped``."""
+    """One check on one host. ``outcome`` is ``passed``, ``failed``, ``error`` or ``skipped``."""
 
     host: str
     check: str
@@ -60,45 +67,35 @@ def module_paths(select: list[str] | None = None) -> list[str]:
 
 def _reachable(target: Target) -> CheckResult:
     started = time.monotonic()
-    try:
-        proc = subprocess.run(
-            ["ssh", *target.ssh_options(), target.hostname, "true"],
-            capture_output=True,
-            text=True,
-            timeout=REACH_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-        )
-        ok, why = proc.returncode == 0, proc.stderr.strip().splitlines()[-1:] or [f"ssh exited {proc.returncode}"]
-    except subprocess.TimeoutExpired:
-        ok, why = False, [f"ssh did not connect within {REACH_TIMEOUT_S} s"]
-    return CheckResult(
-        target.name, REACHABLE, "passed" if ok else "failed", "" if ok else why[0], "", time.monotonic() - started
-    )
+    why = connect.reachable(target.ssh, REACH_TIMEOUT_S)
+    return CheckResult(target.name, REACHABLE, "failed" if why else "passed", why or "", "", time.monotonic() - started)
 
 
-def run_host(
-    target: Target, inventory: str, paths: list[str], timeout_s: float, overrides: dict | None = None
-) -> list[CheckResult]:
+def run_host(target: Target, paths: list[str], timeout_s: float) -> list[CheckResult]:
     """Check one host: reachability, then the suite under ``timeout_s`` seconds.
+
+    Args:
+        target: the host, as :func:`rocmfleet.fleet.load_fleet` validated it.
+        paths: check module files (:func:`module_paths`).
+        timeout_s: seconds the suite may take on this host.
 
     Returns:
         ``host::reachable`` and every check's result. A suite cut off by the deadline or one
-        that could not run (pytest usage error, an invalid inventory) adds a failed
-        ``host::suite`` result with pytest's last output lines.
+        that could not run (a pytest usage error) adds a ``host::suite`` error with pytest's
+        last output lines.
     """
     reach = _reachable(target)
     if reach.outcome != "passed":
         return [reach]
-    with tempfile.TemporaryDirectory(prefix=f"rocmfleet-check-{target.name}-") as tmp:
-        ssh_config, report = Path(tmp, "ssh_config"), Path(tmp, "report.jsonl")
-        # testinfra asks for ControlMaster=auto but sets no ControlPath, so without one every
-        # check would open its own SSH connection; with it they share one per host.
-        ssh_config.write_text(target.ssh_config() + f"  ControlPath {tmp}/cm-%C\n")
+    with tempfile.TemporaryDirectory(prefix="rocmfleet-check-") as tmp:  # mode 0700
+        report, data = Path(tmp, "report.jsonl"), Path(tmp, "expect.json")
+        with os.fdopen(os.open(data, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as out:
+            out.write(expect.expectations_json(target.name, target.ssh, target.config))
         argv = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider"]
         argv += ["-p", "rocmfleet.checks.report", f"--rocmfleet-report={report}", "--rootdir", tmp, "-c", os.devnull]
-        argv += [*paths, f"--hosts=ssh://{target.hostname}", f"--ssh-config={ssh_config}"]
-        env = {**os.environ, expect.INVENTORY_ENV: inventory, expect.HOST_ENV: target.name}
-        env[expect.DATA_ENV] = json.dumps(overrides or {})
+        argv += ["-p", "rocmfleet.checks.backend"]
+        argv += [*paths, f"--hosts={backend.SCHEME}://{target.name}"]
+        env = {**os.environ, expect.FILE_ENV: str(data)}
         started = time.monotonic()
         try:
             proc = subprocess.run(
@@ -126,7 +123,7 @@ def run_host(
             )
         )
     if problem:
-        results.append(CheckResult(target.name, SUITE, "failed", problem, "", time.monotonic() - started))
+        results.append(CheckResult(target.name, SUITE, "error", problem, "", time.monotonic() - started))
     return results
 
 
@@ -136,11 +133,9 @@ def _tail(text: str, lines: int = 5) -> str:
 
 def run_fleet(
     targets: list[Target],
-    inventory: str,
     select: list[str] | None = None,
     timeout_s: float = 300,
     parallel: int = 10,
-    overrides: dict | None = None,
     on_host=None,
 ) -> list[CheckResult]:
     """Check every target, ``parallel`` at a time; results in inventory order.
@@ -150,7 +145,7 @@ def run_fleet(
     paths = module_paths(select)
 
     def one(target: Target) -> list[CheckResult]:
-        results = run_host(target, inventory, paths, timeout_s, overrides)
+        results = run_host(target, paths, timeout_s)
         if on_host:
             on_host(results)
         return results
@@ -160,23 +155,28 @@ def run_fleet(
 
 
 def line(result: CheckResult, host_width: int = 0) -> str:
-    """The line people read: ``lab-1  FAIL  vllm::ready[a]  why``; the host padded to ``host_width``."""
-    word = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[result.outcome]
+    """The line people read: ``lab-1  FAIL  vllm::ready[a]  why``; the host padded to ``host_width``.
+
+    The word is ``PASS``, ``FAIL``, ``ERROR`` (could not check) or ``SKIP``.
+    """
+    word = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "SKIP"}[result.outcome]
     text = f"{result.host:<{host_width}}  {word}  {result.check}"
     return text + (f"  {result.message}" if result.message else "")
 
 
 def summary_table(results: list[CheckResult]) -> str:
-    """A table of passed/failed/skipped per host, then the fleet's total."""
+    """A table of passed/failed/errors/skipped per host, then the fleet's total (a host with an error fails)."""
     hosts: dict[str, dict[str, int]] = {}
     for r in results:
-        hosts.setdefault(r.host, {"passed": 0, "failed": 0, "skipped": 0})[r.outcome] += 1
+        hosts.setdefault(r.host, {"passed": 0, "failed": 0, "error": 0, "skipped": 0})[r.outcome] += 1
     width = max([len("host"), *(len(h) for h in hosts)])
-    rows = [f"{'host':<{width}}  passed  failed  skipped  result"]
-    for name, counts in hosts.items():
-        verdict = "FAIL" if counts["failed"] else "PASS"
-        rows.append(f"{name:<{width}}  {counts['passed']:>6}  {counts['failed']:>6}  {counts['skipped']:>7}  {verdict}")
-    failed = sum(1 for c in hosts.values() if c["failed"])
+    rows = [f"{'host':<{width}}  passed  failed  errors  skipped  result"]
+    for name, c in hosts.items():
+        verdict = "FAIL" if c["failed"] or c["error"] else "PASS"
+        rows.append(
+            f"{name:<{width}}  {c['passed']:>6}  {c['failed']:>6}  {c['error']:>6}  {c['skipped']:>7}  {verdict}"
+        )
+    failed = sum(1 for c in hosts.values() if c["failed"] or c["error"])
     rows.append(f"{len(hosts)} host(s), {failed} failed")
     return "\n".join(rows)
 
@@ -194,13 +194,15 @@ def junit_xml(results: list[CheckResult]) -> str:
             name=host,
             tests=str(len(host_results)),
             failures=str(sum(r.outcome == "failed" for r in host_results)),
+            errors=str(sum(r.outcome == "error" for r in host_results)),
             skipped=str(sum(r.outcome == "skipped" for r in host_results)),
             time=f"{sum(r.duration_s for r in host_results):.3f}",
         )
         for r in host_results:
             case = ET.SubElement(suite, "testcase", classname=host, name=r.check, time=f"{r.duration_s:.3f}")
-            if r.outcome == "failed":
-                ET.SubElement(case, "failure", message=r.message).text = r.detail or r.message
+            if r.outcome in ("failed", "error"):
+                kind = "failure" if r.outcome == "failed" else "error"
+                ET.SubElement(case, kind, message=r.message).text = r.detail or r.message
             elif r.outcome == "skipped":
                 ET.SubElement(case, "skipped", message=r.message)
     ET.indent(suites)
@@ -208,11 +210,11 @@ def junit_xml(results: list[CheckResult]) -> str:
 
 
 def json_report(results: list[CheckResult], inventory: str) -> str:
-    """The JSON report: inventory, per-host verdicts and every result."""
+    """The JSON report: inventory, per-host verdicts (``passed``/``failed``) and every result."""
     hosts = {}
     for r in results:
         hosts.setdefault(r.host, "passed")
-        if r.outcome == "failed":
+        if r.outcome in ("failed", "error"):
             hosts[r.host] = "failed"
     return (
         json.dumps({"inventory": inventory, "hosts": hosts, "results": [asdict(r) for r in results]}, indent=2) + "\n"
@@ -220,5 +222,5 @@ def json_report(results: list[CheckResult], inventory: str) -> str:
 
 
 def exit_status(results: list[CheckResult]) -> int:
-    """0 when nothing failed, 1 otherwise (2, a run that could not happen, is the CLI's)."""
-    return 1 if any(r.outcome == "failed" for r in results) else 0
+    """0 when nothing failed or errored, 1 otherwise (2, a run that could not happen, is the CLI's)."""
+    return 1 if any(r.outcome in ("failed", "error") for r in results) else 0

@@ -35,3 +35,11 @@ class ConfigError(ValueError):
             return
         self.problems = problems
         super().__init__("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class CannotCheck(RuntimeError):
+    """A check could not be made: what it reads is empty, unreadable or in a format it does not know.
+
+    ``rocmfleet check`` reports such a check as ``error``, never as passed (issue 16: a kernel
+    log read without the right to read it printed ``-- No entries --`` and the check passed).
+    """

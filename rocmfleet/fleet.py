@@ -2,9 +2,9 @@
 
 Fleet commands (``rocmfleet check``, ``rocmfleet bench``) read the same pyinfra inventory and
 group data as the deploy, so there is no second inventory to keep: :func:`load_fleet` validates
-it exactly as ``rocmfleet validate`` does and returns one :class:`Target` per host, carrying
-pyinfra's ``ssh_*`` connection keys (pyinfra's names and defaults: ``ssh_hostname`` falls back
-to the host name, ``ssh_port`` to 22, ``ssh_user`` to the local user).
+it exactly as ``rocmfleet validate`` does, once per run, and returns one :class:`Target` per
+host, carrying its :class:`rocmfleet.connect.SshSettings` (pyinfra's ``ssh_*``, ``_sudo`` and
+``_sudo_user`` data, with pyinfra's defaults).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
+from rocmfleet.connect import SshSettings
 from rocmfleet.settings import HostConfig
 from rocmfleet.validate import InventoryError, report, validate_inventory
 
@@ -22,40 +23,11 @@ class FleetError(ValueError):
 
 @dataclass(frozen=True)
 class Target:
-    """One host of the fleet: its name, SSH settings (pyinfra's ``ssh_*`` data) and configuration."""
+    """One host of the fleet: its inventory name, SSH settings and validated configuration."""
 
     name: str
-    hostname: str
+    ssh: SshSettings
     config: HostConfig
-    user: str | None = None
-    port: int = 22
-    key: str | None = None
-    known_hosts: str | None = None
-    strict_host_key_checking: str | None = None
-
-    def ssh_options(self) -> list[str]:
-        """``ssh -o`` options (OpenSSH spelling) for this host, e.g. ``["-o", "Port=22", ...]``.
-
-        ``BatchMode`` is always on: a fleet command never stops to ask for a password.
-        """
-        options = {"BatchMode": "yes", "Port": str(self.port), "ConnectTimeout": "10"}
-        if self.user:
-            options["User"] = self.user
-        if self.key:
-            options["IdentityFile"] = self.key
-            options["IdentitiesOnly"] = "yes"
-        if self.known_hosts:
-            options["UserKnownHostsFile"] = self.known_hosts
-        if self.strict_host_key_checking:
-            options["StrictHostKeyChecking"] = self.strict_host_key_checking
-        return [word for name, value in options.items() for word in ("-o", f"{name}={value}")]
-
-    def ssh_config(self) -> str:
-        """An ``ssh_config(5)`` block for this host, matched by its address (for testinfra's ``--ssh-config``)."""
-        lines = [f"Host {self.hostname}"]
-        options = self.ssh_options()
-        lines += [f"  {options[i + 1].replace('=', ' ', 1)}" for i in range(0, len(options), 2)]
-        return "\n".join(lines) + "\n"
 
 
 def _matches(name: str, groups: list[str], patterns: list[str]) -> bool:
@@ -84,19 +56,7 @@ def load_fleet(inventory: str, limit: list[str] | None = None, overrides: dict |
     for host in hosts:
         if limit and not _matches(host.name, list(host.groups), limit):
             continue
-        data = host.data.dict()
-        targets.append(
-            Target(
-                name=host.name,
-                hostname=str(data.get("ssh_hostname") or host.name),
-                config=configs[host.name],
-                user=data.get("ssh_user"),
-                port=int(data.get("ssh_port") or 22),
-                key=data.get("ssh_key"),
-                known_hosts=data.get("ssh_known_hosts_file"),
-                strict_host_key_checking=data.get("ssh_strict_host_key_checking"),
-            )
-        )
+        targets.append(Target(host.name, SshSettings.from_host_data(host.name, host.data.dict()), configs[host.name]))
     if not targets:
         raise FleetError(f"--limit {','.join(limit or [])} matches no host of {inventory}")
     return targets

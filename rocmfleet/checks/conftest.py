@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rocmfleet.checks import expect
+from rocmfleet.errors import CannotCheck
 from rocmfleet.facts.topology import GpuTopology, parse_fact_output
 from rocmfleet.topology import Topology
 
@@ -22,7 +23,7 @@ def config():
     """The host's validated configuration; checks that need it skip without an inventory."""
     found = expect.host_config()
     if found is None:
-        pytest.skip(f"no inventory given ({expect.INVENTORY_ENV} is unset): nothing to compare with")
+        pytest.skip(f"no expectations given ({expect.FILE_ENV} is unset): nothing to compare with")
     return found
 
 
@@ -31,10 +32,10 @@ def topology(host) -> Topology:
     """The host's GPUs and NUMA nodes, read with the deploy's own ``GpuTopology`` fact command."""
     result = host.run(GpuTopology().command())
     if result.rc != 0:
-        pytest.fail(f"GpuTopology command exited {result.rc}: {result.stderr.strip() or result.stdout.strip()}")
+        raise CannotCheck(f"GpuTopology command exited {result.rc}: {result.stderr.strip() or result.stdout.strip()}")
     found = parse_fact_output(result.stdout.splitlines())
     if found is None:
-        pytest.fail("no GPUs in /sys/class/kfd (is the amdgpu driver loaded?)")
+        raise CannotCheck("no GPUs in /sys/class/kfd (is the amdgpu driver loaded?)")
     return found
 
 

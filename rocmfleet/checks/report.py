@@ -2,8 +2,11 @@
 
 Loaded with ``-p rocmfleet.checks.report --rocmfleet-report=PATH``. Lines are written (and
 flushed) as each check ends, so a host cut off by its timeout still reports what finished.
-Each line: ``{"nodeid", "check", "outcome" ("passed"|"failed"|"skipped"), "message", "detail", "duration_s"}``;
-an error in a fixture counts as ``failed``.
+Each line: ``{"nodeid", "check", "outcome", "message", "detail", "duration_s"}``. The outcome is
+``passed``, ``skipped``, ``failed`` (an ``assert`` about the host did not hold) or ``error``
+(anything else raised, in the check or a fixture: the check could not be made, e.g.
+:class:`rocmfleet.errors.CannotCheck` for an empty or unreadable source, a parser refusing
+output it does not know, a connection or sudo failure). An error is never a pass.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ def _message(report: pytest.TestReport) -> str:
         return report.longrepr[2].removeprefix("Skipped: ")
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
-        return crash.message.removeprefix("AssertionError: ").split("\nassert ")[0].strip()
+        message = crash.message.removeprefix("AssertionError: ").split("\nassert ")[0].strip()
+        return message.replace("rocmfleet.errors.CannotCheck: ", "cannot check: ", 1)
     return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
 
 
@@ -47,6 +51,15 @@ class _Recorder:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.names = {item.nodeid: check_name(item) for item in items}
 
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        outcome = yield
+        report = outcome.get_result()
+        excinfo = call.excinfo
+        report.rocmfleet_error = bool(
+            excinfo is not None and not report.skipped and not excinfo.errisinstance(AssertionError)
+        )
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         entry = self.pending.setdefault(
             report.nodeid,
@@ -61,7 +74,10 @@ class _Recorder:
         )
         entry["duration_s"] = round(entry["duration_s"] + report.duration, 3)
         if entry["outcome"] == "passed" and not report.passed:
-            entry["outcome"] = "skipped" if report.skipped else "failed"
+            if report.skipped:
+                entry["outcome"] = "skipped"
+            else:
+                entry["outcome"] = "error" if getattr(report, "rocmfleet_error", False) else "failed"
             entry["message"] = _message(report)
             entry["detail"] = "" if report.skipped else report.longreprtext
         if report.when == "teardown":

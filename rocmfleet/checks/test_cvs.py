@@ -2,33 +2,45 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from rocmfleet import cvs
 from rocmfleet.checks.expect import in_container
+from rocmfleet.errors import CannotCheck
 
-LINK_FILES = ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width")
+SYSFS = "/sys/bus/pci/devices"
 
 
 def test_gpu_pcie_links_not_downgraded(host, topology):
-    problems, absent = [], []
-    for gpu in topology.gpus:
-        device = f"/sys/bus/pci/devices/{gpu.pci_address.lower()}"
-        if not host.file(device).exists:
-            absent.append(gpu.pci_address)
-            continue
-        attrs = {name: host.file(f"{device}/{name}").content_string for name in LINK_FILES}
-        problems += cvs.link_problems(gpu.pci_address, attrs)
+    gpus = [gpu.pci_address.lower() for gpu in topology.gpus]
+    absent = [gpu for gpu in gpus if not host.file(f"{SYSFS}/{gpu}").exists]
     if absent and in_container(host):
         pytest.skip(f"container host: GPUs {', '.join(absent)} are not this machine's PCI devices")
     assert not absent, f"GPUs in KFD but not in PCI sysfs: {', '.join(absent)}"
+    resolved = host.run("readlink -f " + " ".join(shlex.quote(f"{SYSFS}/{gpu}") for gpu in gpus))
+    lines = resolved.stdout.splitlines()
+    if resolved.rc != 0 or len(lines) != len(gpus):
+        raise CannotCheck(f"readlink of the GPUs' sysfs paths: exit {resolved.rc}, {len(lines)} of {len(gpus)} paths")
+    paths = {gpu: cvs.pci_path(line, gpu) for gpu, line in zip(gpus, lines, strict=True)}
+    devices = sorted({device for path in paths.values() for device in path})
+    files = " ".join(shlex.quote(f"{SYSFS}/{d}/{name}") for d in devices for name in cvs.LINK_FILES)
+    # grep exits 2 when a bridge has no link attributes (not a PCIe port): parse_link_files judges.
+    attrs = cvs.parse_link_files(host.run(f"grep -H '' {files} 2>/dev/null").stdout, devices)
+    problems = [problem for gpu, path in paths.items() for problem in cvs.path_link_problems(gpu, path, attrs)]
     assert not problems, "; ".join(problems)
 
 
 def test_no_amdgpu_errors_since_boot(host):
     if in_container(host):
         pytest.skip("container host: the kernel log belongs to the machine it runs on")
+    probe = host.run("journalctl -k -b 0 -n 1 --no-pager -o short-monotonic")
+    if probe.rc != 0:
+        raise CannotCheck(f"journalctl exited {probe.rc}: {probe.stderr.strip()}")
+    cvs.kernel_log_readable(probe.stdout)
     log = host.run("journalctl -k -b 0 -p err --no-pager -o short-monotonic")
-    assert log.rc == 0, f"journalctl: {log.stderr.strip()}"
+    if log.rc != 0:
+        raise CannotCheck(f"journalctl exited {log.rc}: {log.stderr.strip()}")
     errors = cvs.amdgpu_errors(log.stdout)
     assert not errors, f"{len(errors)} amdgpu error(s) since boot, last: " + " | ".join(errors[-3:])

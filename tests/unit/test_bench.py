@@ -49,6 +49,7 @@ from rocmfleet.bench import (
     verdict_passed,
 )
 from rocmfleet.bench_report import case_line, markdown_summary, plots
+from rocmfleet.connect import SshSettings
 from rocmfleet.fleet import Target
 from rocmfleet.profiles import PROFILES_DIR, load_profile
 from rocmfleet.settings import host_config
@@ -696,7 +697,7 @@ def test_markdown_summary_names_hosts_without_results(raw: dict[str, Any]) -> No
 
 
 class FakeHost:
-    """Stands in for an opened ``fabric.Connection``: answers the runner's ``docker exec`` commands.
+    """Stands in for an opened :class:`rocmfleet.connect.Session`: answers the runner's ``docker exec`` commands.
 
     ``vllm bench serve`` "writes" the fixture's JSON (no failed request, this case's shape,
     ``throughput`` tok/s) where ``--result-dir``/``--result-filename`` say; ``cat`` and ``rm -rf``
@@ -709,8 +710,8 @@ class FakeHost:
         self.commands: list[list[str]] = []
         self.closed = False
 
-    def run(self, command: str, *, hide: bool, warn: bool, in_stream: bool, timeout: float) -> SimpleNamespace:
-        assert hide and warn and in_stream is False and timeout > 0
+    def run(self, command: str, *, timeout_s: float) -> SimpleNamespace:
+        assert timeout_s > 0
         words = shlex.split(command)
         self.commands.append(words)
         assert words[:2] == ["docker", "exec"]
@@ -753,8 +754,8 @@ def fleet(lab_data: dict[str, Any]) -> list[Target]:
     one = {k: v for k, v in lab_data.items() if k != "vllm_instances"}
     one["vllm_secret_env"] = {"HF_TOKEN": Secret("hf_unitTestToken123")}
     return [
-        Target("lab-1", "10.213.0.11", host_config(lab_data), user="root"),
-        Target("lab-2", "10.213.0.12", host_config(one), user="root"),
+        Target("lab-1", SshSettings("10.213.0.11", user="root"), host_config(lab_data)),
+        Target("lab-2", SshSettings("10.213.0.12", user="root"), host_config(one)),
     ]
 
 
@@ -829,9 +830,7 @@ def test_unreachable_host_fails_in_the_report_and_the_others_run(
     lines: list[str] = []
     assert benchrun.bench(fleet, tmp_path, 600, lines.append, connector=connector) == 1
     (down,) = [line for line in lines if line.startswith("lab-2: ")]
-    assert down.startswith(f"lab-2: FAIL unreachable ({fleet[1].hostname}:{fleet[1].port})") or down.startswith(
-        "lab-2: FAIL unreachable (root@"
-    )
+    assert down.startswith("lab-2: FAIL unreachable (root@10.213.0.12:22): ")
     assert down.endswith("OSError: [Errno 113] No route to host")
     assert sum(": PASS " in line for line in lines) == 2
     (run_dir,) = tmp_path.iterdir()
@@ -843,7 +842,8 @@ def test_unreachable_host_fails_in_the_report_and_the_others_run(
 def test_real_ssh_to_a_closed_port_is_an_unreachable_host(fleet: list[Target], tmp_path: Path) -> None:
     import dataclasses
 
-    closed = dataclasses.replace(fleet[1], hostname="127.0.0.1", port=1, known_hosts=str(tmp_path / "kh"))
+    ssh = dataclasses.replace(fleet[1].ssh, hostname="127.0.0.1", port=1, known_hosts_file=str(tmp_path / "kh"))
+    closed = dataclasses.replace(fleet[1], ssh=ssh)
     (tmp_path / "kh").write_text("")
     lines: list[str] = []
     outcome = benchrun.bench_host(closed, tmp_path, "R", 30, lines.append)
@@ -870,18 +870,6 @@ def test_benchmark_errors_and_timeouts_fail_the_case_with_secrets_masked(
     lines.clear()
     outcome = benchrun.bench_host(fleet[0], tmp_path, "R", 0, lines.append, lambda t: FakeHost(raw))
     assert all(line.endswith("FAIL not run: the host's --timeout-s ran out") for line in lines) and len(lines) == 2
-
-
-def test_host_key_policy_follows_pyinfras_strict_host_key_checking() -> None:
-    from paramiko import AutoAddPolicy, RejectPolicy, WarningPolicy
-
-    assert isinstance(benchrun.host_key_policy("yes"), RejectPolicy)
-    assert isinstance(benchrun.host_key_policy("ask"), RejectPolicy)
-    assert isinstance(benchrun.host_key_policy("no"), WarningPolicy)
-    assert isinstance(benchrun.host_key_policy(None), AutoAddPolicy)
-    assert isinstance(benchrun.host_key_policy("accept-new"), AutoAddPolicy)
-    with pytest.raises(ValueError, match="ssh_strict_host_key_checking"):
-        benchrun.host_key_policy("maybe")
 
 
 def test_cli_bench_without_a_valid_inventory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

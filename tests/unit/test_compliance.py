@@ -11,6 +11,7 @@ import pytest
 
 from rocmfleet import compliance, cvs
 from rocmfleet.compliance import CheckResult
+from rocmfleet.errors import CannotCheck
 from rocmfleet.fleet import FleetError, load_fleet
 from tests.unit.test_topology import FIXTURES
 
@@ -32,6 +33,8 @@ RESULTS = [
     CheckResult("gpu-1", "tuning::numa_balancing_persisted", "failed", "kernel.numa_balancing = 1", "trace"),
     CheckResult("gpu-1", "cvs::no_amdgpu_errors_since_boot", "skipped", "container host"),
     CheckResult("gpu-2", "host::reachable", "failed", "ssh: connect to host 10.0.0.2 port 22: No route to host"),
+    CheckResult("gpu-3", "host::reachable", "passed"),
+    CheckResult("gpu-3", "cvs::no_amdgpu_errors_since_boot", "error", "cannot check: the kernel log cannot be read"),
 ]
 
 
@@ -50,17 +53,22 @@ def test_lines_table_and_exit_status():
     assert compliance.line(RESULTS[0]) == "gpu-1  PASS  host::reachable"
     assert compliance.line(RESULTS[0], 8) == "gpu-1     PASS  host::reachable"  # aligned with longer names
     table = compliance.summary_table(RESULTS).splitlines()
-    assert table[1].split() == ["gpu-1", "1", "1", "1", "FAIL"]
-    assert table[2].split() == ["gpu-2", "0", "1", "0", "FAIL"]
-    assert table[-1] == "2 host(s), 2 failed"
+    assert table[0].split() == ["host", "passed", "failed", "errors", "skipped", "result"]
+    assert table[1].split() == ["gpu-1", "1", "1", "0", "1", "FAIL"]
+    assert table[2].split() == ["gpu-2", "0", "1", "0", "0", "FAIL"]
+    assert table[3].split() == ["gpu-3", "1", "0", "1", "0", "FAIL"]  # an error is never a pass
+    assert table[-1] == "3 host(s), 3 failed"
+    assert compliance.line(RESULTS[5]).startswith("gpu-3  ERROR  cvs::no_amdgpu_errors_since_boot  cannot check")
     assert compliance.exit_status(RESULTS) == 1
     assert compliance.exit_status([RESULTS[0], RESULTS[2]]) == 0
+    assert compliance.exit_status([RESULTS[4], RESULTS[5]]) == 1
 
 
 def test_junit_xml_has_a_suite_per_host_and_a_case_per_check():
     root = ET.fromstring(compliance.junit_xml(RESULTS))
     suites = {s.get("name"): s for s in root.iter("testsuite")}
-    assert set(suites) == {"gpu-1", "gpu-2"}
+    assert set(suites) == {"gpu-1", "gpu-2", "gpu-3"}
+    assert suites["gpu-3"].get("errors") == "1" and suites["gpu-3"].find("testcase/error") is not None
     assert (suites["gpu-1"].get("tests"), suites["gpu-1"].get("failures"), suites["gpu-1"].get("skipped")) == (
         "3",
         "1",
@@ -72,7 +80,7 @@ def test_junit_xml_has_a_suite_per_host_and_a_case_per_check():
 
 def test_json_report_gives_a_verdict_per_host():
     report = json.loads(compliance.json_report(RESULTS, "inventories/prod.py"))
-    assert report["hosts"] == {"gpu-1": "failed", "gpu-2": "failed"}
+    assert report["hosts"] == {"gpu-1": "failed", "gpu-2": "failed", "gpu-3": "failed"}
     assert report["results"][3]["message"].startswith("ssh: connect")
 
 
@@ -85,6 +93,9 @@ def test_report_plugin_records_each_check_once(tmp_path):
         "def test_skipped():\n    pytest.skip('not here')\n"
         "def test_fixture(broken):\n    pass\n"
         "def test_parse():\n    int('banana')\n"
+        "def test_unreadable():\n"
+        "    from rocmfleet.errors import CannotCheck\n"
+        "    raise CannotCheck('journal unreadable')\n"
     )
     out = tmp_path / "report.jsonl"
     subprocess.run(
@@ -106,25 +117,27 @@ def test_report_plugin_records_each_check_once(tmp_path):
         "test_ok": "passed",
         "test_bad": "failed",
         "test_skipped": "skipped",
-        "test_fixture": "failed",
-        "test_parse": "failed",
+        "test_fixture": "error",
+        "test_parse": "error",
+        "test_unreadable": "error",
     }
     assert entries["test_bad"]["message"] == "one is not two"
     assert entries["test_skipped"]["message"] == "not here"
     assert "fixture broke" in entries["test_fixture"]["message"]
     assert "banana" in entries["test_parse"]["message"]
+    assert entries["test_unreadable"]["message"] == "cannot check: journal unreadable"
 
 
 def test_ssh_settings_come_from_pyinfra_data(inventory):
     path = inventory(
-        hosts='[("gpu-1", {"ssh_hostname": "10.0.0.1", "ssh_port": 2222, "ssh_user": "ops", "ssh_key": "/k"}), "gpu-2"]'
+        hosts='[("gpu-1", {"ssh_hostname": "10.0.0.1", "ssh_port": 2222, "ssh_user": "ops", "ssh_key": "/k", '
+        '"_sudo": True}), "gpu-2"]'
     )
     targets = load_fleet(str(path))
     assert [t.name for t in targets] == ["gpu-1", "gpu-2"]
-    one = targets[0]
-    assert (one.hostname, one.port, one.user, one.key) == ("10.0.0.1", 2222, "ops", "/k")
-    assert "  Port 2222" in one.ssh_config() and one.ssh_config().startswith("Host 10.0.0.1\n")
-    assert targets[1].hostname == "gpu-2" and "-o" in targets[1].ssh_options()
+    one = targets[0].ssh
+    assert (one.hostname, one.port, one.user, one.key, one.sudo) == ("10.0.0.1", 2222, "ops", "/k", True)
+    assert (targets[1].ssh.hostname, targets[1].ssh.port, targets[1].ssh.sudo) == ("gpu-2", 22, False)
     assert [t.name for t in load_fleet(str(path), ["gpu-2"])] == ["gpu-2"]
     assert [t.name for t in load_fleet(str(path), ["gpu_nodes"])] == ["gpu-1", "gpu-2"]
     with pytest.raises(FleetError, match="matches no host"):
@@ -174,7 +187,100 @@ def test_amdgpu_errors_picks_the_driver_lines():
         "[   13.0] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx timeout\n"
     )
     assert cvs.amdgpu_errors(log) == log.splitlines()[1:]
-    assert cvs.amdgpu_errors("") == []
+    assert cvs.amdgpu_errors("-- No entries --\n") == []  # after kernel_log_readable: really none
+    assert (
+        cvs.amdgpu_errors("-- Journal begins at Mon 2026-11-30 --\n" + log + "    continued\n") == log.splitlines()[1:]
+    )
+
+
+@pytest.mark.parametrize(
+    "probe",
+    ["-- No entries --\n", "", "Hint: You are currently not seeing messages from other users and the system.\n",
+     "[    0.000000] kern"[:5]],
+    ids=["non-root-no-entries", "empty", "hint-only", "truncated"],
+)  # fmt: skip
+def test_an_unreadable_kernel_log_is_an_error_never_a_pass(probe):
+    with pytest.raises(CannotCheck, match="kernel log of this boot cannot be read"):
+        cvs.kernel_log_readable(probe)
+
+
+def test_a_readable_kernel_log_passes_the_probe():
+    cvs.kernel_log_readable("-- Journal begins at Mon 2026-11-30 --\n[    0.000000] gpu-1 kernel: Linux version 6.8\n")
+
+
+@pytest.mark.parametrize(
+    "log", ["", "\n", "<html>502 Bad Gateway</html>\n", "Nov 30 10:00:00 gpu-1 kernel: amdgpu: in short format\n"]
+)
+def test_kernel_error_log_empty_or_unknown_format_is_an_error(log):
+    with pytest.raises(CannotCheck):
+        cvs.amdgpu_errors(log)
+
+
+ROOT_PORT, SW_UP, SW_DOWN, GPU = "0000:00:01.1", "0000:01:00.0", "0000:02:00.0", "0000:03:00.0"
+PATH = f"/sys/devices/pci0000:00/{ROOT_PORT}/{SW_UP}/{SW_DOWN}/{GPU}"
+
+
+def _links(**devices: tuple[str, str, str, str]) -> str:
+    """grep -H output for devices given as (current speed, max speed, current width, max width)."""
+    names = {"root": ROOT_PORT, "up": SW_UP, "down": SW_DOWN, "gpu": GPU}
+    return "".join(
+        f"/sys/bus/pci/devices/{names[key]}/{attr}:{value}\n"
+        for key, values in devices.items()
+        for attr, value in zip(cvs.LINK_FILES, values, strict=True)
+    )
+
+
+GEN5_X16 = ("32.0 GT/s PCIe", "32.0 GT/s PCIe", "16", "16")
+
+
+def test_pcie_path_from_the_root_port_to_the_gpu():
+    assert cvs.pci_path(PATH + "\n", GPU) == [ROOT_PORT, SW_UP, SW_DOWN, GPU]
+    with pytest.raises(cvs.LinkParseError, match="does not lead to the GPU"):
+        cvs.pci_path(PATH.rsplit("/", 1)[0], GPU)
+    with pytest.raises(cvs.LinkParseError):
+        cvs.pci_path("", GPU)
+
+
+def test_an_upstream_switch_port_downgraded_above_a_full_speed_gpu_fails():
+    devices = [ROOT_PORT, SW_UP, SW_DOWN, GPU]
+    healthy = cvs.parse_link_files(_links(root=GEN5_X16, up=GEN5_X16, down=GEN5_X16, gpu=GEN5_X16), devices)
+    assert cvs.path_link_problems(GPU, devices, healthy) == []
+    slow_switch = ("16.0 GT/s PCIe", "32.0 GT/s PCIe", "8", "16")  # issue 16's case
+    attrs = cvs.parse_link_files(_links(root=GEN5_X16, up=slow_switch, down=GEN5_X16, gpu=GEN5_X16), devices)
+    assert cvs.path_link_problems(GPU, devices, attrs) == [
+        f"{SW_UP} (upstream of GPU {GPU}): PCIe link x8, capable of x16",
+        f"{SW_UP} (upstream of GPU {GPU}): PCIe link 16 GT/s, capable of 32 GT/s",
+    ]
+
+
+def test_a_link_runs_at_the_slower_ends_maximum_and_bridges_without_links_are_passed_over():
+    devices = [ROOT_PORT, SW_UP, SW_DOWN, GPU]
+    gen4 = ("16.0 GT/s PCIe", "16.0 GT/s PCIe", "16", "16")
+    down_at_gen4 = ("16.0 GT/s PCIe", "32.0 GT/s PCIe", "16", "16")  # its partner, the GPU, is Gen 4
+    attrs = cvs.parse_link_files(_links(root=GEN5_X16, up=GEN5_X16, down=down_at_gen4, gpu=gen4), devices)
+    assert cvs.path_link_problems(GPU, devices, attrs) == []
+    no_root_link = cvs.parse_link_files(_links(up=GEN5_X16, down=GEN5_X16, gpu=GEN5_X16), devices)
+    assert cvs.path_link_problems(GPU, devices, no_root_link) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("", "empty output"),
+        (_links(gpu=GEN5_X16).rsplit("\n", 2)[0] + "\n", "no max_link_width"),  # truncated
+        ("grep: /sys/bus/pci/devices: Permission denied\n", "unexpected line"),
+        (_links(gpu=("Unknown", "32.0 GT/s PCIe", "16", "16")), "unknown PCIe link speed 'Unknown'"),
+    ],
+    ids=["empty", "truncated", "unknown-format", "unknown-speed"],
+)
+def test_pcie_link_output_empty_truncated_or_unknown_is_an_error(text, match):
+    with pytest.raises(CannotCheck, match=match):
+        cvs.path_link_problems(GPU, [ROOT_PORT, SW_UP, SW_DOWN, GPU], cvs.parse_link_files(text, [GPU]))
+
+
+def test_a_gpu_without_link_attributes_is_an_error():
+    with pytest.raises(CannotCheck, match=f"{GPU}: no PCIe link attributes"):
+        cvs.path_link_problems(GPU, [ROOT_PORT, GPU], cvs.parse_link_files(_links(root=GEN5_X16), [ROOT_PORT, GPU]))
 
 
 def test_a_bad_data_override_is_blamed_on_data_not_a_file(inventory):

@@ -1,0 +1,265 @@
+"""rocmfleet.connect and the checks' testinfra backend, against a loopback SSH server (no lab)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+import testinfra.host
+
+from rocmfleet import connect
+from rocmfleet.checks.backend import SessionBackend
+from rocmfleet.connect import CommandTimeout, ConnectError, Session, SshSettings
+from rocmfleet.errors import CannotCheck
+from tests.unit.sshserver import LoopbackSshServer
+
+#: Each test starts a loopback SSH server (paramiko, 127.0.0.1, throwaway keys): seconds, no lab.
+pytestmark = pytest.mark.loopback
+
+#: A stand-in sudo for the loopback server: takes pyinfra's options, runs the rest, or refuses.
+FAKE_SUDO = """#!/bin/sh
+if [ "$SUDO_MODE" = refuse ]; then echo "sudo: a password is required" >&2; exit 1; fi
+while [ $# -gt 0 ]; do case "$1" in -H|-n) shift ;; -u) SUDO_AS=$2; shift 2 ;; *) break ;; esac; done
+export SUDO_AS="${SUDO_AS:-root}"
+exec "$@"
+"""
+
+
+def _server(tmp_path: Path, sudo_mode: str = "allow") -> LoopbackSshServer:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "sudo").write_text(FAKE_SUDO)
+    (bin_dir / "sudo").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SUDO_MODE": sudo_mode, "LC_ALL": "C"}
+    return LoopbackSshServer(tmp_path, env)
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = _server(tmp_path)
+    yield srv
+    srv.close()
+
+
+def settings_for(server: LoopbackSshServer, **changes) -> SshSettings:
+    base = SshSettings(
+        hostname="127.0.0.1",
+        port=server.port,
+        user="ops",
+        key=server.client_key_file,
+        known_hosts_file=server.known_hosts,
+        strict_host_key_checking="yes",
+        connect_timeout_s=5,
+    )
+    return SshSettings(**{**base.to_dict(), **changes})
+
+
+def test_settings_from_pyinfra_data_and_back():
+    data = {
+        "ssh_hostname": "10.0.0.1",
+        "ssh_port": 2222,
+        "ssh_user": "ops",
+        "ssh_key": "/k",
+        "ssh_known_hosts_file": "/kh",
+        "ssh_strict_host_key_checking": "yes",
+        "_sudo": True,
+        "_sudo_user": "root",
+        "vllm_profile": "x",
+    }
+    one = SshSettings.from_host_data("gpu-1", data)
+    assert (one.hostname, one.port, one.user, one.key, one.known_hosts_file) == ("10.0.0.1", 2222, "ops", "/k", "/kh")
+    assert (one.strict_host_key_checking, one.sudo, one.sudo_user) == ("yes", True, "root")
+    assert one.where == "ops@10.0.0.1:2222"
+    assert SshSettings.from_dict(one.to_dict()) == one
+    bare = SshSettings.from_host_data("gpu-2", {})
+    assert (bare.hostname, bare.port, bare.user, bare.sudo, bare.where) == ("gpu-2", 22, None, False, "gpu-2:22")
+    with pytest.raises(ValueError, match="ssh_strict_host_key_checking 'maybe'"):
+        SshSettings.from_host_data("gpu-3", {"ssh_strict_host_key_checking": "maybe"})
+
+
+def test_host_key_policy_follows_pyinfras_strict_host_key_checking():
+    assert isinstance(connect.host_key_policy("yes"), paramiko.RejectPolicy)
+    assert isinstance(connect.host_key_policy("ask"), paramiko.RejectPolicy)
+    assert isinstance(connect.host_key_policy("no"), paramiko.WarningPolicy)
+    assert isinstance(connect.host_key_policy("off"), paramiko.WarningPolicy)
+    assert isinstance(connect.host_key_policy(None), connect.AcceptForThisRun)
+    assert isinstance(connect.host_key_policy("accept-new"), connect.AcceptForThisRun)
+    with pytest.raises(ValueError, match="ssh_strict_host_key_checking"):
+        connect.host_key_policy("maybe")
+
+
+def test_sudo_command_is_pyinfras_form():
+    assert connect.sudo_command("cat /etc/shadow") == "sudo -H -n sh -c 'cat /etc/shadow'"
+    assert connect.sudo_command("echo 'a b'", "svc") == "sudo -H -n -u svc sh -c 'echo '\"'\"'a b'\"'\"''"
+
+
+def test_run_gives_status_stdout_stderr_and_long_output(server):
+    with Session.open(settings_for(server)) as session:
+        result = session.run("echo out; echo err >&2; exit 3")
+        assert (result.exit_status, result.stdout, result.stderr) == (3, "out\n", "err\n")
+        big = session.run("head -c 3000000 /dev/zero | tr '\\\\0' x; echo done >&2")
+        assert len(big.stdout) == 3000000 and big.stderr == "done\n" and big.exited == 0
+    assert server.users == ["ops"]
+
+
+def test_a_command_past_its_deadline_raises(server):
+    with Session.open(settings_for(server)) as session:
+        started = time.monotonic()
+        with pytest.raises(CommandTimeout, match="did not finish within 1 s"):
+            session.run("sleep 5", timeout_s=1)
+        assert time.monotonic() - started < 3
+        assert session.run("echo still usable").stdout == "still usable\n"
+
+
+def test_unknown_and_changed_host_keys_are_refused(server, tmp_path):
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    with pytest.raises(ConnectError, match=r"ops@127\.0\.0\.1:\d+: SSHException: .*not found in known_hosts"):
+        Session.open(settings_for(server, known_hosts_file=str(empty)))
+    Session.open(settings_for(server, known_hosts_file=str(empty), strict_host_key_checking="accept-new")).close()
+    assert empty.read_text() == ""  # accepted for the run, never written
+    other = paramiko.HostKeys()
+    other.add(f"[127.0.0.1]:{server.port}", "ecdsa-sha2-nistp256", paramiko.ECDSAKey.generate())
+    changed = tmp_path / "changed_known_hosts"
+    other.save(str(changed))
+    for strict in ("yes", "no", None):  # a changed key is refused whatever the policy
+        with pytest.raises(ConnectError, match="BadHostKeyException"):
+            Session.open(settings_for(server, known_hosts_file=str(changed), strict_host_key_checking=strict))
+
+
+def test_wrong_key_and_closed_port_are_connect_errors(server, tmp_path):
+    stranger = tmp_path / "stranger"
+    paramiko.ECDSAKey.generate().write_private_key_file(str(stranger))
+    with pytest.raises(ConnectError, match=r"ops@127\.0\.0\.1:\d+: \w*(Authentication|SSH)Exception"):
+        Session.open(settings_for(server, key=str(stranger)))
+    assert server.users == []
+    closed = settings_for(server, port=1)
+    assert connect.reachable(closed).startswith("ops@127.0.0.1:1: ")
+    assert connect.reachable(settings_for(server)) is None
+
+
+def test_sudo_wraps_every_command_and_a_refusal_is_reported_once(tmp_path):
+    allow = _server(tmp_path / "a" if (tmp_path / "a").mkdir() is None else tmp_path)
+    try:
+        with Session.open(settings_for(allow, sudo=True, sudo_user="svc")) as session:
+            assert session.sudo_problem() is None
+            assert session.run("echo $SUDO_AS").stdout == "svc\n"
+            assert session.run("echo plain", sudo=False).stdout == "plain\n"
+        assert allow.commands[-2] == "sudo -H -n -u svc sh -c 'echo $SUDO_AS'"
+        assert allow.commands[-1] == "echo plain"
+    finally:
+        allow.close()
+    (tmp_path / "r").mkdir()
+    refuse = _server(tmp_path / "r", sudo_mode="refuse")
+    try:
+        with Session.open(settings_for(refuse, sudo=True)) as session:
+            assert "sudo: a password is required" in session.sudo_problem()
+            session.sudo_problem()
+        assert refuse.commands.count("sudo -H -n sh -c true") == 1
+        with Session.open(settings_for(refuse)) as session:  # no _sudo: never probed
+            assert session.sudo_problem() is None
+    finally:
+        refuse.close()
+
+
+def test_testinfra_backend_runs_over_the_session(server):
+    with Session.open(settings_for(server)) as session:
+        host = testinfra.host.Host(SessionBackend("gpu-1", session=session))
+        assert host.run("echo %s", "a b").stdout == "a b\n"
+        assert host.file(server.known_hosts).exists and not host.file("/no/such/file").exists
+        assert host.file(server.known_hosts).content_string.startswith(f"[127.0.0.1]:{server.port} ")
+
+
+def test_testinfra_backend_without_sudo_rights_raises_cannot_check(tmp_path):
+    refuse = _server(tmp_path, sudo_mode="refuse")
+    try:
+        with Session.open(settings_for(refuse, sudo=True)) as session:
+            host = testinfra.host.Host(SessionBackend("gpu-1", session=session))
+            with pytest.raises(CannotCheck, match="sudo -n as ops on 127.0.0.1 failed"):
+                host.file("/etc/passwd").exists  # noqa: B018 - the read is the test
+    finally:
+        refuse.close()
+
+
+def test_key_files_are_never_key_material(server):
+    assert os.path.isfile(settings_for(server).key)
+    assert "PRIVATE KEY" not in str(settings_for(server).to_dict())
+
+
+# --- rocmfleet check's host runner, end to end over the loopback server -----------------------
+
+SAMPLE_CHECKS = """
+from rocmfleet.checks import expect
+from rocmfleet.errors import CannotCheck
+
+
+def test_sees_its_expectations(host):
+    config = expect.host_config()
+    assert config.profile.name == "lab-tiny-llama"
+    assert [i.name for i in config.instances()] == ["tiny-llama-a", "tiny-llama-b"]
+    assert list(config.settings.vllm_secret_env) == ["HF_TOKEN"]
+    assert config.settings.vllm_secret_env["HF_TOKEN"].reveal() == ""  # names only, never the value
+
+
+def test_runs_on_the_host(host):
+    assert host.run("echo $SUDO_AS").stdout.strip() == "svc"
+
+
+def test_finds_a_difference(host):
+    assert host.file("/no/such/file").exists, "the file is missing"
+
+
+def test_cannot_read(host):
+    raise CannotCheck("the source is empty")
+"""
+
+
+def test_run_host_checks_a_long_named_host_with_its_own_expectations(tmp_path, lab_data):
+    from rocmfleet import compliance
+    from rocmfleet.fleet import Target
+    from rocmfleet.settings import host_config
+    from rocmfleet.vault import Secret
+
+    server = _server(tmp_path)
+    checks = tmp_path / "test_sample.py"
+    checks.write_text(SAMPLE_CHECKS)
+    name = "gpu-node-0042.rack-17.row-c.datacenter-west.example-corp.net"[:60].ljust(60, "x")
+    config = host_config({**lab_data, "vllm_secret_env": {"HF_TOKEN": Secret("hf_neverShown")}})
+    target = Target(name, settings_for(server, sudo=True, sudo_user="svc"), config)
+    try:
+        results = compliance.run_host(target, [str(checks)], timeout_s=60)
+    finally:
+        server.close()
+    outcomes = {r.check: (r.outcome, r.message) for r in results}
+    assert outcomes == {
+        "host::reachable": ("passed", ""),
+        "sample::sees_its_expectations": ("passed", ""),
+        "sample::runs_on_the_host": ("passed", ""),
+        "sample::finds_a_difference": ("failed", "the file is missing"),
+        "sample::cannot_read": ("error", "cannot check: the source is empty"),
+    }
+    assert all(r.host == name for r in results) and len(name) == 60
+    assert "hf_neverShown" not in repr(results) and not any("hf_neverShown" in c for c in server.commands)
+
+
+def test_run_host_without_sudo_rights_makes_every_host_check_an_error(tmp_path, lab_data):
+    from rocmfleet import compliance
+    from rocmfleet.fleet import Target
+    from rocmfleet.settings import host_config
+
+    server = _server(tmp_path, sudo_mode="refuse")
+    checks = tmp_path / "test_sample.py"
+    checks.write_text(SAMPLE_CHECKS)
+    try:
+        results = compliance.run_host(
+            Target("gpu-1", settings_for(server, sudo=True), host_config(lab_data)), [str(checks)], 60
+        )
+    finally:
+        server.close()
+    outcomes = {r.check: r.outcome for r in results}
+    assert outcomes["sample::runs_on_the_host"] == outcomes["sample::finds_a_difference"] == "error"
+    assert "sudo: a password is required" in next(r.message for r in results if r.check == "sample::runs_on_the_host")
+    assert compliance.exit_status(results) == 1
