@@ -21,6 +21,19 @@ PACKAGES = {
     "docker": ["docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin"],
     "debian": ["docker.io"],
 }
+#: The engine packages ``docker_version`` pins (Docker releases docker-ce and its CLI with one version;
+#: containerd.io and the buildx plugin have their own).
+ENGINE_PACKAGES = {"docker": ["docker-ce", "docker-ce-cli"], "debian": ["docker.io"]}
+
+
+def server_version_pattern(apt_version: str) -> str:
+    """The ``docker version --format {{.Server.Version}}`` a package version (or glob) gives.
+
+    The upstream part of a Debian version: no epoch, no Debian revision
+    (``5:27.5.1-1~debian.12~bookworm`` -> ``27.5.1``; ``20.10.24+dfsg1-*`` -> ``20.10.24+dfsg1``).
+    """
+    upstream = apt_version.split(":", 1)[-1]
+    return upstream.rsplit("-", 1)[0] if "-" in upstream else upstream
 
 
 def daemon_json(settings: DeploySettings) -> str:

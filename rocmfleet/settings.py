@@ -125,6 +125,18 @@ class HostSettings(BaseModel):
     docker_key_url: str = Field(
         default="https://download.docker.com/linux/debian/gpg", description="Docker apt signing key URL."
     )
+    docker_version: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[0-9A-Za-z.+~:*?-]+$",
+        description=(
+            "apt version (or glob) of the Docker engine packages: `docker-ce`/`docker-ce-cli` for "
+            "`docker_source: docker` (e.g. `5:27.5.1-1~debian.12~bookworm`), `docker.io` for `debian` "
+            "(e.g. `20.10.24+dfsg1-*`). Installed at the newest matching version and held; "
+            "`rocmfleet check` compares the running server with it. Null: the newest, not held."
+        ),
+    )
     docker_daemon: dict[str, Any] = Field(
         default_factory=dict, description="Extra keys for `/etc/docker/daemon.json`, merged over rocmfleet's."
     )

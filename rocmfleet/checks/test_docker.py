@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from fnmatch import fnmatchcase
+
+import pytest
 
 from rocmfleet import docker
+from rocmfleet.errors import CannotCheck
 
 
 def test_docker_running(host):
@@ -13,6 +17,24 @@ def test_docker_running(host):
     assert service.is_enabled, "docker.service is not enabled"
     info = host.run("docker info --format '{{.ServerVersion}}'")
     assert info.rc == 0, f"docker info failed: {info.stderr.strip()}"
+
+
+def test_docker_version_pinned_and_held(host, config):
+    """The running server is the version group data pins (``docker_version``), and apt holds it."""
+    version = config.settings.docker_version
+    if not version:
+        pytest.skip("docker_version is not set: Docker is not pinned")
+    running = host.run("docker version --format '{{.Server.Version}}'")
+    if running.rc != 0 or not running.stdout.strip():
+        raise CannotCheck(f"docker version gave no server version: {running.stderr.strip()[-300:]}")
+    server, wanted = running.stdout.strip(), docker.server_version_pattern(version)
+    assert fnmatchcase(server, wanted), f"Docker server {server} running, docker_version pins {version} ({wanted})"
+    engine = docker.ENGINE_PACKAGES[config.settings.docker_source]
+    held = host.run("apt-mark showhold " + " ".join(engine))
+    if held.rc != 0:
+        raise CannotCheck(f"apt-mark showhold failed: {held.stderr.strip()[-300:]}")
+    unheld = sorted(set(engine) - set(held.stdout.split()))
+    assert not unheld, f"not held by apt: {', '.join(unheld)} (apt-mark hold keeps upgrades from moving Docker)"
 
 
 def test_daemon_json_as_rendered(host, config):

@@ -8,6 +8,7 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import apt, files, systemd
 
 from rocmfleet import docker
+from rocmfleet.operations import packages as package_ops
 from rocmfleet.settings import HostSettings as DeploySettings
 
 
@@ -26,13 +27,17 @@ def apply(settings: DeploySettings) -> None:
             architectures=["amd64"],
             signed_by="/etc/apt/keyrings/docker.gpg",
         )
-    apt.packages(
-        name="Install Docker",
-        packages=docker.PACKAGES[settings.docker_source],
-        update=True,
-        cache_time=3600,
-        no_recommends=True,
-    )
+    packages = docker.PACKAGES[settings.docker_source]
+    if settings.docker_version:
+        engine = docker.ENGINE_PACKAGES[settings.docker_source]
+        package_ops.held_at(
+            name=f"Install Docker {settings.docker_version} and hold it",
+            packages=engine,
+            version=settings.docker_version,
+        )
+        packages = [p for p in packages if p not in engine]
+    if packages:
+        apt.packages(name="Install Docker", packages=packages, update=True, cache_time=3600, no_recommends=True)
     daemon = files.template(
         name="Render /etc/docker/daemon.json",
         src="templates/docker/daemon.json.j2",
