@@ -70,3 +70,18 @@ def test_pyinfra_stops_before_connecting(case, ssh_listener):
         assert line in output
     with pytest.raises(BlockingIOError):
         ssh_listener.accept()  # nobody knocked
+
+
+def test_five_independent_problems_in_three_files_are_all_reported(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["validate", "tests/corpus/five-problems-three-files/inventory.py"]) == 2
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()[1:]]
+    prefix = "tests/corpus/five-problems-three-files/group_vars/"
+    where = sorted(line.removeprefix(prefix).split(": ")[:2] for line in lines)
+    assert where == [
+        ["all.yml", "docker_source"],
+        ["all.yml", "vllm_cache_dir"],
+        ["gpu_nodes.yml", "vllm_image_tag"],
+        ["gpu_nodes.yml", "vllm_instances"],
+        ["profiles/p.yml", "max_num_seq"],
+    ]
