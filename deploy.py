@@ -24,6 +24,9 @@ from rocmfleet.operations import fail
 from rocmfleet.settings import ConfigError, host_config
 
 try:
+    # Group files that could not be read (an inventory without check_on_load still loads them).
+    if groupvars.problems():
+        raise ConfigError(groupvars.problems())
     config = host_config(host.data.dict(), groupvars.profiles_dir())
 except ConfigError as exc:
     fail.failed(name="Validate this host's data", message=f"rocmfleet: {host.name}: {exc}".replace("\n", "; "))

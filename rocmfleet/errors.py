@@ -19,7 +19,8 @@ class Problem:
         got = f" (got {self.value})" if self.value else ""
         where = f"{self.file}: " if self.file else ""
         hosts = f" [hosts: {', '.join(self.hosts)}]" if self.hosts else ""
-        return f"{where}{self.key}: {self.message}{got}{hosts}"
+        key = f"{self.key}: " if self.key else ""
+        return f"{where}{key}{self.message}{got}{hosts}"
 
 
 class ConfigError(ValueError):

@@ -69,10 +69,11 @@ class ServingSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tensor_parallel_size: int | None = Field(default=None, ge=1)
-    max_model_len: int | None = Field(default=None, ge=1)
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    # Upper bounds: 64 GPUs on a CPX host; 10M tokens is Llama 4 Scout's context, the longest served.
+    tensor_parallel_size: int | None = Field(default=None, ge=1, le=64)
+    max_model_len: int | None = Field(default=None, ge=1, le=10_485_760)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=65536)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=10_485_760)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     kv_cache_dtype: KvCacheDtype | None = None
     dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = None

@@ -1,60 +1,105 @@
 """Load ``group_vars/<group>.yml`` for pyinfra inventories (pyinfra itself reads only ``.py``).
 
-A file may be wholly encrypted with ansible-vault (then it holds secrets only: every string in
-it is one), or hold inline ``!vault |`` values; both decrypt to :class:`rocmfleet.vault.Secret`.
-Every loaded file is remembered, so that validation can say which file a bad value came from
-(:func:`source_of`).
+Files are YAML 1.2 (:mod:`rocmfleet.yamlfile`): a key given twice, or a plain scalar that YAML
+1.1 reads otherwise (``022``, ``no``), is a problem. A file may be wholly encrypted with
+ansible-vault (then it holds secrets only: every string in it is one), or hold inline
+``!vault |`` values; both decrypt to :class:`rocmfleet.vault.Secret`.
+
+Where the files are: ``load_group_vars("prod")`` looks, as Ansible and pyinfra do, beside the
+inventory file that calls it: ``<inventory dir>/group_vars/``, then the parent directory's
+``group_vars/`` (the layout of this repository: ``inventories/prod.py`` and ``group_vars/``),
+then ``./group_vars/`` (pyinfra's deploy directory); ``load_group_vars("prod", directory)``
+names the directory. A named file that does not exist is a problem.
+
+Problems do not stop the inventory from loading: every file is read and every problem is kept
+in :data:`LOADED`, so that :func:`rocmfleet.validate.check_on_load` (the inventory's last line)
+and ``rocmfleet validate`` report all of them at once, each with its file, line and key.
 """
 
 from __future__ import annotations
 
+import ast
+import os
 import sys
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
+from rocmfleet import vault, yamlfile
+from rocmfleet.errors import Problem
 
-from rocmfleet import vault
-
-#: ``group_vars/`` beside ``inventories/``, i.e. at the project root.
-GROUP_VARS_DIR = Path(__file__).resolve().parent.parent / "group_vars"
-
-#: When True (pyinfra loading an inventory), an unreadable file prints its error and exits 2
-#: before any connection; :mod:`rocmfleet.validate` turns it off to collect the error itself.
-EXIT_ON_ERROR = True
-
-#: group name -> (file, its keys), for every file :func:`load_group_vars` read.
-LOADED: dict[str, tuple[Path, frozenset[str]]] = {}
+#: Directory names searched for group files, relative to the inventory (see the module docstring).
+DIRECTORY = "group_vars"
 
 
 class GroupVarsError(ValueError):
-    """A group variables file cannot be read; the message names the file and the problem."""
+    """A group variables file cannot be used; ``problems`` holds each problem (file, key, message)."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
 
 
-def _loader(path: Path) -> type[yaml.SafeLoader]:
-    class Loader(yaml.SafeLoader):
-        pass
+@dataclass
+class GroupFile:
+    """One group file as read: its data, where each top-level key is, and what is wrong with it."""
 
-    def construct_vault(loader: yaml.SafeLoader, node: yaml.Node) -> vault.Secret:
-        key = getattr(node, "_rocmfleet_key", "")
-        text = loader.construct_scalar(node)  # type: ignore[arg-type]
-        return vault.Secret(vault.decrypt(str(text), f"{path}: line {node.start_mark.line + 1}{key}"))
+    group: str
+    path: Path
+    data: dict[str, Any]
+    lines: dict[str, int] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    fatal: bool = False  # could not be read at all: its data is unknown
+    caller_file: str = ""  # the inventory (or module) that loaded it
+    caller_line: int = 0
 
-    Loader.add_constructor("!vault", construct_vault)
-    return Loader
+    @property
+    def empty(self) -> bool:
+        """True when the file holds no keys (empty, or comments only)."""
+        return not self.fatal and not self.data
 
 
-def load_group_vars(group: str, directory: Path = GROUP_VARS_DIR) -> dict[str, Any]:
-    """Read ``<directory>/<group>.yml`` into a dict (``{}`` when the file does not exist).
+#: Every file :func:`load_group_vars` read since the last :func:`reset`, in order.
+LOADED: list[GroupFile] = []
+
+
+def reset() -> None:
+    """Forget the files read so far (before an inventory is loaded again)."""
+    LOADED.clear()
+
+
+def display(path: Path | str) -> str:
+    """``path`` relative to the working directory when it is under it, else absolute."""
+    path = Path(path).absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def search_dirs(inventory_file: str | None) -> list[Path]:
+    """Where ``group_vars/`` may be for ``inventory_file``, in the order they are tried."""
+    dirs = []
+    if inventory_file:
+        here = Path(inventory_file).resolve().parent
+        dirs += [here / DIRECTORY, here.parent / DIRECTORY]
+    dirs.append(Path.cwd() / DIRECTORY)
+    return list(dict.fromkeys(dirs))
+
+
+def load_group_vars(group: str, directory: Path | str | None = None) -> dict[str, Any]:
+    """Read ``<group_vars>/<group>.yml`` into a dict of host data for a pyinfra group.
 
     Args:
-        group: pyinfra group name (``all``, ``gpu_nodes``, ...).
-        directory: where the YAML files live; defaults to the project's ``group_vars/``.
+        group: the file's name without ``.yml`` (usually the pyinfra group: ``all``, ``gpu_nodes``).
+        directory: the directory holding the file; default: ``group_vars/`` found from the
+            calling inventory's directory (module docstring).
 
-    Raises:
-        GroupVarsError: the file is not valid YAML, its top level is not a mapping, or a vault
-            value in it cannot be decrypted (wrong password, no password, damaged data); with
-            :data:`EXIT_ON_ERROR` the message goes to stderr and the process exits with status 2.
+    Returns:
+        The file's top-level mapping; ``{}`` when it cannot be read. Nothing is raised: every
+        problem (missing file, not UTF-8, invalid YAML, duplicate key, a YAML 1.1 scalar, a vault
+        value that does not decrypt) is recorded in :data:`LOADED` for validation to report.
 
     Example:
 
@@ -62,36 +107,77 @@ def load_group_vars(group: str, directory: Path = GROUP_VARS_DIR) -> dict[str, A
 
         gpu_nodes = (["gpu-1"], load_group_vars("gpu_nodes"))
     """
-    try:
-        return _read(group, directory / f"{group}.yml")
-    except GroupVarsError as exc:
-        if not EXIT_ON_ERROR:
-            raise
-        print(f"rocmfleet: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-def _read(group: str, path: Path) -> dict[str, Any]:
+    frame = sys._getframe(1)
+    caller = frame.f_globals.get("__file__") or ""
+    if directory is None:
+        dirs = search_dirs(caller)
+        found = next((d for d in dirs if (d / f"{group}.yml").is_file()), None)
+        found = found or next((d for d in dirs if d.is_dir()), dirs[0])
+        path = found / f"{group}.yml"
+    else:
+        dirs = [Path(directory)]
+        path = Path(directory) / f"{group}.yml"
+    loaded = read_group_file(group, path)
+    loaded.caller_file, loaded.caller_line = caller, frame.f_lineno
     if not path.exists():
-        return {}
-    text = path.read_text()
+        where = f" (load_group_vars({group!r}) in {display(caller)} line {frame.f_lineno})" if caller else ""
+        looked = "" if directory is not None else f"; looked in {', '.join(display(d) for d in dirs)}"
+        loaded.problems = [Problem("", f"no such group file{where}{looked}", file=display(path))]
+    LOADED.append(loaded)
+    return loaded.data
+
+
+def read_group_file(group: str, path: Path) -> GroupFile:
+    """Read one group file; problems are in the result (``fatal`` when none of it could be read)."""
+    name = display(path)
+    result = GroupFile(group, path, {})
     try:
-        if vault.is_encrypted(text):
-            text = vault.decrypt(text, str(path))
-            data = yaml.safe_load(text)
-            data = _secret_leaves(data or {})
-        else:
-            data = yaml.load(text, Loader=_loader(path))  # noqa: S506 - SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise GroupVarsError(f"{path}: not valid YAML: {exc}") from None
-    except vault.VaultError as exc:
-        raise GroupVarsError(str(exc)) from None
+        raw = path.read_bytes()
+    except OSError as exc:
+        result.fatal = True
+        result.problems.append(Problem("", f"cannot read: {exc.strerror}", file=name))
+        return result
+    text, bad = yamlfile.decode(raw)
+    if text is None:
+        assert bad is not None
+        result.fatal = True
+        result.problems.append(Problem("", f"line {bad.line}: {bad.message}", file=name))
+        return result
+    whole_vault = vault.is_encrypted(text)
+    if whole_vault:
+        try:
+            text = vault.decrypt(text, name)
+        except vault.VaultError as exc:
+            result.fatal = True
+            result.problems.append(Problem("", f"cannot decrypt the file ({exc.reason})", file=name))
+            return result
+
+    def construct_vault(node: Any, key: str) -> vault.Secret:
+        try:
+            return vault.Secret(vault.decrypt(str(node.value), name))
+        except vault.VaultError as exc:
+            line = node.start_mark.line + 1
+            result.problems.append(Problem(key, f"line {line}: cannot decrypt ({exc.reason})", file=name))
+            return vault.Secret("")  # a stand-in: the problem above already stops the run
+
+    doc = yamlfile.load(text, tags={} if whole_vault else {"!vault": construct_vault})
+    result.fatal = doc.fatal
+    result.lines = doc.lines
+    for p in doc.problems:
+        result.problems.append(Problem(p.key, f"line {p.line}: {p.message}" if p.line else p.message, file=name))
+    data = doc.data
+    if doc.fatal:
+        return result
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise GroupVarsError(f"{path}: top level must be a mapping of keys to values, got {type(data).__name__}")
-    LOADED[group] = (path, frozenset(data))
-    return data
+        result.fatal = True
+        result.problems.append(
+            Problem("", f"top level must be a mapping of keys to values, got {type(data).__name__}", file=name)
+        )
+        return result
+    result.data = _secret_leaves(data) if whole_vault else data
+    return result
 
 
 def _secret_leaves(value: Any) -> Any:
@@ -109,22 +195,57 @@ def _secret_leaves(value: Any) -> Any:
     return value
 
 
+def problems() -> list[Problem]:
+    """Every problem of the files loaded since :func:`reset`."""
+    return [p for loaded in LOADED for p in loaded.problems]
+
+
 def profiles_dir() -> Path:
-    """``profiles/`` beside the group files loaded so far (the project's ``group_vars/profiles``)."""
-    for path, _keys in LOADED.values():
-        if (path.parent / "profiles").is_dir():
-            return path.parent / "profiles"
-    return GROUP_VARS_DIR / "profiles"
+    """``profiles/`` beside the group files loaded so far, else ``./group_vars/profiles``."""
+    for loaded in LOADED:
+        if (loaded.path.parent / "profiles").is_dir():
+            return loaded.path.parent / "profiles"
+    explicit = os.environ.get("ROCMFLEET_PROFILES_DIR")
+    return Path(explicit) if explicit else Path.cwd() / DIRECTORY / "profiles"
 
 
-def source_of(key: str, groups: list[str], inventory_file: str) -> str:
-    """Which file gives ``key`` to a host in ``groups`` (pyinfra's order, last group wins)?
+@cache
+def _assignments(filename: str, mtime: float) -> list[tuple[int, int, tuple[str, ...]]]:
+    try:
+        tree = ast.parse(Path(filename).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    found = []
+    for stmt in tree.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+        if isinstance(stmt, ast.AnnAssign):
+            targets = [stmt.target]
+        names = tuple(t.id for t in targets if isinstance(t, ast.Name))
+        if names:
+            found.append((stmt.lineno, stmt.end_lineno or stmt.lineno, names))
+    return found
 
-    Returns the ``group_vars`` file of the last group whose file holds the key, else the
-    inventory file (host data or inline group data).
+
+def assigned_to(loaded: GroupFile) -> tuple[str, ...]:
+    """The module-level names the call that loaded ``loaded`` is assigned to (``gpu_nodes = (..., _load("prod"))``)."""
+    if not loaded.caller_file or not Path(loaded.caller_file).is_file():
+        return ()
+    spans = _assignments(loaded.caller_file, Path(loaded.caller_file).stat().st_mtime)
+    return next((names for first, last, names in spans if first <= loaded.caller_line <= last), ())
+
+
+def files_of_group(group: str, group_data: dict[str, Any]) -> list[GroupFile]:
+    """The loaded files that give data to pyinfra group ``group`` (whose data is ``group_data``).
+
+    A file belongs to a group when the call loading it is assigned to the group's name in the
+    inventory, or when the group's data holds the very values the file produced (a file loaded
+    into a variable first, then merged: ``{**_lab, "ssh_user": "root"}``).
     """
-    for group in reversed(groups):
-        loaded = LOADED.get(group)
-        if loaded and key in loaded[1]:
-            return str(loaded[0])
-    return inventory_file
+    files = []
+    for loaded in LOADED:
+        if group in assigned_to(loaded) or any(
+            key in group_data and group_data[key] is value and not isinstance(value, bool | int | type(None))
+            for key, value in loaded.data.items()
+        ):
+            files.append(loaded)
+    return files

@@ -8,21 +8,40 @@ completely, including that its settings render for its own vLLM version.
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rocmfleet import envpolicy, memfit
+from rocmfleet import envpolicy, imageref, memfit, yamlfile
 from rocmfleet.bench import BenchSettings
 from rocmfleet.flags import FlagError, Rendered, ServingSettings, parse_version, render
 from rocmfleet.memfit import ModelMemory
 from rocmfleet.partitions import MI300X_MEMORY_GIB, ComputePartition, MemoryPartition, PartitionPolicy, policy_problems
 
-#: The shipped profiles: ``group_vars/profiles/<name>.yml``.
+#: This repository's profiles (``group_vars/profiles/``), for its tests and tools; deploys and
+#: ``validate`` find the profiles beside the inventory's group files (:mod:`rocmfleet.groupvars`).
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "group_vars" / "profiles"
+
+
+def _checked(check):  # noqa: ANN001, ANN202
+    def validate(value: str) -> str:
+        problem = check(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(validate)
+
+
+#: A repository name by Docker's reference grammar (:mod:`rocmfleet.imageref`).
+ImageName = Annotated[str, _checked(imageref.name_problem)]
+#: An image tag by Docker's reference grammar.
+ImageTag = Annotated[str, _checked(imageref.tag_problem)]
+#: A sha256 image digest.
+ImageDigest = Annotated[str, _checked(imageref.digest_problem)]
 
 
 class ProfileError(ValueError):
@@ -41,9 +60,9 @@ class Image(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    repository: str = Field(pattern=r"^[a-z0-9][a-z0-9._:/-]*$", description="e.g. `docker.io/vllm/vllm-openai-rocm`")
-    tag: str = Field(pattern=r"^\w[\w.-]{0,127}$")
-    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$", description="manifest digest, `sha256:` and 64 hex")
+    repository: ImageName = Field(description="e.g. `docker.io/vllm/vllm-openai-rocm` (no tag, no digest)")
+    tag: ImageTag
+    digest: ImageDigest = Field(description="manifest digest, `sha256:` and 64 hex")
 
     @property
     def reference(self) -> str:
@@ -87,12 +106,14 @@ class Profile(ServingSettings):
     served_model_name: str = Field(min_length=1)
     image: Image
     vllm_version: str = Field(description="vLLM version inside the image; flags are rendered for it")
-    instances_per_host: int = Field(ge=1, le=64)
-    tensor_parallel_size: int = Field(ge=1)
-    gpus_per_instance: int | None = Field(default=None, ge=1)
+    instances_per_host: int = Field(ge=1, le=64, description="at most 64: one per GPU partition of a CPX host")
+    tensor_parallel_size: int = Field(ge=1, le=64, description="at most 64: the GPUs one host can show (CPX)")
+    gpus_per_instance: int | None = Field(default=None, ge=1, le=64, description="at most 64 (a CPX host's GPUs)")
     instance_gpus: list[list[int]] | None = Field(default=None, description="GPU indices of each instance")
     base_port: int = Field(ge=1, le=65535, description="port of instance 0; instance i listens on base_port + i")
-    attention_heads: int | None = Field(default=None, ge=1, description="to check TP divisibility")
+    attention_heads: int | None = Field(
+        default=None, ge=1, le=4096, description="to check TP divisibility; at most 4096 (Llama 4 has 40, DeepSeek 128)"
+    )
     bench: BenchSettings = Field(
         default_factory=BenchSettings, description="smoke benchmark (`rocmfleet bench`): cases and thresholds"
     )
@@ -174,33 +195,67 @@ class Profile(ServingSettings):
 
 
 def load_profile(path: str | Path) -> Profile:
-    """Read and validate one profile YAML file; its ``name`` must be the file's stem.
+    """Read and validate one profile YAML file (YAML 1.2, :mod:`rocmfleet.yamlfile`); ``name`` must be its stem.
 
     Raises:
-        ProfileError: unreadable YAML, or one line per invalid field (key, message, value).
+        ProfileError: unreadable file or YAML, or one problem per invalid field (key, message,
+            value): a duplicate key or a YAML 1.1 scalar, an unknown key (with a "did you mean"),
+            a bad value.
     """
     path = Path(path)
     try:
-        data: Any = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProfileError(f"{path}: cannot read: {exc}") from exc
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read: {exc.strerror}") from None
+    text, bad = yamlfile.decode(raw)
+    if text is None:
+        assert bad is not None
+        raise ProfileError(f"{path}: line {bad.line}: {bad.message}", [("", f"line {bad.line}: {bad.message}", "")])
+    doc = yamlfile.load(text)
+    problems = [(p.key, f"line {p.line}: {p.message}" if p.line else p.message, "") for p in doc.problems]
+    data: Any = doc.data
+    if doc.fatal:
+        raise ProfileError(f"{path}: {problems[0][1]}", problems)
     if not isinstance(data, dict):
-        raise ProfileError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+        message = f"top level must be a mapping, got {type(data).__name__}"
+        raise ProfileError(f"{path}: {message}", [*problems, ("", message, "")])
     try:
         profile = Profile.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{path}: invalid profile ({exc.error_count()} problem(s)):"]
-        problems = []
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "(profile)"
-            value = "" if err["type"] == "missing" or not err["loc"] else repr(err.get("input"))
-            message = err["msg"].removeprefix("Value error, ")
-            problems.append((key, message, value))
-            lines.append(f"  {key}: {message}" + (f" (got {value})" if value else ""))
-        raise ProfileError("\n".join(lines), problems) from exc
-    if profile.name != path.stem:
-        raise ProfileError(f"{path}: name {profile.name!r} must match the file name {path.stem!r}")
+        problems += [_problem(err, doc.lines) for err in exc.errors()]
+        profile = None
+    if profile is not None and profile.name != path.stem:
+        problems.append(("name", f"must match the file name {path.stem!r}", repr(profile.name)))
+    if problems:
+        lines = [f"{path}: invalid profile ({len(problems)} problem(s)):"]
+        lines += [f"  {key}: {message}" + (f" (got {value})" if value else "") for key, message, value in problems]
+        raise ProfileError("\n".join(lines), problems)
+    assert profile is not None
     return profile
+
+
+def _problem(err: Any, lines: dict[str, int]) -> tuple[str, str, str]:
+    key = ".".join(str(p) for p in err["loc"]) or "(profile)"
+    value = "" if err["type"] == "missing" or not err["loc"] else repr(err.get("input"))
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        near = difflib.get_close_matches(str(err["loc"][-1]), _known_keys(err["loc"][:-1]), n=1)
+        message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
+        value = ""
+    elif err["type"] == "string_type" and isinstance(err.get("input"), bool | int | float):
+        what = "a boolean" if isinstance(err["input"], bool) else "a number (30.30 becomes 30.3)"
+        message += f"; quote it: unquoted, YAML reads it as {what}"
+    return key, message, value
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = Profile
+    for part in loc:
+        field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
+        model = getattr(field, "annotation", None) if field else None
+        if model is None:
+            return []
+    return list(model.model_fields) if hasattr(model, "model_fields") else []
 
 
 def load_profiles(directory: Path = PROFILES_DIR) -> dict[str, Profile]:

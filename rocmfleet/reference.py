@@ -33,6 +33,8 @@ MODELS: tuple[type[BaseModel], ...] = (HostSettings, RocmSettings, TuningSetting
 def _type(annotation: object) -> str:
     text = str(annotation).replace("typing.", "").replace("rocmfleet.settings.", "")
     text = re.sub(r"Annotated\[rocmfleet\.vault\.Secret,.*\)\]", "VaultSecret", text)
+    text = re.sub(r"Annotated\[(\w+), AfterValidator\(func=<function .*?>\)\]", r"\1", text)
+    text = re.sub(r"^Optional\[(\w+)\]$", r"\1 | None", text)
     return text.replace("<class '", "").replace("'>", "").replace("NoneType", "None")
 
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PREFIX = "rocm_"
 
@@ -137,20 +137,24 @@ class RocmSettings(BaseModel):
         "deployed on (GA and HWE kernels of AMD's compatibility matrix); other kernels stop the host.",
     )
     rocm_reboot_parallel: int = Field(
-        default=1, ge=1, description="Hosts rebooting at the same time (one at a time unless raised)."
+        default=1,
+        ge=1,
+        le=1000,
+        description="Hosts rebooting at the same time (one at a time unless raised); at most 1000, more than "
+        "pyinfra runs in parallel by default.",
     )
-    rocm_reboot_timeout_s: int = Field(default=900, ge=30, description="How long to wait for a host to come back.")
+    rocm_reboot_timeout_s: int = Field(
+        default=900,
+        ge=30,
+        le=7200,
+        description="How long to wait for a host to come back; at most 2 h (a server's POST and a DKMS "
+        "rebuild take minutes).",
+    )
     rocm_check_module: bool = Field(
         default=True,
         description="After a reboot, require the `amdgpu` module loaded and /dev/kfd present "
         "(the lab turns this off: its hosts share the machine's kernel).",
     )
-
-    @field_validator("rocm_version", "rocm_amdgpu_version", mode="before")
-    @classmethod
-    def _number_as_text(cls, value: Any) -> Any:
-        # YAML and `pyinfra --data` read 7.2 as a number; quote versions like 7.10 in YAML.
-        return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _stream_version(self) -> RocmSettings:

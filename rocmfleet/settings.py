@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError, WithJsonSchema, field_validator
-from pydantic.functional_validators import PlainValidator
+from pydantic.functional_validators import AfterValidator, PlainValidator
 
-from rocmfleet import envpolicy
+from rocmfleet import envpolicy, groupvars
 from rocmfleet.errors import ConfigError, Problem
-from rocmfleet.profiles import PROFILES_DIR, Image, Profile, ProfileError, load_profile
+from rocmfleet.profiles import Image, ImageDigest, ImageName, ImageTag, Profile, ProfileError, load_profile
 from rocmfleet.rocm import PREFIX as ROCM_PREFIX
 from rocmfleet.rocm import RocmSettings
 from rocmfleet.tuning import PREFIX as TUNING_PREFIX
@@ -37,6 +37,52 @@ OWN_PREFIXES = ("apt_", "base_", "docker_", "vllm_")
 #: pyinfra's own host data: connector settings and global-argument defaults (``_sudo``).
 PYINFRA_PREFIXES = ("ssh_", "_", "fake_", "chroot_", "vagrant_", "terraform_", "podman_", "dockerssh_")
 PYINFRA_KEYS = frozenset({"docker_identifier", "docker_platform", "docker_architecture", "docker_container_id"})
+
+
+#: The most GPUs one host can show: 8 MI300X, each split into 8 in CPX compute partition mode
+#: (AMD Instinct MI300X compute partitioning: SPX 1, DPX 2, QPX 4, CPX 8 per GPU).
+MAX_GPUS = 64
+
+
+def path_problem(value: str) -> str | None:
+    """Why ``value`` is not a host directory Docker can bind-mount with ``-v PATH:...``, or None."""
+    if not value.startswith("/"):
+        return "must be an absolute host path (a relative one becomes a Docker named volume)"
+    if any(c.isspace() or c in ":," for c in value):
+        return "must not hold white space, ':' or ',' (Docker's -v/--mount separators)"
+    return None
+
+
+def _host_path(value: str) -> str:
+    problem = path_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+#: An absolute host path for a bind mount.
+HostPath = Annotated[str, AfterValidator(_host_path)]
+
+
+def address_problem(value: str) -> str | None:
+    """Why ``value`` is not something SSH can connect to (a host name or an IP address), or None.
+
+    Host names follow RFC 1123 (letters, digits, '-', dot-separated labels of at most 63);
+    IPv6 addresses are checked by :mod:`ipaddress`.
+    """
+    import ipaddress
+
+    if any(c.isspace() for c in value) or not value:
+        return "must be a host name or IP address: it holds white space"
+    try:
+        ipaddress.ip_address(value.strip("[]"))
+        return None
+    except ValueError:
+        pass
+    label = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
+    if len(value) > 253 or not re.fullmatch(rf"{label}(?:\.{label})*\.?", value):
+        return "must be a host name (letters, digits, '-', '.') or an IP address"
+    return None
 
 
 def _secret(value: Any) -> Secret:
@@ -72,8 +118,12 @@ class InstanceOverride(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$", description="Unit `vllm-<name>.service`.")
-    port: int = Field(ge=1, le=65535, description="API port on the host.")
-    gpus: list[int] = Field(min_length=1, description="Host GPU indices (KFD order) the instance gets.")
+    port: int = Field(ge=1, le=65535, description="API port on the host (TCP ports end at 65535).")
+    gpus: list[int] = Field(
+        min_length=1,
+        max_length=MAX_GPUS,
+        description="Host GPU indices (KFD order) the instance gets; each below `vllm_gpu_count`.",
+    )
 
 
 class ConnectionSettings(BaseModel):
@@ -84,6 +134,15 @@ class ConnectionSettings(BaseModel):
     ssh_port: int = Field(default=22, ge=1, le=65535, description="SSH port (an integer, not a string).")
     ssh_user: str | None = Field(default=None, description="SSH user (pyinfra's; default: the local user).")
     ssh_hostname: str | None = Field(default=None, description="Address to connect to (default: the host's name).")
+
+    @field_validator("ssh_hostname")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        problem = None if value is None else address_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     ssh_strict_host_key_checking: Literal["yes", "no", "ask", "accept-new", "off"] | None = Field(
         default=None,
         description="OpenSSH's StrictHostKeyChecking, as pyinfra reads it; `rocmfleet check`/`bench` never ask.",
@@ -151,13 +210,12 @@ class HostSettings(BaseModel):
         pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$",
         description="Model profile: `group_vars/profiles/<name>.yml` (model, image, serving shape, flags).",
     )
-    vllm_image_repository: str | None = Field(default=None, description="Overrides the profile's image repository.")
-    vllm_image_tag: str | None = Field(
-        default=None, pattern=r"^\w[\w.-]{0,127}$", description="Overrides the profile's image tag."
+    vllm_image_repository: ImageName | None = Field(
+        default=None, description="Overrides the profile's image repository (no tag, no digest)."
     )
-    vllm_image_digest: str | None = Field(
+    vllm_image_tag: ImageTag | None = Field(default=None, description="Overrides the profile's image tag.")
+    vllm_image_digest: ImageDigest | None = Field(
         default=None,
-        pattern=r"^sha256:[0-9a-f]{64}$",
         description="Overrides the profile's digest; required with `vllm_image_tag` (a tag alone is never run).",
     )
     vllm_instances: list[InstanceOverride] | None = Field(
@@ -169,15 +227,36 @@ class HostSettings(BaseModel):
         default_factory=dict,
         description="Secret container environment (e.g. `HF_TOKEN`): vault values, written only to a 0600 file.",
     )
-    vllm_shm_size_gib: int = Field(default=16, ge=1, description="Container `/dev/shm` size (AMD MAD uses 16G).")
+    vllm_shm_size_gib: int = Field(
+        default=16,
+        ge=1,
+        le=1024,
+        description="Container `/dev/shm` size (AMD MAD uses 16G); at most 1024: it is host RAM, and MI300X "
+        "platforms have 1.5 to 3 TiB.",
+    )
     vllm_ready_timeout_s: int = Field(
-        default=1800, ge=10, description="How long the deploy waits for a new container to be ready."
+        default=1800,
+        ge=10,
+        le=86400,
+        description="How long the deploy waits for a new container to be ready; at most a day (a 671B model's "
+        "first load and compile takes well under that).",
     )
-    vllm_cache_dir: str = Field(
-        default="/var/cache/vllm", description="Host directory mounted as the container's `/root/.cache/vllm`."
+    vllm_cache_dir: HostPath = Field(
+        default="/var/cache/vllm",
+        description="Host directory mounted as the container's `/root/.cache/vllm` (absolute: a relative one "
+        "would be a Docker named volume).",
     )
-    vllm_hf_cache_dir: str = Field(
-        default="/var/cache/huggingface", description="Host directory mounted as `/root/.cache/huggingface`."
+    vllm_hf_cache_dir: HostPath = Field(
+        default="/var/cache/huggingface",
+        description="Host directory mounted as `/root/.cache/huggingface` (absolute).",
+    )
+    vllm_gpu_count: int = Field(
+        default=8,
+        ge=1,
+        le=MAX_GPUS,
+        description="GPUs the host shows (KFD nodes): 8 on MI300X platforms, 64 in CPX compute partition mode "
+        "(8 per GPU, the most there can be). `validate` checks `vllm_instances` against it; the deploy checks "
+        "the real topology.",
     )
 
     @field_validator("vllm_env", "vllm_secret_env")
@@ -212,13 +291,7 @@ class HostConfig:
         """``vllm_instances`` if given, else ``<profile>-<i>`` on ``base_port + i`` with the profile's GPUs."""
         if self.settings.vllm_instances is not None:
             return [Instance(i.name, i.port, tuple(i.gpus)) for i in self.settings.vllm_instances]
-        p = self.profile
-        if p.instance_gpus is not None:
-            groups = [tuple(g) for g in p.instance_gpus]
-        else:
-            n = p.gpus_per_instance or 1
-            groups = [tuple(range(i * n, (i + 1) * n)) for i in range(p.instances_per_host)]
-        return [Instance(f"{p.name}-{i}", port, groups[i]) for i, port in enumerate(p.ports)]
+        return _profile_instances(self.profile)
 
 
 def _all_fields() -> list[str]:
@@ -249,22 +322,55 @@ def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
             near = difflib.get_close_matches(str(err["loc"][-1]), _all_fields(), n=1)
             message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
             value = ""
+        elif err["type"] in ("string_type", "literal_error") and type(err.get("input")) in (bool, int, float):
+            what = "a boolean" if isinstance(err["input"], bool) else "a number (30.30 becomes 30.3)"
+            message += f"; quote it: unquoted, YAML reads it as {what}"
         problems.append(Problem(key, message, value))
     return problems
 
 
-def known_profiles(directory: Path = PROFILES_DIR) -> list[str]:
+def _partial(model: type[BaseModel], own: dict[str, Any]) -> tuple[BaseModel | None, list[Problem]]:
+    """``own`` validated by ``model``; when invalid, also the model without the offending keys.
+
+    Later stages (profile, image, instances) run on that partial model, so that one run reports
+    the problems of every stage, not only the first stage's.
+    """
+    try:
+        return model.model_validate(own), []
+    except ValidationError as exc:
+        problems = _problems(exc)
+        bad = {err["loc"][0] for err in exc.errors() if err["loc"]}
+        if not bad:
+            return None, problems
+        try:
+            return model.model_validate({k: v for k, v in own.items() if k not in bad}), problems
+        except ValidationError:
+            return None, problems
+
+
+def known_profiles(directory: Path) -> list[str]:
     """Names of the profiles in ``directory``."""
     return sorted(p.stem for p in directory.glob("*.yml"))
 
 
-def host_config(data: dict[str, Any], profiles_dir: Path = PROFILES_DIR) -> HostConfig:
+def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) -> HostConfig:
     """Validate one host's merged data (``host.data.dict()``) and load its profile.
 
+    Every stage runs, each on what the earlier ones could validate: the settings models, the
+    profile, the image after host overrides (re-validated: ``model_copy`` does not), and the
+    instances (names, ports, GPUs against ``vllm_gpu_count``, TP against the GPUs).
+
+    Args:
+        data: the host's data, keys as in ``group_vars``.
+        profiles_dir: where ``<vllm_profile>.yml`` is; default :func:`rocmfleet.groupvars.profiles_dir`
+            (``profiles/`` beside the inventory's group files).
+
     Raises:
-        ConfigError: every problem at once (key, message, bad value; files and hosts are added
-            by :mod:`rocmfleet.validate`, which knows the inventory).
+        ConfigError: every problem at once (key, message, bad value; a problem in a profile
+            file carries that file; the files of host data are added by :mod:`rocmfleet.validate`,
+            which knows the inventory).
     """
+    directory = Path(profiles_dir) if profiles_dir is not None else groupvars.profiles_dir()
     problems: list[Problem] = []
     foreign = [
         k
@@ -274,7 +380,7 @@ def host_config(data: dict[str, Any], profiles_dir: Path = PROFILES_DIR) -> Host
     for key in sorted(foreign):
         near = difflib.get_close_matches(key, _all_fields(), n=1)
         problems.append(Problem(key, "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")))
-    validated = {}
+    validated: dict[str, Any] = {}
     for name, model, prefixes in (
         ("connection", ConnectionSettings, None),
         ("settings", HostSettings, OWN_PREFIXES),
@@ -282,74 +388,128 @@ def host_config(data: dict[str, Any], profiles_dir: Path = PROFILES_DIR) -> Host
         ("tuning", TuningSettings, (TUNING_PREFIX,)),
     ):
         own = data if prefixes is None else {k: v for k, v in data.items() if k.startswith(prefixes)}
-        try:
-            validated[name] = model.model_validate(own)
-        except ValidationError as exc:
-            problems += _problems(exc)
+        validated[name], found = _partial(model, own)
+        problems += found
+    settings: HostSettings | None = validated["settings"]
+    profile = _profile(settings, directory, problems) if settings else None
+    image = _image(settings, profile, directory, data, problems) if settings else None
+    instances: list[Instance] | None = None
+    if settings and settings.vllm_instances is not None:
+        instances = [Instance(i.name, i.port, tuple(i.gpus)) for i in settings.vllm_instances]
+    elif profile is not None:
+        instances = _profile_instances(profile)
+    if instances is not None and settings is not None:
+        key = "vllm_instances" if settings.vllm_instances is not None else "vllm_profile"
+        problems += instance_problems(instances, profile, settings.vllm_gpu_count, key)
+    if settings is not None and profile is not None:
+        problems += [Problem(*p) for p in envpolicy.host_problems(profile, settings.vllm_env)]
     if problems:
         raise ConfigError(problems)
-    settings = validated["settings"]
-    path = profiles_dir / f"{settings.vllm_profile}.yml"
+    assert settings is not None and profile is not None and image is not None
+    return HostConfig(settings, profile, image, validated["rocm"], validated["tuning"])
+
+
+def _profile(settings: HostSettings, directory: Path, problems: list[Problem]) -> Profile | None:
+    path = directory / f"{settings.vllm_profile}.yml"
     if not path.exists():
-        known = known_profiles(profiles_dir)
+        known = known_profiles(directory)
         near = difflib.get_close_matches(settings.vllm_profile, known, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise ConfigError(
-            [Problem("vllm_profile", f"no profile {path}{hint} Known: {', '.join(known)}", repr(settings.vllm_profile))]
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        where = groupvars.display(directory)
+        problems.append(
+            Problem(
+                "vllm_profile",
+                f"no profile {groupvars.display(path)}; {hint}known profiles: {', '.join(known) or f'none in {where}'}",
+                repr(settings.vllm_profile),
+            )
         )
+        return None
     try:
-        profile = load_profile(path)
+        return load_profile(path)
     except ProfileError as exc:
-        raise ConfigError(
-            [Problem(key, message, value, file=str(path)) for key, message, value in exc.problems]
-        ) from None
-    image = profile.image
+        problems += [Problem(key, message, value, file=groupvars.display(path)) for key, message, value in exc.problems]
+        return None
+
+
+def _image(
+    settings: HostSettings, profile: Profile | None, directory: Path, data: dict[str, Any], problems: list[Problem]
+) -> Image | None:
     overrides = {
         "repository": settings.vllm_image_repository,
         "tag": settings.vllm_image_tag,
         "digest": settings.vllm_image_digest,
     }
-    if settings.vllm_image_tag and not settings.vllm_image_digest:
-        raise ConfigError(
-            [
-                Problem(
-                    "vllm_image_tag",
-                    "a tag needs its digest (vllm_image_digest): a tag alone is never deployed",
-                    repr(settings.vllm_image_tag),
-                )
-            ]  # fmt: skip
+    if data.get("vllm_image_tag") and not data.get("vllm_image_digest"):
+        problems.append(
+            Problem(
+                "vllm_image_tag",
+                "a tag needs its digest (vllm_image_digest): a tag alone is never deployed",
+                repr(data["vllm_image_tag"]),
+            )
         )
-    image = image.model_copy(update={k: v for k, v in overrides.items() if v})
-    config = HostConfig(settings, profile, image, validated["rocm"], validated["tuning"])
-    shape = instance_problems(config) + [Problem(*p) for p in envpolicy.host_problems(profile, settings.vllm_env)]
-    if shape:
-        raise ConfigError(shape)
-    return config
+    if profile is None:
+        return None
+    merged = {**profile.image.model_dump(), **{k: v for k, v in overrides.items() if v}}
+    try:
+        return Image.model_validate(merged)  # after the overrides: model_copy(update=...) would not validate
+    except ValidationError as exc:
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "repository"
+            key = f"vllm_image_{field}" if overrides.get(field) else f"image.{field}"
+            file = "" if overrides.get(field) else groupvars.display(directory / f"{profile.name}.yml")
+            problems.append(Problem(key, err["msg"].removeprefix("Value error, "), repr(err.get("input")), file))
+        return None
 
 
-def instance_problems(config: HostConfig) -> list[Problem]:
-    """Instance rules that need the profile: unique names, ports and GPUs; TP divides the GPUs."""
+def _profile_instances(profile: Profile) -> list[Instance]:
+    if profile.instance_gpus is not None:
+        groups = [tuple(g) for g in profile.instance_gpus]
+    else:
+        n = profile.gpus_per_instance or 1
+        groups = [tuple(range(i * n, (i + 1) * n)) for i in range(profile.instances_per_host)]
+    return [Instance(f"{profile.name}-{i}", port, groups[i]) for i, port in enumerate(profile.ports)]
+
+
+def instance_problems(
+    instances: list[Instance], profile: Profile | None = None, gpu_count: int = 8, key: str = "vllm_instances"
+) -> list[Problem]:
+    """Rules on a host's instances: unique names and ports; GPUs unique and below ``gpu_count``; TP divides the GPUs.
+
+    Args:
+        instances: the host's instances (``vllm_instances`` or the profile's layout).
+        profile: the host's profile, for ``tensor_parallel_size``; None when it is invalid
+            (the rules that need it are skipped).
+        gpu_count: the host's GPUs (``vllm_gpu_count``; the deploy checks the real topology).
+        key: the key the instances come from, for the messages.
+    """
     problems = []
-    instances = config.instances()
-    tp = config.profile.tensor_parallel_size
     for attr, what in (("name", "name"), ("port", "port")):
         values = [getattr(i, attr) for i in instances]
         for dup in sorted({v for v in values if values.count(v) > 1}, key=str):
             owners = [i.name for i in instances if getattr(i, attr) == dup]
-            problems.append(Problem("vllm_instances", f"{what} {dup} used by more than one instance: {owners}"))
+            problems.append(Problem(key, f"{what} {dup} used by more than one instance: {owners}"))
     claims: dict[int, list[str]] = {}
     for instance in instances:
-        for gpu in instance.gpus:
-            claims.setdefault(gpu, []).append(instance.name)
-        if len(instance.gpus) % tp:
+        outside = [gpu for gpu in instance.gpus if not 0 <= gpu < gpu_count]
+        if outside:
             problems.append(
                 Problem(
-                    "vllm_instances",
-                    f"instance {instance.name}: tensor_parallel_size {tp} (profile {config.profile.name}) "
-                    f"does not divide its {len(instance.gpus)} GPU(s) {list(instance.gpus)}",
+                    key,
+                    f"instance {instance.name}: GPU index(es) {outside} out of range: the host has {gpu_count} GPUs "
+                    f"(0 to {gpu_count - 1}; vllm_gpu_count)",
+                )
+            )
+        for gpu in instance.gpus:
+            claims.setdefault(gpu, []).append(instance.name)
+        if profile is not None and len(instance.gpus) % profile.tensor_parallel_size:
+            problems.append(
+                Problem(
+                    key,
+                    f"instance {instance.name}: tensor_parallel_size {profile.tensor_parallel_size} (profile "
+                    f"{profile.name}) does not divide its {len(instance.gpus)} GPU(s) {list(instance.gpus)}",
                 )
             )
     for gpu, owners in sorted(claims.items()):
         if len(owners) > 1:
-            problems.append(Problem("vllm_instances", f"GPU {gpu} claimed by more than one instance: {owners}"))
+            problems.append(Problem(key, f"GPU {gpu} claimed by more than one instance: {owners}"))
     return problems

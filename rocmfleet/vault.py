@@ -48,7 +48,14 @@ MASK = "*MASKED*"
 
 
 class VaultError(ValueError):
-    """A vault value cannot be decrypted; the message names the file and why, never the secret."""
+    """A vault value cannot be decrypted; the message names the file and why, never the secret.
+
+    ``reason`` is the why alone (``wrong vault password``), for messages that name the place.
+    """
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 class Secret:
@@ -132,9 +139,9 @@ def decrypt(data: bytes | str, source: str, vault: VaultLib | None = None) -> st
         return vault.decrypt(data).decode()
     except AnsibleVaultError as exc:
         reason = "wrong vault password" if "no vault secrets" in str(exc) else "damaged vault data"
-        raise VaultError(f"{source}: cannot decrypt ({reason})") from None
+        raise VaultError(f"{source}: cannot decrypt ({reason})", reason) from None
     except Exception:  # noqa: BLE001 - ansible raises several types for malformed blobs
-        raise VaultError(f"{source}: cannot decrypt (damaged vault data)") from None
+        raise VaultError(f"{source}: cannot decrypt (damaged vault data)", "damaged vault data") from None
 
 
 def encrypt(text: str, password: bytes | None = None) -> str:

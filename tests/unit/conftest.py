@@ -61,3 +61,13 @@ def lab_config(lab_data):
 def lab_placements(lab_config):
     shapes = [InstanceShape(i.name, i.port, i.gpus, 1) for i in lab_config.instances()]
     return {p.name: p for p in place(shapes, TOPOLOGY)}
+
+
+@pytest.fixture(autouse=True)
+def _forget_loaded_group_files():
+    """Each test starts with no group file loaded: profiles are found beside loaded files."""
+    from rocmfleet import groupvars
+
+    groupvars.reset()
+    yield
+    groupvars.reset()

@@ -39,13 +39,13 @@ def test_validate_reports_the_problem_and_exits_2(case, capsys, monkeypatch):
 
 @pytest.fixture(scope="module")
 def ssh_listener():
-    """Listen where the corpus hosts point (127.0.0.1:9) to catch any connection attempt."""
+    """Listen on a free port of 127.0.0.1, where the corpus hosts point, to catch any connection attempt.
+
+    The port is the kernel's choice (bind to 0), so two test runs on one machine never share it;
+    the corpus inventories read it from ``ROCMFLEET_CORPUS_SSH_PORT``.
+    """
     sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(("127.0.0.1", 9))
-    except OSError as exc:
-        pytest.skip(f"cannot listen on 127.0.0.1:9 ({exc})")
+    sock.bind(("127.0.0.1", 0))
     sock.listen(16)
     sock.setblocking(False)
     yield sock
@@ -60,7 +60,7 @@ def test_pyinfra_stops_before_connecting(case, ssh_listener):
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, **VAULT_ENV},
+        env={**os.environ, **VAULT_ENV, "ROCMFLEET_CORPUS_SSH_PORT": str(ssh_listener.getsockname()[1])},
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output
@@ -70,3 +70,18 @@ def test_pyinfra_stops_before_connecting(case, ssh_listener):
         assert line in output
     with pytest.raises(BlockingIOError):
         ssh_listener.accept()  # nobody knocked
+
+
+def test_five_independent_problems_in_three_files_are_all_reported(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["validate", "tests/corpus/five-problems-three-files/inventory.py"]) == 2
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()[1:]]
+    prefix = "tests/corpus/five-problems-three-files/group_vars/"
+    where = sorted(line.removeprefix(prefix).split(": ")[:2] for line in lines)
+    assert where == [
+        ["all.yml", "docker_source"],
+        ["all.yml", "vllm_cache_dir"],
+        ["gpu_nodes.yml", "vllm_image_tag"],
+        ["gpu_nodes.yml", "vllm_instances"],
+        ["profiles/p.yml", "max_num_seq"],
+    ]

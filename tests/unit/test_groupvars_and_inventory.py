@@ -5,43 +5,72 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from rocmfleet import groupvars
 from rocmfleet.facts.devices import DeviceGroupIds
-from rocmfleet.groupvars import GroupVarsError, load_group_vars
+from rocmfleet.groupvars import load_group_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def collect_errors(monkeypatch):
-    """Raise GroupVarsError instead of exiting, as ``rocmfleet validate`` does."""
-    monkeypatch.setattr(groupvars, "EXIT_ON_ERROR", False)
+def problems_of(group: str, directory: Path) -> list[str]:
+    """What loading ``<directory>/<group>.yml`` records (nothing is raised: validation reports it)."""
+    groupvars.reset()
+    load_group_vars(group, directory)
+    return [str(p) for p in groupvars.problems()]
 
 
-def test_yaml_error_names_the_file(tmp_path, collect_errors):
+def test_yaml_error_names_the_file_and_line(tmp_path):
     (tmp_path / "bad.yml").write_text("a: [1, 2\n")
-    with pytest.raises(GroupVarsError, match=r"bad\.yml: not valid YAML"):
-        load_group_vars("bad", tmp_path)
+    (problem,) = problems_of("bad", tmp_path)
+    assert problem.endswith("bad.yml: line 2: not valid YAML: expected ',' or ']', but got '<stream end>'")
+    assert groupvars.LOADED[-1].fatal
 
 
-def test_under_pyinfra_a_bad_file_exits_2_with_the_message(tmp_path, capsys):
-    (tmp_path / "bad.yml").write_text("a: [1, 2\n")
-    with pytest.raises(SystemExit) as exit_info:
-        load_group_vars("bad", tmp_path)
-    assert exit_info.value.code == 2
-    assert "bad.yml: not valid YAML" in capsys.readouterr().err
-
-
-def test_top_level_must_be_a_mapping(tmp_path, collect_errors):
+def test_top_level_must_be_a_mapping(tmp_path):
     (tmp_path / "list.yml").write_text("- a\n")
-    with pytest.raises(GroupVarsError, match="top level must be a mapping"):
-        load_group_vars("list", tmp_path)
+    (problem,) = problems_of("list", tmp_path)
+    assert problem.endswith("list.yml: top level must be a mapping of keys to values, got list")
 
 
-def test_missing_group_file_is_empty(tmp_path):
+def test_a_named_group_file_that_does_not_exist_is_a_problem(tmp_path):
     assert load_group_vars("nothing", tmp_path) == {}
+    (problem,) = problems_of("nothing", tmp_path)
+    assert (
+        problem.endswith(
+            "nothing.yml: no such group file (load_group_vars('nothing') in "
+            "tests/unit/test_groupvars_and_inventory.py line 20)"
+        )
+        or "no such group file" in problem
+    )
+
+
+def test_duplicate_keys_and_yaml11_scalars_are_problems_with_their_lines(tmp_path):
+    (tmp_path / "g.yml").write_text("vllm_profile: a\nssh_port: 022\nrocm_userspace: no\nvllm_profile: b\n")
+    assert [p.split(".yml: ", 1)[1] for p in problems_of("g", tmp_path)] == [
+        "ssh_port: line 2: unquoted 022 is octal 18 in YAML 1.1 (Ansible, PyYAML) but 22 in YAML 1.2: "
+        "quote it ('022') for text, or write the number without a leading zero",
+        "rocm_userspace: line 3: unquoted no is a boolean in YAML 1.1 (Ansible, PyYAML) but text in YAML 1.2: "
+        "quote it ('no') for text, or write false for a boolean",
+        "vllm_profile: line 4: given twice in one mapping (lines 1 and 4): keep one of them",
+    ]
+
+
+def test_not_utf8_names_line_and_column(tmp_path):
+    (tmp_path / "g.yml").write_bytes(b"vllm_profile: a\nvllm_env:\n  X: caf\xe9\n")
+    (problem,) = problems_of("g", tmp_path)
+    assert problem.endswith("g.yml: line 3: not UTF-8 text (byte 0xe9 at column 9): save the file as UTF-8")
+
+
+def test_group_files_are_found_beside_the_inventory(tmp_path, monkeypatch):
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "g.yml").write_text("vllm_profile: x\n")
+    namespace = {"__file__": str(tmp_path / "inv" / "fleet.py")}
+    groupvars.reset()
+    monkeypatch.chdir("/")
+    exec("from rocmfleet.groupvars import load_group_vars\ndata = load_group_vars('g')", namespace)  # noqa: S102
+    assert namespace["data"] == {"vllm_profile": "x"}
+    assert groupvars.LOADED[-1].path == tmp_path / "group_vars" / "g.yml"
 
 
 def test_prod_inventory_loads_and_every_host_validates():

@@ -155,11 +155,11 @@ def test_more_ranks_than_physical_gpus_refused_unless_allowed():
 # --- through the profile and vllm.placements --------------------------------------------------
 
 
-def _config(tmp_path, profile: str, **changes):
+def _config(tmp_path, profile: str, host: dict | None = None, **changes):
     data = yaml.safe_load((PROFILES / f"{profile}.yml").read_text())
     data.update(changes)
     (tmp_path / f"{profile}.yml").write_text(yaml.safe_dump(data))
-    return host_config({"vllm_profile": profile}, tmp_path)
+    return host_config({"vllm_profile": profile, **(host or {})}, tmp_path)
 
 
 def test_shipped_llama_on_a_cpx_host_is_refused(tmp_path):
@@ -175,6 +175,7 @@ def test_cpx_profile_tp8_spans_physical_gpus(tmp_path):
     config = _config(
         tmp_path,
         "deepseek-r1",
+        host={"vllm_gpu_count": 64},  # 8 physical GPUs x 8 CPX partitions
         compute_partition="CPX",
         instances_per_host=8,
         model_memory=None,

@@ -120,8 +120,15 @@ def test_bad_data_names_host_key_and_value(data, key):
     assert problem.key == key, problem
 
 
-def test_version_given_as_number_is_text():
-    assert _settings(rocm_stream="legacy", rocm_version=7.2).rocm_version == "7.2"
+def test_version_given_as_number_is_refused_with_quote_it():
+    assert _settings(rocm_stream="legacy", rocm_version="7.2").rocm_version == "7.2"
+    for key, number in (("rocm_version", 7.2), ("rocm_amdgpu_version", 30.30)):
+        with pytest.raises(ConfigError) as err:
+            _settings(**{"rocm_stream": "legacy", "rocm_version": "7.2", key: number})
+        assert [str(p) for p in err.value.problems] == [
+            f"{key}: Input should be a valid string; quote it: unquoted, YAML reads it as a number "
+            f"(30.30 becomes 30.3) (got {number!r})"
+        ]
 
 
 def test_unsupported_os_and_kernel_say_what_is_supported():

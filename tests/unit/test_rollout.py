@@ -464,7 +464,10 @@ def test_a_host_without_gpus_at_execution_fails_alone_with_the_reason(ops, lab_c
 def test_instances_that_do_not_fit_fail_the_host_with_the_placement_problem(ops, lab_data):
     from rocmfleet.settings import host_config
 
-    config = host_config({**lab_data, "vllm_instances": [{"name": "x", "port": 8000, "gpus": [9]}]})
+    # valid for a 16-GPU host (vllm_gpu_count); the topology has 8
+    config = host_config(
+        {**lab_data, "vllm_gpu_count": 16, "vllm_instances": [{"name": "x", "port": 8000, "gpus": [9]}]}
+    )
     message = failure(list(ops(FakeHost({}, {})).place._inner(config)))
     assert message.startswith("rocmfleet: placement: ") and "9" in message
 

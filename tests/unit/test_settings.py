@@ -22,7 +22,10 @@ def test_every_problem_is_reported_at_once(lab_data):
         host_config(lab_data)
     problems = {p.key: (p.message, p.value) for p in err.value.problems}
     assert problems == {
-        "vllm_image_digest": ("String should match pattern '^sha256:[0-9a-f]{64}$'", "'latest'"),
+        "vllm_image_digest": (
+            "not an image digest: sha256: and 64 lower-case hex digits (skopeo inspect docker://IMAGE:TAG)",
+            "'latest'",
+        ),
         "vllm_shm_size_gib": ("Input should be greater than or equal to 1", "0"),
         "docker_source": ("Input should be 'docker' or 'debian'", "'snap'"),
     }

@@ -18,7 +18,6 @@ def password_file(tmp_path, monkeypatch):
     path = tmp_path / "vault-pass"
     path.write_bytes(PASSWORD + b"\n")
     monkeypatch.setenv("ROCMFLEET_VAULT_PASSWORD_FILE", str(path))
-    monkeypatch.setattr(groupvars, "EXIT_ON_ERROR", False)
     return path
 
 
@@ -81,18 +80,20 @@ def test_whole_file_vault_holds_secrets_at_any_depth_and_only_secrets(tmp_path, 
 
 def test_wrong_password_names_file_and_line_not_the_secret(tmp_path, password_file):
     (tmp_path / "g.yml").write_text("a: 1\nb: " + vault.inline(TOKEN, b"other"))
-    with pytest.raises(groupvars.GroupVarsError) as err:
-        groupvars.load_group_vars("g", tmp_path)
-    assert str(err.value) == f"{tmp_path / 'g.yml'}: line 2: cannot decrypt (wrong vault password)"
+    groupvars.reset()
+    groupvars.load_group_vars("g", tmp_path)
+    (problem,) = groupvars.problems()
+    assert str(problem) == f"{tmp_path / 'g.yml'}: b: line 2: cannot decrypt (wrong vault password)"
 
 
 def test_no_password_configured_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(groupvars, "EXIT_ON_ERROR", False)
     for name in vault.PASSWORD_FILE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "g.yml").write_text("b: " + vault.inline(TOKEN, PASSWORD))
-    with pytest.raises(groupvars.GroupVarsError, match="no vault password: set ROCMFLEET_VAULT_PASSWORD_FILE"):
-        groupvars.load_group_vars("g", tmp_path)
+    groupvars.reset()
+    groupvars.load_group_vars("g", tmp_path)
+    (problem,) = groupvars.problems()
+    assert "no vault password: set ROCMFLEET_VAULT_PASSWORD_FILE" in str(problem)
 
 
 def test_rekey_inline_and_whole_file(tmp_path, password_file):
