@@ -133,6 +133,10 @@ def keyring(src: str, dest: str):
     AMD: "The GPG key may change; ensure it is updated when installing a new release" [R1], so
     the key is fetched every run (through apt's proxy, like the packages) and replaced only when
     it differs. The download goes to a temporary file; a failed download changes nothing.
+
+    Why not pyinfra's ``apt.key`` (``gpg.key`` in 3.10): it downloads the key once, when the
+    keyring is missing, so a rotated key is never picked up, and its download ignores apt's
+    proxy, the only way out of a host that reaches packages through one.
     """
     fetch = (
         "eval $(apt-config shell P Acquire::http::Proxy); "

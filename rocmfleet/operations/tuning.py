@@ -50,6 +50,12 @@ def sysctl_live(key: str, value: str):
     Inside a container ``/proc/sys`` is read-only: the value persisted in ``/etc/sysctl.d`` is
     reported instead of failing (it applies when the real host boots). A kernel without the key
     (no NUMA balancing built in) has nothing to change. Both are no-ops.
+
+    Why not pyinfra's ``server.sysctl(persist=True)``: it runs ``sysctl key=value`` on every host
+    whatever ``/proc/sys`` allows (failing container hosts and kernels without the key), and its
+    persisted line is matched with the value in the pattern, so an old line with another value is
+    appended to rather than replaced (pyinfra 3.10 ``operations/server.py``). The role writes the
+    whole ``/etc/sysctl.d`` file from a template instead.
     """
     live = host.get_fact(SysctlLive, key=key)
     if live.get("value") is None:
