@@ -161,6 +161,19 @@ class HostSettings(BaseModel):
     vllm_ready_timeout_s: int = Field(
         default=1800, ge=10, description="How long the deploy waits for a new container to be ready."
     )
+    vllm_drain_command: str | None = Field(
+        default=None,
+        description=(
+            "Shell command run on the host (over SSH, with the inventory's sudo) before a rollout or rolling restart "
+            "switches it, to take it out of the load balancer; a non-zero exit stops the rollout before the host is "
+            "touched. `ROCMFLEET_HOST` and `ROCMFLEET_PORTS` (comma-separated API ports) are set for it."
+        ),
+    )
+    vllm_undrain_command: str | None = Field(
+        default=None,
+        description="Shell command run on the host after the rollout's gate passed (or it rolled back).",
+    )
+    vllm_drain_timeout_s: int = Field(default=300, ge=1, description="Seconds a drain or undrain command may take.")
     vllm_cache_dir: str = Field(
         default="/var/cache/vllm", description="Host directory mounted as the container's `/root/.cache/vllm`."
     )
