@@ -9,7 +9,6 @@ import os
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -151,7 +150,8 @@ def test_status_script_with_stand_in_systemctl_and_docker(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "systemctl").write_text(
-        '#!/bin/sh\ncase "$3 $5" in "ActiveState vllm-a.service") echo active;; "SubState vllm-a.service") echo running;;'
+        '#!/bin/sh\ncase "$3 $5" in "ActiveState vllm-a.service") echo active;;'
+        ' "SubState vllm-a.service") echo running;;'
         ' "ActiveState vllm-b.service") echo failed;; *) echo dead;; esac\n'
     )
     (bin_dir / "docker").write_text(
