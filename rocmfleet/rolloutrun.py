@@ -862,7 +862,10 @@ def _start(inventory, kind, image, canary, max_unavailable, force, limit, root, 
     from rocmfleet.bench import new_run_id
     from rocmfleet.groupdata_edit import IMAGE_KEYS, parse, unified_diff
 
+    if canary < 0:
+        raise CommandError(f"--canary {canary}: must be >= 0")
     targets = _load(inventory, limit)
+    fr.parse_max_unavailable(max_unavailable, len(targets))  # refused before any connection
     wanted_ref = resolve(image, targets) if image else None
     if wanted_ref:
         emit(f"{image} is {wanted_ref.digest} (resolved once; every host gets this digest)")
@@ -877,8 +880,10 @@ def _start(inventory, kind, image, canary, max_unavailable, force, limit, root, 
     before: dict[str, ImageRef] = {}
     problems = []
     for name, instances, error in _parallel(observe, list(targets)):
-        ref, why = (None, error) if error else running_image(instances)
-        if ref is None:
+        ref, why = (None, None) if error else running_image(instances)
+        if error:
+            problems.append(error)
+        elif ref is None:
             problems.append(f"{name}: {why}")
         else:
             before[name] = ref
