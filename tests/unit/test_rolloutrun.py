@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -228,6 +229,7 @@ class FakeSteps:
 
     def switch(self, host, image):
         self._do("switch", host)
+        time.sleep(0.2)  # hosts of one batch switch together: their out-of-service times overlap
         self.running[host] = image.digest
         return {"restart": 1.0, "readiness": 2.0}
 
