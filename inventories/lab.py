@@ -37,6 +37,10 @@ all = (  # noqa: A001 - pyinfra's name for the group of every host
 gpu_nodes = (
     list(_state.hosts),
     {
+        # The lab's image; group_vars/lab.yml wins when it pins one (`rocmfleet rollout --image` writes it there).
+        "vllm_image_repository": _image,
+        "vllm_image_tag": _tag,
+        "vllm_image_digest": _state.images.get(f"{_image}:{_tag}"),
         **_lab,
         "ssh_user": "root",
         "ssh_key": _state.ssh_key,
@@ -46,9 +50,6 @@ gpu_nodes = (
         "rocm_repo_url": _state.amd_repo,
         "rocm_key_url": f"{_state.amd_repo}/rocm/rocm.gpg.key",
         "docker_insecure_registries": [_state.registry],
-        "vllm_image_repository": _image,
-        "vllm_image_tag": _tag,
-        "vllm_image_digest": _state.images.get(f"{_image}:{_tag}"),
     },
 )
 

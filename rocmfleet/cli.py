@@ -3,6 +3,9 @@
 rocmfleet validate INVENTORY          check every host's data; exit 2 on any problem
 rocmfleet check INVENTORY             compliance checks on every host; exit 0 pass, 1 fail, 2 no run
 rocmfleet bench INVENTORY             smoke benchmark on every host; exit 0 pass, 1 fail, 2 no run
+rocmfleet rollout INVENTORY           roll an image across the fleet: canary, gated batches, rollback
+rocmfleet restart INVENTORY           rolling restart with drain and gate (same machinery, same image)
+rocmfleet status INVENTORY            per host and instance: unit, image, ready, uptime, rollout step
 rocmfleet vault encrypt-string NAME   read a secret on stdin, print `NAME: !vault |` YAML
 rocmfleet vault rekey FILE...         re-encrypt vault data with a new password
 rocmfleet schema                      print the JSON Schema of host data (for editors)
@@ -122,6 +125,63 @@ def _bench(args: argparse.Namespace) -> int:
         return 2
 
 
+def _rollout(args: argparse.Namespace) -> int:
+    import rich.console
+
+    from rocmfleet import rolloutrun
+
+    console = rich.console.Console(stderr=True)
+
+    def progress(total: int):
+        if console.is_terminal:
+            return rolloutrun.RichProgress(total, console)
+        return rolloutrun.LineProgress(lambda line: print(line, file=sys.stderr, flush=True))
+
+    return rolloutrun.run_rollout(
+        args.inventory,
+        kind=args.command,
+        image=getattr(args, "image", None),
+        canary=args.canary,
+        max_unavailable=args.max_unavailable,
+        force=args.force,
+        resume=args.resume,
+        rollback=args.rollback,
+        limit=_limit(args.limit),
+        emit=lambda line: print(line, flush=True),
+        progress_factory=progress,
+    )
+
+
+def _status(args: argparse.Namespace) -> int:
+    from rocmfleet import rolloutrun
+    from rocmfleet.fleetrollout import status_json
+
+    try:
+        rows, state = rolloutrun.status(args.inventory, _limit(args.limit))
+    except (rolloutrun.CommandError, ValueError) as exc:
+        print(f"rocmfleet: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(status_json([r.row() for r in rows], state), end="")
+    else:
+        import rich.console
+        import rich.table
+
+        steps = state.hosts if state is not None and state.blocking else {}
+        table = rich.table.Table("host", "instance", "unit", "image", "ready", "uptime", "rollout step", box=None)
+        for r in rows:
+            uptime = "-" if r.uptime_s is None else f"{r.uptime_s / 3600:.1f} h"
+            step = steps[r.host].step if r.host in steps else "-"
+            ready = {True: "yes", False: "NO", None: "-"}[r.ready]
+            table.add_row(r.host, r.instance, f"{r.active}/{r.sub}", r.error or str(r.image), ready, uptime, step)
+        rich.console.Console().print(table)
+        if state is not None:
+            what = state.target.reference if state.target else "same image"
+            print(f"{state.kind} {state.id} ({what}): {state.status}")
+    bad = any(r.error or r.ready is False for r in rows)
+    return 1 if bad else 0
+
+
 def _encrypt_string(args: argparse.Namespace) -> int:
     secret = sys.stdin.read().rstrip("\n") if not sys.stdin.isatty() else getpass.getpass(f"{args.name}: ")
     if not secret:
@@ -201,6 +261,29 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout-s", type=_positive(float), default=3600, help="deadline per host in seconds (default 3600)"
     )
     b.set_defaults(func=_bench)
+    for name, what in (
+        ("rollout", "roll an image across the fleet: canary, batches gated by readiness, checks and the benchmark"),
+        ("restart", "rolling restart of the vLLM units: the rollout's batches, drain and gate, with the same image"),
+    ):
+        ro = sub.add_parser(name, help=what, epilog="exit status: 0 done; 1 a host failed (rolled back); 2 not started")
+        ro.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
+        if name == "rollout":
+            ro.add_argument("--image", metavar="REPO:TAG", help="resolve its digest now; pin both in group data")
+        ro.add_argument("--canary", type=int, default=1, help="hosts switched and gated first (default 1)")
+        ro.add_argument(
+            "--max-unavailable", default="1", metavar="N|P%", help="most hosts out of service at once (default 1)"
+        )
+        ro.add_argument("--force", action="store_true", help="start even when the preflight check fails")
+        once = ro.add_mutually_exclusive_group()
+        once.add_argument("--resume", action="store_true", help="continue the recorded one")
+        once.add_argument("--rollback", action="store_true", help="return every switched host to its image before")
+        ro.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
+        ro.set_defaults(func=_rollout)
+    st = sub.add_parser("status", help="per host and instance: unit state, image, ready, uptime, rollout step")
+    st.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
+    st.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
+    st.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    st.set_defaults(func=_status)
     v = sub.add_parser("vault", help="ansible-vault helpers (ansible-core's library, not the binary)")
     vsub = v.add_subparsers(dest="vault_command", required=True)
     e = vsub.add_parser("encrypt-string", help="encrypt stdin as an inline `!vault |` value")

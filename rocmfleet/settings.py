@@ -241,6 +241,21 @@ class HostSettings(BaseModel):
         description="How long the deploy waits for a new container to be ready; at most a day (a 671B model's "
         "first load and compile takes well under that).",
     )
+    vllm_drain_command: str | None = Field(
+        default=None,
+        description=(
+            "Shell command run on the host (over SSH, with the inventory's sudo) before a rollout or rolling restart "
+            "switches it, to take it out of the load balancer; a non-zero exit stops the rollout before the host is "
+            "touched. `ROCMFLEET_HOST` and `ROCMFLEET_PORTS` (comma-separated API ports) are set for it."
+        ),
+    )
+    vllm_undrain_command: str | None = Field(
+        default=None,
+        description="Shell command run on the host after the rollout's gate passed (or it rolled back).",
+    )
+    vllm_drain_timeout_s: int = Field(
+        default=300, ge=1, le=3600, description="Seconds a drain or undrain command may take (at most an hour)."
+    )
     vllm_cache_dir: HostPath = Field(
         default="/var/cache/vllm",
         description="Host directory mounted as the container's `/root/.cache/vllm` (absolute: a relative one "

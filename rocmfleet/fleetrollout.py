@@ -1,0 +1,415 @@
+"""Fleet rollouts, the pure part: batches, the state file, the gate decision and the report.
+
+``rocmfleet rollout`` (and ``rocmfleet restart``) change what a fleet serves a few hosts at a
+time; :mod:`rocmfleet.rolloutrun` does the I/O. Nothing here talks to a host.
+
+* **Batches** (:func:`plan_batches`): the canary (``--canary N`` hosts, default 1), then batches
+  of at most ``--max-unavailable`` hosts (a count, or a percentage of the hosts rolled out,
+  :func:`parse_max_unavailable`). A batch is out of service from its drain to its undrain, and
+  the next batch starts only when the whole batch is back: never more than ``max_unavailable``
+  hosts out of service at once. A canary larger than ``max_unavailable`` is split too.
+* **State** (:class:`RolloutState`, JSON in ``<results>/<inventory>/rollout-state.json``):
+  per host the image before (read from the host at the start) and after, and the step reached
+  (:data:`STEPS`). Each step is written *before* it is taken (``switching``) and after it
+  succeeded (``switched``), by an atomic rename, so a killed control process leaves a file
+  that says what may have happened: ``--resume`` re-runs an unfinished step (the deploy is
+  idempotent), ``--rollback`` returns every host that may have changed
+  (:meth:`RolloutState.touched`) to its image before.
+* **Gate** (:func:`gate_decision`): readiness (the deploy's own wait), ``rocmfleet check
+  --select vllm`` on the host, and the smoke benchmark against the host's own result from
+  just before the switch (regression tolerance and failed-request limit of the profile).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from rocmfleet.bench import REGRESSION_METRICS, BenchResult, Thresholds, judge
+
+#: Steps of one host, in order. ``pending``: untouched; ``drained``: out of the load balancer;
+#: ``switching``: its deploy started (it may or may not have changed); ``switched``: the deploy
+#: ended well (readiness included); ``gated``: the gate passed; ``done``: undrained again.
+#: Rollback: ``rolling_back`` (started), ``rolled_back`` (ready on the image before),
+#: ``rollback_failed`` (the deploy back failed: the report says why).
+STEPS = ("pending", "drained", "switching", "switched", "gated", "done")
+ROLLBACK_STEPS = ("rolling_back", "rolled_back", "rollback_failed")
+Step = Literal[
+    "pending", "drained", "switching", "switched", "gated", "done", "rolling_back", "rolled_back", "rollback_failed"
+]
+
+#: States of the whole rollout; ``running``, ``failed`` and ``rollback_failed`` block another
+#: rollout and a plain deploy of the same inventory.
+Status = Literal["running", "done", "failed", "rolled_back", "rollback_failed"]
+BLOCKING = ("running", "failed", "rollback_failed")
+
+#: Parts of a host's switch timed for the report, in its column order.
+TIMED = ("pull", "drain", "restart", "readiness", "gate", "undrain")
+
+#: The state file's name inside ``<results dir>/<inventory name>/``.
+STATE_NAME = "rollout-state.json"
+#: Environment variable naming the results root (``rocmfleet rollout --results-dir``'s default and
+#: where the deploy's guard looks).
+RESULTS_ENV = "ROCMFLEET_ROLLOUT_RESULTS"
+DEFAULT_RESULTS = "rollout-results"
+#: Set by the runner for its own deploys: the rollout id the deploy belongs to.
+OWN_DEPLOY_ENV = "ROCMFLEET_ROLLOUT_ID"
+
+_DIGEST = re.compile(r"^(?P<repository>[^@]+?)(?::(?P<tag>[\w][\w.-]{0,127}))?@(?P<digest>sha256:[0-9a-f]{64})$")
+
+
+class PlanError(ValueError):
+    """Bad rollout options; the message names the option, the value and what is allowed."""
+
+
+class ImageRef(BaseModel):
+    """An image as a rollout pins it: repository, tag and manifest digest."""
+
+    repository: str
+    tag: str
+    digest: str
+
+    @property
+    def reference(self) -> str:
+        """``repository:tag@digest``, as the units run it."""
+        return f"{self.repository}:{self.tag}@{self.digest}"
+
+    def data(self) -> dict[str, str]:
+        """The ``--data`` overrides that make a deploy run this image."""
+        return {"vllm_image_repository": self.repository, "vllm_image_tag": self.tag, "vllm_image_digest": self.digest}
+
+    @classmethod
+    def parse(cls, reference: str) -> ImageRef | None:
+        """``repo:tag@sha256:...`` (what ``docker inspect`` shows as ``Config.Image`` for our units),
+        or ``None`` when the reference has no digest or no tag."""
+        match = _DIGEST.match(reference.strip())
+        if not match or not match["tag"]:
+            return None
+        return cls(repository=match["repository"], tag=match["tag"], digest=match["digest"])
+
+
+def parse_max_unavailable(text: str, hosts: int) -> int:
+    """``--max-unavailable``: ``N`` hosts or ``P%`` of ``hosts`` (rounded down, at least 1).
+
+    Kubernetes' ``maxUnavailable`` rounds a percentage down too (``intstr`` with
+    ``roundUp=false`` in the Deployment controller).
+
+    Raises:
+        PlanError: not a positive count or a percentage in (0, 100].
+    """
+    value = text.strip()
+    if value.endswith("%"):
+        try:
+            percent = float(value[:-1])
+        except ValueError:
+            percent = math.nan
+        if not 0 < percent <= 100:
+            raise PlanError(f"--max-unavailable {text}: a percentage must be in (0, 100]")
+        return max(1, math.floor(hosts * percent / 100))
+    if not value.isdigit() or int(value) < 1:
+        raise PlanError(f"--max-unavailable {text}: expected a count of hosts >= 1 or a percentage like 25%")
+    return int(value)
+
+
+def plan_batches(hosts: Sequence[str], canary: int, max_unavailable: int) -> list[list[str]]:
+    """The hosts in batches: the canary first (``canary`` hosts, split by ``max_unavailable``),
+    then the rest in inventory order, at most ``max_unavailable`` per batch.
+
+    Raises:
+        PlanError: ``canary`` < 0 or ``max_unavailable`` < 1.
+    """
+    if canary < 0:
+        raise PlanError(f"--canary {canary}: must be >= 0")
+    if max_unavailable < 1:
+        raise PlanError(f"--max-unavailable {max_unavailable}: must be >= 1")
+    hosts = list(hosts)
+    head, rest = hosts[:canary], hosts[canary:]
+    chunks = [head[i : i + max_unavailable] for i in range(0, len(head), max_unavailable)]
+    chunks += [rest[i : i + max_unavailable] for i in range(0, len(rest), max_unavailable)]
+    return chunks
+
+
+class CaseNumbers(BaseModel):
+    """One benchmark case before and after a switch, for the report (metric key -> value)."""
+
+    before: dict[str, float] = Field(default_factory=dict)
+    after: dict[str, float] = Field(default_factory=dict)
+
+
+class HostState(BaseModel):
+    """One host of a rollout.
+
+    Attributes:
+        batch: index in :attr:`RolloutState.batches` (0 is the canary when there is one).
+        before: the image its instances ran at the start (``None``: no instance ran an image
+            pinned by digest; it cannot be rolled back and is refused at the start).
+        after: the image it is moved to (``None`` for a restart: the same image).
+        step: the step reached (:data:`STEPS`, :data:`ROLLBACK_STEPS`).
+        times: seconds per part (:data:`TIMED`).
+        bench: per case name, the numbers before and after (for the report's deltas).
+        error: why it failed (the gate's reasons), or why its rollback failed.
+    """
+
+    batch: int
+    before: ImageRef | None = None
+    after: ImageRef | None = None
+    step: Step = "pending"
+    times: dict[str, float] = Field(default_factory=dict)
+    bench: dict[str, CaseNumbers] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class DataEdit(BaseModel):
+    """The group data file a rollout rewrote, and the values it had before (``None``: absent)."""
+
+    path: str
+    before: dict[str, str | None]
+    after: dict[str, str]
+
+
+class RolloutState(BaseModel):
+    """The state file of one rollout (or rolling restart) of one inventory."""
+
+    id: str
+    kind: Literal["rollout", "restart"] = "rollout"
+    inventory: str
+    status: Status = "running"
+    target: ImageRef | None = None
+    canary: int = 1
+    max_unavailable: int = 1
+    batches: list[list[str]]
+    hosts: dict[str, HostState]
+    data_edit: DataEdit | None = None
+    started: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    updated: str | None = None
+    failure: str | None = None
+
+    def touched(self) -> list[str]:
+        """Hosts whose deploy started (they may run the new image): what a rollback returns."""
+        return [
+            name
+            for name, h in self.hosts.items()
+            if h.step in ("switching", "switched", "gated", "done", *ROLLBACK_STEPS) and h.step != "rolled_back"
+        ]
+
+    def drained(self) -> list[str]:
+        """Hosts drained and not undrained yet."""
+        return [name for name, h in self.hosts.items() if h.step in ("drained", "switching", "switched", "gated")]
+
+    def remaining_batches(self) -> list[int]:
+        """Indexes of batches with a host not ``done`` (what ``--resume`` still runs)."""
+        return [i for i, batch in enumerate(self.batches) if any(self.hosts[h].step != "done" for h in batch)]
+
+    @property
+    def blocking(self) -> bool:
+        """A rollout recorded as in progress: another rollout and plain deploys must wait."""
+        return self.status in BLOCKING
+
+
+def state_path(results_dir: str | Path, inventory: str | Path) -> Path:
+    """``<results_dir>/<inventory file stem>/rollout-state.json``."""
+    return Path(results_dir) / Path(inventory).stem / STATE_NAME
+
+
+def results_root(explicit: str | None = None) -> Path:
+    """The results root: ``explicit``, else ``$ROCMFLEET_ROLLOUT_RESULTS``, else ``./rollout-results``."""
+    return Path(explicit or os.environ.get(RESULTS_ENV) or DEFAULT_RESULTS)
+
+
+def save_state(state: RolloutState, path: Path) -> None:
+    """Write ``state`` atomically (a temporary file, fsync, rename): a reader sees the old or the new file."""
+    state.updated = datetime.now(UTC).isoformat(timespec="seconds")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as out:
+        out.write(state.model_dump_json(indent=2) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def load_state(path: Path) -> RolloutState | None:
+    """The state in ``path``, ``None`` when there is none.
+
+    Raises:
+        ValueError: the file exists but is not a rollout state (the message names it).
+    """
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return RolloutState.model_validate_json(text)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a rollout state file: {exc}") from None
+
+
+def deploy_refusal(inventory_file: str | Path, results_dir: str | Path | None = None) -> str | None:
+    """Why a plain deploy of ``inventory_file`` must not run now, or ``None``.
+
+    A rollout recorded as in progress (:attr:`RolloutState.blocking`) refuses every deploy
+    except its own (the runner sets :data:`OWN_DEPLOY_ENV` to the rollout's id).
+    """
+    path = state_path(results_root(str(results_dir) if results_dir else None), inventory_file)
+    try:
+        state = load_state(path)
+    except ValueError as exc:
+        return f"{exc}; remove it or fix it before deploying"
+    if state is None or not state.blocking:
+        return None
+    if os.environ.get(OWN_DEPLOY_ENV) == state.id:
+        return None
+    what = f"to {state.target.reference}" if state.target else "(rolling restart)"
+    return (
+        f"rollout {state.id} of {state.inventory} {what} is recorded as {state.status} in {path}; "
+        f"a deploy now would fight it. Finish it with `rocmfleet {state.kind} {state.inventory} --resume` "
+        f"or return it with `rocmfleet {state.kind} {state.inventory} --rollback`"
+    )
+
+
+# --- the gate ---------------------------------------------------------------------------------
+
+
+class GateOutcome(BaseModel):
+    """A host's gate: ``passed``, else which gate failed (``readiness``, ``check``, ``benchmark``)
+    and its reasons with their numbers."""
+
+    passed: bool
+    gate: str | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+def _metrics(result: BenchResult) -> dict[str, float]:
+    values = {key: result.value(key) for key, _unit, _better in REGRESSION_METRICS}
+    values["failed"] = float(result.failed) if result.failed is not None else math.nan
+    return {k: v for k, v in values.items() if v is not None and not math.isnan(v)}
+
+
+def bench_numbers(before: Mapping[str, BenchResult], after: Mapping[str, BenchResult]) -> dict[str, CaseNumbers]:
+    """Per case name the report's numbers (:data:`rocmfleet.bench.REGRESSION_METRICS` and ``failed``)."""
+    return {
+        name: CaseNumbers(
+            before=_metrics(before[name]) if name in before else {},
+            after=_metrics(after[name]) if name in after else {},
+        )
+        for name in sorted(set(before) | set(after))
+    }
+
+
+def gate_decision(
+    ready_error: str | None,
+    check_failures: Sequence[str],
+    before: Mapping[str, BenchResult],
+    after: Mapping[str, BenchResult],
+    bench_errors: Sequence[str],
+    thresholds: Thresholds,
+) -> GateOutcome:
+    """Decide a host's gate, the first failing gate in order readiness, check, benchmark.
+
+    Args:
+        ready_error: why the host did not become ready (the deploy's message), or ``None``.
+        check_failures: ``rocmfleet check --select vllm`` lines that did not pass.
+        before, after: benchmark results per case name, just before and just after the switch.
+        bench_errors: cases of the run after the switch that gave no result (a failed request
+            loop, a timeout), each one line.
+        thresholds: the profile's (``bench.thresholds``): ``max_failed`` and
+            ``regression_tolerance`` are applied; the absolute latency and throughput limits
+            are ``rocmfleet bench``'s, not the gate's (a host already over one would fail every
+            rollout).
+
+    A case of ``after`` without its ``before`` (the run before failed) is judged on failed
+    requests only. A case of ``before`` missing from ``after`` fails the gate.
+    """
+    if ready_error:
+        return GateOutcome(passed=False, gate="readiness", reasons=[ready_error])
+    if check_failures:
+        return GateOutcome(passed=False, gate="check", reasons=list(check_failures))
+    relative = Thresholds(max_failed=thresholds.max_failed, regression_tolerance=thresholds.regression_tolerance)
+    reasons = list(bench_errors)
+    for name in sorted(set(before) - set(after)):
+        if not any(e.startswith(name) for e in bench_errors):
+            reasons.append(f"{name}: no result after the switch")
+    for name, result in sorted(after.items()):
+        verdict = judge(result, relative, before.get(name))
+        reasons += [f"{name}: {reason}" for reason in verdict.reasons]
+    if reasons:
+        return GateOutcome(passed=False, gate="benchmark", reasons=reasons)
+    return GateOutcome(passed=True)
+
+
+# --- progress and report ----------------------------------------------------------------------
+
+
+def eta_s(done_batches: int, total_batches: int, elapsed_s: float) -> float | None:
+    """Seconds left, from the mean time of the batches done so far (``None`` before the first)."""
+    if done_batches <= 0:
+        return None
+    return elapsed_s / done_batches * (total_batches - done_batches)
+
+
+def _short(image: ImageRef | None) -> str:
+    if image is None:
+        return "-"
+    return f"{image.tag}@{image.digest[7:19]}"
+
+
+def _delta(numbers: CaseNumbers) -> str:
+    parts = []
+    for key, _unit, _better in REGRESSION_METRICS:
+        b, a = numbers.before.get(key), numbers.after.get(key)
+        if a is None:
+            continue
+        if b:
+            parts.append(f"{key} {a:.2f} ({(a - b) / b:+.1%})")
+        else:
+            parts.append(f"{key} {a:.2f}")
+    return "; ".join(parts) or "-"
+
+
+def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
+    """The end-of-run report: what happened, then one row per host (before/after digest, seconds
+    per part of :data:`TIMED`, step reached, benchmark deltas against the run before the switch)."""
+    what = f"to `{state.target.reference}`" if state.target else "(rolling restart, same image)"
+    lines = [
+        f"# {state.kind.capitalize()} {state.id} of {state.inventory} {what}",
+        "",
+        f"Status: **{state.status}**; canary {state.canary}, at most {state.max_unavailable} host(s) out of service;"
+        f" {len(state.batches)} batch(es). Started {state.started}, last update {state.updated or '-'}.",
+    ]
+    if state.failure:
+        lines += ["", f"Failure: {state.failure}"]
+    lines += [""] + [f"- {m}" for m in messages] + ([""] if messages else [])
+    head = ["host", "batch", "before", "after", "step", *(f"{t} s" for t in TIMED), "benchmark (after vs before)"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, host in state.hosts.items():
+        times = [f"{host.times[t]:.1f}" if t in host.times else "-" for t in TIMED]
+        bench = "<br>".join(f"{case}: {_delta(n)}" for case, n in host.bench.items()) or "-"
+        row = [name, "canary" if host.batch == 0 and state.canary else str(host.batch)]
+        row += [_short(host.before), _short(host.after), host.step, *times, bench]
+        lines.append("| " + " | ".join(row) + " |")
+    errors = [(name, h.error) for name, h in state.hosts.items() if h.error]
+    if errors:
+        lines += ["", "## Problems", ""] + [f"- **{name}**: {error}" for name, error in errors]
+    return "\n".join(lines) + "\n"
+
+
+def status_json(rows: Sequence[Mapping[str, object]], state: RolloutState | None) -> str:
+    """``rocmfleet status --json``: ``{"rollout": {...} | null, "instances": [...]}``."""
+    rollout = None
+    if state is not None:
+        rollout = {
+            "id": state.id,
+            "kind": state.kind,
+            "status": state.status,
+            "target": state.target.reference if state.target else None,
+            "steps": {name: h.step for name, h in state.hosts.items()},
+        }
+    return json.dumps({"rollout": rollout, "instances": list(rows)}, indent=2) + "\n"

@@ -1,0 +1,253 @@
+"""Fleet rollouts: planning, state file, group data rewrite, gate decision (rocmfleet.fleetrollout, groupdata_edit)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rocmfleet import fleetrollout as fr
+from rocmfleet.bench import Thresholds
+from rocmfleet.groupdata_edit import EditError, holders, parse, set_keys, unified_diff, unset_keys
+from tests.unit.test_bench import raw, result_from  # noqa: F401 - the fixture is used by name
+
+OLD = fr.ImageRef(repository="reg:5000/vllm", tag="0.32.0-lab.1", digest="sha256:" + "a" * 64)
+NEW = fr.ImageRef(repository="reg:5000/vllm", tag="0.32.0-lab.2", digest="sha256:" + "b" * 64)
+
+
+# --- max-unavailable and batches --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts", "expected"),
+    [("1", 10, 1), ("3", 2, 3), ("25%", 10, 2), ("25%", 3, 1), ("100%", 7, 7), ("50%", 5, 2), ("10.5%", 100, 10)],
+)
+def test_max_unavailable_count_or_percentage_rounded_down_at_least_one(text, hosts, expected):
+    assert fr.parse_max_unavailable(text, hosts) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "0%", "101%", "x", "%", "1.5", ""])
+def test_bad_max_unavailable_is_refused_naming_the_option(text):
+    with pytest.raises(fr.PlanError, match="--max-unavailable"):
+        fr.parse_max_unavailable(text, 10)
+
+
+def test_batches_canary_first_then_at_most_max_unavailable():
+    hosts = [f"h{i}" for i in range(7)]
+    assert fr.plan_batches(hosts, 1, 2) == [["h0"], ["h1", "h2"], ["h3", "h4"], ["h5", "h6"]]
+    assert fr.plan_batches(hosts, 0, 3) == [["h0", "h1", "h2"], ["h3", "h4", "h5"], ["h6"]]
+    assert fr.plan_batches(hosts, 3, 2) == [["h0", "h1"], ["h2"], ["h3", "h4"], ["h5", "h6"]]
+    with pytest.raises(fr.PlanError, match="--canary"):
+        fr.plan_batches(hosts, -1, 1)
+
+
+@given(n=st.integers(0, 40), canary=st.integers(0, 10), most=st.integers(1, 12))
+def test_batches_cover_every_host_once_in_order_and_never_exceed_the_limit(n, canary, most):
+    hosts = [f"h{i}" for i in range(n)]
+    batches = fr.plan_batches(hosts, canary, most)
+    assert [h for b in batches for h in b] == hosts
+    assert all(0 < len(b) <= most for b in batches)
+    assert not any(set(b) & set(hosts[:canary]) and set(b) - set(hosts[:canary]) for b in batches)
+
+
+def test_image_ref_parses_what_the_units_run():
+    assert fr.ImageRef.parse(OLD.reference) == OLD
+    assert fr.ImageRef.parse("reg:5000/vllm@sha256:" + "a" * 64) is None  # no tag
+    assert fr.ImageRef.parse("reg:5000/vllm:1.0") is None  # no digest
+    assert OLD.data() == {
+        "vllm_image_repository": "reg:5000/vllm",
+        "vllm_image_tag": "0.32.0-lab.1",
+        "vllm_image_digest": OLD.digest,
+    }
+
+
+# --- state file -------------------------------------------------------------------------------
+
+
+def _state(**changes) -> fr.RolloutState:
+    batches = [["a"], ["b", "c"], ["d"]]
+    hosts = {h: fr.HostState(batch=i, before=OLD, after=NEW) for i, b in enumerate(batches) for h in b}
+    return fr.RolloutState(id="20260101T000000Z", inventory="inventories/prod.py", target=NEW, batches=batches,
+                           hosts=hosts, max_unavailable=2, **changes)  # fmt: skip
+
+
+def test_state_round_trips_and_writes_atomically(tmp_path):
+    path = fr.state_path(tmp_path, "inventories/prod.py")
+    assert path == tmp_path / "prod" / "rollout-state.json"
+    state = _state()
+    state.hosts["a"].step = "done"
+    state.hosts["b"].step = "switching"
+    fr.save_state(state, path)
+    assert not path.with_name(path.name + ".tmp").exists()
+    loaded = fr.load_state(path)
+    assert loaded == state
+    assert loaded.touched() == ["a", "b"]
+    assert loaded.remaining_batches() == [1, 2]
+    assert fr.load_state(tmp_path / "none.json") is None
+    path.write_text("{}")
+    with pytest.raises(ValueError, match="not a rollout state file"):
+        fr.load_state(path)
+
+
+def test_touched_means_may_have_changed():
+    state = _state()
+    for host, step in zip("abcd", ["rolled_back", "drained", "rollback_failed", "gated"], strict=True):
+        state.hosts[host].step = step
+    assert state.touched() == ["c", "d"]
+    assert state.drained() == ["b", "d"]
+
+
+def test_a_recorded_rollout_refuses_plain_deploys_but_not_its_own(tmp_path, monkeypatch):
+    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
+    inventory = "inventories/prod.py"
+    assert fr.deploy_refusal(inventory, tmp_path) is None
+    state = _state()
+    fr.save_state(state, fr.state_path(tmp_path, inventory))
+    why = fr.deploy_refusal(inventory, tmp_path)
+    assert why is not None
+    assert "rollout 20260101T000000Z of inventories/prod.py" in why
+    assert NEW.reference in why and "--resume" in why and "--rollback" in why
+    assert fr.deploy_refusal("inventories/other.py", tmp_path) is None
+    monkeypatch.setenv(fr.OWN_DEPLOY_ENV, state.id)
+    assert fr.deploy_refusal(inventory, tmp_path) is None
+    monkeypatch.setenv(fr.OWN_DEPLOY_ENV, "another")
+    assert fr.deploy_refusal(inventory, tmp_path) is not None
+    for status in ("done", "rolled_back"):
+        fr.save_state(_state(status=status), fr.state_path(tmp_path, inventory))
+        assert fr.deploy_refusal(inventory, tmp_path) is None
+
+
+def test_check_on_load_stops_a_deploy_during_a_rollout(tmp_path, monkeypatch, capsys):
+    from rocmfleet import validate
+
+    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
+    monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path))
+    fr.save_state(_state(), fr.state_path(tmp_path, "inventories/prod.py"))
+    with pytest.raises(SystemExit) as exited:
+        validate.check_on_load(str(Path(__file__).resolve().parents[2] / "inventories" / "prod.py"))
+    assert exited.value.code == validate.EXIT_INVALID
+    err = capsys.readouterr().err
+    assert err.startswith("rocmfleet: rollout 20260101T000000Z") and "Traceback" not in err
+
+
+# --- group data rewrite -----------------------------------------------------------------------
+
+GROUP = """\
+# Example fleet (a comment that must stay)
+vllm_profile: llama-3.3-70b   # the model
+vllm_image_tag: "0.10.1"  # pinned by the last rollout
+vllm_image_digest: sha256:{old}
+vllm_env: {{}}
+vllm_secret_env:
+  HF_TOKEN: !vault |
+    $ANSIBLE_VAULT;1.1;AES256
+    3132
+""".format(old="a" * 64)
+
+
+def test_set_keys_keeps_comments_places_and_other_keys():
+    new = set_keys(GROUP, {"vllm_image_tag": "1.0", "vllm_image_digest": NEW.digest}, "prod.yml")
+    assert new.splitlines()[0] == "# Example fleet (a comment that must stay)"
+    assert 'vllm_image_tag: "1.0"  # pinned by the last rollout' in new
+    assert f'vllm_image_digest: "{NEW.digest}"' in new
+    assert parse(new)["vllm_image_tag"] == "1.0"  # a string, not the float 1.0
+    assert parse(new)["vllm_secret_env"] == parse(GROUP)["vllm_secret_env"]
+    diff = unified_diff(GROUP, new, "group_vars/prod.yml")
+    assert diff.startswith("--- group_vars/prod.yml\n+++ group_vars/prod.yml")
+    assert sum(line.startswith("-vllm") for line in diff.splitlines()) == 2
+    assert unified_diff(GROUP, GROUP, "x") == ""
+
+
+def test_missing_keys_are_appended_and_removed_again():
+    text = "vllm_profile: lab   # keep\n"
+    added = set_keys(text, {"vllm_image_repository": "reg/x", "vllm_image_tag": "t1"})
+    assert added == 'vllm_profile: lab   # keep\nvllm_image_repository: "reg/x"\nvllm_image_tag: "t1"\n'
+    assert unset_keys(added, ["vllm_image_repository", "vllm_image_tag"]) == text
+    assert set_keys("a: 1", {"b": "2"}) == 'a: 1\nb: "2"\n'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "vllm_image_tag: >\n  folded\n",
+        "vllm_image_tag: x\nvllm_image_tag: y\n",
+        "{vllm_image_tag: x, a: 1}\n",
+    ],
+)
+def test_values_that_cannot_be_rewritten_in_place_are_refused(text):
+    with pytest.raises((EditError, ValueError)):
+        set_keys(text, {"vllm_image_tag": "new"}, "g.yml")
+
+
+def test_a_nested_key_of_the_same_name_is_not_the_top_level_one():
+    new = set_keys("outer:\n  vllm_image_tag: nested\n", {"vllm_image_tag": "t"})
+    assert parse(new) == {"outer": {"vllm_image_tag": "nested"}, "vllm_image_tag": "t"}
+
+
+def test_holders_name_the_files_that_pin_an_image():
+    files = {"all.yml": "base_packages: []\n", "prod.yml": GROUP, "lab.yml": "vllm_image_digest: sha256:x\n"}
+    assert holders(files) == ["prod.yml", "lab.yml"]
+
+
+# --- the gate ---------------------------------------------------------------------------------
+
+
+def test_gate_readiness_then_check_then_benchmark(raw):  # noqa: F811
+    base = {"2000x150-c4": result_from(raw, "before.json", failed=0)}
+    same = {"2000x150-c4": result_from(raw, failed=0)}
+    t = Thresholds(regression_tolerance=0.10, ttft_p99_ms=0.001)  # an absolute limit is not the gate's
+    assert fr.gate_decision(None, [], base, same, [], t).passed
+    out = fr.gate_decision("not ready after 900 s", ["vllm::ready[a]: failed"], base, same, [], t)
+    assert (out.passed, out.gate, out.reasons) == (False, "readiness", ["not ready after 900 s"])
+    out = fr.gate_decision(None, ["vllm::container_image_digest[a]: failed: runs sha256:aa"], base, same, [], t)
+    assert (out.gate, out.reasons) == ("check", ["vllm::container_image_digest[a]: failed: runs sha256:aa"])
+
+
+def test_gate_benchmark_regression_failed_requests_and_missing_cases(raw):  # noqa: F811
+    base = {"c": result_from(raw, "before.json", failed=0)}
+    slow = {"c": result_from(raw, failed=0, output_throughput=124.58542994370372 * 0.5)}
+    out = fr.gate_decision(None, [], base, slow, [], Thresholds(regression_tolerance=0.10))
+    assert out.gate == "benchmark"
+    assert out.reasons[0].startswith("c: output_throughput: 62.29 tok/s is 50.0% below the baseline 124.59 tok/s")
+    assert fr.gate_decision(None, [], base, slow, [], Thresholds(regression_tolerance=0.6)).passed
+    failing = {"c": result_from(raw, failed=3)}
+    out = fr.gate_decision(None, [], base, failing, [], Thresholds())
+    assert out.reasons == ["c: failed: 3 requests > limit 0"]
+    out = fr.gate_decision(None, [], base, {}, ["c: timed out after 60 s"], Thresholds())
+    assert out.reasons == ["c: timed out after 60 s"]
+    out = fr.gate_decision(None, [], base, {}, [], Thresholds())
+    assert out.reasons == ["c: no result after the switch"]
+    # no result before the switch: judged on failed requests only
+    assert fr.gate_decision(None, [], {}, slow, [], Thresholds()).passed
+
+
+def test_report_has_a_row_per_host_with_times_and_deltas(raw):  # noqa: F811
+    state = _state(status="done")
+    state.hosts["a"].times = {"pull": 12.0, "restart": 3.5, "readiness": 40.25, "gate": 30.0}
+    state.hosts["a"].step = "done"
+    state.hosts["a"].bench = fr.bench_numbers(
+        {"c": result_from(raw, failed=0)}, {"c": result_from(raw, failed=0, output_throughput=124.58542994370372 * 1.1)}
+    )
+    state.hosts["b"].error = "benchmark gate failed: c: failed: 3 requests > limit 0"
+    report = fr.markdown_report(state)
+    assert "| host | batch | before | after | step | pull s | drain s | restart s | readiness s | gate s |" in report
+    row = next(line for line in report.splitlines() if line.startswith("| a |"))
+    assert "| canary | 0.32.0-lab.1@aaaaaaaaaaaa | 0.32.0-lab.2@bbbbbbbbbbbb | done | 12.0 | - | 3.5 | 40.2 |" in row
+    assert "output_throughput 137.04 (+10.0%)" in row
+    assert "- **b**: benchmark gate failed" in report
+
+
+def test_status_json_names_the_rollout_steps():
+    state = _state()
+    data = json.loads(fr.status_json([{"host": "a", "instance": "x"}], state))
+    assert data["rollout"]["target"] == NEW.reference
+    assert data["rollout"]["steps"] == {"a": "pending", "b": "pending", "c": "pending", "d": "pending"}
+    assert json.loads(fr.status_json([], None)) == {"rollout": None, "instances": []}
+
+
+def test_eta_from_the_mean_batch_time():
+    assert fr.eta_s(0, 4, 10.0) is None
+    assert fr.eta_s(1, 4, 100.0) == 300.0

@@ -1,0 +1,375 @@
+"""The rollout runner with stand-in steps, digest resolution against a local registry stand-in,
+and the host status script under sh with stand-in systemctl and docker."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from rocmfleet import fleetrollout as fr
+from rocmfleet import registry, scripts
+from rocmfleet.bench import Thresholds
+from rocmfleet.rolloutrun import (
+    InstanceStatus,
+    LineProgress,
+    Runner,
+    StepError,
+    parse_status,
+    running_image,
+)
+
+OLD = fr.ImageRef(repository="reg:5000/vllm", tag="lab.1", digest="sha256:" + "a" * 64)
+NEW = fr.ImageRef(repository="reg:5000/vllm", tag="lab.2", digest="sha256:" + "b" * 64)
+
+
+# --- digest resolution ------------------------------------------------------------------------
+
+INDEX = json.dumps({"schemaVersion": 2, "mediaType": registry.MANIFEST_TYPES[0], "manifests": []}).encode()
+INDEX_DIGEST = "sha256:" + hashlib.sha256(INDEX).hexdigest()
+
+
+class Registry(BaseHTTPRequestHandler):
+    """A registry stand-in: ``/v2/<name>/manifests/<tag>`` for tag ``good``; options on the server."""
+
+    def log_message(self, *args):
+        pass
+
+    def _manifest(self, body: bool):
+        server = self.server
+        server.seen.append((self.command, self.path, dict(self.headers)))
+        if self.path.startswith("/token"):
+            payload = json.dumps({"token": "T0K"}).encode()
+            server.token_requests.append((self.path, self.headers.get("Authorization")))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        if server.bearer and self.headers.get("Authorization") != "Bearer T0K":
+            self.send_response(401)
+            realm = f"http://127.0.0.1:{server.server_port}/token"
+            self.send_header("WWW-Authenticate", f'Bearer realm="{realm}",service="reg",scope="repository:x:pull"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        accept = self.headers.get("Accept", "")
+        if self.path != "/v2/rocm/vllm/manifests/good" or registry.MANIFEST_TYPES[0] not in accept:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", registry.MANIFEST_TYPES[0])
+        self.send_header("Content-Length", str(len(INDEX)))
+        if not (server.no_digest_on_head and self.command == "HEAD"):
+            self.send_header("Docker-Content-Digest", server.digest or INDEX_DIGEST)
+        self.end_headers()
+        if body:
+            self.wfile.write(INDEX)
+
+    def do_HEAD(self):  # noqa: N802 - http.server's name
+        self._manifest(False)
+
+    def do_GET(self):  # noqa: N802
+        self._manifest(True)
+
+
+@pytest.fixture
+def reg():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    server.seen, server.token_requests = [], []
+    server.bearer = server.no_digest_on_head = False
+    server.digest = None
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _name(server, tag="good"):
+    return registry.parse_image(f"127.0.0.1:{server.server_port}/rocm/vllm:{tag}")
+
+
+def test_parse_image_splits_like_docker():
+    assert registry.parse_image("ubuntu:24.04") == registry.ImageName("docker.io", "library/ubuntu", "24.04", "ubuntu")
+    assert registry.parse_image("rocm/vllm:t1").path == "rocm/vllm"
+    name = registry.parse_image("reg.example:5000/a/b:0.32.0-lab.1")
+    assert (name.registry, name.path, name.tag) == ("reg.example:5000", "a/b", "0.32.0-lab.1")
+    assert registry.parse_image("localhost/x:y").registry == "localhost"
+    for bad in ("rocm/vllm", "rocm/vllm@sha256:" + "a" * 64, "reg:5000/x", ":t"):
+        with pytest.raises(ValueError, match="--image"):
+            registry.parse_image(bad)
+
+
+def test_head_with_every_manifest_type_gives_the_digest(reg):
+    name = _name(reg)
+    assert registry.resolve_digest(name, [name.registry]) == INDEX_DIGEST
+    method, path, headers = reg.seen[-1]
+    assert (method, path) == ("HEAD", "/v2/rocm/vllm/manifests/good")
+    assert [t.strip() for t in headers["Accept"].split(",")] == list(registry.MANIFEST_TYPES)
+
+
+def test_bearer_challenge_gets_a_token_with_the_credentials(reg):
+    reg.bearer = True
+    name = _name(reg)
+    assert registry.resolve_digest(name, [name.registry], credentials=("u", "p")) == INDEX_DIGEST
+    path, auth = reg.token_requests[0]
+    assert "scope=repository%3Ax%3Apull" in path and "service=reg" in path
+    assert auth == "Basic dTpw"  # base64("u:p")
+
+
+def test_no_digest_on_head_falls_back_to_the_sha256_of_the_body(reg):
+    reg.no_digest_on_head = True
+    name = _name(reg)
+    assert registry.resolve_digest(name, [name.registry]) == INDEX_DIGEST
+    assert [m for m, _p, _h in reg.seen] == ["HEAD", "GET"]
+
+
+def test_unknown_tag_wrong_digest_and_unreachable_registry_are_errors(reg):
+    name = _name(reg, "missing")
+    with pytest.raises(registry.RegistryError, match="HTTP 404: no tag missing"):
+        registry.resolve_digest(name, [name.registry])
+    reg.digest, reg.no_digest_on_head = "sha256:" + "c" * 64, True
+    with pytest.raises(registry.RegistryError, match="differs from the body"):
+        registry.resolve_digest(_name(reg), [_name(reg).registry])
+    with pytest.raises(registry.RegistryError, match="127.0.0.1:1/v2"):
+        registry.resolve_digest(registry.parse_image("127.0.0.1:1/x:y"), ["127.0.0.1:1"], timeout_s=5)
+
+
+# --- host status ------------------------------------------------------------------------------
+
+
+def test_status_script_with_stand_in_systemctl_and_docker(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(
+        '#!/bin/sh\ncase "$3 $5" in "ActiveState vllm-a.service") echo active;;'
+        ' "SubState vllm-a.service") echo running;;'
+        ' "ActiveState vllm-b.service") echo failed;; *) echo dead;; esac\n'
+    )
+    (bin_dir / "docker").write_text(
+        '#!/bin/sh\n[ "$6" = vllm-a ] && printf "%s\\t%s\\n" "' + OLD.reference + '" 2026-01-01T00:00:00.5Z; exit 0\n'
+    )
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    out = subprocess.run(
+        ["sh", "-c", scripts.command("vllm-status.sh", "a", "b")], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    now, instances, started = parse_status("h", out)
+    assert now is not None and now > 1.7e9
+    assert instances[0] == InstanceStatus("h", "a", "active", "running", OLD.reference, None, instances[0].uptime_s)
+    assert instances[0].uptime_s == pytest.approx(now - 1767225600.5)
+    assert (instances[1].active, instances[1].image, instances[1].uptime_s) == ("failed", None, None)
+    assert started == {"a": 1767225600.5, "b": None}
+
+
+def test_running_image_is_one_pinned_reference():
+    def inst(image):
+        return InstanceStatus("h", "x", "active", "running", image)
+
+    assert running_image([inst(OLD.reference), inst(OLD.reference)]) == (OLD, None)
+    assert running_image([])[1] == "no vLLM container runs"
+    assert "different images" in running_image([inst(OLD.reference), inst(NEW.reference)])[1]
+    assert "not pinned" in running_image([inst("reg/vllm:latest")])[1]
+
+
+# --- the runner with stand-in steps -----------------------------------------------------------
+
+
+class Killed(BaseException):
+    """Stands for the control process dying (SIGKILL: nothing runs after it)."""
+
+
+class FakeSteps:
+    """Records every step; ``fail`` = {(step, host)}: raise StepError there; ``kill_at`` = (step, host)."""
+
+    def __init__(self, fail=(), kill_at=None, slow=None):
+        self.log: list[tuple[str, str]] = []
+        self.fail, self.kill_at = set(fail), kill_at
+        self.running: dict[str, str] = {}
+        self.out_of_service: set[str] = set()
+        self.most_out = 0
+        self.lock = threading.Lock()
+        self.slow = slow or {}
+
+    def _do(self, step, host):
+        with self.lock:
+            self.log.append((step, host))
+        if (step, host) == self.kill_at:
+            raise Killed
+        if (step, host) in self.fail:
+            raise StepError(step, f"{step} failed on {host} (stand-in)")
+
+    def pull(self, host, image):
+        self._do("pull", host)
+
+    def drain(self, host):
+        self._do("drain", host)
+        with self.lock:
+            self.out_of_service.add(host)
+            self.most_out = max(self.most_out, len(self.out_of_service))
+
+    def undrain(self, host):
+        self._do("undrain", host)
+        with self.lock:
+            self.out_of_service.discard(host)
+
+    def bench(self, host, label):
+        self._do(f"bench-{label}", host)
+        return {}, [f"case: {label} failed on {host}"] if ("bench-" + label, host) in self.slow else []
+
+    def switch(self, host, image):
+        self._do("switch", host)
+        time.sleep(0.2)  # hosts of one batch switch together: their out-of-service times overlap
+        self.running[host] = image.digest
+        return {"restart": 1.0, "readiness": 2.0}
+
+    def check(self, host):
+        self._do("check", host)
+        return ["vllm::ready[x]: failed"] if ("gate", host) in self.fail else []
+
+    def rollback(self, host, image):
+        self._do("rollback", host)
+        self.running[host] = image.digest
+
+    def thresholds(self, host):
+        return Thresholds()
+
+
+def _plan(hosts, canary=1, most=1, kind="rollout"):
+    batches = fr.plan_batches(hosts, canary, most)
+    index = {h: i for i, b in enumerate(batches) for h in b}
+    return fr.RolloutState(
+        id="r1", kind=kind, inventory="inventories/lab.py", target=NEW if kind == "rollout" else None, canary=canary,
+        max_unavailable=most, batches=batches,
+        hosts={h: fr.HostState(batch=index[h], before=OLD, after=NEW) for h in hosts},
+    )  # fmt: skip
+
+
+def _runner(tmp_path, state, steps, reverted=None):
+    path = tmp_path / "state.json"
+    fr.save_state(state, path)
+    lines: list[str] = []
+    return Runner(state, path, steps, LineProgress(lines.append), on_data_revert=reverted), path
+
+
+def test_good_rollout_canary_then_batches_never_more_out_than_allowed(tmp_path):
+    hosts = ["h1", "h2", "h3", "h4", "h5"]
+    steps = FakeSteps()
+    runner, path = _runner(tmp_path, _plan(hosts, canary=1, most=2), steps)
+    assert runner.run() == 0
+    state = fr.load_state(path)
+    assert state.status == "done" and all(h.step == "done" for h in state.hosts.values())
+    assert steps.running == dict.fromkeys(hosts, NEW.digest)
+    assert steps.most_out == 2 and not steps.out_of_service
+    order = [host for step, host in steps.log if step == "switch"]
+    assert order[0] == "h1" and set(order[1:3]) == {"h2", "h3"} and set(order[3:]) == {"h4", "h5"}
+    # each host: drain, benchmark before, switch, check, benchmark after, undrain; pulled before its drain
+    for host in hosts:
+        mine = [step for step, h in steps.log if h == host]
+        assert mine == ["pull", "drain", "bench-before", "switch", "check", "bench-after", "undrain"]
+    # the next batch was pulled before the current one finished switching
+    log = steps.log
+    assert log.index(("pull", "h2")) < log.index(("undrain", "h1"))
+    assert state.hosts["h1"].times["restart"] == 1.0 and state.hosts["h1"].times["readiness"] == 2.0
+    assert {"pull", "drain", "gate", "undrain"} <= set(state.hosts["h1"].times)
+
+
+def test_failed_canary_gate_rolls_the_canary_back_and_leaves_the_rest_untouched(tmp_path):
+    steps = FakeSteps(fail={("gate", "h1")})
+    reverted = []
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"]), steps, lambda: reverted.append(1))
+    assert runner.run() == 1
+    state = fr.load_state(path)
+    assert state.status == "rolled_back" and reverted == [1]
+    assert "h1: check gate failed: vllm::ready[x]: failed" in state.failure
+    assert state.hosts["h1"].step == "rolled_back" and steps.running["h1"] == OLD.digest
+    assert [s for s, h in steps.log if h in ("h2", "h3")] == ["pull"]  # only the next batch was pre-pulled
+    assert state.hosts["h2"].step == state.hosts["h3"].step == "pending"
+    assert ("undrain", "h1") in steps.log
+
+
+def test_failure_in_a_later_batch_rolls_back_every_switched_host(tmp_path):
+    steps = FakeSteps(slow={("bench-after", "h4")})
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3", "h4", "h5", "h6"], canary=1, most=2), steps)
+    assert runner.run() == 1
+    state = fr.load_state(path)
+    rolled = sorted(h for s, h in steps.log if s == "rollback")
+    assert rolled == ["h1", "h2", "h3", "h4", "h5"]  # h5 passed, but its batch failed
+    assert state.hosts["h6"].step == "pending" and "h6" not in steps.running
+    assert "h4: benchmark gate failed: case: after failed on h4" in state.failure
+    assert all(steps.running[h] == OLD.digest for h in rolled)
+
+
+def test_a_failing_drain_stops_before_the_host_is_touched(tmp_path):
+    steps = FakeSteps(fail={("drain", "h2")})
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"]), steps)
+    assert runner.run() == 1
+    state = fr.load_state(path)
+    assert ("switch", "h2") not in steps.log and state.hosts["h2"].step == "pending"
+    assert "drain" in state.hosts["h2"].error
+    assert [h for s, h in steps.log if s == "rollback"] == ["h1"]
+
+
+def test_unreachable_host_is_reported_and_the_rollback_still_ends(tmp_path):
+    steps = FakeSteps(fail={("switch", "h2"), ("rollback", "h2")})
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"], canary=1, most=2), steps)
+    assert runner.run() == 1
+    state = fr.load_state(path)
+    assert state.status == "rollback_failed" and state.blocking
+    assert state.hosts["h1"].step == "rolled_back" and state.hosts["h2"].step == "rollback_failed"
+    assert "rollback failed on h2" in state.hosts["h2"].error
+
+
+def test_killed_after_the_canary_resumes_to_the_end(tmp_path):
+    steps = FakeSteps(kill_at=("switch", "h2"))
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"]), steps)
+    with pytest.raises(Killed):
+        runner.run()
+    state = fr.load_state(path)  # what the file says after the kill
+    assert state.status == "running" and state.blocking
+    assert [state.hosts[h].step for h in ("h1", "h2", "h3")] == ["done", "switching", "pending"]
+    assert state.touched() == ["h1", "h2"]
+    steps2 = FakeSteps()
+    resumed, _ = _runner(tmp_path, state, steps2)
+    assert resumed.run() == 0
+    assert fr.load_state(path).status == "done"
+    assert [s for s, h in steps2.log if h == "h1"] == []  # the canary is not switched again
+    assert [s for s, h in steps2.log if h == "h2"] == ["switch", "check", "bench-after", "undrain"]
+
+
+def test_killed_rollout_returns_with_rollback(tmp_path):
+    steps = FakeSteps(kill_at=("check", "h2"))
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"]), steps)
+    with pytest.raises(Killed):
+        runner.run()
+    state = fr.load_state(path)
+    reverted = []
+    steps2 = FakeSteps()
+    back, _ = _runner(tmp_path, state, steps2, lambda: reverted.append(1))
+    assert back.roll_back(None) == 0
+    state = fr.load_state(path)
+    assert state.status == "rolled_back" and not state.blocking and reverted == [1]
+    assert sorted(h for s, h in steps2.log if s == "rollback") == ["h1", "h2"]
+    assert ("rollback", "h3") not in steps2.log
+    assert steps2.running == {"h1": OLD.digest, "h2": OLD.digest}
+
+
+def test_rolling_restart_switches_with_no_image_and_has_nothing_to_roll_back(tmp_path):
+    steps = FakeSteps(fail={("gate", "h2")})
+    seen = []
+    steps.switch = lambda host, image: seen.append((host, image)) or {"restart": 0.1}
+    runner, path = _runner(tmp_path, _plan(["h1", "h2"], kind="restart"), steps)
+    assert runner.run() == 1
+    assert seen == [("h1", None), ("h2", None)]
+    assert not any(s == "pull" or s == "rollback" for s, _h in steps.log)
+    assert fr.load_state(path).status == "rolled_back"
