@@ -99,7 +99,9 @@ def _child() -> None:
             x = tl.load(a + rm[:, None] * K + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K))
             y = tl.load(b + (k + rk)[:, None] * N + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N))
             acc += tl.dot(x, y)
-        tl.store(c + rm[:, None] * N + rn[None, :], acc.to(c.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+        tl.store(
+            c + rm[:, None] * N + rn[None, :], acc.to(c.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N)
+        )
 
     dev = "cuda"
     for dtype in (torch.float16, torch.bfloat16):
@@ -194,14 +196,20 @@ def _run(paths: dict[str, Path]) -> dict:
         raise SystemExit(f"child failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     result = json.loads(lines[-1].removeprefix("RESULT "))
     result["process_s"] = wall
-    result["new_files"] = sum(1 for p in paths.values() for f in p.rglob("*") if f.is_file() and f.stat().st_mtime >= start)
+    result["new_files"] = sum(
+        1 for p in paths.values() for f in p.rglob("*") if f.is_file() and f.stat().st_mtime >= start
+    )
     result["files"] = sum(1 for p in paths.values() for f in p.rglob("*") if f.is_file())
     return result
 
 
 def _summary(runs: list[dict]) -> dict:
     return {
-        k: {"median": statistics.median(r[k] for r in runs), "min": min(r[k] for r in runs), "max": max(r[k] for r in runs)}
+        k: {
+            "median": statistics.median(r[k] for r in runs),
+            "min": min(r[k] for r in runs),
+            "max": max(r[k] for r in runs),
+        }
         for k in (*PHASES, "new_files", "files")
     }
 

@@ -145,7 +145,9 @@ def writable_sharing(config: HostConfig) -> list[str]:
     directory inside another's. Empty for every configuration :func:`mounts` produces; kept as
     the check the tests and ``rocmfleet check`` run.
     """
-    owners = [(m.host.rstrip("/") + "/", i.name) for i in config.instances() for m in mounts(config, i) if not m.read_only]
+    owners = [
+        (m.host.rstrip("/") + "/", i.name) for i in config.instances() for m in mounts(config, i) if not m.read_only
+    ]
     problems = []
     for index, (path, owner) in enumerate(owners):
         for other_path, other in owners[index + 1 :]:
