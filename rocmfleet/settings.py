@@ -162,7 +162,11 @@ class HostSettings(BaseModel):
         default=1800, ge=10, description="How long the deploy waits for a new container to be ready."
     )
     vllm_cache_dir: str = Field(
-        default="/var/cache/vllm", description="Host directory mounted as the container's `/root/.cache/vllm`."
+        default="/var/cache/vllm",
+        description=(
+            "Host directory of the instances' compiler caches: `<dir>/<instance>/{vllm,inductor,triton,aiter}`, "
+            "each instance its own (none for a baked image: its caches are in the image)."
+        ),
     )
     vllm_hf_cache_dir: str = Field(
         default="/var/cache/huggingface", description="Host directory mounted as `/root/.cache/huggingface`."
