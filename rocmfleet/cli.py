@@ -6,6 +6,8 @@ rocmfleet bench INVENTORY             smoke benchmark on every host; exit 0 pass
 rocmfleet rollout INVENTORY           roll an image across the fleet: canary, gated batches, rollback
 rocmfleet restart INVENTORY           rolling restart with drain and gate (same machinery, same image)
 rocmfleet status INVENTORY            per host and instance: unit, image, ready, uptime, rollout step
+rocmfleet cache bake INVENTORY --host H [--write GROUP_FILE]
+                                      bake the compile caches into an image and push it
 rocmfleet vault encrypt-string NAME   read a secret on stdin, print `NAME: !vault |` YAML
 rocmfleet vault rekey FILE...         re-encrypt vault data with a new password
 rocmfleet schema                      print the JSON Schema of host data (for editors)
@@ -180,6 +182,33 @@ def _status(args: argparse.Namespace) -> int:
             print(f"{state.kind} {state.id} ({what}): {state.status}")
     bad = any(r.error or r.ready is False for r in rows)
     return 1 if bad else 0
+def _cache_bake(args: argparse.Namespace) -> int:
+    from rocmfleet import cachebake
+    from rocmfleet.connect import CommandTimeout, ConnectError
+    from rocmfleet.fleet import FleetError, load_fleet
+
+    try:
+        _writable(args.write, "--write")
+        targets = load_fleet(args.inventory, [args.host])
+    except (FleetError, ValueError) as exc:
+        print(f"rocmfleet: {exc}", file=sys.stderr)
+        return 2
+    if len(targets) != 1:
+        print(f"rocmfleet: --host {args.host} matches {len(targets)} hosts; name one", file=sys.stderr)
+        return 2
+    try:
+        baked = cachebake.bake(targets[0], emit=lambda line: print(line, flush=True))
+    except (cachebake.BakeError, ConnectError, CommandTimeout) as exc:
+        print(f"rocmfleet: {exc}", file=sys.stderr)
+        return 1
+    print(baked.reference)
+    print(f"digest {baked.digest}  key {baked.key.short}  {baked.manifest.files} files, {baked.manifest.bytes} bytes")
+    if args.write:
+        path = Path(args.write)
+        old = path.read_text() if path.exists() else ""
+        path.write_text(cachebake.group_data_with_image(old, baked.repository, baked.tag, baked.digest))
+        print(f"{path}: vllm_image_repository, vllm_image_tag, vllm_image_digest set")
+    return 0
 
 
 def _encrypt_string(args: argparse.Namespace) -> int:
@@ -284,6 +313,21 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
     st.set_defaults(func=_status)
+    k = sub.add_parser("cache", help="compile caches baked into images")
+    ksub = k.add_subparsers(dest="cache_command", required=True)
+    kb = ksub.add_parser(
+        "bake",
+        help="warm the profile's first instance of one host up from empty caches, build and push an image with them",
+        epilog="exit status: 0 pushed; 1 the bake failed on the host; 2 bad inventory or options",
+    )
+    kb.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
+    kb.add_argument("--host", required=True, help="the host to bake on (a canary: one instance stops meanwhile)")
+    kb.add_argument(
+        "--write",
+        metavar="GROUP_FILE",
+        help="set vllm_image_repository/_tag/_digest to the baked image in this group_vars file",
+    )
+    kb.set_defaults(func=_cache_bake)
     v = sub.add_parser("vault", help="ansible-vault helpers (ansible-core's library, not the binary)")
     vsub = v.add_subparsers(dest="vault_command", required=True)
     e = vsub.add_parser("encrypt-string", help="encrypt stdin as an inline `!vault |` value")

@@ -34,7 +34,7 @@ from rocmfleet.checks import backend, expect
 from rocmfleet.fleet import Target
 
 #: Modules of the suite, in the order they run (``rocmfleet/checks/test_<name>.py``).
-MODULES = ("rocm", "tuning", "docker", "vllm", "cvs")
+MODULES = ("rocm", "tuning", "docker", "vllm", "cache", "cvs")
 REACHABLE = "host::reachable"
 SUITE = "host::suite"
 REACH_TIMEOUT_S = 20

@@ -134,6 +134,13 @@ class Profile(ServingSettings):
     model_memory: ModelMemory | None = Field(
         default=None, description="weights and KV-cache shape, to check that the model fits before deploy"
     )
+    warmup_at_start: bool = Field(
+        default=False,
+        description=(
+            "after the server is up, send the warm-up requests (the bench shapes and every CUDA/HIP-graph batch "
+            "size, `rocmfleet/warmup.py`) before the instance counts as ready: for images without a baked cache"
+        ),
+    )
     ready_probe: ReadyProbe | None = Field(
         default=None, description="known-answer request the readiness check sends (temperature 0)"
     )

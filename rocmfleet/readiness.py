@@ -27,18 +27,29 @@ def probe_script(port: int, model: str, container: str) -> str:
     return scripts.command("vllm-probe.sh", "ready", port, container, listed, completion)
 
 
-def wait_script(port: int, model: str, timeout_s: int, container: str, interval_s: int = 5) -> str:
+def wait_script(
+    port: int, model: str, timeout_s: int, container: str, interval_s: int = 5, warmup: str | None = None
+) -> str:
     """Shell that polls :func:`probe_script` until ready or ``timeout_s`` seconds have passed.
 
     On timeout it prints the container's last 40 log lines and exits 1, so the deploy fails
-    the host with the reason in its output.
+    the host with the reason in its output. With ``warmup`` (shell, e.g.
+    :func:`rocmfleet.warmup.script` for a profile with ``warmup_at_start``), that runs once the
+    probe passes, and the instance is ready only when it succeeds: a failed warm-up fails like a
+    timeout, with the container's log lines.
     """
     probe = probe_script(port, model, container)
+    warm = (
+        f"; if ! ( {warmup} ) >&2; then echo 'vLLM on port {port}: warm-up failed; last container log lines:' >&2; "
+        f"docker logs --tail 40 {shlex.quote(container)} >&2; exit 1; fi"
+        if warmup
+        else ""
+    )
     return (
         f"deadline=$(( $(date +%s) + {timeout_s} )); "
         f"until ( {probe} ) >/dev/null 2>&1; do "
         f"if [ $(date +%s) -ge $deadline ]; then "
         f"echo 'vLLM on port {port} not ready after {timeout_s} s; last container log lines:' >&2; "
         f"docker logs --tail 40 {shlex.quote(container)} >&2; exit 1; fi; "
-        f"sleep {interval_s}; done"
+        f"sleep {interval_s}; done{warm}"
     )

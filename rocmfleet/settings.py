@@ -258,8 +258,9 @@ class HostSettings(BaseModel):
     )
     vllm_cache_dir: HostPath = Field(
         default="/var/cache/vllm",
-        description="Host directory mounted as the container's `/root/.cache/vllm` (absolute: a relative one "
-        "would be a Docker named volume).",
+        description="Host directory of the instances' compiler caches: `<dir>/<instance>/{vllm,inductor,triton,"
+        "aiter}`, each instance its own (none for a baked image: its caches are in the image); absolute: a relative "
+        "one would be a Docker named volume.",
     )
     vllm_hf_cache_dir: HostPath = Field(
         default="/var/cache/huggingface",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from rocmfleet import envpolicy, partitions
+from rocmfleet import cachedirs, envpolicy, partitions
 from rocmfleet.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.settings import HostConfig, Instance
 from rocmfleet.topology import Topology
@@ -59,11 +59,17 @@ def serve_args(config: HostConfig, instance: Instance) -> list[str]:
 def container_env(config: HostConfig, placement: Placement) -> dict[str, str]:
     """Container environment: the profile's rendered variables, its named sets and the safe values for
     the placement's GPU architecture, then ``vllm_env``, then visible devices
-    (:func:`rocmfleet.envpolicy.container_env`)."""
-    return envpolicy.container_env(config.profile, config.settings.vllm_env, placement)
+    (:func:`rocmfleet.envpolicy.container_env`), then the compiler cache paths (:func:`rocmfleet.cachedirs.env`)."""
+    return {**envpolicy.container_env(config.profile, config.settings.vllm_env, placement), **cachedirs.env()}
 
 
-def docker_run_argv(config: HostConfig, instance: Instance, placement: Placement, device_gids: list[int]) -> list[str]:
+def docker_run_argv(
+    config: HostConfig,
+    instance: Instance,
+    placement: Placement,
+    device_gids: list[int],
+    cache_mounts: list[cachedirs.Mount] | None = None,
+) -> list[str]:
     """The full ``docker run`` command of ``instance``'s unit.
 
     Args:
@@ -73,6 +79,9 @@ def docker_run_argv(config: HostConfig, instance: Instance, placement: Placement
         device_gids: numeric group ids owning the GPU device files on the host (the
             ``DeviceGroupIds`` fact); numeric because the image's ``/etc/group`` may lack
             ``render`` or number it differently.
+        cache_mounts: the compiler cache mounts; default :func:`rocmfleet.cachedirs.mounts`
+            (the instance's own directories, or none for a baked image). ``rocmfleet cache bake``
+            passes its empty bake directories.
 
     Returns:
         argv, starting with ``/usr/bin/docker run``; the image is pinned by digest, secrets
@@ -100,7 +109,8 @@ def docker_run_argv(config: HostConfig, instance: Instance, placement: Placement
     for name in sorted(settings.vllm_secret_env):
         argv += ["--env", name]
     argv += [
-        "--volume", f"{settings.vllm_cache_dir}:/root/.cache/vllm",
+        *(a for m in (cachedirs.mounts(config, instance) if cache_mounts is None else cache_mounts)
+          for a in ("--volume", m.arg())),
         "--volume", f"{settings.vllm_hf_cache_dir}:/root/.cache/huggingface",
         "--label", f"org.rocmfleet.instance={instance.name}",
         "--label", f"org.rocmfleet.profile={config.profile.name}",

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from rocmfleet import vllm
+from rocmfleet import cachedirs, vllm
 from rocmfleet.settings import host_config
 from rocmfleet.vault import Secret
 from tests.unit.conftest import DIGEST
@@ -49,7 +49,7 @@ def test_secrets_are_named_on_the_command_line_never_valued(lab_data, lab_placem
 
 def test_container_env_has_profile_flags_user_env_and_visible_devices(lab_config, lab_placements):
     env = vllm.container_env(lab_config, lab_placements["tiny-llama-a"])
-    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "CUDA_VISIBLE_DEVICES": "0"}
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "CUDA_VISIBLE_DEVICES": "0", **cachedirs.env()}
     assert "HIP_VISIBLE_DEVICES" not in env
 
 
