@@ -6,6 +6,8 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from rocmfleet import rocm, scripts
+
 #: Reasons a reboot is owed live here, one file each. ``/run`` is emptied by every boot, so a
 #: reason lasts exactly until the next reboot, also across a deploy that failed before it.
 REBOOT_DIR = "/run/rocmfleet/reboot-required.d"
@@ -88,37 +90,45 @@ class Kernels(FactBase[dict]):
 
 class SecureBoot(FactBase[dict]):
     """
-    Secure Boot state and whether DKMS's signing key is enrolled:
-    ``{"enabled": bool | None, "key": str | None, "enrolled": bool | None, "detail": str}``.
-    ``enabled`` is None where the firmware does not say (no EFI, no ``mokutil``).
+    Secure Boot state and the configured MOK signing pair (``rocmfleet/scripts/secure-boot.sh``):
+    ``{"enabled": bool | None, "key": bool, "certificate": bool, "enrolled": bool | None, "detail": str}``.
+    ``enabled`` is None where the firmware does not say (no ``mokutil``); ``enrolled`` is None
+    when no certificate was given or it is missing.
     """
 
     default = dict
 
-    def command(self) -> str:
-        return (
-            'if command -v mokutil >/dev/null; then echo "sb: $(mokutil --sb-state 2>&1 | head -1)"; '
-            "else echo 'sb: unknown (no mokutil)'; fi; "
-            "for k in /var/lib/dkms/mok.pub /var/lib/shim-signed/mok/MOK.der; do "
-            'if [ -e $k ]; then echo "key: $k"; '
-            'command -v mokutil >/dev/null && echo "enrolled: $(mokutil --test-key $k 2>&1 | head -1)"; '
-            "break; fi; done; true"
-        )
+    def command(self, key: str | None = None, certificate: str | None = None) -> str:
+        pair = (key, certificate) if key and certificate else ()
+        return scripts.command("secure-boot.sh", *pair)
 
     def process(self, output: list[str]) -> dict:
-        info: dict = {"enabled": None, "key": None, "enrolled": None, "detail": "\n".join(output)}
+        info: dict = {"enabled": None, "key": False, "certificate": False, "enrolled": None}
+        info["detail"] = "\n".join(output)
         for line in output:
-            if line.startswith("sb: "):
-                state = line[4:].lower()
+            name, _, value = line.partition(": ")
+            if name == "sb":
+                state = value.lower()
                 if "secureboot enabled" in state:
                     info["enabled"] = True
                 elif "secureboot disabled" in state or "not supported" in state:
                     info["enabled"] = False
-            elif line.startswith("key: "):
-                info["key"] = line[5:]
-            elif line.startswith("enrolled: "):
-                info["enrolled"] = "already enrolled" in line
+            elif name in ("key", "certificate"):
+                info[name] = value.strip() == "present"
+            elif name == "enrolled":
+                info["enrolled"] = "already enrolled" in value
         return info
+
+
+class RocmOnHost(FactBase[rocm.HostRocm]):
+    """What a host has of AMD's two ROCm streams (apt files, keyrings, packages):
+    :class:`rocmfleet.rocm.HostRocm`, from ``rocmfleet/scripts/rocm-state.sh``."""
+
+    def command(self) -> str:
+        return scripts.command("rocm-state.sh", *rocm.WATCHED_FILES)
+
+    def process(self, output: list[str]) -> rocm.HostRocm:
+        return rocm.parse_host_rocm(output)
 
 
 class RebootReasons(FactBase[list[str]]):
