@@ -448,6 +448,15 @@ def stream_removal(settings: RocmSettings, found: HostRocm) -> StreamRemoval | N
     return StreamRemoval(other, steps, files)
 
 
+def userspace_removal(settings: RocmSettings, found: HostRocm) -> StreamRemoval | None:
+    """The configured stream's userspace packages on a host whose data has ``rocm_userspace`` off,
+    in AMD's uninstall order, or None (the userspace is wanted, or there is none)."""
+    if settings.rocm_userspace:
+        return None
+    steps = tuple(tuple(step) for step in stream_packages(settings.rocm_stream, found.installed))
+    return StreamRemoval(settings.rocm_stream, steps, ()) if steps else None
+
+
 def installed_rocm_version(stream: str, found: HostRocm) -> str | None:
     """The ROCm release a host has of ``stream``: ``rocm.list``'s (legacy) or the newest
     ``amdrocm<ver>*`` package's (current); None when it has no userspace of that stream."""

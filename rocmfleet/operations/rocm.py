@@ -158,6 +158,27 @@ def remove_other_stream(settings: rocm.RocmSettings):
 
 
 @operation()
+def remove_userspace(settings: rocm.RocmSettings):
+    """
+    Purge the configured stream's userspace when ``rocm_userspace`` is off (containers bring
+    their own), in AMD's uninstall order (:data:`rocmfleet.rocm.STREAM_PACKAGES`).
+
+    + settings: the host's :class:`rocmfleet.rocm.RocmSettings`
+
+    Its source file and keyring go with the role's other files. No reboot: the kernel driver
+    stays. A no-op when the userspace is wanted or absent.
+    """
+    removal = rocm.userspace_removal(settings, host.get_fact(RocmOnHost))
+    if removal is None:
+        host.noop("no ROCm userspace to remove" if not settings.rocm_userspace else "the ROCm userspace is wanted")
+        return
+    if not state.is_executing:
+        logger.warning(f"{host.print_prefix}would remove {removal.describe()} (rocm_userspace is off)")
+    for step in removal.package_steps:
+        yield noninteractive_apt("purge --auto-remove " + " ".join(shlex.quote(n) for n in step))
+
+
+@operation()
 def reinstall_if_installed(packages: list[str], reboot_reason: str):
     """
     Reinstall ``packages`` that are installed, so that their maintainer scripts run again.

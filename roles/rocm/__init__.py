@@ -47,6 +47,7 @@ def apply(settings: rocm.RocmSettings) -> None:
     removal = rocm_ops.remove_other_stream(
         name="Remove the other ROCm stream first (AMD: uninstall it before installing this one)", settings=settings
     )
+    rocm_ops.remove_userspace(name="Remove the ROCm userspace unless rocm_userspace is on", settings=settings)
     files.directory(name=f"Create {rocm.KEYRING_DIR}", path=rocm.KEYRING_DIR, mode="755")
     keys = [rocm_ops.keyring(name="AMD's repo.radeon.com key", src=settings.rocm_key_url, dest=rocm.LEGACY_KEYRING)]
     if settings.rocm_stream == "current" and settings.rocm_userspace:

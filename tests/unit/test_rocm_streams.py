@@ -365,6 +365,17 @@ def test_same_stream_is_a_noop(ops):
     assert fake.noops == ["nothing of the other ROCm stream on this host (current wanted)"]
 
 
+def test_userspace_off_purges_this_streams_userspace_without_reboot(ops):
+    fake = FakeHost(RocmOnHost=rocm.parse_host_rocm(CURRENT_HOST))
+    got = commands(ops(fake).remove_userspace._inner(settings()))
+    assert len(got) == 1 and got[0].endswith("purge --auto-remove amdrocm-core-dev10.0-gfx942 amdrocm10.0-gfx942")
+    legacy = FakeHost(RocmOnHost=rocm.parse_host_rocm(LEGACY_HOST))
+    got = commands(ops(legacy).remove_userspace._inner(settings(rocm_stream="legacy", rocm_version="7.2")))
+    assert [c.rsplit(" ", 2)[-2:] for c in got] == [["--auto-remove", "rocm"], ["--auto-remove", "rocm-core"]]
+    assert commands(ops(fake).remove_userspace._inner(CURRENT)) == []  # wanted
+    assert fake.noops == ["the ROCm userspace is wanted"]
+
+
 def test_signing_change_rebuilds_an_installed_driver_only(ops):
     fake = FakeHost(InstalledVersions={"amdgpu-dkms": "1:6.14.14.315000"})
     got = commands(ops(fake).reinstall_if_installed._inner(["amdgpu-dkms"], "amdgpu rebuilt and signed"))
