@@ -51,18 +51,6 @@ class InstalledVersions(FactBase[dict[str, str]]):
         return installed
 
 
-class InstalledPackageNames(FactBase[list[str]]):
-    """Names of every package dpkg has (in any state but not-installed/config-files)."""
-
-    default = list
-
-    def command(self) -> str:
-        return "dpkg-query -W -f '${Package} ${db:Status-Abbrev}\\n' 2>/dev/null || true"
-
-    def process(self, output: list[str]) -> list[str]:
-        return [p[0] for p in (line.split() for line in output) if len(p) == 2 and p[1][1] not in "nc"]
-
-
 class DkmsStatus(FactBase[str]):
     """Output of ``dkms status`` (empty without DKMS)."""
 
