@@ -182,7 +182,7 @@ def reboot(settings: rocm.RocmSettings, predicted: list[str] | None = None) -> N
     """One reboot, only when the driver, the stream or the kernel command line changed; then check
     the driver. Secure Boot is checked by :func:`preflight`, before any package changes."""
     reboot_ops.if_required(
-        name="Reboot if the driver or the kernel command line changed",
+        name="Reboot if the driver, its signing, the ROCm stream or the kernel command line changed",
         predicted=predicted_reboot(settings) + (predicted or []),
         timeout_s=settings.rocm_reboot_timeout_s,
         _parallel=settings.rocm_reboot_parallel,
