@@ -135,10 +135,11 @@ def driver_versions(lab) -> dict[str, str]:
 
 def test_driver_downgrade_is_refused_before_anything_changes(lab, deploy_file, first):
     before = driver_versions(lab)
-    rc, report, output, rebooted = run(lab, deploy_file, "--data", OLDER_DRIVER)
-    assert rc != 0
-    assert sorted(report["results"]["failed_hosts"]) == sorted(lab.hosts)
-    assert "amdgpu driver 30.30 is older than the installed 31.50 (current stream): refusing a downgrade" in output
+    rc, _report, output, rebooted = run(lab, deploy_file, "--data", OLDER_DRIVER)
+    assert rc != 0  # every host fails (pyinfra: "No hosts remaining!"), so no JSON report to read
+    refused = "amdgpu driver 30.30 is older than the installed 31.50 (current stream): refusing a downgrade"
+    for name in lab.hosts:
+        assert any(f"[{name}]" in line and refused in line for line in output.splitlines()), output[-4000:]
     assert "Set rocm_allow_downgrade: true" in output
     assert driver_versions(lab) == before and set(rebooted.values()) == {0}
 
