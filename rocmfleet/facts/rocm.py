@@ -63,6 +63,22 @@ class DkmsStatus(FactBase[str]):
         return "\n".join(output)
 
 
+class DkmsMakeLogs(FactBase[str]):
+    """The last 30 lines of each ``/var/lib/dkms/<module>/*/build/make.log``, each under a
+    ``--- <path> (last 30 lines) ---`` line (empty when DKMS left none)."""
+
+    default = str
+
+    def command(self, module: str) -> str:
+        return (
+            f"for f in /var/lib/dkms/{shlex.quote(module)}/*/build/make.log; do "
+            '[ -e "$f" ] && { echo "--- $f (last 30 lines) ---"; tail -n 30 "$f"; }; done; true'
+        )
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
+
+
 class Kernels(FactBase[dict]):
     """The running kernel and the installed ones (``/boot/vmlinuz-*``, plus the running one)."""
 

@@ -14,6 +14,7 @@ from rocmfleet.facts.rocm import (
     REBOOT_DIR,
     AmdgpuLoaded,
     AptRepoVersions,
+    DkmsMakeLogs,
     DkmsStatus,
     InstalledVersions,
     Kernels,
@@ -239,11 +240,12 @@ def dkms_installed(module: str = "amdgpu"):
     status = host.get_fact(DkmsStatus)
     problems = rocm.dkms_problems(rocm.parse_dkms_status(status), module, wanted)
     if problems:
-        message = "rocmfleet: " + "; ".join(problems) + f"\n--- dkms status ---\n{status or '(no output)'}"
-        yield StringCommand(
-            f"printf '%s\\n' {shlex.quote(message)} >&2; "
-            f'for f in /var/lib/dkms/{module}/*/build/make.log; do [ -e "$f" ] && '
-            '{ echo "--- $f (last 30 lines) ---"; tail -n 30 "$f"; } >&2; done; exit 1'
+        logs = host.get_fact(DkmsMakeLogs, module=module)
+        yield fail(
+            "rocmfleet: "
+            + "; ".join(problems)
+            + f"\n--- dkms status ---\n{status or '(no output)'}"
+            + (f"\n{logs}" if logs else "")
         )
         return
     host.noop(f"{module} installed for {', '.join(dict.fromkeys(wanted))}")

@@ -390,3 +390,16 @@ def test_driver_failure_under_secure_boot_says_where_to_look(ops):
     message = failure(list(ops(fake).driver_ready._inner(check_module=True, signed=True)))
     assert "modinfo -F signer amdgpu" in message and "mokutil --list-enrolled" in message
     assert "signer" not in failure(list(ops(fake).driver_ready._inner(check_module=True)))
+
+
+def test_dkms_failure_fails_the_host_with_dkms_status_and_make_log(ops):
+    fake = FakeHost(
+        Kernels={"running": "6.1.0-28-amd64", "installed": ["6.1.0-28-amd64", "9.0.0-broken"]},
+        DkmsStatus="amdgpu/6.14.14-3150, 6.1.0-28-amd64, x86_64: installed",
+        DkmsMakeLogs="--- /var/lib/dkms/amdgpu/6.14.14-3150/build/make.log (last 30 lines) ---\nerror: drm_legacy_init",
+    )
+    message = failure(list(ops(fake).dkms_installed._inner("amdgpu")))
+    assert message.startswith("rocmfleet: amdgpu is not installed for kernel 9.0.0-broken (dkms status: no entry)")
+    assert "--- dkms status ---\namdgpu/6.14.14-3150, 6.1.0-28-amd64, x86_64: installed" in message
+    assert message.endswith("make.log (last 30 lines) ---\nerror: drm_legacy_init")
+    assert ("DkmsMakeLogs", {"module": "amdgpu"}) in fake.asked
