@@ -49,6 +49,9 @@ gpu_nodes = (
         "apt_proxy": _state.apt_proxy,
         "rocm_repo_url": _state.amd_repo,
         "rocm_key_url": f"{_state.amd_repo}/rocm/rocm.gpg.key",
+        # the current stream's server is a directory of the same stand-in (tests/lab/amdrepo.py)
+        "rocm_current_repo_url": f"{_state.amd_repo}/stable.repo.amd.com/rocm/core/packages",
+        "rocm_current_key_url": f"{_state.amd_repo}/stable.repo.amd.com/rocm/gpg/packages.gpg",
         "docker_insecure_registries": [_state.registry],
     },
 )

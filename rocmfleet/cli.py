@@ -182,6 +182,8 @@ def _status(args: argparse.Namespace) -> int:
             print(f"{state.kind} {state.id} ({what}): {state.status}")
     bad = any(r.error or r.ready is False for r in rows)
     return 1 if bad else 0
+
+
 def _cache_bake(args: argparse.Namespace) -> int:
     from rocmfleet import cachebake
     from rocmfleet.connect import CommandTimeout, ConnectError

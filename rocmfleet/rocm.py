@@ -37,6 +37,9 @@ PIN_FILE = "/etc/apt/preferences.d/rocm-pin-600"
 CURRENT_SOURCES = "/etc/apt/sources.list.d/amdrocm-stable.sources"
 UDEV_RULE = "/etc/udev/rules.d/70-amdgpu.rules"
 ADDUSER_CONF = "/etc/adduser.conf"
+#: DKMS reads ``/etc/dkms/framework.conf`` then ``framework.conf.d/*.conf``; ``mok_signing_key``
+#: and ``mok_certificate`` name the pair it signs modules with (dell/dkms README, "Module signing").
+DKMS_SIGNING_CONF = "/etc/dkms/framework.conf.d/rocmfleet-mok.conf"
 
 #: Pin file body, exactly as AMD documents it (reference §2.2 [R1]).
 PIN = "Package: *\nPin: release o=repo.radeon.com\nPin-Priority: 600\n"
@@ -150,6 +153,27 @@ class RocmSettings(BaseModel):
         description="How long to wait for a host to come back; at most 2 h (a server's POST and a DKMS "
         "rebuild take minutes).",
     )
+    rocm_allow_downgrade: bool = Field(
+        default=False,
+        description="Allow moving a host to an older release within its stream (an older ROCm version or "
+        "amdgpu driver directory); otherwise such a host fails before anything changes. Stream changes "
+        "(legacy <-> current) are always allowed.",
+    )
+    rocm_mok_signing_key: str | None = Field(
+        default=None,
+        pattern=r"^/",
+        max_length=4096,
+        description="Secure Boot: path on the host of the MOK private key DKMS signs amdgpu with "
+        "(e.g. /var/lib/dkms/mok.key); set with `rocm_mok_certificate`. Null: no signing; a host with "
+        "Secure Boot on then fails before any package changes.",
+    )
+    rocm_mok_certificate: str | None = Field(
+        default=None,
+        pattern=r"^/",
+        max_length=4096,
+        description="Secure Boot: path on the host of the MOK certificate (DER) matching "
+        "`rocm_mok_signing_key`, enrolled with `mokutil --import` (e.g. /var/lib/dkms/mok.pub).",
+    )
     rocm_check_module: bool = Field(
         default=True,
         description="After a reboot, require the `amdgpu` module loaded and /dev/kfd present "
@@ -168,6 +192,10 @@ class RocmSettings(BaseModel):
             raise ValueError(
                 f"rocm_version {self.rocm_version!r} is not supported on rocm_stream current; "
                 f"supported: {', '.join(CURRENT_VERSIONS)} (legacy releases 7.0 to 7.2.4 need rocm_stream legacy)"
+            )
+        if (self.rocm_mok_signing_key is None) != (self.rocm_mok_certificate is None):
+            raise ValueError(
+                "rocm_mok_signing_key and rocm_mok_certificate go together: set both (MOK signing) or neither"
             )
         unknown = sorted(set(self.rocm_supported_kernels) - {t.key for t in OS_TARGETS.values()})
         if unknown:
@@ -302,12 +330,223 @@ def userspace_repo(settings: RocmSettings, target: OsTarget) -> str:
     return current_repo(settings, target).rstrip("/")
 
 
-def other_stream_userspace(settings: RocmSettings) -> list[str]:
-    """Package patterns of the *other* stream's userspace, purged first (AMD: "uninstall first" [R6]).
+# -- what a host has of each stream, stream changes, downgrades ------------------------------
 
-    Every legacy ROCm package depends on ``rocm-core``, so purging it removes the legacy stack.
+STREAMS = ("legacy", "current")
+
+#: Package-name patterns of each stream's userspace, in the order AMD uninstalls them: the
+#: legacy page removes the meta package (``apt autoremove rocm``, or ``rocm<ver>`` for a
+#: versioned install), then ``rocm-core``, on which every legacy ROCm package depends [R1
+#: "Uninstalling"]. The current stream's packages are all named ``amdrocm*`` (reference §2.3).
+#: The driver packages (``amdgpu-dkms``...) have the same names in both streams: the new
+#: stream's driver replaces the old one in place.
+STREAM_PACKAGES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "legacy": (("rocm", "rocm[0-9]*"), ("rocm-core", "rocm-core[0-9]*")),
+    "current": (("amdrocm*",),),
+}
+#: Apt files and keyrings only one stream has; ``amdgpu.list`` and ``rocm.gpg`` serve the
+#: kernel driver in both (reference §2.2, §2.3: the driver comes from repo.radeon.com).
+STREAM_FILES: dict[str, tuple[str, ...]] = {
+    "legacy": (ROCM_LIST, PIN_FILE),
+    "current": (CURRENT_SOURCES, CURRENT_KEYRING),
+}
+#: Every path :class:`HostRocm` reports on; ``rocm-state.sh`` reads the first two's deb lines.
+WATCHED_FILES = (AMDGPU_LIST, ROCM_LIST, PIN_FILE, CURRENT_SOURCES, CURRENT_KEYRING, LEGACY_KEYRING)
+
+_CURRENT_PACKAGE = re.compile(r"^amdrocm(?:-core-(?:dev|sdk))?(?P<version>[0-9]+\.[0-9]+)(?:-gfx[0-9a-z]+)?$")
+_DRIVER_DIR = re.compile(r"/amdgpu/(?P<dir>[0-9][0-9.]*)/ubuntu\b")
+_LEGACY_DIR = re.compile(r"/rocm/apt/(?P<version>[0-9][0-9.]*)\s")
+
+
+@dataclass(frozen=True)
+class HostRocm:
+    """What a host has of AMD's two streams, read by :class:`rocmfleet.facts.rocm.RocmOnHost`.
+
+    ``files``: which of :data:`WATCHED_FILES` exist; ``packages``: AMD's installed packages
+    (``amdgpu*``, ``rocm*``, ``amdrocm*``, ``amd-smi*``) -> version; ``driver_dir``: the amdgpu
+    directory ``amdgpu.list`` points at; ``legacy_version``: the ROCm release ``rocm.list`` points at.
     """
-    return ["amdrocm*"] if settings.rocm_stream == "legacy" else ["rocm-core"]
+
+    files: frozenset[str] = frozenset()
+    packages: dict[str, str] | None = None
+    driver_dir: str | None = None
+    legacy_version: str | None = None
+
+    @property
+    def installed(self) -> dict[str, str]:
+        return self.packages or {}
+
+
+def parse_host_rocm(lines: list[str]) -> HostRocm:
+    """Parse ``rocmfleet/scripts/rocm-state.sh`` output: ``file <path>``, ``amdgpu <line>``,
+    ``rocm <line>`` and ``pkg <name> <dpkg status> <version>`` lines."""
+    files, packages = set(), {}
+    driver_dir = legacy_version = None
+    for line in lines:
+        kind, _, rest = line.strip().partition(" ")
+        if kind == "file":
+            files.add(rest.strip())
+        elif kind == "amdgpu" and (m := _DRIVER_DIR.search(rest)):
+            driver_dir = m.group("dir")
+        elif kind == "rocm" and (m := _LEGACY_DIR.search(rest + " ")):
+            legacy_version = m.group("version")
+        elif kind == "pkg":
+            parts = rest.split()
+            if len(parts) == 3 and parts[1][:2] in ("ii", "hi", "iU", "iF", "hU", "hF"):
+                packages[parts[0]] = parts[2]
+    return HostRocm(frozenset(files), packages, driver_dir, legacy_version)
+
+
+def _matching(names, patterns) -> list[str]:
+    return sorted(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns))
+
+
+def stream_packages(stream: str, installed) -> list[list[str]]:
+    """Installed packages of ``stream``'s userspace, one list per AMD uninstall step (empty steps dropped)."""
+    steps = [_matching(installed, patterns) for patterns in STREAM_PACKAGES[stream]]
+    return [step for step in steps if step]
+
+
+def streams_on_host(found: HostRocm) -> set[str]:
+    """The streams a host shows signs of.
+
+    Legacy: its pin, ``rocm.list`` or a ``rocm``/``rocm-core`` package. Current: its deb822
+    source, ``amdrocm.gpg`` or an ``amdrocm*`` package; also a driver (``amdgpu.list``) with no
+    sign of legacy, since the role's current stream writes the driver source and nothing else
+    when the userspace is off.
+    """
+    streams = set()
+    for stream in STREAMS:
+        if found.files & set(STREAM_FILES[stream]) or stream_packages(stream, found.installed):
+            streams.add(stream)
+    if not streams and AMDGPU_LIST in found.files:
+        streams.add("current")
+    return streams
+
+
+@dataclass(frozen=True)
+class StreamRemoval:
+    """What moving to the configured stream removes, in AMD's order: packages (one purge per
+    step), then the stream's apt files and keyring."""
+
+    stream: str
+    package_steps: tuple[tuple[str, ...], ...]
+    files: tuple[str, ...]
+
+    def describe(self) -> str:
+        packages = ", ".join(p for step in self.package_steps for p in step) or "none"
+        files = ", ".join(self.files) or "none"
+        return f"the ROCm {self.stream} stream: packages {packages}; files {files}"
+
+
+def stream_removal(settings: RocmSettings, found: HostRocm) -> StreamRemoval | None:
+    """What of the *other* stream must go before the configured one is installed, or None.
+
+    AMD: "If you have ROCm 7.2.4 or older installed, please uninstall it before proceeding"
+    (reference §2.1, [R6]); the legacy uninstall order is the meta package, then ``rocm-core``,
+    then the repository files, then a cleared apt cache and a restart [R1 "Uninstalling"].
+    """
+    other = "current" if settings.rocm_stream == "legacy" else "legacy"
+    steps = tuple(tuple(step) for step in stream_packages(other, found.installed))
+    files = tuple(f for f in STREAM_FILES[other] if f in found.files)
+    if not steps and not files:
+        return None
+    return StreamRemoval(other, steps, files)
+
+
+def userspace_removal(settings: RocmSettings, found: HostRocm) -> StreamRemoval | None:
+    """The configured stream's userspace packages on a host whose data has ``rocm_userspace`` off,
+    in AMD's uninstall order, or None (the userspace is wanted, or there is none)."""
+    if settings.rocm_userspace:
+        return None
+    steps = tuple(tuple(step) for step in stream_packages(settings.rocm_stream, found.installed))
+    return StreamRemoval(settings.rocm_stream, steps, ()) if steps else None
+
+
+def installed_rocm_version(stream: str, found: HostRocm) -> str | None:
+    """The ROCm release a host has of ``stream``: ``rocm.list``'s (legacy) or the newest
+    ``amdrocm<ver>*`` package's (current); None when it has no userspace of that stream."""
+    if stream == "legacy":
+        return found.legacy_version
+    versions = [m.group("version") for n in found.installed if (m := _CURRENT_PACKAGE.match(n))]
+    return max(versions, key=_vtuple) if versions else None
+
+
+def downgrades(settings: RocmSettings, found: HostRocm) -> list[str]:
+    """Moves to an older release within the host's stream, one message each (empty: none).
+
+    Compared: the amdgpu driver directory (``amdgpu.list``) and the ROCm release (``rocm.list``
+    or the ``amdrocm<ver>`` packages). A host that is changing streams has no downgrade: the
+    other stream is removed first, whatever its versions.
+    """
+    if streams_on_host(found) - {settings.rocm_stream}:
+        return []
+    problems = []
+    if found.driver_dir and _vtuple(settings.amdgpu_version) < _vtuple(found.driver_dir):
+        problems.append(f"amdgpu driver {settings.amdgpu_version} is older than the installed {found.driver_dir}")
+    have = installed_rocm_version(settings.rocm_stream, found)
+    if have and _vtuple(settings.rocm_version) < _vtuple(have):
+        problems.append(f"ROCm {settings.rocm_version} is older than the installed {have}")
+    return problems
+
+
+def downgrade_problem(settings: RocmSettings, found: HostRocm) -> str | None:
+    """The message failing a host whose data moves it to an older release, or None (allowed or none)."""
+    problems = downgrades(settings, found)
+    if not problems or settings.rocm_allow_downgrade:
+        return None
+    return (
+        f"rocmfleet: {'; '.join(problems)} ({settings.rocm_stream} stream): refusing a downgrade. "
+        "Set rocm_allow_downgrade: true for this host to go back; nothing was changed on this host"
+    )
+
+
+# -- Secure Boot -------------------------------------------------------------------------------
+
+
+def secure_boot_problem(settings: RocmSettings, info: dict) -> str | None:
+    """Why a host with Secure Boot on cannot load the amdgpu module DKMS will build, or None.
+
+    ``info`` is :class:`rocmfleet.facts.rocm.SecureBoot`'s answer for the configured pair:
+    ``{"enabled": bool | None, "key": bool, "certificate": bool, "enrolled": bool | None, "detail": str}``.
+    With Secure Boot on, the kernel loads only modules signed by an enrolled key, so DKMS must
+    sign amdgpu with a Machine Owner Key the firmware knows (dell/dkms README, "Module signing").
+    """
+    if info.get("enabled") is not True:
+        return None
+    if not settings.rocm_mok_signing_key:
+        return (
+            "rocmfleet: Secure Boot is enabled and no module signing key is configured, so the amdgpu "
+            "module DKMS builds would not load. Either disable Secure Boot in the firmware setup, or "
+            "configure MOK signing: put a key pair on the host, enroll its certificate (mokutil --import "
+            "<certificate>, then confirm in MOK Manager at the console on the next boot) and set "
+            "rocm_mok_signing_key and rocm_mok_certificate to their paths. Nothing was changed on this host"
+        )
+    missing = [
+        f"{name} {path} does not exist"
+        for name, path, present in (
+            ("rocm_mok_signing_key", settings.rocm_mok_signing_key, info.get("key")),
+            ("rocm_mok_certificate", settings.rocm_mok_certificate, info.get("certificate")),
+        )
+        if not present
+    ]
+    if missing:
+        return f"rocmfleet: Secure Boot is enabled and {'; '.join(missing)}. Nothing was changed on this host"
+    if info.get("enrolled") is not True:
+        return (
+            f"rocmfleet: Secure Boot is enabled and the certificate {settings.rocm_mok_certificate} is not "
+            "enrolled, so modules signed with it would not load. Enroll it (mokutil --import "
+            f"{settings.rocm_mok_certificate}, then confirm in MOK Manager at the console on the next boot) "
+            f"or disable Secure Boot in the firmware setup. Nothing was changed on this host\n{info.get('detail', '')}"
+        )
+    return None
+
+
+def dkms_signing_conf(settings: RocmSettings) -> str | None:
+    """Body of :data:`DKMS_SIGNING_CONF` for the configured MOK pair, or None (no signing configured)."""
+    if not settings.rocm_mok_signing_key:
+        return None
+    return f"mok_signing_key={settings.rocm_mok_signing_key}\nmok_certificate={settings.rocm_mok_certificate}\n"
 
 
 def udev_rule() -> str:

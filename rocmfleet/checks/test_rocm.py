@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocmfleet import rocm
+from rocmfleet import rocm, scripts
 from rocmfleet.checks.expect import in_container, rocm_settings
 
 
@@ -53,6 +53,14 @@ def test_pin_file_present_for_legacy(host, settings):
     assert _body(host, rocm.PIN_FILE) == rocm.PIN.splitlines()
     policy = host.check_output("apt-cache policy")
     assert "600" in policy and "o=repo.radeon.com" in policy
+
+
+def test_nothing_of_the_other_stream_left(host, settings):
+    """No package, source, pin or keyring of the other stream; no userspace unless asked (AMD:
+    uninstall one stream before installing the other, reference §2.1 [R6])."""
+    found = rocm.parse_host_rocm(host.check_output(scripts.command("rocm-state.sh", *rocm.WATCHED_FILES)).splitlines())
+    for removal in (rocm.stream_removal(settings, found), rocm.userspace_removal(settings, found)):
+        assert removal is None, f"left on the host: {removal.describe()}"
 
 
 def test_kernel_headers_for_running_kernel(host, target):

@@ -6,6 +6,8 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from rocmfleet import rocm, scripts
+
 #: Reasons a reboot is owed live here, one file each. ``/run`` is emptied by every boot, so a
 #: reason lasts exactly until the next reboot, also across a deploy that failed before it.
 REBOOT_DIR = "/run/rocmfleet/reboot-required.d"
@@ -49,18 +51,6 @@ class InstalledVersions(FactBase[dict[str, str]]):
         return installed
 
 
-class InstalledPackageNames(FactBase[list[str]]):
-    """Names of every package dpkg has (in any state but not-installed/config-files)."""
-
-    default = list
-
-    def command(self) -> str:
-        return "dpkg-query -W -f '${Package} ${db:Status-Abbrev}\\n' 2>/dev/null || true"
-
-    def process(self, output: list[str]) -> list[str]:
-        return [p[0] for p in (line.split() for line in output) if len(p) == 2 and p[1][1] not in "nc"]
-
-
 class DkmsStatus(FactBase[str]):
     """Output of ``dkms status`` (empty without DKMS)."""
 
@@ -68,6 +58,22 @@ class DkmsStatus(FactBase[str]):
 
     def command(self) -> str:
         return "if command -v dkms >/dev/null; then dkms status 2>&1; fi"
+
+    def process(self, output: list[str]) -> str:
+        return "\n".join(output)
+
+
+class DkmsMakeLogs(FactBase[str]):
+    """The last 30 lines of each ``/var/lib/dkms/<module>/*/build/make.log``, each under a
+    ``--- <path> (last 30 lines) ---`` line (empty when DKMS left none)."""
+
+    default = str
+
+    def command(self, module: str) -> str:
+        return (
+            f"for f in /var/lib/dkms/{shlex.quote(module)}/*/build/make.log; do "
+            '[ -e "$f" ] && { echo "--- $f (last 30 lines) ---"; tail -n 30 "$f"; }; done; true'
+        )
 
     def process(self, output: list[str]) -> str:
         return "\n".join(output)
@@ -88,37 +94,45 @@ class Kernels(FactBase[dict]):
 
 class SecureBoot(FactBase[dict]):
     """
-    Secure Boot state and whether DKMS's signing key is enrolled:
-    ``{"enabled": bool | None, "key": str | None, "enrolled": bool | None, "detail": str}``.
-    ``enabled`` is None where the firmware does not say (no EFI, no ``mokutil``).
+    Secure Boot state and the configured MOK signing pair (``rocmfleet/scripts/secure-boot.sh``):
+    ``{"enabled": bool | None, "key": bool, "certificate": bool, "enrolled": bool | None, "detail": str}``.
+    ``enabled`` is None where the firmware does not say (no ``mokutil``); ``enrolled`` is None
+    when no certificate was given or it is missing.
     """
 
     default = dict
 
-    def command(self) -> str:
-        return (
-            'if command -v mokutil >/dev/null; then echo "sb: $(mokutil --sb-state 2>&1 | head -1)"; '
-            "else echo 'sb: unknown (no mokutil)'; fi; "
-            "for k in /var/lib/dkms/mok.pub /var/lib/shim-signed/mok/MOK.der; do "
-            'if [ -e $k ]; then echo "key: $k"; '
-            'command -v mokutil >/dev/null && echo "enrolled: $(mokutil --test-key $k 2>&1 | head -1)"; '
-            "break; fi; done; true"
-        )
+    def command(self, key: str | None = None, certificate: str | None = None) -> str:
+        pair = (key, certificate) if key and certificate else ()
+        return scripts.command("secure-boot.sh", *pair)
 
     def process(self, output: list[str]) -> dict:
-        info: dict = {"enabled": None, "key": None, "enrolled": None, "detail": "\n".join(output)}
+        info: dict = {"enabled": None, "key": False, "certificate": False, "enrolled": None}
+        info["detail"] = "\n".join(output)
         for line in output:
-            if line.startswith("sb: "):
-                state = line[4:].lower()
+            name, _, value = line.partition(": ")
+            if name == "sb":
+                state = value.lower()
                 if "secureboot enabled" in state:
                     info["enabled"] = True
                 elif "secureboot disabled" in state or "not supported" in state:
                     info["enabled"] = False
-            elif line.startswith("key: "):
-                info["key"] = line[5:]
-            elif line.startswith("enrolled: "):
-                info["enrolled"] = "already enrolled" in line
+            elif name in ("key", "certificate"):
+                info[name] = value.strip() == "present"
+            elif name == "enrolled":
+                info["enrolled"] = "already enrolled" in value
         return info
+
+
+class RocmOnHost(FactBase[rocm.HostRocm]):
+    """What a host has of AMD's two ROCm streams (apt files, keyrings, packages):
+    :class:`rocmfleet.rocm.HostRocm`, from ``rocmfleet/scripts/rocm-state.sh``."""
+
+    def command(self) -> str:
+        return scripts.command("rocm-state.sh", *rocm.WATCHED_FILES)
+
+    def process(self, output: list[str]) -> rocm.HostRocm:
+        return rocm.parse_host_rocm(output)
 
 
 class RebootReasons(FactBase[list[str]]):

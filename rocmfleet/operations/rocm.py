@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import fnmatch
 import shlex
 
-from pyinfra import host, state
+from pyinfra import host, logger, state
 from pyinfra.api import StringCommand, operation
 from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.server import LinuxDistribution
@@ -15,12 +14,12 @@ from rocmfleet.facts.rocm import (
     REBOOT_DIR,
     AmdgpuLoaded,
     AptRepoVersions,
+    DkmsMakeLogs,
     DkmsStatus,
-    InstalledPackageNames,
     InstalledVersions,
     Kernels,
     KeyringMatches,
-    RebootReasons,
+    RocmOnHost,
     SecureBoot,
 )
 from rocmfleet.operations.fail import host_failure
@@ -45,15 +44,30 @@ def _from_repo(versions: dict[str, list[tuple[str, str]]], package: str, repo: s
     return None
 
 
+def _would_fail(message: str):
+    """Fail the host with ``message``; while preparing (``--dry``), also say that it would."""
+    if not state.is_executing:
+        logger.warning(f"{host.print_prefix}would fail: {message}")
+    return fail(message)
+
+
 @operation()
 def preflight(settings: rocm.RocmSettings):
     """
-    Stop this host before anything changes when its OS or kernel is not supported.
+    Stop this host before anything changes when ROCm cannot be deployed on it as configured.
 
     + settings: the host's :class:`rocmfleet.rocm.RocmSettings`
 
-    Supported: Ubuntu 24.04, Ubuntu 22.04 and Debian 12 (reference §2.2, §2.3), with a kernel
-    matching ``rocm_supported_kernels``. A supported host is a no-op.
+    In order, the first problem fails the host:
+
+    - its OS or kernel is not supported: Ubuntu 24.04, Ubuntu 22.04 and Debian 12 (reference
+      §2.2, §2.3), with a kernel matching ``rocm_supported_kernels``;
+    - Secure Boot is on and DKMS has no enrolled key to sign amdgpu with
+      (:func:`rocmfleet.rocm.secure_boot_problem`): the module would not load after the reboot;
+    - the data moves the host to an older release within its stream and
+      ``rocm_allow_downgrade`` is off (:func:`rocmfleet.rocm.downgrade_problem`).
+
+    A host with none of these is a no-op.
     """
     distro = host.get_fact(LinuxDistribution)
     kernel = host.get_fact(Kernels).get("running", "")
@@ -64,7 +78,15 @@ def preflight(settings: rocm.RocmSettings):
         )
         rocm.check_kernel(settings, target, kernel)
     except rocm.UnsupportedHost as exc:
-        yield fail(f"rocmfleet: {exc}; nothing was changed on this host")
+        yield _would_fail(f"rocmfleet: {exc}; nothing was changed on this host")
+        return
+    secure_boot = host.get_fact(
+        SecureBoot, key=settings.rocm_mok_signing_key, certificate=settings.rocm_mok_certificate
+    )
+    problem = rocm.secure_boot_problem(settings, secure_boot)
+    problem = problem or rocm.downgrade_problem(settings, host.get_fact(RocmOnHost))
+    if problem:
+        yield _would_fail(problem)
         return
     host.noop(f"{target.name}, kernel {kernel}: supported for ROCm {settings.rocm_version} ({settings.rocm_stream})")
 
@@ -105,21 +127,75 @@ def packages_from_repo(packages: list[str], repo: str, reboot_reason: str | None
 
 
 @operation()
-def purge_matching(patterns: list[str], why: str):
+def remove_other_stream(settings: rocm.RocmSettings):
     """
-    Purge (with ``--auto-remove``) every installed package matching one of ``patterns``.
+    Remove what the host has of the other ROCm stream, in the order AMD documents, before the
+    configured stream is installed.
 
-    + patterns: shell patterns of package names (``amdrocm*``, ``rocm-core``)
-    + why: said in the output
+    + settings: the host's :class:`rocmfleet.rocm.RocmSettings`
 
-    AMD's rule for moving between the legacy and the current stream is "uninstall first" [R6].
+    AMD: "If you have ROCm 7.2.4 or older installed, please uninstall it before proceeding"
+    (reference §2.1 [R6]); the uninstall is the meta package, then ``rocm-core`` (each with
+    ``apt autoremove``), then the repository files, then a cleared apt cache and a restart
+    [R1 "Uninstalling"]. Here: one ``apt-get purge --auto-remove`` per step of
+    :data:`rocmfleet.rocm.STREAM_PACKAGES`, then the stream's source, pin and keyring
+    (:data:`rocmfleet.rocm.STREAM_FILES`), then ``apt-get clean``, and a recorded reboot reason
+    (the one reboot of the run). The driver packages have the same names in both streams and
+    are replaced in place by the new stream's (:func:`packages_from_repo`). ``--dry`` says what
+    would be removed. A host with nothing of the other stream is a no-op.
     """
-    names = host.get_fact(InstalledPackageNames)
-    matching = sorted(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns))
-    if not matching:
-        host.noop(f"no package matches {', '.join(patterns)}")
+    removal = rocm.stream_removal(settings, host.get_fact(RocmOnHost))
+    if removal is None:
+        host.noop(f"nothing of the other ROCm stream on this host ({settings.rocm_stream} wanted)")
         return
-    yield noninteractive_apt("purge --auto-remove " + " ".join(shlex.quote(n) for n in matching))
+    if not state.is_executing:
+        logger.warning(f"{host.print_prefix}would remove {removal.describe()}")
+    for step in removal.package_steps:
+        yield noninteractive_apt("purge --auto-remove " + " ".join(shlex.quote(n) for n in step))
+    if removal.files:
+        yield StringCommand("rm -f " + " ".join(shlex.quote(f) for f in removal.files))
+    yield noninteractive_apt("clean")
+    yield mark_reboot("stream", f"ROCm {removal.stream} stream removed ({settings.rocm_stream} installed)")
+
+
+@operation()
+def remove_userspace(settings: rocm.RocmSettings):
+    """
+    Purge the configured stream's userspace when ``rocm_userspace`` is off (containers bring
+    their own), in AMD's uninstall order (:data:`rocmfleet.rocm.STREAM_PACKAGES`).
+
+    + settings: the host's :class:`rocmfleet.rocm.RocmSettings`
+
+    Its source file and keyring go with the role's other files. No reboot: the kernel driver
+    stays. A no-op when the userspace is wanted or absent.
+    """
+    removal = rocm.userspace_removal(settings, host.get_fact(RocmOnHost))
+    if removal is None:
+        host.noop("no ROCm userspace to remove" if not settings.rocm_userspace else "the ROCm userspace is wanted")
+        return
+    if not state.is_executing:
+        logger.warning(f"{host.print_prefix}would remove {removal.describe()} (rocm_userspace is off)")
+    for step in removal.package_steps:
+        yield noninteractive_apt("purge --auto-remove " + " ".join(shlex.quote(n) for n in step))
+
+
+@operation()
+def reinstall_if_installed(packages: list[str], reboot_reason: str):
+    """
+    Reinstall ``packages`` that are installed, so that their maintainer scripts run again.
+
+    + packages: package names (``amdgpu-dkms``)
+    + reboot_reason: recorded for :func:`rocmfleet.operations.reboot.if_required` when reinstalled
+
+    Used when DKMS's module signing changes: the postinst of ``amdgpu-dkms`` has DKMS build (and
+    now sign) the module again. Packages not installed are left to the install that follows.
+    """
+    installed = [p for p in packages if p in host.get_fact(InstalledVersions, packages=packages)]
+    if not installed:
+        host.noop(f"{', '.join(packages)} not installed yet; the install builds with the new signing")
+        return
+    yield noninteractive_apt("install --reinstall --no-install-recommends " + " ".join(installed))
+    yield mark_reboot("signing", reboot_reason)
 
 
 @operation()
@@ -168,52 +244,26 @@ def dkms_installed(module: str = "amdgpu"):
     status = host.get_fact(DkmsStatus)
     problems = rocm.dkms_problems(rocm.parse_dkms_status(status), module, wanted)
     if problems:
-        message = "rocmfleet: " + "; ".join(problems) + f"\n--- dkms status ---\n{status or '(no output)'}"
-        yield StringCommand(
-            f"printf '%s\\n' {shlex.quote(message)} >&2; "
-            f'for f in /var/lib/dkms/{module}/*/build/make.log; do [ -e "$f" ] && '
-            '{ echo "--- $f (last 30 lines) ---"; tail -n 30 "$f"; } >&2; done; exit 1'
+        logs = host.get_fact(DkmsMakeLogs, module=module)
+        yield fail(
+            "rocmfleet: "
+            + "; ".join(problems)
+            + f"\n--- dkms status ---\n{status or '(no output)'}"
+            + (f"\n{logs}" if logs else "")
         )
         return
     host.noop(f"{module} installed for {', '.join(dict.fromkeys(wanted))}")
 
 
 @operation()
-def secure_boot_ready():
-    """
-    Fail the host before its reboot when Secure Boot is on and DKMS's signing key is not enrolled:
-    the new ``amdgpu`` module would not load after the reboot.
-
-    A check: a no-op when Secure Boot is off, unknown (no ``mokutil``) or the key is enrolled.
-    """
-    if not state.is_executing:
-        host.noop("Secure Boot is checked before the reboot")
-        return
-    if not host.get_fact(RebootReasons):
-        host.noop("no reboot owed; nothing new to load")
-        return
-    info = host.get_fact(SecureBoot)
-    if info.get("enabled") is not True:
-        host.noop("Secure Boot is off or not reported (no mokutil); nothing to enroll")
-        return
-    if info.get("key") and info.get("enrolled"):
-        host.noop(f"Secure Boot on; DKMS key {info['key']} is enrolled")
-        return
-    yield fail(
-        "rocmfleet: Secure Boot is enabled and DKMS's module signing key "
-        f"{info.get('key') or '(none found)'} is not enrolled, so amdgpu would not load after a reboot. "
-        "Enroll it (mokutil --import <key>, then confirm in MOK Manager at the console on the next boot) "
-        f"and deploy again. Not rebooted.\n{info.get('detail', '')}"
-    )
-
-
-@operation()
-def driver_ready(check_module: bool = True):
+def driver_ready(check_module: bool = True, signed: bool = False):
     """
     After the reboot: the ``amdgpu`` module is loaded and ``/dev/kfd`` exists.
 
     + check_module: False skips the module check (hosts without their own kernel, such as the
       lab's); ``/dev/kfd`` is checked either way
+    + signed: DKMS signs the module (Secure Boot with a MOK pair configured): a failure says
+      where to look for a signature the firmware refused
 
     A check: a no-op when the driver is up. A host whose driver did not come up fails here,
     before Docker or vLLM are touched, with what is missing.
@@ -231,4 +281,10 @@ def driver_ready(check_module: bool = True):
     yield fail(
         f"rocmfleet: after the reboot amdgpu is {module} and /dev/kfd is {kfd}"
         "; the driver did not come up (see `dmesg | grep -i amdgpu` and `dkms status`)"
+        + (
+            "; Secure Boot is on: check the module's signer (`modinfo -F signer amdgpu`) is an enrolled key "
+            "(`mokutil --list-enrolled`)"
+            if signed
+            else ""
+        )
     )

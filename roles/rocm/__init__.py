@@ -16,7 +16,7 @@ from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
 from rocmfleet import rocm
-from rocmfleet.facts.rocm import InstalledVersions
+from rocmfleet.facts.rocm import InstalledVersions, RocmOnHost
 from rocmfleet.operations import reboot as reboot_ops
 from rocmfleet.operations import rocm as rocm_ops
 
@@ -31,8 +31,11 @@ def _target() -> rocm.OsTarget | None:
 
 @deploy("rocm preflight")
 def preflight(settings: rocm.RocmSettings) -> None:
-    """Stop a host whose OS or kernel AMD does not support, before any role changes it."""
-    rocm_ops.preflight(name="Check OS and kernel are supported for ROCm", settings=settings)
+    """Stop a host before any role changes it: OS or kernel not supported, Secure Boot without
+    an enrolled signing key, or a downgrade within the stream that the data does not allow."""
+    rocm_ops.preflight(
+        name="Check ROCm can be deployed here (OS, kernel, Secure Boot, no downgrade)", settings=settings
+    )
 
 
 @deploy("rocm")
@@ -41,11 +44,10 @@ def apply(settings: rocm.RocmSettings) -> None:
     target = _target() or rocm.OS_TARGETS[("debian", "12")]
     kernel = host.get_fact(OsVersion)
 
-    rocm_ops.purge_matching(
-        name="Remove the other ROCm stream's userspace first",
-        patterns=rocm.other_stream_userspace(settings),
-        why="AMD: uninstall the other stream first",
+    removal = rocm_ops.remove_other_stream(
+        name="Remove the other ROCm stream first (AMD: uninstall it before installing this one)", settings=settings
     )
+    rocm_ops.remove_userspace(name="Remove the ROCm userspace unless rocm_userspace is on", settings=settings)
     files.directory(name=f"Create {rocm.KEYRING_DIR}", path=rocm.KEYRING_DIR, mode="755")
     keys = [rocm_ops.keyring(name="AMD's repo.radeon.com key", src=settings.rocm_key_url, dest=rocm.LEGACY_KEYRING)]
     if settings.rocm_stream == "current" and settings.rocm_userspace:
@@ -72,13 +74,14 @@ def apply(settings: rocm.RocmSettings) -> None:
                     body=body.rstrip("\n"),
                 )
             )
-    apt.update(name="Update apt lists for AMD's repositories", _if=any_changed(*keys, *repo_ops))
+    apt.update(name="Update apt lists for AMD's repositories", _if=any_changed(removal, *keys, *repo_ops))
 
     apt.packages(
         name="Install kernel headers for the running kernel",
         packages=rocm.header_packages(target, kernel),
         no_recommends=True,
     )
+    _module_signing(settings)
     rocm_ops.packages_from_repo(
         name=f"Install the amdgpu driver from amdgpu/{settings.amdgpu_version}",
         packages=settings.rocm_driver_packages,
@@ -95,6 +98,27 @@ def apply(settings: rocm.RocmSettings) -> None:
         )
 
     _device_access(settings)
+
+
+def _module_signing(settings: rocm.RocmSettings) -> None:
+    """Point DKMS at the configured MOK pair (Secure Boot); a change rebuilds an installed driver."""
+    body = rocm.dkms_signing_conf(settings)
+    if body is None:
+        files.file(name=f"Remove {rocm.DKMS_SIGNING_CONF}", path=rocm.DKMS_SIGNING_CONF, present=False)
+        return
+    conf = files.template(
+        name=f"Render {rocm.DKMS_SIGNING_CONF}",
+        src="templates/rocm/dkms-signing.conf.j2",
+        dest=rocm.DKMS_SIGNING_CONF,
+        mode="644",
+        body=body.rstrip("\n"),
+    )
+    rocm_ops.reinstall_if_installed(
+        name="Rebuild the installed amdgpu driver so DKMS signs it",
+        packages=settings.rocm_driver_packages[:1],
+        reboot_reason="amdgpu rebuilt and signed with the MOK key",
+        _if=conf.did_change,
+    )
 
 
 def _device_access(settings: rocm.RocmSettings) -> None:
@@ -135,30 +159,37 @@ def _device_access(settings: rocm.RocmSettings) -> None:
 
 
 def predicted_reboot(settings: rocm.RocmSettings) -> list[str]:
-    """Why the deploy expects to reboot (said by ``--dry``): the driver is missing or changes version.
+    """Why the deploy expects to reboot (said by ``--dry``): the driver is missing or changes
+    version, or the other ROCm stream is removed.
 
     Prepare-time guess from the facts as they are now; the reboot itself is decided at execution
     by what the operations recorded.
     """
+    removal = rocm.stream_removal(settings, host.get_fact(RocmOnHost))
+    stream = [f"ROCm {removal.stream} stream removed ({settings.rocm_stream} installed)"] if removal else []
     installed = host.get_fact(InstalledVersions, packages=settings.rocm_driver_packages)
     if "amdgpu-dkms" in settings.rocm_driver_packages and "amdgpu-dkms" not in installed:
-        return [f"amdgpu driver {settings.amdgpu_version} will be installed"]
+        return [f"amdgpu driver {settings.amdgpu_version} will be installed", *stream]
     target = _target()
     lines = host.get_fact(FileContents, path=rocm.AMDGPU_LIST) or []
     if target and rocm.amdgpu_list(settings, target).strip() not in lines:
-        return [f"amdgpu driver moves to {settings.amdgpu_version}"]
-    return []
+        return [f"amdgpu driver moves to {settings.amdgpu_version}", *stream]
+    return stream
 
 
 @deploy("rocm reboot")
 def reboot(settings: rocm.RocmSettings, predicted: list[str] | None = None) -> None:
-    """One reboot, only when the driver or the kernel command line changed; then check the driver."""
-    rocm_ops.secure_boot_ready(name="Check Secure Boot will load the new module")
+    """One reboot, only when the driver, the stream or the kernel command line changed; then check
+    the driver. Secure Boot is checked by :func:`preflight`, before any package changes."""
     reboot_ops.if_required(
-        name="Reboot if the driver or the kernel command line changed",
+        name="Reboot if the driver, its signing, the ROCm stream or the kernel command line changed",
         predicted=predicted_reboot(settings) + (predicted or []),
         timeout_s=settings.rocm_reboot_timeout_s,
         _parallel=settings.rocm_reboot_parallel,
     )
     rocm_ops.dkms_installed(name="Check amdgpu is installed for the booted kernel", module="amdgpu")
-    rocm_ops.driver_ready(name="Check the amdgpu driver is loaded", check_module=settings.rocm_check_module)
+    rocm_ops.driver_ready(
+        name="Check the amdgpu driver is loaded",
+        check_module=settings.rocm_check_module,
+        signed=settings.rocm_mok_signing_key is not None,
+    )

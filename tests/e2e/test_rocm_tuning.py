@@ -2,10 +2,13 @@
 reboot, then Docker and vLLM placed on the topology the driver brought up (issues 4 and 10).
 
 Lab hosts start bare (no ``/dev/kfd``, render nodes, KFD tree or ``amd-smi`` until the stand-in
-``amdgpu-dkms`` is installed and the host rebooted: ``tests/lab/amdrepo.py``). Order matters and
-is the module's: a first install at ROCm 7.1 with one host whose newest kernel DKMS cannot
-build for (that host fails alone, the others converge to serving), the recovery, the
-compliance checks, a no-change run, the upgrade to the group data's 7.2, and ``--dry``.
+``amdgpu-dkms`` is installed and the host rebooted: ``tests/lab/amdrepo.py``). The lab's group
+data is the project's defaults: the current stream, ROCm 10.0 with its amdgpu 31.50 driver.
+Order matters and is the module's: a first install with the shipped defaults with one host whose
+newest kernel DKMS cannot build for (that host fails alone, the others converge to serving), the
+recovery, the compliance checks, a no-change run, a driver downgrade refused until the data
+allows it (to amdgpu 30.30, the previous driver AMD's repository has), ``--dry``, and the
+upgrade back to the defaults' 31.50, rebooting each host once.
 test_deploy.py then checks the converged lab in detail (pyproject.toml's testpaths give the
 order). Reboots are counted by the lab supervisor, which logs every reboot of a host (nspawn
 exit status 133).
@@ -55,10 +58,10 @@ def test_hosts_start_bare(lab):
 
 
 def test_dry_run_on_bare_hosts_says_what_it_would_do_without_failing(lab, deploy_file):
-    rc, _report, output, rebooted = run(lab, deploy_file, "--dry", "-v", "--data", "rocm_version=7.1")
+    rc, _report, output, rebooted = run(lab, deploy_file, "--dry", "-v")
     assert rc == 0, output[-4000:]
     for name in lab.hosts:
-        assert f"[{name}] would reboot: amdgpu driver 30.20 will be installed" in output
+        assert f"[{name}] would reboot: amdgpu driver 31.50 will be installed" in output
         assert f"[{name}] noop: the GPU topology is read after the driver is installed and the host rebooted" in output
     assert "Traceback" not in output and set(rebooted.values()) == {0}
 
@@ -74,7 +77,7 @@ def broken_host(lab) -> str:
 
 @pytest.fixture(scope="module")
 def first(lab, deploy_file, broken_host):
-    return run(lab, deploy_file, "--data", "rocm_version=7.1")
+    return run(lab, deploy_file)  # the shipped defaults
 
 
 def test_dkms_failure_fails_that_host_alone_with_dkms_message(lab, first, broken_host):
@@ -88,7 +91,7 @@ def test_dkms_failure_fails_that_host_alone_with_dkms_message(lab, first, broken
 def test_first_install_reboots_every_other_host_exactly_once(lab, first, broken_host):
     _rc, _report, output, rebooted = first
     assert {n: c for n, c in rebooted.items() if n != broken_host} == {n: 1 for n in lab.hosts if n != broken_host}
-    assert "amdgpu driver 30.20 installed" in output and "kernel command line now iommu=pt pci=realloc=off" in output
+    assert "amdgpu driver 31.50 installed" in output and "kernel command line now iommu=pt pci=realloc=off" in output
     assert "Traceback" not in output
 
 
@@ -104,29 +107,55 @@ def test_first_install_brings_every_other_host_to_serving_in_the_same_run(lab, f
 
 def test_broken_host_converges_once_its_kernel_is_fixed(lab, deploy_file, first, broken_host):
     lab_ssh(lab, broken_host, f"DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq {BROKEN}")
-    rc, report, output, rebooted = run(lab, deploy_file, "--data", "rocm_version=7.1")
+    rc, report, output, rebooted = run(lab, deploy_file)
     assert rc == 0, output[-4000:]
     assert rebooted == {n: int(n == broken_host) for n in lab.hosts}
 
 
 def test_hosts_pass_the_compliance_checks(lab, first):
-    proc = rocmfleet_cli("check", "inventories/lab.py", "--select", "rocm,tuning", "--data", "rocm_version=7.1")
+    proc = rocmfleet_cli("check", "inventories/lab.py", "--select", "rocm,tuning")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "SKIP  tuning::kernel_cmdline_live  container host" in proc.stdout  # what needs the real kernel says why
 
 
 def test_second_run_changes_and_reboots_nothing(lab, deploy_file, first):
-    rc, report, output, rebooted = run(lab, deploy_file, "--data", "rocm_version=7.1")
+    rc, report, output, rebooted = run(lab, deploy_file)
     assert rc == 0, output[-4000:]
     assert changed(report) == {}
     assert set(rebooted.values()) == {0}
+
+
+OLDER_DRIVER = 'rocm_amdgpu_version="30.30"'  # quoted: pyinfra's --data reads 30.30 as the number 30.3
+
+
+def driver_versions(lab) -> dict[str, str]:
+    query = "dpkg-query -W -f '${Version}' amdgpu-dkms"
+    return {name: lab_ssh(lab, name, query).stdout for name in lab.hosts}
+
+
+def test_driver_downgrade_is_refused_before_anything_changes(lab, deploy_file, first):
+    before = driver_versions(lab)
+    rc, _report, output, rebooted = run(lab, deploy_file, "--data", OLDER_DRIVER)
+    assert rc != 0  # every host fails (pyinfra: "No hosts remaining!"), so no JSON report to read
+    refused = "amdgpu driver 30.30 is older than the installed 31.50 (current stream): refusing a downgrade"
+    for name in lab.hosts:
+        assert any(f"[{name}]" in line and refused in line for line in output.splitlines()), output[-4000:]
+    assert "Set rocm_allow_downgrade: true" in output
+    assert driver_versions(lab) == before and set(rebooted.values()) == {0}
+
+
+def test_allowed_downgrade_reboots_each_host_once(lab, deploy_file, first):
+    rc, report, output, rebooted = run(lab, deploy_file, "--data", OLDER_DRIVER, "--data", "rocm_allow_downgrade=true")
+    assert rc == 0, output[-4000:]
+    assert set(rebooted.values()) == {1}
+    assert "amdgpu driver 30.30 installed" in output
 
 
 def test_dry_run_says_which_hosts_would_reboot_and_why(lab, deploy_file, first):
     rc, _report, output, rebooted = run(lab, deploy_file, "--dry")
     assert rc == 0, output[-4000:]
     for name in lab.hosts:
-        assert f"[{name}] would reboot: amdgpu driver moves to 30.30" in output
+        assert f"[{name}] would reboot: amdgpu driver moves to 31.50" in output
     assert set(rebooted.values()) == {0}
 
 
@@ -134,6 +163,6 @@ def test_version_upgrade_reboots_each_host_once_then_nothing(lab, deploy_file, f
     rc, report, output, rebooted = run(lab, deploy_file)
     assert rc == 0, output[-4000:]
     assert set(rebooted.values()) == {1}
-    assert "amdgpu driver 30.30 installed" in output
+    assert "amdgpu driver 31.50 installed" in output
     rc, report, output, rebooted = run(lab, deploy_file)
     assert rc == 0 and changed(report) == {} and set(rebooted.values()) == {0}

@@ -1,8 +1,19 @@
-"""A signed apt repository standing in for AMD's package servers (repo.radeon.com).
+"""Signed apt repositories standing in for AMD's package servers, both ROCm streams.
 
 Same paths, suites, package names and key layout as AMD documents
-(``../shared/reference/mi300x.md`` §2.2), so the ROCm role runs unchanged against it; the
-packages are empty stand-ins whose maintainer scripts do what matters to a deploy:
+(``../shared/reference/mi300x.md`` §2), so the ROCm role runs unchanged against them:
+
+- ``repo.radeon.com`` at the root of the served tree, signed with its key
+  (``rocm/rocm.gpg.key``): the amdgpu drivers ``amdgpu/<dir>/ubuntu`` (30.20, 30.30 for the
+  legacy stream, 31.50 for the current one), and the legacy userspace ``rocm/apt/<ver>`` and
+  ``graphics/<ver>/ubuntu`` (7.1, 7.2), suite ``jammy`` (Debian 12 uses jammy, §2.2);
+- ``stable.repo.amd.com/`` beside it, signed with a key of its own
+  (``stable.repo.amd.com/rocm/gpg/packages.gpg``): the current stream's
+  ``rocm/core/packages/debian12/``, suite ``stable``, with ``amdrocm10.0-gfx942`` and its
+  siblings (§2.3).
+
+A wrong key, suite, OS directory or package name fails in the lab as it would against AMD.
+The packages are empty stand-ins whose maintainer scripts do what matters to a deploy:
 ``amdgpu-dkms`` registers its module with DKMS and builds it for the running and the newest
 installed kernel, as DKMS's ``common.postinst`` does (through the lab's stand-in ``dkms``,
 ``tests/lab/standin/dkms``; a failed build fails the package's configuration), and asks for a
@@ -26,10 +37,18 @@ from pathlib import Path
 
 from tests.lab import config
 
-#: ROCm release -> amdgpu driver directory (30.30 <-> ROCm 7.2; reference §2.1).
+#: Legacy ROCm release -> amdgpu driver directory (30.20 <-> 7.1, 30.30 <-> 7.2; reference §2.1).
 RELEASES = {"7.2": "30.30", "7.1": "30.20"}
+#: Current ROCm release -> amdgpu driver directory (31.50 <-> 10.0; reference §2.1).
+CURRENT_RELEASES = {"10.0": "31.50"}
 SUITE = "jammy"  # Debian 12 uses the jammy suite on the legacy stream (reference §2.2)
 ORIGIN = "repo.radeon.com"  # what AMD's pin matches: "Pin: release o=repo.radeon.com"
+#: The current stream's server, a directory of the served tree (reference §2.3).
+CURRENT_HOST = "stable.repo.amd.com"
+CURRENT_PACKAGES = f"{CURRENT_HOST}/rocm/core/packages"
+CURRENT_KEY = f"{CURRENT_HOST}/rocm/gpg/packages.gpg"
+CURRENT_OS = "debian12"  # the lab hosts' OS directory
+CURRENT_SUITE = "stable"
 
 _REBOOT_POSTINST = """#!/bin/sh
 # rocmfleet lab stand-in: like DKMS's common.postinst, build the module for the running and the
@@ -109,10 +128,12 @@ def _kfd_tree() -> dict[str, str]:
 
 def _gpu_standin() -> dict[str, str]:
     """What the stand-in ``amdgpu-dkms`` installs: the boot-time stand-in for the GPUs (unit,
-    device nodes, KFD tree), inert until the next boot (``standin/kfd-standin.service``)."""
+    device nodes, KFD tree, the Secure Boot signature check), inert until the next boot
+    (``standin/kfd-standin.service``)."""
     return {
         "lib/systemd/system/rocmfleet-lab-kfd-standin.service": (STANDIN_DIR / "kfd-standin.service").read_text(),
         "usr/share/rocmfleet-lab/gpu-devices.conf": (STANDIN_DIR / "gpu-devices.tmpfiles.conf").read_text(),
+        "usr/share/rocmfleet-lab/gpu-standin-loads": (STANDIN_DIR / "gpu-standin-loads").read_text(),
         **_kfd_tree(),
     }
 
@@ -130,31 +151,52 @@ def _amd_smi_standin() -> dict[str, str]:
     return files
 
 
-def _packages(rocm: str, amdgpu: str) -> dict[str, list[tuple]]:
-    """Per repository path: (package, version, depends, postinst[, files, prerm]) stand-ins."""
-    minor = rocm.replace(".", "")
+def _driver_packages(amdgpu: str) -> list[tuple]:
+    """``amdgpu/<dir>/ubuntu``: the driver and its firmware; the driver carries the GPU stand-in."""
     driver = f"1:6.14.14.{amdgpu.replace('.', '')}00-2278356.22.04"
-    rocm_ver = f"{rocm}.0.{minor}00000-1~22.04"
     modver = module_version(amdgpu)
+    return [
+        ("amdgpu-dkms-firmware", driver, "", None),
+        (
+            "amdgpu-dkms",
+            driver,
+            "amdgpu-dkms-firmware",
+            _REBOOT_POSTINST.replace("@MODVER@", modver),
+            _gpu_standin(),
+            _DKMS_PRERM.replace("@MODVER@", modver),
+        ),
+    ]
+
+
+def _packages(rocm: str, amdgpu: str) -> dict[str, list[tuple]]:
+    """Per repository path of a legacy release: (package, version, depends, postinst[, files, prerm])."""
+    minor = rocm.replace(".", "")
+    rocm_ver = f"{rocm}.0.{minor}00000-1~22.04"
     return {
-        f"amdgpu/{amdgpu}/ubuntu": [
-            ("amdgpu-dkms-firmware", driver, "", None),
-            (
-                "amdgpu-dkms",
-                driver,
-                "amdgpu-dkms-firmware",
-                _REBOOT_POSTINST.replace("@MODVER@", modver),
-                _gpu_standin(),
-                _DKMS_PRERM.replace("@MODVER@", modver),
-            ),
-        ],
+        f"amdgpu/{amdgpu}/ubuntu": _driver_packages(amdgpu),
         f"rocm/apt/{rocm}": [
-            ("amd-smi-lib", rocm_ver, "", None, _amd_smi_standin()),
+            # every ROCm package depends on rocm-core, so `apt autoremove rocm-core` takes them all [R1]
+            ("amd-smi-lib", rocm_ver, "rocm-core", None, _amd_smi_standin()),
             ("rocm-core", rocm_ver, "", None),
             ("rocm", rocm_ver, "rocm-core, amd-smi-lib", None),
         ],
         f"graphics/{rocm}/ubuntu": [],
     }
+
+
+def _current_packages(rocm: str) -> list[tuple]:
+    """The current stream's MI300X packages (reference §2.3): ``amdrocm<ver>-gfx942`` (runtime,
+    with ``amd-smi``), ``amdrocm-core-dev<ver>-gfx942``, ``amdrocm-core-sdk<ver>-gfx942`` and
+    ``amdrocm<ver>`` (all GPUs)."""
+    version = f"{rocm}.0-4"  # rocm-installer-10.0.0-4.run (reference §2.1)
+    runtime = f"amdrocm{rocm}-gfx942"
+    dev = f"amdrocm-core-dev{rocm}-gfx942"
+    return [
+        (runtime, version, "", None, _amd_smi_standin()),
+        (dev, version, runtime, None),
+        (f"amdrocm-core-sdk{rocm}-gfx942", version, dev, None),
+        (f"amdrocm{rocm}", version, runtime, None),
+    ]
 
 
 def _kernel_packages() -> list[tuple]:
@@ -165,7 +207,11 @@ def _kernel_packages() -> list[tuple]:
             "1.0-rocmfleet-lab",
             "",
             None,
-            {f"lib/modules/{KERNEL}/build/README.rocmfleet-lab": "stand-in kernel headers\n"},
+            {
+                f"lib/modules/{KERNEL}/build/README.rocmfleet-lab": "stand-in kernel headers\n",
+                # the kernel's module signer, which DKMS runs to sign a module (Secure Boot)
+                f"lib/modules/{KERNEL}/build/scripts/sign-file": (STANDIN_DIR / "sign-file").read_text(),
+            },
         ),
         (
             f"linux-image-{BROKEN_KERNEL}",
@@ -181,7 +227,8 @@ def _kernel_packages() -> list[tuple]:
 
 
 def _recipe() -> str:
-    text = repr(RELEASES) + SUITE + ORIGIN + _REBOOT_POSTINST + _DKMS_PRERM + KERNEL + BROKEN_KERNEL
+    text = repr(RELEASES) + repr(CURRENT_RELEASES) + SUITE + ORIGIN + CURRENT_PACKAGES + CURRENT_KEY
+    text += _REBOOT_POSTINST + _DKMS_PRERM + KERNEL + BROKEN_KERNEL + repr(_kernel_packages())
     text += repr(sorted(_gpu_standin().items())) + repr(sorted(_amd_smi_standin().items()))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -213,7 +260,7 @@ def _build_deb(
         for rel, text in (files or {}).items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text)
-            if "/bin/" in f"/{rel}":
+            if "/bin/" in f"/{rel}" or rel.endswith("/scripts/sign-file"):
                 (root / rel).chmod(0o755)
         doc = root / f"usr/share/doc/{name}"
         doc.mkdir(parents=True)
@@ -236,19 +283,8 @@ def _gpg(gnupghome: Path, *args: str, **kwargs: object) -> subprocess.CompletedP
     return subprocess.run(["gpg", "--batch", "--yes", *args], check=True, env=env, **kwargs)  # type: ignore[call-overload]
 
 
-def build() -> Path:
-    """Build (once; cached by recipe) the signed stand-in repository tree.
-
-    Returns:
-        The directory to serve; ``rocm/rocm.gpg.key`` is the armored signing key, as AMD's.
-    """
-    # One directory per recipe, so a lab serving an older tree from the shared cache keeps it.
-    repo = config.CACHE_DIR / f"amd-repo-{_recipe()}"
-    marker = repo / ".rocmfleet-lab-recipe"
-    if marker.exists() and marker.read_text() == _recipe():
-        return repo
-    shutil.rmtree(repo, ignore_errors=True)
-    gnupghome = config.CACHE_DIR / "amd-repo-gnupg"
+def _signing_key(gnupghome: Path, uid: str) -> Path:
+    """A GnuPG home holding one signing key (made once, kept in the lab's cache)."""
     has_key = gnupghome.exists() and _gpg(gnupghome, "--list-secret-keys", capture_output=True).stdout.strip()
     if not has_key:
         shutil.rmtree(gnupghome, ignore_errors=True)
@@ -258,58 +294,96 @@ def build() -> Path:
             "--passphrase",
             "",
             "--quick-gen-key",
-            "rocmfleet lab stand-in for AMD ROCm repository <lab@rocmfleet.invalid>",
+            f"{uid} <lab@rocmfleet.invalid>",
             "rsa3072",
             "sign",
             "never",
             stderr=subprocess.DEVNULL,
         )
+    return gnupghome
+
+
+def _publish(base: Path, debs: list[tuple], suite: str, origin: str, gnupghome: Path) -> None:
+    """One apt repository at ``base``: ``pool/main`` and ``dists/<suite>`` signed with ``gnupghome``'s key.
+
+    Several releases may share ``base`` (AMD's driver directories are per driver, not per ROCm
+    release): the index then lists every package built into the pool so far.
+    """
+    pool = base / "pool/main"
+    pool.mkdir(parents=True, exist_ok=True)
+    for deb in debs:
+        _build_deb(pool, *deb)
+    dist = base / f"dists/{suite}"
+    binary = dist / "main/binary-amd64"
+    binary.mkdir(parents=True, exist_ok=True)
+    packages = subprocess.run(["apt-ftparchive", "packages", "pool"], cwd=base, check=True, capture_output=True).stdout
+    (binary / "Packages").write_bytes(packages)
+    for stale in ("Release", "InRelease", "Release.gpg"):
+        (dist / stale).unlink(missing_ok=True)
+    release = subprocess.run(
+        [
+            "apt-ftparchive",
+            "-o",
+            f"APT::FTPArchive::Release::Origin={origin}",
+            "-o",
+            f"APT::FTPArchive::Release::Label=rocmfleet lab stand-in ({origin})",
+            "-o",
+            f"APT::FTPArchive::Release::Suite={suite}",
+            "-o",
+            f"APT::FTPArchive::Release::Codename={suite}",
+            "-o",
+            "APT::FTPArchive::Release::Architectures=amd64",
+            "-o",
+            "APT::FTPArchive::Release::Components=main",
+            "release",
+            ".",
+        ],
+        cwd=dist,
+        check=True,
+        capture_output=True,
+    ).stdout
+    (dist / "Release").write_bytes(release)
+    _gpg(gnupghome, "--clearsign", "--output", str(dist / "InRelease"), str(dist / "Release"))
+    _gpg(gnupghome, "--armor", "--detach-sign", "--output", str(dist / "Release.gpg"), str(dist / "Release"))
+
+
+def build() -> Path:
+    """Build (once; cached by recipe) the signed stand-in repository tree.
+
+    Returns:
+        The directory to serve; ``rocm/rocm.gpg.key`` is repo.radeon.com's armored signing key
+        and ``stable.repo.amd.com/rocm/gpg/packages.gpg`` the current stream's, as AMD's.
+    """
+    # One directory per recipe, so a lab serving an older tree from the shared cache keeps it.
+    repo = config.CACHE_DIR / f"amd-repo-{_recipe()}"
+    marker = repo / ".rocmfleet-lab-recipe"
+    if marker.exists() and marker.read_text() == _recipe():
+        return repo
+    shutil.rmtree(repo, ignore_errors=True)
+    legacy_key = _signing_key(config.CACHE_DIR / "amd-repo-gnupg", "rocmfleet lab stand-in for AMD ROCm repository")
+    current_key = _signing_key(
+        config.CACHE_DIR / "amd-stable-repo-gnupg", "rocmfleet lab stand-in for AMD stable.repo.amd.com"
+    )
     (repo / "rocm").mkdir(parents=True)
-    _gpg(gnupghome, "--armor", "--output", str(repo / "rocm/rocm.gpg.key"), "--export")
+    _gpg(legacy_key, "--armor", "--output", str(repo / "rocm/rocm.gpg.key"), "--export")
+    (repo / CURRENT_KEY).parent.mkdir(parents=True)
+    _gpg(current_key, "--armor", "--output", str(repo / CURRENT_KEY), "--export")
 
     trees = [
-        (path, debs, SUITE, ORIGIN)
+        (path, debs, SUITE, ORIGIN, legacy_key)
         for rocm, amdgpu in RELEASES.items()
         for path, debs in _packages(rocm, amdgpu).items()
     ]
-    trees.append((KERNEL_REPO, _kernel_packages(), KERNEL_SUITE, "rocmfleet lab kernel stand-in"))
-    for path, debs, suite, origin in trees:
-        base = repo / path
-        pool = base / "pool/main"
-        pool.mkdir(parents=True, exist_ok=True)
-        for deb in debs:
-            _build_deb(pool, *deb)
-        dist = base / f"dists/{suite}"
-        binary = dist / "main/binary-amd64"
-        binary.mkdir(parents=True)
-        packages = subprocess.run(
-            ["apt-ftparchive", "packages", "pool"], cwd=base, check=True, capture_output=True
-        ).stdout
-        (binary / "Packages").write_bytes(packages)
-        release = subprocess.run(
-            [
-                "apt-ftparchive",
-                "-o",
-                f"APT::FTPArchive::Release::Origin={origin}",
-                "-o",
-                f"APT::FTPArchive::Release::Label=rocmfleet lab stand-in ({origin})",
-                "-o",
-                f"APT::FTPArchive::Release::Suite={suite}",
-                "-o",
-                f"APT::FTPArchive::Release::Codename={suite}",
-                "-o",
-                "APT::FTPArchive::Release::Architectures=amd64",
-                "-o",
-                "APT::FTPArchive::Release::Components=main",
-                "release",
-                ".",
-            ],
-            cwd=dist,
-            check=True,
-            capture_output=True,
-        ).stdout
-        (dist / "Release").write_bytes(release)
-        _gpg(gnupghome, "--clearsign", "--output", str(dist / "InRelease"), str(dist / "Release"))
-        _gpg(gnupghome, "--armor", "--detach-sign", "--output", str(dist / "Release.gpg"), str(dist / "Release"))
+    trees += [
+        (f"amdgpu/{amdgpu}/ubuntu", _driver_packages(amdgpu), SUITE, ORIGIN, legacy_key)
+        for amdgpu in sorted(set(CURRENT_RELEASES.values()) - set(RELEASES.values()))
+    ]
+    trees += [
+        (f"{CURRENT_PACKAGES}/{CURRENT_OS}", _current_packages(rocm), CURRENT_SUITE, CURRENT_HOST, current_key)
+        for rocm in CURRENT_RELEASES
+    ]
+    trees.append((KERNEL_REPO, _kernel_packages(), KERNEL_SUITE, "rocmfleet lab kernel stand-in", legacy_key))
+    for path, debs, suite, origin, gnupghome in trees:
+        _publish(repo / path, debs, suite, origin, gnupghome)
     marker.write_text(_recipe())
     return repo

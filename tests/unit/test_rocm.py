@@ -148,11 +148,6 @@ def test_headers_ubuntu_adds_modules_extra_debian_does_not():
     assert rocm.header_packages(rocm.os_target("debian", "12"), "6.1.0-28-amd64") == ["linux-headers-6.1.0-28-amd64"]
 
 
-def test_other_stream_userspace_is_purged_first():
-    assert rocm.other_stream_userspace(_settings()) == ["rocm-core"]
-    assert rocm.other_stream_userspace(_settings(rocm_stream="legacy", rocm_version="7.2")) == ["amdrocm*"]
-
-
 DKMS = """amdgpu/6.14.14-2204008.24.04, 6.14.0-29-generic, x86_64: installed
 amdgpu/6.14.14-2204008.24.04, 6.14.0-33-generic, x86_64: built
 amdgpu, 6.2.4, 5.15.0-91-generic, x86_64: installed (original_module exists)

@@ -1,0 +1,194 @@
+"""ROCm stream changes and Secure Boot on running lab hosts, with the unmodified ``deploy.py``
+(issue 17). Runs after test_rocm_tuning.py (pyproject.toml's testpaths), on hosts converged
+with the shipped defaults: the current stream, ROCm 10.0, amdgpu 31.50, no userspace.
+
+One host goes current (with the userspace from the stand-in stable.repo.amd.com) -> legacy 7.2
+-> back to the defaults, one reboot each way and nothing of the other stream left (``dpkg``,
+``/etc/apt/sources.list.d``, ``/etc/apt/keyrings``), the compliance checks passing after each;
+``--limit`` keeps the other hosts untouched. Another host gets the lab's stand-in ``mokutil``
+(Secure Boot enabled): without a signing key it fails alone before any package changes; with
+a MOK pair configured and enrolled, DKMS signs amdgpu and the driver comes up after the reboot.
+The module ends with every host back on the defaults.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import lab_ssh, rocmfleet_cli
+from tests.e2e.test_rocm_tuning import changed, reboots, run
+
+pytestmark = pytest.mark.lab
+
+STANDIN = Path(__file__).resolve().parents[1] / "lab" / "standin"
+LEGACY = ["--data", "rocm_stream=legacy", "--data", 'rocm_version="7.2"', "--data", "rocm_userspace=true"]
+CURRENT_USERSPACE = ["--data", "rocm_userspace=true"]
+MOK = ["--data", "rocm_mok_signing_key=/var/lib/dkms/mok.key", "--data", "rocm_mok_certificate=/var/lib/dkms/mok.pub"]
+
+
+@pytest.fixture(scope="module")
+def deploy_file() -> Path:
+    return Path("deploy.py")  # the real one, unmodified
+
+
+@pytest.fixture(scope="module")
+def switcher(lab) -> str:
+    return sorted(lab.hosts)[0]
+
+
+@pytest.fixture(scope="module")
+def secure(lab) -> str:
+    return sorted(lab.hosts)[1]
+
+
+def snapshot(lab, name: str) -> dict[str, str]:
+    """What of AMD's streams a host has: packages with versions, apt sources, keyrings, pins."""
+    commands = {
+        "packages": "dpkg-query -W -f '${Package} ${db:Status-Abbrev} ${Version}\\n' | awk '$2 ~ /^i/' | sort",
+        "sources": "ls /etc/apt/sources.list.d",
+        "keyrings": "ls /etc/apt/keyrings",
+        "pins": "ls /etc/apt/preferences.d",
+    }
+    return {key: lab_ssh(lab, name, command).stdout for key, command in commands.items()}
+
+
+def installed(snap: dict[str, str]) -> set[str]:
+    return {line.split()[0] for line in snap["packages"].splitlines()}
+
+
+def amd(snap: dict[str, str]) -> dict[str, str]:
+    """The snapshot with AMD's packages only (``apt-get purge --auto-remove``, as AMD's ``apt
+    autoremove``, may also take packages of the distribution nothing needs any more)."""
+    lines = [
+        line for line in snap["packages"].splitlines() if line.startswith(("amdgpu", "rocm", "amdrocm", "amd-smi"))
+    ]
+    return {**snap, "packages": "\n".join(lines)}
+
+
+def check(lab, name: str, *data: str) -> None:
+    proc = rocmfleet_cli("check", "inventories/lab.py", "--select", "rocm", "--limit", name, *data)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def others_untouched(lab, name: str, before: dict[str, dict[str, str]], rebooted: dict[str, int]) -> None:
+    for other in lab.hosts:
+        if other != name:
+            assert rebooted[other] == 0 and snapshot(lab, other) == before[other], other
+
+
+@pytest.fixture(scope="module")
+def at_start(lab) -> dict[str, dict[str, str]]:
+    return {name: snapshot(lab, name) for name in lab.hosts}
+
+
+def test_current_userspace_comes_from_the_current_repository_without_reboot(lab, deploy_file, switcher, at_start):
+    rc, _report, output, rebooted = run(lab, deploy_file, "--limit", switcher, *CURRENT_USERSPACE)
+    assert rc == 0, output[-4000:]
+    snap = snapshot(lab, switcher)
+    assert "amdrocm10.0-gfx942" in installed(snap)
+    assert "amdrocm-stable.sources" in snap["sources"] and "amdrocm.gpg" in snap["keyrings"]
+    assert rebooted[switcher] == 0  # same driver: nothing to reboot for
+    others_untouched(lab, switcher, at_start, rebooted)
+    check(lab, switcher, *CURRENT_USERSPACE)
+
+
+def test_dry_run_says_what_the_move_to_legacy_would_remove(lab, deploy_file, switcher):
+    rc, _report, output, rebooted = run(lab, deploy_file, "--dry", "--limit", switcher, *LEGACY)
+    assert rc == 0, output[-4000:]
+    assert (
+        f"[{switcher}] would remove the ROCm current stream: packages amdrocm10.0-gfx942; files "
+        "/etc/apt/sources.list.d/amdrocm-stable.sources, /etc/apt/keyrings/amdrocm.gpg"
+    ) in output
+    assert f"[{switcher}] would reboot: amdgpu driver moves to 30.30; ROCm current stream removed" in output
+    assert set(rebooted.values()) == {0}
+
+
+def test_current_to_legacy_reboots_once_and_leaves_nothing_of_current(lab, deploy_file, switcher, at_start):
+    rc, _report, output, rebooted = run(lab, deploy_file, "--limit", switcher, *LEGACY)
+    assert rc == 0, output[-4000:]
+    assert rebooted[switcher] == 1
+    snap = snapshot(lab, switcher)
+    assert not {p for p in installed(snap) if p.startswith("amdrocm")}
+    assert {"rocm", "rocm-core", "amd-smi-lib", "amdgpu-dkms"} <= installed(snap)
+    assert "1:6.14.14.303000" in snap["packages"]  # the legacy 7.2 driver, amdgpu 30.30
+    sources, keyrings = set(snap["sources"].split()), set(snap["keyrings"].split())
+    assert {"amdgpu.list", "rocm.list"} <= sources and "amdrocm-stable.sources" not in sources
+    assert "rocm.gpg" in keyrings and "amdrocm.gpg" not in keyrings
+    assert "rocm-pin-600" in snap["pins"].split()
+    others_untouched(lab, switcher, at_start, rebooted)
+    check(lab, switcher, *LEGACY)
+
+
+def test_legacy_to_current_reboots_once_and_leaves_nothing_of_legacy(lab, deploy_file, switcher, at_start):
+    rc, _report, output, rebooted = run(lab, deploy_file, "--dry", "--limit", switcher)
+    assert f"[{switcher}] would remove the ROCm legacy stream: packages rocm, rocm-core; files " in output
+    rc, _report, output, rebooted = run(lab, deploy_file, "--limit", switcher)  # back to the shipped defaults
+    assert rc == 0, output[-4000:]
+    assert rebooted[switcher] == 1
+    snap = snapshot(lab, switcher)
+    assert not {p for p in installed(snap) if p.startswith(("rocm", "amd-smi", "amdrocm"))}, snap["packages"]
+    assert "1:6.14.14.315000" in snap["packages"]  # amdgpu 31.50, the current stream's driver
+    sources, keyrings = set(snap["sources"].split()), set(snap["keyrings"].split())
+    assert "amdgpu.list" in sources and not sources & {"rocm.list", "amdrocm-stable.sources"}
+    assert "rocm.gpg" in keyrings and "amdrocm.gpg" not in keyrings  # rocm.gpg signs the driver's repository
+    assert "rocm-pin-600" not in snap["pins"].split()
+    others_untouched(lab, switcher, at_start, rebooted)
+    check(lab, switcher)
+    assert amd(snapshot(lab, switcher)) == amd(at_start[switcher])  # back where it started
+
+
+@pytest.fixture(scope="module")
+def secure_boot(lab, secure):
+    """The stand-in mokutil on one host: its firmware now reports Secure Boot enabled."""
+    text = (STANDIN / "mokutil").read_text()
+    result = lab_ssh(
+        lab, secure, f"printf '%s' {shlex.quote(text)} > /usr/local/sbin/mokutil && chmod 755 /usr/local/sbin/mokutil"
+    )
+    assert result.returncode == 0, result.stderr
+    yield secure
+    lab_ssh(lab, secure, "rm -f /usr/local/sbin/mokutil")
+
+
+def test_secure_boot_without_a_key_fails_that_host_before_any_package_change(lab, deploy_file, secure_boot):
+    before = snapshot(lab, secure_boot)
+    boots = reboots(secure_boot)
+    rc, report, output, rebooted = run(lab, deploy_file, *CURRENT_USERSPACE)  # a package change for every host
+    assert rc != 0
+    assert report["results"]["failed_hosts"] == [secure_boot]
+    assert f"[{secure_boot}] rocmfleet: Secure Boot is enabled and no module signing key is configured" in output
+    assert "disable Secure Boot in the firmware setup" in output and "rocm_mok_signing_key" in output
+    assert snapshot(lab, secure_boot) == before and reboots(secure_boot) == boots
+    for other in lab.hosts:
+        if other != secure_boot:
+            assert "amdrocm10.0-gfx942" in installed(snapshot(lab, other)), other
+    rc, report, output, rebooted = run(lab, deploy_file, "--limit", ",".join(n for n in lab.hosts if n != secure_boot))
+    assert rc == 0, output[-4000:]  # back to the defaults: the userspace goes again
+
+
+def test_secure_boot_with_an_enrolled_key_signs_the_module_and_it_loads(lab, deploy_file, secure_boot):
+    made = lab_ssh(
+        lab,
+        secure_boot,
+        "mkdir -p /var/lib/dkms && head -c 64 /dev/urandom > /var/lib/dkms/mok.key && "
+        "head -c 64 /dev/urandom > /var/lib/dkms/mok.pub && mokutil --import /var/lib/dkms/mok.pub",
+    )
+    assert made.returncode == 0, made.stderr
+    rc, report, output, rebooted = run(lab, deploy_file, "--limit", secure_boot, *MOK)
+    assert rc == 0, output[-4000:]
+    assert rebooted[secure_boot] == 1  # the driver was rebuilt, signed, and needs the reboot to load
+    module = lab_ssh(lab, secure_boot, 'cat "/lib/modules/$(uname -r)/updates/dkms/amdgpu.ko"').stdout
+    assert "~Module signature appended~" in module
+    assert lab_ssh(lab, secure_boot, "test -e /dev/kfd").returncode == 0
+    check(lab, secure_boot, *MOK)
+    rc, report, output, rebooted = run(lab, deploy_file, "--limit", secure_boot, *MOK)
+    assert rc == 0 and changed(report) == {} and rebooted[secure_boot] == 0
+
+
+def test_every_host_is_back_on_the_defaults(lab, deploy_file, secure_boot):
+    lab_ssh(lab, secure_boot, "rm -f /usr/local/sbin/mokutil")
+    rc, report, output, rebooted = run(lab, deploy_file)
+    assert rc == 0, output[-4000:]
+    assert set(rebooted.values()) == {0}
