@@ -22,7 +22,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError, WithJsonSchema, field_validator
 from pydantic.functional_validators import PlainValidator
 
-from rocmfleet import envpolicy
+from rocmfleet import docker, envpolicy
+from rocmfleet.docker import DockerDaemon
 from rocmfleet.errors import ConfigError, Problem
 from rocmfleet.profiles import PROFILES_DIR, Image, Profile, ProfileError, load_profile
 from rocmfleet.rocm import PREFIX as ROCM_PREFIX
@@ -125,8 +126,33 @@ class HostSettings(BaseModel):
     docker_key_url: str = Field(
         default="https://download.docker.com/linux/debian/gpg", description="Docker apt signing key URL."
     )
-    docker_daemon: dict[str, Any] = Field(
-        default_factory=dict, description="Extra keys for `/etc/docker/daemon.json`, merged over rocmfleet's."
+    docker_daemon: DockerDaemon = Field(
+        default_factory=DockerDaemon,
+        description=(
+            "Keys of `/etc/docker/daemon.json` with Docker's types (`live-restore` a boolean, `log-opts` an object "
+            "of strings...), merged over rocmfleet's (`log-opts` key by key). The keys known are those of the "
+            "daemon.json reference (`rocmfleet.docker.DockerDaemon`); others go in `docker_daemon_extra`."
+        ),
+    )
+    docker_daemon_extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Escape hatch: daemon.json keys rocmfleet does not type, written as given (Docker checks them, with "
+            "`dockerd --validate` on the host before the file is replaced where Docker has it)."
+        ),
+    )
+    docker_restart_parallel: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "How many hosts restart Docker at a time when daemon.json changed; each waits until its vLLM "
+            "instances answer again before the next host restarts, and a failed restart stops the roll."
+        ),
+    )
+    docker_restart_timeout_s: int = Field(
+        default=300,
+        ge=10,
+        description="How long a Docker restart may take until dockerd and every vLLM container that ran before answer.",
     )
     docker_insecure_registries: list[str] = Field(
         default_factory=list, description="`host:port` registries Docker may use over plain HTTP."
@@ -159,7 +185,21 @@ class HostSettings(BaseModel):
     )
     vllm_shm_size_gib: int = Field(default=16, ge=1, description="Container `/dev/shm` size (AMD MAD uses 16G).")
     vllm_ready_timeout_s: int = Field(
-        default=1800, ge=10, description="How long the deploy waits for a new container to be ready."
+        default=1800,
+        ge=10,
+        description=(
+            "How long the deploy waits for a new container to be ready; also vLLM's own engine start deadline "
+            "(`VLLM_ENGINE_READY_TIMEOUT_S`, vLLM >= 0.14), so that a slow cold start is not killed at vLLM's 600 s."
+        ),
+    )
+    vllm_stop_grace_s: int = Field(
+        default=90,
+        ge=10,
+        le=3600,
+        description=(
+            "Seconds `docker stop` gives vLLM to finish in-flight requests after SIGTERM before SIGKILL "
+            "(the unit's stop and the container's `--stop-timeout`)."
+        ),
     )
     vllm_cache_dir: str = Field(
         default="/var/cache/vllm", description="Host directory mounted as the container's `/root/.cache/vllm`."
@@ -227,13 +267,25 @@ def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
             key = min(named, key=message.index) if named else "(top level)"
             inputs = err.get("input")
             value = repr(inputs.get(key)) if isinstance(inputs, dict) and key in inputs else ""
+        if err["loc"][:1] == ("docker_daemon",) and len(err["loc"]) >= 2 and err["type"] != "extra_forbidden":
+            wanted = docker.key_type(str(err["loc"][1]))
+            if wanted:
+                message += f"; Docker's daemon.json type for {err['loc'][1]} is {wanted}"
         if isinstance(err.get("input"), Secret) and err["type"] != "extra_forbidden":
             message = "is a vault secret here, but this key is not a secret: a wholly encrypted file holds secrets only"
             message += " (move the key to a plain group_vars file)"
             value = "*MASKED*"
         if any(word in str(part) for part in err["loc"] for word in ("secret", "password")):
             value = "" if not value else "*MASKED*"  # a plain-text secret is still a secret
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and err["loc"][0] == "docker_daemon" and len(err["loc"]) == 2:
+            near = difflib.get_close_matches(str(err["loc"][-1]), docker.known_keys(), n=1)
+            message = (
+                "not a daemon.json key rocmfleet types"
+                + (f"; did you mean {near[0]!r}?" if near else "")
+                + " A key Docker has that rocmfleet does not type goes in docker_daemon_extra"
+            )
+            value = ""
+        elif err["type"] == "extra_forbidden":
             near = difflib.get_close_matches(str(err["loc"][-1]), _all_fields(), n=1)
             message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
             value = ""
@@ -310,6 +362,7 @@ def host_config(data: dict[str, Any], profiles_dir: Path = PROFILES_DIR) -> Host
     image = image.model_copy(update={k: v for k, v in overrides.items() if v})
     config = HostConfig(settings, profile, image, validated["rocm"], validated["tuning"])
     shape = instance_problems(config) + [Problem(*p) for p in envpolicy.host_problems(profile, settings.vllm_env)]
+    shape += [Problem(*p) for p in docker.daemon_problems(settings)]
     if shape:
         raise ConfigError(shape)
     return config
