@@ -58,9 +58,12 @@ def serve_args(config: HostConfig, instance: Instance) -> list[str]:
 
 def container_env(config: HostConfig, placement: Placement) -> dict[str, str]:
     """Container environment: the profile's rendered variables, its named sets and the safe values for
-    the placement's GPU architecture, then ``vllm_env``, then visible devices
+    the placement's GPU architecture, then ``vllm_env``, then ``VLLM_ENGINE_READY_TIMEOUT_S`` from
+    ``vllm_ready_timeout_s`` (vLLM >= 0.14), then visible devices
     (:func:`rocmfleet.envpolicy.container_env`)."""
-    return envpolicy.container_env(config.profile, config.settings.vllm_env, placement)
+    return envpolicy.container_env(
+        config.profile, config.settings.vllm_env, placement, config.settings.vllm_ready_timeout_s
+    )
 
 
 def docker_run_argv(config: HostConfig, instance: Instance, placement: Placement, device_gids: list[int]) -> list[str]:

@@ -49,7 +49,8 @@ def test_secrets_are_named_on_the_command_line_never_valued(lab_data, lab_placem
 
 def test_container_env_has_profile_flags_user_env_and_visible_devices(lab_config, lab_placements):
     env = vllm.container_env(lab_config, lab_placements["tiny-llama-a"])
-    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "CUDA_VISIBLE_DEVICES": "0"}
+    # the lab profile's vLLM is 0.32: it reads VLLM_ENGINE_READY_TIMEOUT_S, rendered from vllm_ready_timeout_s
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENGINE_READY_TIMEOUT_S": "1800", "CUDA_VISIBLE_DEVICES": "0"}
     assert "HIP_VISIBLE_DEVICES" not in env
 
 
