@@ -302,7 +302,7 @@ class WaitTarget:
 
 def _logs(target: WaitTarget) -> str:
     """The container's last log lines on stderr; from the journal when the container is gone
-    (``docker run --rm`` in a crash loop: the unit's journal holds its output)."""
+    (a container removed by its next start, or never created: the unit's journal holds the output)."""
     container, unit = shlex.quote(target.container), shlex.quote(target.unit)
     return (
         f"{{ docker logs --tail {LOG_LINES} {container} 2>&1 "

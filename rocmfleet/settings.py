@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError, WithJsonSchema, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+    field_serializer,
+    field_validator,
+)
 from pydantic.functional_validators import PlainValidator
 
 from rocmfleet import docker, envpolicy
@@ -207,6 +216,11 @@ class HostSettings(BaseModel):
     vllm_hf_cache_dir: str = Field(
         default="/var/cache/huggingface", description="Host directory mounted as `/root/.cache/huggingface`."
     )
+
+    @field_serializer("docker_daemon")
+    def _daemon_as_docker_writes_it(self, daemon: DockerDaemon) -> dict[str, Any]:
+        """Docker's spelling, without unset keys: a dump validates again (``rocmfleet check`` ships it)."""
+        return daemon.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     @field_validator("vllm_env", "vllm_secret_env")
     @classmethod

@@ -81,3 +81,13 @@ def test_key_types_read_as_docker_documents_them():
     assert docker.key_type("insecure-registries") == "array of string"
     assert docker.key_type("no-such-key") is None
     assert "live-restore" in docker.known_keys() and "default-ulimits" in docker.known_keys()
+
+
+def test_settings_dump_docker_daemon_as_docker_spells_it_and_validate_again(lab_data):
+    from rocmfleet.settings import HostSettings
+
+    lab_data["docker_daemon"] = {"log-opts": {"max-file": "5"}, "ipv6": False}
+    settings = host_config(lab_data).settings
+    dumped = settings.model_dump(mode="json")
+    assert dumped["docker_daemon"] == {"log-opts": {"max-file": "5"}, "ipv6": False}
+    assert HostSettings.model_validate(dumped).docker_daemon == settings.docker_daemon

@@ -9,7 +9,11 @@ from tests.unit.conftest import DIGEST
 def test_docker_run_argv_follows_amd_and_vllm_docs(lab_config, lab_placements):
     instance = lab_config.instances()[1]
     argv = vllm.docker_run_argv(lab_config, instance, lab_placements[instance.name], device_gids=[992, 44, 992])
-    assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
+    # detached and Docker's (live-restore keeps it across dockerd restarts); --init forwards SIGTERM
+    assert argv[:9] == [
+        "/usr/bin/docker", "run", "--detach", "--init", "--restart", "no", "--stop-timeout", "90", "--name",
+    ]  # fmt: skip
+    assert "--rm" not in argv
     joined = " ".join(argv)
     # reference §3.1/§3.2: kfd plus this instance's render node only; ipc=host; seccomp; ptrace; shm
     for expected in (
