@@ -1,0 +1,104 @@
+"""The host-side scripts of issue 11 against stub ``docker``/``systemctl``/``curl`` commands."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from rocmfleet import scripts
+
+DOCKER = r"""#!/bin/sh
+# stub docker: answers from files in $STUB
+echo "docker $*" >> "$STUB/calls"
+case "$1" in
+wait)
+    step=$(head -n 1 "$STUB/wait"); sed -i 1d "$STUB/wait"
+    case "$step" in
+    down) touch "$STUB/down"; echo "error waiting: unexpected EOF" >&2; exit 1 ;;
+    up) rm -f "$STUB/down"; echo "error waiting: unexpected EOF" >&2; exit 1 ;;
+    *) echo "$step"; exit 0 ;;
+    esac ;;
+info) [ ! -e "$STUB/down" ] ;;
+inspect) [ -e "$STUB/inspect" ] || exit 1; cat "$STUB/inspect" ;;
+stop|rm) exit 0 ;;
+*) exit 0 ;;
+esac
+"""
+
+
+def stubs(tmp_path: Path, **files: str) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(DOCKER)
+    (bin_dir / "systemctl").write_text('#!/bin/sh\necho "systemctl $*" >> "$STUB/calls"\n')
+    (bin_dir / "curl").write_text('#!/bin/sh\n[ -e "$STUB/healthy" ]\n')
+    (bin_dir / "sleep").write_text("#!/bin/sh\n")  # no waiting in tests
+    for path in bin_dir.iterdir():
+        path.chmod(0o755)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return {**os.environ, "STUB": str(tmp_path), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+
+def run(env, name, *args, timeout=20):
+    script = scripts.DIR / name
+    return subprocess.run(
+        ["sh", str(script), *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_the_follower_waits_through_a_dockerd_restart_and_ends_with_the_container(tmp_path):
+    env = stubs(tmp_path, wait="down\nup\n137\n", inspect="true\n")
+    proc = run(env, "vllm-unit.sh", "run", "vllm-a", "a", "", "--", "true")
+    assert proc.returncode == 1  # a killed container: systemd restarts the unit
+    assert "dockerd does not answer; vllm-a keeps running (live-restore), waiting" in proc.stderr
+    assert "container vllm-a exited with status 137" in proc.stderr
+    assert (tmp_path / "calls").read_text().count("docker wait vllm-a") == 3
+
+
+def test_a_clean_exit_is_a_clean_exit(tmp_path):
+    env = stubs(tmp_path, wait="0\n", inspect="true\n")
+    assert run(env, "vllm-unit.sh", "run", "vllm-a", "a", "", "--", "true").returncode == 0
+
+
+def test_a_container_that_cannot_be_created_fails_the_start(tmp_path):
+    env = stubs(tmp_path, wait="0\n")
+    proc = run(env, "vllm-unit.sh", "run", "vllm-a", "a", "", "--", "false")
+    calls = tmp_path / "calls"
+    assert proc.returncode == 1 and not (calls.exists() and "docker wait" in calls.read_text())
+
+
+def test_clear_stops_a_running_container_gracefully_and_never_forces(tmp_path):
+    env = stubs(tmp_path, inspect="true\n")
+    assert run(env, "vllm-unit.sh", "clear", "vllm-a", 90).returncode == 0
+    calls = (tmp_path / "calls").read_text()
+    assert "docker stop --time 90 vllm-a" in calls and "docker rm vllm-a" in calls
+    assert "--force" not in calls and " -f " not in calls
+
+
+def test_clear_without_a_container_does_nothing(tmp_path):
+    env = stubs(tmp_path)
+    assert run(env, "vllm-unit.sh", "clear", "vllm-a", 90).returncode == 0
+    assert "docker stop" not in (tmp_path / "calls").read_text()
+
+
+def test_docker_restart_waits_for_the_containers_that_ran(tmp_path):
+    env = stubs(tmp_path, inspect="ID1 2026-11-30T10:00:00Z true\n", healthy="")
+    proc = run(env, "docker-restart.sh", 30, "vllm-a:8000")
+    assert proc.returncode == 0, proc.stderr
+    assert "systemctl restart docker.service" in (tmp_path / "calls").read_text()
+    assert "vllm-a kept running through the restart (same container and start time) and answers" in proc.stdout
+
+
+def test_docker_restart_fails_when_a_container_does_not_answer_again(tmp_path):
+    env = stubs(tmp_path, inspect="ID1 2026-11-30T10:00:00Z true\n")  # /health never answers
+    proc = run(env, "docker-restart.sh", 1, "vllm-a:8000", timeout=30)
+    assert proc.returncode == 1
+    assert "vllm-a does not answer on port 8000 1 s after the Docker restart" in proc.stderr
+
+
+def test_docker_restart_does_not_wait_for_containers_that_were_not_running(tmp_path):
+    env = stubs(tmp_path, inspect="ID1 2026-11-30T10:00:00Z false\n")
+    proc = run(env, "docker-restart.sh", 1, "vllm-a:8000")
+    assert proc.returncode == 0 and "vllm-a" not in proc.stdout
