@@ -14,8 +14,10 @@
 #       PCI addresses, gpu_free.py beside this script; exit 75 when held, the unit does not
 #       retry), create and start the container with DOCKER_RUN_ARGV (`docker run --detach ...`,
 #       secrets reach it by name from the unit's environment), then follow it: wait until it
-#       exits and exit 0 if it exited 0, else 1 (systemd restarts the unit). While dockerd does
-#       not answer (restart, upgrade), keep waiting: the container runs on under live-restore.
+#       exits and exit 0 if it ended cleanly (0, or 143: SIGTERM from `docker stop`, so that
+#       `systemctl stop` leaves the unit inactive, not failed), else 1. Restart=always starts
+#       the unit again either way unless it is being stopped. While dockerd does not answer
+#       (restart, upgrade), keep waiting: the container runs on under live-restore.
 set -u
 
 mode=$1
@@ -50,8 +52,12 @@ run)
     while :; do
         if code=$(docker wait "$container" 2>/dev/null); then
             echo "rocmfleet: container $container exited with status $code" >&2
-            [ "$code" = 0 ] && exit 0
-            exit 1
+            # 0, or 143 (SIGTERM through --init: `systemctl stop` runs `docker stop`) is a clean end;
+            # anything else (137 after `docker kill` or the grace period, a crash) a failure.
+            case "$code" in
+            0 | 143) exit 0 ;;
+            *) exit 1 ;;
+            esac
         fi
         if docker info >/dev/null 2>&1; then
             if ! docker inspect "$container" >/dev/null 2>&1; then

@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from rocmfleet import scripts
 
 DOCKER = r"""#!/bin/sh
@@ -57,9 +59,10 @@ def test_the_follower_waits_through_a_dockerd_restart_and_ends_with_the_containe
     assert (tmp_path / "calls").read_text().count("docker wait vllm-a") == 3
 
 
-def test_a_clean_exit_is_a_clean_exit(tmp_path):
-    env = stubs(tmp_path, wait="0\n", inspect="true\n")
-    assert run(env, "vllm-unit.sh", "run", "vllm-a", "a", "", "--", "true").returncode == 0
+@pytest.mark.parametrize(("code", "status"), [("0", 0), ("143", 0), ("137", 1), ("1", 1)])
+def test_a_stop_is_clean_and_a_kill_or_crash_is_a_failure(tmp_path, code, status):
+    env = stubs(tmp_path, wait=f"{code}\n", inspect="true\n")
+    assert run(env, "vllm-unit.sh", "run", "vllm-a", "a", "", "--", "true").returncode == status
 
 
 def test_a_container_that_cannot_be_created_fails_the_start(tmp_path):
