@@ -105,3 +105,46 @@ def test_docker_restart_does_not_wait_for_containers_that_were_not_running(tmp_p
     env = stubs(tmp_path, inspect="ID1 2026-11-30T10:00:00Z false\n")
     proc = run(env, "docker-restart.sh", 1, "vllm-a:8000")
     assert proc.returncode == 0 and "vllm-a" not in proc.stdout
+
+
+DOCKERD = r"""#!/bin/sh
+# stub dockerd: --help lists --validate when $STUB/validates exists; --validate accepts unless $STUB/rejects
+case "$1" in
+--help) [ -e "$STUB/validates" ] && echo "      --validate     Validate daemon configuration and exit"; exit 0 ;;
+--validate)
+    if [ -e "$STUB/rejects" ]; then echo "unable to configure the Docker daemon: bad live-restore" >&2; exit 1; fi
+    echo "configuration OK" ;;
+esac
+"""
+
+
+def daemon_files(tmp_path: Path, **flags: str) -> tuple[dict[str, str], Path, Path]:
+    env = stubs(tmp_path, **flags)
+    (tmp_path / "bin" / "dockerd").write_text(DOCKERD)
+    (tmp_path / "bin" / "dockerd").chmod(0o755)
+    live, new = tmp_path / "daemon.json", tmp_path / "daemon.json.rocmfleet-new"
+    live.write_text('{"old": true}\n')
+    new.write_text('{"new": true}\n')
+    return env, live, new
+
+
+def test_daemon_json_replaced_once_dockerd_validates_it(tmp_path):
+    env, live, new = daemon_files(tmp_path, validates="")
+    proc = run(env, "docker-daemon-json.sh", new, live)
+    assert proc.returncode == 0 and "configuration OK" in proc.stdout
+    assert live.read_text() == '{"new": true}\n' and not new.exists()
+
+
+def test_daemon_json_rejected_by_dockerd_leaves_the_old_file(tmp_path):
+    env, live, new = daemon_files(tmp_path, validates="", rejects="")
+    proc = run(env, "docker-daemon-json.sh", new, live)
+    assert proc.returncode == 1
+    assert "dockerd rejects the new daemon.json" in proc.stderr and "bad live-restore" in proc.stderr
+    assert live.read_text() == '{"old": true}\n' and not new.exists()
+
+
+def test_daemon_json_without_validate_is_replaced_with_a_note(tmp_path):
+    env, live, new = daemon_files(tmp_path)
+    proc = run(env, "docker-daemon-json.sh", new, live)
+    assert proc.returncode == 0 and "has no --validate" in proc.stderr
+    assert live.read_text() == '{"new": true}\n'
