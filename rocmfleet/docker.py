@@ -33,6 +33,28 @@ LOG_OPTS_DRIVERS = ("json-file", "local")
 #: daemon.json keys that a rocmfleet setting writes: set in one place only.
 SETTING_KEYS: dict[str, str] = {"insecure-registries": "docker_insecure_registries"}
 
+#: daemon.json keys a running dockerd applies on SIGHUP (``systemctl reload docker``, the
+#: ``ExecReload`` of Docker's unit) without a restart: moby ``daemon/reload.go`` ``Reload`` ("These are
+#: the settings that Reload changes": platform runtimes, debug, max concurrent downloads/uploads, max
+#: download attempts, shutdown timeout, labels, insecure registries, registry mirrors, live restore),
+#: as docs.docker.com/reference/cli/dockerd/ "Configuration reload behavior" lists them. A change of
+#: any other key needs a restart.
+RELOADABLE = frozenset(
+    {
+        "debug",
+        "labels",
+        "live-restore",
+        "max-concurrent-downloads",
+        "max-concurrent-uploads",
+        "max-download-attempts",
+        "shutdown-timeout",
+        "insecure-registries",
+        "registry-mirrors",
+        "runtimes",
+        "default-runtime",
+    }
+)
+
 #: Packages per ``docker_source``; docker-ce's list is Docker's install guide for Debian.
 PACKAGES = {
     "docker": ["docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin"],
@@ -219,3 +241,21 @@ def daemon_json(settings: HostSettings) -> str:
         (and a second converge changes nothing).
     """
     return json.dumps(daemon_dict(settings), indent=2, sort_keys=True) + "\n"
+
+
+def restart_needed(old_text: str | None, new_text: str) -> bool:
+    """Whether dockerd must restart to apply ``new_text`` over ``old_text`` (both daemon.json texts).
+
+    ``False`` when every key that differs is in :data:`RELOADABLE` (a reload applies them: adding a
+    registry restarts nothing); ``True`` for any other change, or when the old file is missing or is
+    not a JSON object (what the running dockerd uses is then unknown).
+    """
+    try:
+        old = json.loads(old_text) if old_text is not None else None
+        new = json.loads(new_text)
+    except ValueError:
+        return True
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return True
+    changed = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
+    return bool(changed - RELOADABLE)

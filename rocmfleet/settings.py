@@ -154,8 +154,10 @@ class HostSettings(BaseModel):
         default=1,
         ge=1,
         description=(
-            "How many hosts restart Docker at a time when daemon.json changed; each waits until its vLLM "
-            "instances answer again before the next host restarts, and a failed restart stops the roll."
+            "How many hosts restart Docker at a time when a daemon.json change needs a restart (a change of "
+            "keys dockerd reloads, such as registries or mirrors, is a `systemctl reload docker` instead); each "
+            "waits until its vLLM instances answer again before the next host restarts, and a failed restart "
+            "stops the roll."
         ),
     )
     docker_restart_timeout_s: int = Field(

@@ -16,17 +16,24 @@ import logging
 import weakref
 from collections.abc import Sequence
 
-from pyinfra import host
+from pyinfra import host, state
 from pyinfra.api import FunctionCommand, StringCommand, operation
-from pyinfra.facts.files import Sha256File
+from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.operations import files as file_ops
 
-from rocmfleet import scripts
+from rocmfleet import docker, scripts
 
 logger = logging.getLogger("pyinfra")
 
 #: Docker restarts of this run (pyinfra's ``State``): ``{host name: succeeded}``.
 _RESTARTS: weakref.WeakKeyDictionary[object, dict[str, bool]] = weakref.WeakKeyDictionary()
+#: Per run and host: whether the daemon.json change written needs a restart (else a reload will do).
+_PLANNED: weakref.WeakKeyDictionary[object, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
+def _run() -> object:
+    """This run's pyinfra ``State`` (the context proxy's object)."""
+    return getattr(state, "_get_module", lambda: state)()
 
 
 @operation()
@@ -47,6 +54,10 @@ def daemon_json(content: str, path: str = "/etc/docker/daemon.json"):
     if host.get_fact(Sha256File, path=path) == wanted:
         host.noop(f"{path} is up to date")
         return
+    old = host.get_fact(FileContents, path=path)
+    _PLANNED.setdefault(_run(), {})[host.name] = docker.restart_needed(
+        "\n".join(old) if old is not None else None, content
+    )
     staged = f"{path}.rocmfleet-new"
     yield from file_ops.put._inner(src=io.StringIO(content), dest=staged, user="root", group="root", mode="644")
     yield StringCommand(scripts.command("docker-daemon-json.sh", staged, path))
@@ -77,7 +88,9 @@ class _RecordedCommand(StringCommand):
 @operation()
 def restart(instances: Sequence[tuple[str, int]], timeout_s: int = 300):
     """
-    Restart Docker, then wait until dockerd and the host's vLLM containers answer again.
+    Restart Docker, then wait until dockerd and the host's vLLM containers answer again; or only
+    reload it when :func:`daemon_json` found that every key it changed is one dockerd reloads
+    (``rocmfleet.docker.RELOADABLE``: registries, mirrors, download limits...).
 
     + instances: ``(container, port)`` of the host's vLLM instances (those not running are skipped)
     + timeout_s: seconds for dockerd and every container that ran before to answer again
@@ -93,6 +106,10 @@ def restart(instances: Sequence[tuple[str, int]], timeout_s: int = 300):
 
         docker.restart(name="Restart Docker", instances=[("vllm-a", 8000)], _parallel=1, _if=changed.did_change)
     """
+    if not _PLANNED.get(_run(), {}).get(host.name, True):
+        # Only keys dockerd reloads changed (a registry, a mirror...): no restart at all.
+        yield StringCommand("systemctl", "reload", "docker.service")
+        return
     pairs = [f"{container}:{port}" for container, port in instances]
     yield FunctionCommand(_gate, (), {})
     yield _RecordedCommand(scripts.command("docker-restart.sh", timeout_s, *pairs))

@@ -119,7 +119,10 @@ def docker_restart_window(lab, name: str) -> tuple[float, float]:
 
 def test_a_daemon_json_change_restarts_docker_one_host_at_a_time_without_dropping_requests(lab, tmp_path):
     all_answer(lab)
-    changed = lab_inventory(tmp_path, {name: {"docker_daemon": {"max-concurrent-downloads": 4}} for name in lab.hosts})
+    # log-opts: a key dockerd does not reload, so the change needs a restart
+    changed = lab_inventory(
+        tmp_path, {name: {"docker_daemon": {"log-opts": {"max-size": "50m"}}} for name in lab.hosts}
+    )
     try:
         with probing(lab) as failures:
             rc, report, stderr = pyinfra_json("deploy.py", "-y", inventory=changed, timeout_s=2400)
@@ -130,7 +133,7 @@ def test_a_daemon_json_change_restarts_docker_one_host_at_a_time_without_droppin
         for (_, previous_end), (start, _) in zip(windows, windows[1:], strict=False):
             assert start >= previous_end, f"Docker restarts overlap: {windows}"  # one host at a time
         for name in lab.hosts:
-            assert '"max-concurrent-downloads": 4' in lab_ssh(lab, name, "cat /etc/docker/daemon.json").stdout
+            assert '"max-size": "50m"' in lab_ssh(lab, name, "cat /etc/docker/daemon.json").stdout
         # the second run changes nothing
         rc, report, stderr = pyinfra_json("deploy.py", "-y", inventory=changed, timeout_s=2400)
         assert rc == 0, stderr[-4000:]
@@ -142,6 +145,26 @@ def test_a_daemon_json_change_restarts_docker_one_host_at_a_time_without_droppin
         assert changes == {}, changes
     finally:
         rc, _, stderr = pyinfra_json("deploy.py", "-y", timeout_s=2400)  # back to the lab's daemon.json
+        assert rc == 0, stderr[-4000:]
+
+
+def test_a_registry_mirror_added_reloads_docker_without_a_restart(lab, tmp_path):
+    all_answer(lab)
+    pids = {name: unit_property(lab, name, "docker.service", "MainPID") for name in lab.hosts}
+    mirror = {"docker_daemon": {"registry-mirrors": ["https://mirror.example.com"]}}
+    try:
+        with probing(lab) as failures:
+            rc, _, stderr = pyinfra_json(
+                "deploy.py", "-y", inventory=lab_inventory(tmp_path, dict.fromkeys(lab.hosts, mirror))
+            )
+        assert rc == 0, stderr[-4000:]
+        assert {k: v for k, v in failures.items() if v} == {}, "failed /health probes during the deploy"
+        assert {name: unit_property(lab, name, "docker.service", "MainPID") for name in lab.hosts} == pids
+        for name in lab.hosts:
+            mirrors = lab_ssh(lab, name, "docker info --format '{{json .RegistryConfig.Mirrors}}'").stdout
+            assert "mirror.example.com" in mirrors  # the running dockerd has it: reloaded
+    finally:
+        rc, _, stderr = pyinfra_json("deploy.py", "-y", timeout_s=2400)
         assert rc == 0, stderr[-4000:]
 
 

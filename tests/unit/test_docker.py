@@ -91,3 +91,13 @@ def test_settings_dump_docker_daemon_as_docker_spells_it_and_validate_again(lab_
     dumped = settings.model_dump(mode="json")
     assert dumped["docker_daemon"] == {"log-opts": {"max-file": "5"}, "ipv6": False}
     assert HostSettings.model_validate(dumped).docker_daemon == settings.docker_daemon
+
+
+def test_only_keys_dockerd_reloads_spare_a_restart():
+    old = json.dumps({"live-restore": True, "log-driver": "json-file"})
+    assert not docker.restart_needed(old, json.dumps({"live-restore": True, "log-driver": "json-file",
+                                                      "insecure-registries": ["r:5000"]}))  # fmt: skip
+    assert not docker.restart_needed(old, json.dumps({"live-restore": True, "log-driver": "json-file", "debug": True}))
+    assert docker.restart_needed(old, json.dumps({"live-restore": True, "log-driver": "journald"}))
+    assert docker.restart_needed(None, old)  # no file before: what dockerd runs with is unknown
+    assert docker.restart_needed("{not json", old)

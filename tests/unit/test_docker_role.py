@@ -51,7 +51,7 @@ def run_role(
         )
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "-y", "--json", str(inventory), str(deploy)],
+        [sys.executable, "-m", "pyinfra", "-y", "-vv", "--json", str(inventory), str(deploy)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -120,3 +120,24 @@ def test_restart_parallel_is_the_batch_size(tmp_path):
     assert rc != 0
     gated, ran = gated_and_ran(stderr)
     assert len(ran) == 2 and len(gated) == 1  # the first batch of two tried; the next was stopped
+
+
+def old_file(**changes) -> dict[str, list[str]]:
+    """A fake answer: the live daemon.json is the rendered one with ``changes`` (key: value) applied."""
+    data = json.loads(daemon_json(host_config(DATA).settings))
+    data.update({key.replace("_", "-"): value for key, value in changes.items()})
+    return {"cat /etc/docker/daemon.json": json.dumps(data, indent=2).splitlines()}
+
+
+def test_a_change_dockerd_reloads_is_a_reload_not_a_restart(tmp_path):
+    # the live file lacks a registry mirror the data now has... as if one was added
+    _, stderr, rc = run_role(tmp_path, {"gpu-1": old_file(registry_mirrors=["https://old.example.com"])})
+    assert rc == 0, stderr[-3000:]
+    assert "systemctl reload docker.service" in stderr
+    assert "docker-restart.sh" not in stderr
+
+
+def test_a_change_dockerd_cannot_reload_is_a_restart(tmp_path):
+    _, stderr, rc = run_role(tmp_path, {"gpu-1": old_file(log_opts={"max-size": "10m", "max-file": "3"})})
+    assert rc == 0, stderr[-3000:]
+    assert "docker-restart.sh" in stderr and "systemctl reload docker.service" not in stderr
