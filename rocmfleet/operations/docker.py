@@ -5,7 +5,8 @@ container, ``templates/vllm/vllm.service.j2``), but it is still gated: :func:`re
 most ``docker_restart_parallel`` hosts at a time (pyinfra's ``_parallel``), each waits until its
 vLLM containers answer again, and once a restart failed in this run no further host restarts.
 pyinfra marks the hosts of a failed ``_parallel`` batch failed only after *all* batches ran
-(``pyinfra/api/operations.py`` ``_run_single_op``), so the gate is kept here, per run.
+(``pyinfra/api/operations.py`` ``_run_single_op``), so the gate is kept here, per run. A change
+of keys dockerd reloads (``rocmfleet.docker.RELOADABLE``) is applied with a reload instead.
 """
 
 from __future__ import annotations
