@@ -37,14 +37,16 @@ run)
     instance=$3 bdfs=$4
     shift 4
     [ "${1:-}" = -- ] && shift
-    if [ -n "$bdfs" ]; then
-        if command -v python3 >/dev/null 2>&1; then
-            python3 "$(dirname "$0")/gpu_free.py" "$instance" "$bdfs"
-            status=$?
-            [ "$status" = 0 ] || exit "$status"
-        else
-            echo "rocmfleet: no python3 to read amd-smi: GPU memory check skipped" >&2
-        fi
+    if [ -z "$bdfs" ]; then
+        :
+    elif ! command -v amd-smi >/dev/null 2>&1; then
+        echo "rocmfleet: amd-smi not found: GPU memory check skipped" >&2
+    elif ! command -v python3 >/dev/null 2>&1; then
+        echo "rocmfleet: no python3 to read amd-smi's JSON: GPU memory check skipped" >&2
+    else
+        python3 "$(dirname "$0")/gpu_free.py" "$instance" "$bdfs"
+        status=$?
+        [ "$status" = 0 ] || exit "$status"
     fi
     "$@" >/dev/null || exit 1
     echo "rocmfleet: container $container started" >&2

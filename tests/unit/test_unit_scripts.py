@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -148,3 +149,23 @@ def test_daemon_json_without_validate_is_replaced_with_a_note(tmp_path):
     proc = run(env, "docker-daemon-json.sh", new, live)
     assert proc.returncode == 0 and "has no --validate" in proc.stderr
     assert live.read_text() == '{"new": true}\n'
+
+
+def test_without_amd_smi_the_gpu_check_is_skipped_with_a_note(tmp_path):
+    env = stubs(tmp_path, wait="0\n", inspect="true\n")
+    proc = run(env, "vllm-unit.sh", "run", "vllm-a", "a", "0000:05:00.0", "--", "true")
+    assert proc.returncode == 0
+    assert "amd-smi not found: GPU memory check skipped" in proc.stderr
+
+
+def test_gpus_held_by_another_process_stop_the_start_before_any_container(tmp_path):
+    env = stubs(tmp_path, wait="0\n", inspect="true\n")
+    held = [{"gpu": 0, "process_list": [{"process_info": {"name": "python3", "pid": 4242, "mem_usage": 8 << 30}}]}]
+    amd_smi = tmp_path / "bin" / "amd-smi"
+    amd_smi.write_text(f"#!/bin/sh\necho '{json.dumps(held)}'\n")
+    amd_smi.chmod(0o755)
+    # the unit runs the installed copy: vllm-unit.sh and gpu_free.py side by side
+    proc = run(env, "vllm-unit.sh", "run", "vllm-a", "a", "0000:05:00.0", "--", "touch", str(tmp_path / "created"))
+    assert proc.returncode == 75
+    assert "its GPUs (0000:05:00.0) are still held by another process: GPU 0: pid 4242 (python3)" in proc.stderr
+    assert not (tmp_path / "created").exists()
