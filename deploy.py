@@ -19,7 +19,7 @@ import roles.docker
 import roles.rocm
 import roles.tuning
 import roles.vllm
-from rocmfleet import groupvars
+from rocmfleet import groupvars, vllm
 from rocmfleet.operations import fail
 from rocmfleet.settings import ConfigError, host_config
 
@@ -36,5 +36,5 @@ else:
     roles.rocm.apply(config.rocm)
     roles.tuning.apply(config.tuning)
     roles.rocm.reboot(config.rocm, predicted=roles.tuning.predicted_reboot(config.tuning))
-    roles.docker.apply(config.settings)
+    roles.docker.apply(config.settings, instances=[(vllm.files_of(i).container, i.port) for i in config.instances()])
     roles.vllm.apply(config)

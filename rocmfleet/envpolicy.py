@@ -11,12 +11,15 @@ Sources, in the order they are merged (:func:`container_env`):
    per vLLM version range and gfx target, each row citing its source), and
    ``HSA_NO_SCRATCH_RECLAIM=1`` for TP > 1 (:data:`SCRATCH_RECLAIM`);
 4. host data's ``vllm_env``;
-5. placement's visible-devices variable (``CUDA_VISIBLE_DEVICES``, :mod:`rocmfleet.placement`).
+5. vLLM's engine start deadline from ``vllm_ready_timeout_s`` (:data:`ENGINE_READY_TIMEOUT`), for
+   the vLLM versions that read it;
+6. placement's visible-devices variable (``CUDA_VISIBLE_DEVICES``, :mod:`rocmfleet.placement`).
 
 Rules, the same for ``extra_env`` and ``vllm_env`` (:func:`profile_problems`,
 :func:`host_problems`; both run when ``rocmfleet validate`` or an inventory loads):
 
 - visibility variables (:data:`VISIBILITY`) belong to placement: refused elsewhere;
+- ``VLLM_ENGINE_READY_TIMEOUT_S`` belongs to ``vllm_ready_timeout_s``: refused elsewhere;
 - a variable the target vLLM removed is refused with its replacement, and a variable the flag
   table renders with the setting that owns it (:func:`rocmfleet.flags.env_passthrough_problems`);
 - a variable a named set renders is refused: the set owns it;
@@ -52,6 +55,16 @@ ASSUMED_ARCH = "gfx942"
 #: (reference §3.2, [V-rocm-sync] vllm-0.33.0 vllm/platforms/rocm.py L138–157); ROCr and HIP
 #: read ``ROCR_VISIBLE_DEVICES`` and ``GPU_DEVICE_ORDINAL`` too (reference [A8], HIP env vars).
 VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+
+#: vLLM's deadline for its engine cores to come up (weights loaded, compiled, memory profiled), in
+#: seconds, and the first release that reads it: ``VLLM_ENGINE_READY_TIMEOUT_S`` (default 600) is in
+#: vllm-0.14.0 ``vllm/envs.py`` L617-621 and read by ``vllm/v1/engine/core_client.py`` L533 and
+#: L1347; vllm-0.13.0 (and 0.11.0-0.12.0) has no such variable and waits a fixed
+#: ``poll(timeout=600_000)`` ms (vllm-0.13.0 ``vllm/v1/engine/core_client.py`` L530, L1342), so a
+#: cold start of a large model longer than 10 minutes is killed by vLLM itself there. rocmfleet
+#: renders it from ``vllm_ready_timeout_s`` (the deploy's own deadline), so that vLLM never gives up
+#: before the deploy does.
+ENGINE_READY_TIMEOUT = ("VLLM_ENGINE_READY_TIMEOUT_S", "0.14.0")
 
 #: Names that are secrets whatever their value (Hugging Face: reference [HF-env]).
 SECRET_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN"})
@@ -186,10 +199,32 @@ def rendered_env(profile: Profile, arch: str | None, vllm_version: str | None = 
     return env
 
 
-def container_env(profile: Profile, vllm_env: Mapping[str, str], placement: Placement) -> dict[str, str]:
+def ready_timeout_env(vllm_version: str, ready_timeout_s: int | None) -> dict[str, str]:
+    """``{"VLLM_ENGINE_READY_TIMEOUT_S": "<s>"}`` for a vLLM that reads it (:data:`ENGINE_READY_TIMEOUT`),
+    else ``{}``.
+
+    Args:
+        vllm_version: the image's vLLM version (the profile's ``vllm_version``).
+        ready_timeout_s: seconds (``vllm_ready_timeout_s``); ``None``: render nothing.
+    """
+    name, since = ENGINE_READY_TIMEOUT
+    if ready_timeout_s is None or Version(vllm_version) < Version(since):
+        return {}
+    return {name: str(ready_timeout_s)}
+
+
+def container_env(
+    profile: Profile, vllm_env: Mapping[str, str], placement: Placement, ready_timeout_s: int | None = None
+) -> dict[str, str]:
     """The whole container environment of one instance: :func:`rendered_env` on the placement's
-    architecture, then ``vllm_env``, then the placement's visible devices."""
-    return {**rendered_env(profile, placement.gfx_arch), **vllm_env, **placement.visible_devices_env}
+    architecture, then ``vllm_env``, then vLLM's start deadline (:func:`ready_timeout_env`, seconds),
+    then the placement's visible devices."""
+    return {
+        **rendered_env(profile, placement.gfx_arch),
+        **vllm_env,
+        **ready_timeout_env(profile.vllm_version, ready_timeout_s),
+        **placement.visible_devices_env,
+    }
 
 
 def _owned(profile: Profile, name: str, value: str, where: str, arch: str) -> str | None:
@@ -198,6 +233,11 @@ def _owned(profile: Profile, name: str, value: str, where: str, arch: str) -> st
         return (
             f"{where} {name}: visible GPUs belong to placement (CUDA_VISIBLE_DEVICES with the instance's own "
             "render nodes); choose GPUs with gpus_per_instance, instance_gpus or vllm_instances"
+        )
+    if name == ENGINE_READY_TIMEOUT[0]:
+        return (
+            f"{where} {name}: rendered from vllm_ready_timeout_s (the deploy's readiness deadline), so that vLLM "
+            "does not give up on a cold start before the deploy does; set vllm_ready_timeout_s instead"
         )
     owners = [s for s in profile.env_sets if name in ENV_SETS[s].variables]
     if owners:

@@ -31,7 +31,7 @@ MODELS: tuple[type[BaseModel], ...] = (HostSettings, RocmSettings, TuningSetting
 
 
 def _type(annotation: object) -> str:
-    text = str(annotation).replace("typing.", "").replace("rocmfleet.settings.", "")
+    text = str(annotation).replace("typing.", "").replace("rocmfleet.settings.", "").replace("rocmfleet.docker.", "")
     text = re.sub(r"Annotated\[rocmfleet\.vault\.Secret,.*\)\]", "VaultSecret", text)
     text = re.sub(r"Annotated\[(\w+), AfterValidator\(func=<function .*?>\)\]", r"\1", text)
     text = re.sub(r"^Optional\[(\w+)\]$", r"\1 | None", text)
@@ -42,7 +42,10 @@ def markdown_table(models: tuple[type[BaseModel], ...] = MODELS) -> str:
     """One row per field of ``models``: key, type, default, description (from the pydantic field)."""
     rows = ["| Key | Type | Default | Meaning |", "|---|---|---|---|"]
     for name, info in ((n, i) for model in models for n, i in model.model_fields.items()):
-        default = "required" if info.is_required() else f"`{json.dumps(info.get_default(call_default_factory=True))}`"
+        value = None if info.is_required() else info.get_default(call_default_factory=True)
+        if isinstance(value, BaseModel):
+            value = value.model_dump(by_alias=True, exclude_none=True)
+        default = "required" if info.is_required() else f"`{json.dumps(value)}`"
         kind = _type(info.annotation).replace("|", "\\|")
         rows.append(f"| `{name}` | `{kind}` | {default} | {info.description or ''} |")
     return "\n".join(rows)

@@ -302,7 +302,7 @@ class WaitTarget:
 
 def _logs(target: WaitTarget) -> str:
     """The container's last log lines on stderr; from the journal when the container is gone
-    (``docker run --rm`` in a crash loop: the unit's journal holds its output)."""
+    (a container removed by its next start, or never created: the unit's journal holds the output)."""
     container, unit = shlex.quote(target.container), shlex.quote(target.unit)
     return (
         f"{{ docker logs --tail {LOG_LINES} {container} 2>&1 "
@@ -310,16 +310,24 @@ def _logs(target: WaitTarget) -> str:
     )
 
 
-def _wait_loop(flags: Sequence[tuple[str, str, str]], timeout_s: int, interval_s: int) -> list[str]:
-    """Poll until every ``(ready_var, active_var, probe)`` with ``$active_var = 1`` is ready, or the
-    deadline: ``ready_var`` ends 1 for those that answered."""
+def _wait_loop(flags: Sequence[tuple[str, str, str, str | None]], timeout_s: int, interval_s: int) -> list[str]:
+    """Poll until every ``(ready_var, active_var, probe, unit)`` with ``$active_var = 1`` is ready, or
+    the deadline: ``ready_var`` ends 1 for those that answered. A ``unit`` (not ``None``) that systemd
+    shows failed (no restart coming: its start limit, or the GPUs held by another process) is not
+    waited for any longer: ``active_var`` becomes 0, saying so."""
     lines = [f"deadline=$(( $(date +%s) + {timeout_s} ))", "while :; do", "  all_ready=1"]
-    for ready, active, probe in flags:
+    for ready, active, probe, unit in flags:
         lines += [
             f"  if [ ${active} = 1 ] && [ ${ready} = 0 ]; then",
-            f"    if ( {probe} ) >/dev/null 2>&1; then {ready}=1; else all_ready=0; fi",
-            "  fi",
+            f"    if ( {probe} ) >/dev/null 2>&1; then {ready}=1;",
         ]
+        if unit is not None:
+            said = f"{unit} failed (see systemctl status {unit}); not waiting for it any longer"
+            lines.append(
+                f"    elif systemctl is-failed --quiet {shlex.quote(unit)}; then {active}=0; "
+                f"echo {shlex.quote(said)} >&2;"
+            )
+        lines += ["    else all_ready=0; fi", "  fi"]
     lines += [
         "  [ $all_ready = 1 ] && break",
         "  [ $(date +%s) -ge $deadline ] && break",
@@ -335,7 +343,8 @@ def wait_or_roll_back_script(
     """Shell that waits until every target is ready, and rolls back those that are not by the deadline.
 
     1. Poll :func:`rocmfleet.readiness.probe_script` for all targets until all are ready or
-       ``timeout_s`` seconds have passed (one deadline: they were restarted together).
+       ``timeout_s`` seconds have passed (one deadline: they were restarted together); a target
+       whose unit systemd shows failed (start limit hit, GPUs held) is given up at once.
     2. For each target not ready: print its last :data:`LOG_LINES` log lines; if it has a version
        to roll back to (``roll_back_to``), put its last good files back (:func:`restore_commands`).
     3. If any were restored: ``systemctl daemon-reload``, ``reset-failed`` (a crash loop may have
@@ -355,7 +364,7 @@ def wait_or_roll_back_script(
     for i, _ in enumerate(targets):
         lines.append(f"r{i}=0; b{i}=0; q{i}=0; on{i}=1")
     lines += _wait_loop(
-        [(f"r{i}", f"on{i}", probe_script(t.port, t.model, t.container)) for i, t in enumerate(targets)],
+        [(f"r{i}", f"on{i}", probe_script(t.port, t.model, t.container), t.unit) for i, t in enumerate(targets)],
         timeout_s,
         interval_s,
     )
@@ -397,7 +406,7 @@ def wait_or_roll_back_script(
         lines += [
             "  " + line
             for line in _wait_loop(
-                [(f"q{i}", f"b{i}", probe_script(t.port, t.model, t.container)) for i, t in rollbackable],
+                [(f"q{i}", f"b{i}", probe_script(t.port, t.model, t.container), None) for i, t in rollbackable],
                 rollback_timeout_s,
                 interval_s,
             )

@@ -19,10 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationError, WithJsonSchema, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+    field_serializer,
+    field_validator,
+)
 from pydantic.functional_validators import AfterValidator, PlainValidator
 
-from rocmfleet import envpolicy, groupvars
+from rocmfleet import docker, envpolicy, groupvars
+from rocmfleet.docker import DockerDaemon
 from rocmfleet.errors import ConfigError, Problem
 from rocmfleet.profiles import Image, ImageDigest, ImageName, ImageTag, Profile, ProfileError, load_profile
 from rocmfleet.rocm import PREFIX as ROCM_PREFIX
@@ -196,8 +206,37 @@ class HostSettings(BaseModel):
             "`rocmfleet check` compares the running server with it. Null: the newest, not held."
         ),
     )
-    docker_daemon: dict[str, Any] = Field(
-        default_factory=dict, description="Extra keys for `/etc/docker/daemon.json`, merged over rocmfleet's."
+    docker_daemon: DockerDaemon = Field(
+        default_factory=DockerDaemon,
+        description=(
+            "Keys of `/etc/docker/daemon.json` with Docker's types (`live-restore` a boolean, `log-opts` an object "
+            "of strings...), merged over rocmfleet's (`log-opts` key by key). The keys known are those of the "
+            "daemon.json reference (`rocmfleet.docker.DockerDaemon`); others go in `docker_daemon_extra`."
+        ),
+    )
+    docker_daemon_extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Escape hatch: daemon.json keys rocmfleet does not type, written as given (Docker checks them, with "
+            "`dockerd --validate` on the host before the file is replaced where Docker has it)."
+        ),
+    )
+    docker_restart_parallel: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description=(
+            "How many hosts restart Docker at a time when a daemon.json change needs a restart (a change of "
+            "keys dockerd reloads, such as registries or mirrors, is a `systemctl reload docker` instead); each "
+            "waits until its vLLM instances answer again before the next host restarts, and a failed restart "
+            "stops the roll."
+        ),
+    )
+    docker_restart_timeout_s: int = Field(
+        default=300,
+        ge=10,
+        le=3600,
+        description="How long a Docker restart may take until dockerd and every vLLM container that ran before answer.",
     )
     docker_insecure_registries: list[str] = Field(
         default_factory=list, description="`host:port` registries Docker may use over plain HTTP."
@@ -238,8 +277,20 @@ class HostSettings(BaseModel):
         default=1800,
         ge=10,
         le=86400,
-        description="How long the deploy waits for a new container to be ready; at most a day (a 671B model's "
-        "first load and compile takes well under that).",
+        description=(
+            "How long the deploy waits for a new container to be ready; also vLLM's own engine start deadline "
+            "(`VLLM_ENGINE_READY_TIMEOUT_S`, vLLM >= 0.14), so that a slow cold start is not killed at vLLM's "
+            "600 s. At most a day (a 671B model's first load and compile takes well under that)."
+        ),
+    )
+    vllm_stop_grace_s: int = Field(
+        default=90,
+        ge=10,
+        le=3600,
+        description=(
+            "Seconds `docker stop` gives vLLM to finish in-flight requests after SIGTERM before SIGKILL "
+            "(the unit's stop and the container's `--stop-timeout`)."
+        ),
     )
     vllm_drain_command: str | None = Field(
         default=None,
@@ -274,6 +325,11 @@ class HostSettings(BaseModel):
         "(8 per GPU, the most there can be). `validate` checks `vllm_instances` against it; the deploy checks "
         "the real topology.",
     )
+
+    @field_serializer("docker_daemon")
+    def _daemon_as_docker_writes_it(self, daemon: DockerDaemon) -> dict[str, Any]:
+        """Docker's spelling, without unset keys: a dump validates again (``rocmfleet check`` ships it)."""
+        return daemon.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     @field_validator("vllm_env", "vllm_secret_env")
     @classmethod
@@ -328,13 +384,25 @@ def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
             key = min(named, key=message.index) if named else "(top level)"
             inputs = err.get("input")
             value = repr(inputs.get(key)) if isinstance(inputs, dict) and key in inputs else ""
+        if err["loc"][:1] == ("docker_daemon",) and len(err["loc"]) >= 2 and err["type"] != "extra_forbidden":
+            wanted = docker.key_type(str(err["loc"][1]))
+            if wanted:
+                message += f"; Docker's daemon.json type for {err['loc'][1]} is {wanted}"
         if isinstance(err.get("input"), Secret) and err["type"] != "extra_forbidden":
             message = "is a vault secret here, but this key is not a secret: a wholly encrypted file holds secrets only"
             message += " (move the key to a plain group_vars file)"
             value = "*MASKED*"
         if any(word in str(part) for part in err["loc"] for word in ("secret", "password")):
             value = "" if not value else "*MASKED*"  # a plain-text secret is still a secret
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and err["loc"][0] == "docker_daemon" and len(err["loc"]) == 2:
+            near = difflib.get_close_matches(str(err["loc"][-1]), docker.known_keys(), n=1)
+            message = (
+                "not a daemon.json key rocmfleet types"
+                + (f"; did you mean {near[0]!r}?" if near else "")
+                + " A key Docker has that rocmfleet does not type goes in docker_daemon_extra"
+            )
+            value = ""
+        elif err["type"] == "extra_forbidden":
             near = difflib.get_close_matches(str(err["loc"][-1]), _all_fields(), n=1)
             message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
             value = ""
@@ -419,6 +487,8 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
         problems += instance_problems(instances, profile, settings.vllm_gpu_count, key)
     if settings is not None and profile is not None:
         problems += [Problem(*p) for p in envpolicy.host_problems(profile, settings.vllm_env)]
+    if settings is not None:
+        problems += [Problem(*p) for p in docker.daemon_problems(settings)]
     if problems:
         raise ConfigError(problems)
     assert settings is not None and profile is not None and image is not None

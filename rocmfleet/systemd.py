@@ -26,13 +26,17 @@ def exec_line(argv: list[str], indent: str = "    ") -> str:
     """Join ``argv`` into an ``Exec*=`` value, one argument per continued line after the first.
 
     Options and their values stay on one line (``--device /dev/kfd``) so that people can
-    read the unit the way they would type the command.
+    read the unit the way they would type the command; so do the words of a command, at the start
+    and after a ``--`` that passes the rest to another command (``-- /usr/bin/docker run``).
     """
     lines: list[list[str]] = []
     for word in argv:
         quoted = quote_word(word)
-        option_value = len(lines[-1]) == 1 and lines[-1][0].startswith("-") if lines else False
-        leading_word = len(lines) == 1 and not lines[0][-1].startswith("-")
+        last = lines[-1] if lines else []
+        option_value = len(last) == 1 and last[0].startswith("-") and last[0] != "--"
+        # the command words at the start, and after a "--" that hands the rest to another command
+        command = last[1:] if last[:1] == ["--"] else last
+        leading_word = (len(lines) == 1 or last[:1] == ["--"]) and not any(w.startswith("-") for w in command)
         if not word.startswith("-") and (option_value or leading_word):
             lines[-1].append(quoted)
         else:

@@ -12,16 +12,62 @@ the GPUs' NUMA nodes (§7). The official image's entrypoint is ``vllm serve``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from rocmfleet import cachedirs, envpolicy, partitions
 from rocmfleet.placement import InstanceShape, Placement, PlacementError, place
-from rocmfleet.settings import HostConfig, Instance
+from rocmfleet.settings import HostConfig, HostSettings, Instance
+from rocmfleet.systemd import exec_line
 from rocmfleet.topology import Topology
 
 #: Where the deploy keeps per-instance files on the host.
 CONFIG_DIR = "/etc/rocmfleet/vllm"
 KFD = "/dev/kfd"
+
+#: Where the deploy installs what the units run (``rocmfleet/scripts/vllm-unit.sh`` and the GPU
+#: memory check ``gpu_free.py`` beside it).
+SCRIPT_DIR = "/usr/local/lib/rocmfleet"
+UNIT_SCRIPT = f"{SCRIPT_DIR}/vllm-unit.sh"
+#: Scripts the role installs there: ``{name in rocmfleet/scripts: mode}``.
+UNIT_SCRIPTS = {"vllm-unit.sh": "755", "gpu_free.py": "644"}
+#: Exit status of ``vllm-unit.sh run`` when another process holds the GPUs (``gpu_free.HELD_EXIT``).
+GPU_HELD_EXIT = 75
+
+
+@dataclass(frozen=True)
+class UnitTimings:
+    """The unit's timeouts and restart policy, in seconds (``templates/vllm/vllm.service.j2``).
+
+    Attributes:
+        stop_grace_s: ``docker stop --time`` and the container's ``--stop-timeout``: vLLM gets
+            SIGTERM (through ``--init``) and this long to finish in-flight requests before SIGKILL.
+        timeout_start_s: ``TimeoutStartSec``. The unit is ``Type=exec``: the start job is over once
+            the main process runs, so this bounds ``ExecStartPre`` only, which stops a container left
+            running (up to its grace period) and removes it. The model load is bounded by vLLM's
+            ``VLLM_ENGINE_READY_TIMEOUT_S`` and the deploy's ``vllm_ready_timeout_s``, not by systemd.
+        timeout_stop_s: ``TimeoutStopSec``: the grace period, ``docker stop``'s SIGKILL, a margin.
+        restart_s: ``RestartSec``: back-off before a crashed container is replaced.
+        start_limit_burst, start_limit_interval_s: that many starts within the interval and the
+            next is refused: the unit is failed with result ``start-limit-hit`` (systemd.unit(5)).
+            Three crashes, each within a few minutes of its start, fit in the interval.
+    """
+
+    stop_grace_s: int
+    timeout_start_s: int
+    timeout_stop_s: int
+    restart_s: int = 20
+    start_limit_burst: int = 3
+    start_limit_interval_s: int = 900
+
+
+#: Margin over the grace period for ``docker stop``'s own SIGKILL and ``docker rm``.
+STOP_MARGIN_S = 30
+
+
+def unit_timings(settings: HostSettings) -> UnitTimings:
+    """:class:`UnitTimings` from ``vllm_stop_grace_s``."""
+    grace = settings.vllm_stop_grace_s
+    return UnitTimings(stop_grace_s=grace, timeout_start_s=grace + STOP_MARGIN_S, timeout_stop_s=grace + STOP_MARGIN_S)
 
 
 @dataclass(frozen=True)
@@ -58,9 +104,13 @@ def serve_args(config: HostConfig, instance: Instance) -> list[str]:
 
 def container_env(config: HostConfig, placement: Placement) -> dict[str, str]:
     """Container environment: the profile's rendered variables, its named sets and the safe values for
-    the placement's GPU architecture, then ``vllm_env``, then visible devices
+    the placement's GPU architecture, then ``vllm_env``, then ``VLLM_ENGINE_READY_TIMEOUT_S`` from
+    ``vllm_ready_timeout_s`` (vLLM >= 0.14), then visible devices
     (:func:`rocmfleet.envpolicy.container_env`), then the compiler cache paths (:func:`rocmfleet.cachedirs.env`)."""
-    return {**envpolicy.container_env(config.profile, config.settings.vllm_env, placement), **cachedirs.env()}
+    env = envpolicy.container_env(
+        config.profile, config.settings.vllm_env, placement, config.settings.vllm_ready_timeout_s
+    )
+    return {**env, **cachedirs.env()}
 
 
 def docker_run_argv(
@@ -84,13 +134,22 @@ def docker_run_argv(
             passes its empty bake directories.
 
     Returns:
-        argv, starting with ``/usr/bin/docker run``; the image is pinned by digest, secrets
-        appear only as ``-e NAME`` (their values come from the unit's EnvironmentFile).
+        argv, starting with ``/usr/bin/docker run --detach``; the image is pinned by digest, secrets
+        appear only as ``--env NAME`` (their values come from the unit's EnvironmentFile).
+
+    The container is created detached and is Docker's (``--restart no``: the unit restarts it):
+    with ``live-restore`` it outlives a dockerd restart. ``--init`` runs Docker's init as PID 1,
+    which forwards ``docker stop``'s SIGTERM to ``vllm serve`` and reaps its workers;
+    ``--stop-timeout`` gives the same grace period to a ``docker stop`` made without ``--time``.
+    The container is not ``--rm``: after a crash its log stays readable (``docker logs``) until
+    the next start removes it (``vllm-unit.sh clear``).
     """
     files = files_of(instance)
     settings = config.settings
     argv = [
-        "/usr/bin/docker", "run", "--rm",
+        "/usr/bin/docker", "run", "--detach", "--init",
+        "--restart", "no",
+        "--stop-timeout", str(settings.vllm_stop_grace_s),
         "--name", files.container,
         "--network=host",
         "--ipc=host",
@@ -118,6 +177,43 @@ def docker_run_argv(
         config.image.reference,
     ]  # fmt: skip
     return argv + serve_args(config, instance)
+
+
+def unit_exec_start(
+    config: HostConfig, instance: Instance, placement: Placement, device_gids: list[int], gpu_bdfs: list[str]
+) -> list[str]:
+    """The unit's ``ExecStart`` argv: ``vllm-unit.sh run CONTAINER INSTANCE BDFS -- <docker run argv>``.
+
+    Args:
+        gpu_bdfs: PCI addresses (``0000:05:00.0``) of the instance's GPUs, for the GPU memory check
+            (``amd-smi process --gpu``); empty: no check.
+    """
+    files = files_of(instance)
+    return [
+        UNIT_SCRIPT, "run", files.container, instance.name, ",".join(gpu_bdfs), "--",
+        *docker_run_argv(config, instance, placement, device_gids),
+    ]  # fmt: skip
+
+
+def unit_template_vars(
+    config: HostConfig, instance: Instance, placement: Placement, device_gids: list[int], gpu_bdfs: list[str]
+) -> dict[str, object]:
+    """What ``templates/vllm/vllm.service.j2`` is rendered with for ``instance`` (arguments as
+    :func:`unit_exec_start`): names, the quoted ``ExecStart`` and :func:`unit_timings`."""
+    files = files_of(instance)
+    return {
+        "instance": instance.name,
+        "model": config.profile.served_model_name,
+        "port": instance.port,
+        "image": config.image.reference,
+        "container": files.container,
+        "secrets_file": files.secrets_file,
+        "notes": placement.notes,
+        "script": UNIT_SCRIPT,
+        "exec_start": exec_line(unit_exec_start(config, instance, placement, device_gids, gpu_bdfs)),
+        "gpu_held_exit": GPU_HELD_EXIT,
+        **asdict(unit_timings(config.settings)),
+    }
 
 
 def env_lines(env: dict[str, str]) -> str:

@@ -49,3 +49,14 @@ def test_daemon_json_as_rendered(host, config):
     assert not differ, "daemon.json differs in " + ", ".join(
         f"{k}: {live.get(k)!r}, want {wanted.get(k)!r}" for k in differ
     )
+
+
+def test_live_restore_active(host, docker_running):
+    """The running dockerd has live-restore on (not only daemon.json): the vLLM units rely on it so
+    that a Docker restart or upgrade leaves the containers serving (README: the unit and the container)."""
+    info = host.run("docker info --format '{{.LiveRestoreEnabled}}'")
+    assert info.rc == 0, f"docker info failed: {info.stderr.strip()}"
+    assert info.stdout.strip() == "true", (
+        "dockerd runs without live-restore: a restart of docker.service would stop every vLLM container; "
+        "deploy (daemon.json sets it) or `systemctl reload docker` once daemon.json has it"
+    )

@@ -14,6 +14,7 @@ not fit fails alone with one line saying why (:mod:`rocmfleet.operations.fail`).
 from __future__ import annotations
 
 import json
+import shlex
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -24,7 +25,6 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files as file_ops
 
 from rocmfleet import rollout, vllm
-from rocmfleet import systemd as unit_syntax
 from rocmfleet.facts.devices import DeviceGroupIds
 from rocmfleet.facts.rollout import LastGood
 from rocmfleet.facts.topology import GpuTopology
@@ -128,7 +128,9 @@ def instance_files(config: HostConfig, instance: str, unit_path: str):
 
     Both files come from ``templates/vllm/`` (``files.template``), rendered at execution with
     the placement :func:`host_placement` computed, so that a bare host gets the topology it
-    shows after the driver's reboot. A no-op when both files are up to date.
+    shows after the driver's reboot. A no-op when both files are up to date. The unit runs
+    ``rocmfleet.vllm.UNIT_SCRIPT`` (installed by ``roles/vllm``) with the GPUs' PCI addresses for
+    the GPU memory check and the timings of ``rocmfleet.vllm.unit_timings``.
     """
     placed = host_placement(config)
     if not isinstance(placed, HostPlacement):
@@ -150,16 +152,15 @@ def instance_files(config: HostConfig, instance: str, unit_path: str):
         src="templates/vllm/vllm.service.j2",
         dest=unit_path,
         mode="644",
-        instance=instance,
-        model=config.profile.served_model_name,
-        port=inst.port,
-        image=config.image.reference,
-        container=names.container,
-        secrets_file=names.secrets_file,
-        notes=placement.notes,
-        exec_start=unit_syntax.exec_line(vllm.docker_run_argv(config, inst, placement, placed.device_gids)),
-        timeout_start_s=config.settings.vllm_ready_timeout_s,
+        **vllm.unit_template_vars(config, inst, placement, placed.device_gids, _gpu_bdfs(placement)),
     )
+
+
+def _gpu_bdfs(placement: Placement) -> list[str]:
+    """PCI addresses of the placement's GPUs, from the host's topology (cached fact)."""
+    topology = host.get_fact(GpuTopology)
+    by_index = {g.index: g.pci_address for g in topology.gpus} if topology else {}
+    return [by_index[i] for i in placement.gpus if i in by_index]
 
 
 @operation()
@@ -195,6 +196,20 @@ def remove_orphans(keep: Sequence[str]):
         )  # fmt: skip
         yield StringCommand(f"systemctl reset-failed {unit} 2>/dev/null || true")
     yield StringCommand("systemctl", "daemon-reload")
+
+
+@operation()
+def clear_start_limit(unit: str):
+    """
+    Reset a unit's failed state and start rate limit (``systemctl reset-failed``).
+
+    + unit: ``vllm-<instance>.service``
+
+    Three quick failures leave a vLLM unit failed with ``start-limit-hit`` until the interval
+    passes (``templates/vllm/vllm.service.j2``); run this when its files changed, so that the new
+    version may start at once. Harmless on a running unit.
+    """
+    yield StringCommand(f"systemctl reset-failed {shlex.quote(unit)} 2>/dev/null || true")
 
 
 @operation()

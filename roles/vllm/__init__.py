@@ -13,7 +13,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 
-from rocmfleet import rollout, vllm
+from rocmfleet import rollout, scripts, vllm
 from rocmfleet.operations import secrets
 from rocmfleet.operations import vllm as vllm_ops
 from rocmfleet.settings import HostConfig, HostSettings
@@ -47,6 +47,19 @@ def apply(config: HostConfig) -> None:
         files.directory(name=f"Create {path}", path=path, mode="755")
     # A host without GPUs, or whose instances do not fit them, fails here, before any change.
     vllm_ops.place(name="Place the vLLM instances on this host's GPUs", config=config)
+    # What the units run: the follower of the detached container and the GPU memory check.
+    files.directory(name=f"Create {vllm.SCRIPT_DIR}", path=vllm.SCRIPT_DIR, user="root", group="root", mode="755")
+    # A running unit keeps the script it started with (files.put replaces the file, it does not
+    # rewrite it in place); the next start of each unit runs the new one.
+    for script, mode in vllm.UNIT_SCRIPTS.items():
+        files.put(
+            name=f"Install {vllm.SCRIPT_DIR}/{script}",
+            src=str(scripts.DIR / script),
+            dest=f"{vllm.SCRIPT_DIR}/{script}",
+            user="root",
+            group="root",
+            mode=mode,
+        )
     # A renamed or removed instance frees its GPUs and port before the new ones start.
     vllm_ops.remove_orphans(
         name="Remove vLLM instances the data no longer lists", keep=[i.name for i in config.instances()]
@@ -87,13 +100,16 @@ def apply(config: HostConfig) -> None:
             port=instance.port,
             container=names.container,
         )
+        changed = any_changed(unit_files, secret_env, image)
+        # New files deserve fresh starts: a unit that hit its start limit with the old ones may start again.
+        vllm_ops.clear_start_limit(name=f"Clear the start limit of {names.unit}", unit=names.unit, _if=changed)
         started = systemd.service(name=f"Enable and start {names.unit}", service=names.unit, running=True, enabled=True)
         systemd.service(
             name=f"Restart {names.unit} for its new image, unit or environment",
             service=names.unit,
             restarted=True,
             # A unit that was just started already runs the new files.
-            _if=[any_changed(unit_files, secret_env, image), started.did_not_change],
+            _if=[changed, started.did_not_change],
         )
 
     # (d) Wait only after every instance was (re)started, so that they load their models together;

@@ -10,6 +10,7 @@ from rocmfleet.errors import ConfigError
 from rocmfleet.placement import Placement
 from rocmfleet.profiles import ProfileError, load_profile, load_profiles
 from rocmfleet.settings import host_config
+from tests.unit.conftest import TOPOLOGY
 from tests.unit.test_partitions import PROFILES, _config
 
 FP4 = "VLLM_ROCM_USE_AITER_FP4BMM"
@@ -151,3 +152,23 @@ def test_unknown_env_set(tmp_path):
     (tmp_path / "x.yml").write_text(text + "env_sets: [mi300x-prod]\n")
     with pytest.raises(ProfileError, match="unknown set 'mi300x-prod'; known: mi300x-production"):
         load_profile(tmp_path / "x.yml")
+
+
+def test_engine_ready_timeout_is_rendered_only_for_vllm_that_reads_it():
+    # vllm-0.14.0 vllm/envs.py has VLLM_ENGINE_READY_TIMEOUT_S; 0.13.0 waits a fixed 600 s
+    assert envpolicy.ready_timeout_env("0.14.0", 3600) == {"VLLM_ENGINE_READY_TIMEOUT_S": "3600"}
+    assert envpolicy.ready_timeout_env("0.33.0", 1800) == {"VLLM_ENGINE_READY_TIMEOUT_S": "1800"}
+    assert envpolicy.ready_timeout_env("0.13.0", 3600) == {}
+    assert envpolicy.ready_timeout_env("0.9.2", 3600) == {}
+    assert envpolicy.ready_timeout_env("0.33.0", None) == {}
+
+
+def test_engine_ready_timeout_follows_the_setting_and_is_refused_in_vllm_env(lab_data):
+    lab_data["vllm_ready_timeout_s"] = 5400
+    config = host_config(lab_data)
+    placement = vllm.placements(config, TOPOLOGY)[config.instances()[0].name]
+    assert vllm.container_env(config, placement)["VLLM_ENGINE_READY_TIMEOUT_S"] == "5400"
+    lab_data["vllm_env"] = {"VLLM_ENGINE_READY_TIMEOUT_S": "60"}
+    with pytest.raises(ConfigError) as exc:
+        host_config(lab_data)
+    assert "vllm_env.VLLM_ENGINE_READY_TIMEOUT_S: rendered from vllm_ready_timeout_s" in str(exc.value)

@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,7 @@ STUBS = {
     "journalctl": 'echo "journal of $*"',
     # restart U: U comes back ready when $STATE/heals-U holds its port.
     "systemctl": """
+        if [ "$1" = is-failed ]; then [ -e "$STATE/failed-$3" ]; exit; fi
         echo "systemctl $*" >> "$STATE/calls"
         if [ "$1" = restart ] && [ -e "$STATE/heals-$2" ]; then touch "$STATE/ready-$(cat "$STATE/heals-$2")"; fi
         exit 0
@@ -360,6 +362,17 @@ def test_an_old_version_that_does_not_come_back_is_said_too(host, tmp_path):
         f"vllm-a.service rolled back to image {OLD_IMAGE}, but it is not ready after 1 s either; last log lines:",
         "log line of vllm-a",
     ]
+
+
+def test_a_failed_unit_is_not_waited_for_until_the_deadline(host, tmp_path):
+    a = instance_files(tmp_path, "a")
+    write_live(a, "v2")
+    (host.state / "failed-vllm-a.service").touch()  # e.g. its GPUs are held: the unit does not retry
+    started = time.monotonic()
+    result = host(rollout.wait_or_roll_back_script([target(a, "a", 8000, None)], 30, 5, 1))
+    assert time.monotonic() - started < 10
+    assert result.returncode == 1
+    assert "vllm-a.service failed (see systemctl status vllm-a.service); not waiting for it any longer" in result.stderr
 
 
 def test_logs_fall_back_to_the_journal_when_the_container_is_gone(host, tmp_path):

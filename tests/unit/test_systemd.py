@@ -24,3 +24,8 @@ def test_quote_word(word, quoted):
 def test_exec_line_keeps_options_with_their_values():
     line = exec_line(["/usr/bin/docker", "run", "--rm", "--name", "x", "img", "--port", "8000"])
     assert line.split(" \\\n    ") == ["/usr/bin/docker run", "--rm", "--name x", "img", "--port 8000"]
+
+
+def test_exec_line_keeps_the_command_after_a_double_dash_together():
+    line = exec_line(["/s.sh", "run", "c", "--", "/usr/bin/docker", "run", "--detach", "--name", "x", "img"])
+    assert line.split(" \\\n    ") == ["/s.sh run c", "-- /usr/bin/docker run", "--detach", "--name x", "img"]

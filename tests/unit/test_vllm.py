@@ -9,7 +9,11 @@ from tests.unit.conftest import DIGEST
 def test_docker_run_argv_follows_amd_and_vllm_docs(lab_config, lab_placements):
     instance = lab_config.instances()[1]
     argv = vllm.docker_run_argv(lab_config, instance, lab_placements[instance.name], device_gids=[992, 44, 992])
-    assert argv[:3] == ["/usr/bin/docker", "run", "--rm"]
+    # detached and Docker's (live-restore keeps it across dockerd restarts); --init forwards SIGTERM
+    assert argv[:9] == [
+        "/usr/bin/docker", "run", "--detach", "--init", "--restart", "no", "--stop-timeout", "90", "--name",
+    ]  # fmt: skip
+    assert "--rm" not in argv
     joined = " ".join(argv)
     # reference §3.1/§3.2: kfd plus this instance's render node only; ipc=host; seccomp; ptrace; shm
     for expected in (
@@ -49,7 +53,13 @@ def test_secrets_are_named_on_the_command_line_never_valued(lab_data, lab_placem
 
 def test_container_env_has_profile_flags_user_env_and_visible_devices(lab_config, lab_placements):
     env = vllm.container_env(lab_config, lab_placements["tiny-llama-a"])
-    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "CUDA_VISIBLE_DEVICES": "0", **cachedirs.env()}
+    # the lab profile's vLLM is 0.32: it reads VLLM_ENGINE_READY_TIMEOUT_S, rendered from vllm_ready_timeout_s
+    assert env == {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_ENGINE_READY_TIMEOUT_S": "1800",
+        "CUDA_VISIBLE_DEVICES": "0",
+        **cachedirs.env(),
+    }
     assert "HIP_VISIBLE_DEVICES" not in env
 
 

@@ -1,0 +1,116 @@
+"""Operations for Docker's daemon: a validated ``daemon.json`` and restarts that roll through the fleet.
+
+A Docker restart no longer stops a vLLM container (``live-restore``; the unit follows the
+container, ``templates/vllm/vllm.service.j2``), but it is still gated: :func:`restart` runs on at
+most ``docker_restart_parallel`` hosts at a time (pyinfra's ``_parallel``), each waits until its
+vLLM containers answer again, and once a restart failed in this run no further host restarts.
+pyinfra marks the hosts of a failed ``_parallel`` batch failed only after *all* batches ran
+(``pyinfra/api/operations.py`` ``_run_single_op``), so the gate is kept here, per run. A change
+of keys dockerd reloads (``rocmfleet.docker.RELOADABLE``) is applied with a reload instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import weakref
+from collections.abc import Sequence
+
+from pyinfra import host, state
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.facts.files import FileContents, Sha256File
+from pyinfra.operations import files as file_ops
+
+from rocmfleet import docker, scripts
+
+logger = logging.getLogger("pyinfra")
+
+#: Docker restarts of this run (pyinfra's ``State``): ``{host name: succeeded}``.
+_RESTARTS: weakref.WeakKeyDictionary[object, dict[str, bool]] = weakref.WeakKeyDictionary()
+#: Per run and host: whether the daemon.json change written needs a restart (else a reload will do).
+_PLANNED: weakref.WeakKeyDictionary[object, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
+def _run() -> object:
+    """This run's pyinfra ``State`` (the context proxy's object)."""
+    return getattr(state, "_get_module", lambda: state)()
+
+
+@operation()
+def daemon_json(content: str, path: str = "/etc/docker/daemon.json"):
+    """
+    Write ``daemon.json``, validated by the host's own ``dockerd`` before it replaces the old one.
+
+    + content: the file's text (``rocmfleet.docker.daemon_json``)
+    + path: where dockerd reads it
+
+    A no-op when the file already has this content (SHA-256). Otherwise the text goes to
+    ``<path>.rocmfleet-new`` (0644, root), ``dockerd --validate --config-file`` checks it where
+    dockerd has that option (Docker 23.0 and later), and a rename puts it in place
+    (``rocmfleet/scripts/docker-daemon-json.sh``). A file dockerd rejects fails the host and the
+    old file stays, so no restart is attempted with it.
+    """
+    wanted = hashlib.sha256(content.encode()).hexdigest()
+    if host.get_fact(Sha256File, path=path) == wanted:
+        host.noop(f"{path} is up to date")
+        return
+    old = host.get_fact(FileContents, path=path)
+    _PLANNED.setdefault(_run(), {})[host.name] = docker.restart_needed(
+        "\n".join(old) if old is not None else None, content
+    )
+    staged = f"{path}.rocmfleet-new"
+    yield from file_ops.put._inner(src=io.StringIO(content), dest=staged, user="root", group="root", mode="644")
+    yield StringCommand(scripts.command("docker-daemon-json.sh", staged, path))
+
+
+def _gate(state, host) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
+    failed = sorted(name for name, ok in _RESTARTS.get(state, {}).items() if not ok)
+    if failed:
+        host.log_styled(
+            f"rocmfleet: Docker not restarted here: its restart failed on {', '.join(failed)} in this run; "
+            "fix that host and deploy again (the new daemon.json is in place and applies at the next restart)",
+            fg="red",
+            log_func=logger.error,
+        )
+        return False
+    return True
+
+
+class _RecordedCommand(StringCommand):
+    """A shell command whose success is kept in this run's record of Docker restarts."""
+
+    def execute(self, state, host, connector_arguments):
+        status, output = super().execute(state, host, connector_arguments)
+        _RESTARTS.setdefault(state, {})[host.name] = bool(status)
+        return status, output
+
+
+@operation()
+def restart(instances: Sequence[tuple[str, int]], timeout_s: int = 300):
+    """
+    Restart Docker, then wait until dockerd and the host's vLLM containers answer again; or only
+    reload it when :func:`daemon_json` found that every key it changed is one dockerd reloads
+    (``rocmfleet.docker.RELOADABLE``: registries, mirrors, download limits...).
+
+    + instances: ``(container, port)`` of the host's vLLM instances (those not running are skipped)
+    + timeout_s: seconds for dockerd and every container that ran before to answer again
+
+    Call it with ``_parallel=docker_restart_parallel`` and ``_if`` the change of ``daemon.json``:
+    pyinfra then restarts that many hosts at a time, and a batch starts only when the previous
+    one is done, i.e. its containers answer again. Once a restart failed in this run, every later
+    host fails here without restarting (:func:`_gate`), saying which host failed.
+
+    **Example:**
+
+    .. code:: python
+
+        docker.restart(name="Restart Docker", instances=[("vllm-a", 8000)], _parallel=1, _if=changed.did_change)
+    """
+    if not _PLANNED.get(_run(), {}).get(host.name, True):
+        # Only keys dockerd reloads changed (a registry, a mirror...): no restart at all.
+        yield StringCommand("systemctl", "reload", "docker.service")
+        return
+    pairs = [f"{container}:{port}" for container, port in instances]
+    yield FunctionCommand(_gate, (), {})
+    yield _RecordedCommand(scripts.command("docker-restart.sh", timeout_s, *pairs))
