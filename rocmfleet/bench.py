@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePath, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -33,6 +33,10 @@ if TYPE_CHECKING:  # profiles.py imports BenchSettings from here
 #: AMD's published ISL/OSL pairs (input tokens, output tokens), run at concurrency 64 (issue 6).
 AMD_PAIRS: tuple[tuple[int, int], ...] = ((2000, 150), (1000, 1000), (5000, 1000), (10000, 1000), (3200, 800))
 AMD_CONCURRENCY = 64
+#: Bounds of the benchmark's numbers: the longest served context (as ``max_model_len`` in
+#: :mod:`rocmfleet.flags`) and the largest ``max_num_seqs`` it accepts.
+MAX_TOKENS = 10_485_760
+MAX_CONCURRENCY = 65_536
 #: Latency metrics the command asks for (``--percentile-metrics``) and the percentiles of each.
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
 METRIC_PERCENTILES = (50, 90, 99)
@@ -92,21 +96,40 @@ class BenchShape(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    pairs: list[tuple[int, int]] = Field(
-        default=list(AMD_PAIRS), min_length=1, description="(input tokens, output tokens) of each case"
+    # Upper bounds: a smoke benchmark runs between deploys, so its cases stay few and bounded by
+    # what a server can take: lengths by the longest served context (10M tokens, the same bound as
+    # max_model_len in rocmfleet.flags), concurrency by vLLM's largest max_num_seqs bound (65536).
+    pairs: list[tuple[Annotated[int, Field(le=MAX_TOKENS)], Annotated[int, Field(le=MAX_TOKENS)]]] = Field(
+        default=list(AMD_PAIRS),
+        min_length=1,
+        max_length=64,
+        description="(input tokens, output tokens) of each case; at most 64 cases",
     )
-    concurrencies: list[int] = Field(
-        default=[AMD_CONCURRENCY], min_length=1, description="`--max-concurrency` values; several: a sweep"
+    concurrencies: list[Annotated[int, Field(le=MAX_CONCURRENCY)]] = Field(
+        default=[AMD_CONCURRENCY],
+        min_length=1,
+        max_length=64,
+        description="`--max-concurrency` values; several: a sweep (at most 64)",
     )
     length_scale: float = Field(default=1.0, gt=0, le=1)
     concurrency_scale: float = Field(default=1.0, gt=0, le=1)
-    max_model_len: int | None = Field(default=None, ge=8, description="the served `--max-model-len`, tokens")
-    max_concurrency: int | None = Field(default=None, ge=1, description="cap, e.g. the served `--max-num-seqs`")
+    max_model_len: int | None = Field(
+        default=None, ge=8, le=MAX_TOKENS, description="the served `--max-model-len`, tokens"
+    )
+    max_concurrency: int | None = Field(
+        default=None, ge=1, le=MAX_CONCURRENCY, description="cap, e.g. the served `--max-num-seqs`"
+    )
     prompts_per_slot: int = Field(
-        default=4, ge=1, description="`--num-prompts` = concurrency x this (rocmfleet's choice: ~4 waves)"
+        default=4,
+        ge=1,
+        le=100,
+        description="`--num-prompts` = concurrency x this (rocmfleet's choice: ~4 waves; at most 100 waves)",
     )
     reserve_tokens: int = Field(
-        default=16, ge=0, description="kept free below max_model_len: a random prompt can re-tokenize longer"
+        default=16,
+        ge=0,
+        le=4096,
+        description="kept free below max_model_len: a random prompt can re-tokenize longer (at most 4096)",
     )
 
     @model_validator(mode="after")
@@ -533,12 +556,18 @@ class Thresholds(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ttft_p99_ms: float | None = Field(default=None, gt=0, description="highest p99 time to first token, ms")
-    tpot_p99_ms: float | None = Field(default=None, gt=0, description="highest p99 time per output token, ms")
-    min_output_throughput_tok_s: float | None = Field(
-        default=None, ge=0, description="lowest output token throughput, tokens/s"
+    # Upper bounds: a request slower than an hour is a hung server, not a threshold; 10M tokens/s is
+    # far above any single server's output throughput.
+    ttft_p99_ms: float | None = Field(
+        default=None, gt=0, le=3_600_000, description="highest p99 time to first token, ms (at most an hour)"
     )
-    max_failed: int = Field(default=0, ge=0, description="most failed requests")
+    tpot_p99_ms: float | None = Field(
+        default=None, gt=0, le=3_600_000, description="highest p99 time per output token, ms (at most an hour)"
+    )
+    min_output_throughput_tok_s: float | None = Field(
+        default=None, ge=0, le=10_000_000, description="lowest output token throughput, tokens/s"
+    )
+    max_failed: int = Field(default=0, ge=0, le=1_000_000, description="most failed requests")
     regression_tolerance: float = Field(
         default=0.10, ge=0, lt=1, description="how much worse than the baseline a metric may be, as a fraction"
     )
