@@ -70,6 +70,8 @@ def _writable(path: str | None, option: str) -> None:
     """Refuse an output path whose directory does not exist, before the run rather than after it."""
     if path and not Path(path).resolve().parent.is_dir():
         raise ValueError(f"{option} {path}: directory {Path(path).resolve().parent} does not exist")
+    if path and Path(path).is_dir():
+        raise ValueError(f"{option} {path}: is a directory; name a file to write")
 
 
 def _positive(kind: type):
@@ -239,20 +241,31 @@ def _rekey(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    path = Path(args.new_password_file)
     try:
-        new = Path(args.new_password_file).read_bytes().strip()
+        new = path.read_bytes().strip()
+        if not new:
+            raise vault.VaultError(f"--new-password-file {path}: empty; a vault password cannot be empty")
+        path = old
         current = old.read_bytes().strip()
         with tempfile.TemporaryDirectory(prefix="rocmfleet-rekey-") as scratch:
             done = []
             for index, path in enumerate(map(Path, args.files)):
                 copy = Path(scratch) / f"{index}.yml"
                 shutil.copyfile(path, copy)
-                done.append((path, copy, vault.rekey(copy, current, new)))
+                try:
+                    count = vault.rekey(copy, current, new)
+                except vault.VaultError as exc:  # name the user's file, not the scratch copy
+                    raise vault.VaultError(str(exc).replace(str(copy), str(path))) from None
+                done.append((path, copy, count))
             for path, copy, count in done:
                 path.write_text(copy.read_text())
                 print(f"{path}: {count} vault value(s) re-encrypted")
-    except (vault.VaultError, OSError) as exc:
+    except vault.VaultError as exc:
         print(f"rocmfleet: {exc} (no file was changed)", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"rocmfleet: {path}: {exc.strerror or exc} (no file was changed)", file=sys.stderr)
         return 2
     return 0
 

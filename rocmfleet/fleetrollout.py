@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from rocmfleet.bench import REGRESSION_METRICS, BenchResult, Thresholds, judge
 
@@ -246,10 +246,16 @@ def load_state(path: Path) -> RolloutState | None:
         text = path.read_text()
     except FileNotFoundError:
         return None
+    except OSError as exc:  # a directory, no permission, a file where a directory belongs
+        raise ValueError(f"{path}: cannot read the rollout state: {exc.strerror or exc}") from None
     try:
         return RolloutState.model_validate_json(text)
-    except ValueError as exc:
-        raise ValueError(f"{path}: not a rollout state file: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(file)"
+        raise ValueError(
+            f"{path}: not a rollout state file ({exc.error_count()} problem(s); first: {where}: {first['msg']})"
+        ) from None
 
 
 def deploy_refusal(inventory_file: str | Path, results_dir: str | Path | None = None) -> str | None:

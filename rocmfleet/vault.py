@@ -107,19 +107,24 @@ def vault_lib(password: bytes | None = None) -> VaultLib:
     """A ``VaultLib`` holding ``password`` (default: read from :func:`password_file`).
 
     Raises:
-        VaultError: no password given and none configured, or the file cannot be read.
+        VaultError: no password given and none configured, the file cannot be read, or the
+            password is empty (ansible-vault refuses an empty one too).
     """
     if password is None:
         path = password_file()
         if path is None:
             raise VaultError(
-                "encrypted data found but no vault password: set ROCMFLEET_VAULT_PASSWORD_FILE "
+                "no vault password: set ROCMFLEET_VAULT_PASSWORD_FILE "
                 "(or ANSIBLE_VAULT_PASSWORD_FILE) to a file holding the password"
             )
         try:
             password = path.read_bytes().strip()
         except OSError as exc:
             raise VaultError(f"vault password file {path}: {exc.strerror}") from None
+        if not password:
+            raise VaultError(f"vault password file {path}: empty; a vault password cannot be empty")
+    if not password:
+        raise VaultError("a vault password cannot be empty")
     return VaultLib([("default", VaultSecret(password))])
 
 

@@ -251,3 +251,13 @@ def test_status_json_names_the_rollout_steps():
 def test_eta_from_the_mean_batch_time():
     assert fr.eta_s(0, 4, 10.0) is None
     assert fr.eta_s(1, 4, 100.0) == 300.0
+
+
+def test_an_unreadable_state_path_is_a_clear_error_not_a_traceback(tmp_path):
+    (tmp_path / "rollout-state.json").mkdir()
+    with pytest.raises(ValueError, match="cannot read the rollout state"):
+        fr.load_state(tmp_path / "rollout-state.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"id": 1}')
+    with pytest.raises(ValueError, match=r"not a rollout state file \(\d+ problem\(s\); first: "):
+        fr.load_state(bad)

@@ -107,3 +107,12 @@ def test_rekey_inline_and_whole_file(tmp_path, password_file):
     data = groupvars.load_group_vars("inline", tmp_path)
     assert data["nested"]["t"].reveal() == TOKEN and data["x"] == 1 and data["y"] == 2
     assert groupvars.load_group_vars("whole", tmp_path)["t"].reveal() == "secret"
+
+
+def test_an_empty_password_is_refused(tmp_path, monkeypatch):
+    empty = tmp_path / "empty"
+    empty.write_text("  \n")
+    monkeypatch.setenv("ROCMFLEET_VAULT_PASSWORD_FILE", str(empty))
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+    with pytest.raises(vault.VaultError, match="empty; a vault password cannot be empty"):
+        vault.encrypt("secret")
