@@ -134,6 +134,11 @@ class RocmOnHost(FactBase[rocm.HostRocm]):
     def process(self, output: list[str]) -> rocm.HostRocm:
         return rocm.parse_host_rocm(output)
 
+    @staticmethod
+    def default() -> rocm.HostRocm:
+        """A bare host prints nothing (no AMD file or package); pyinfra then returns this."""
+        return rocm.parse_host_rocm([])
+
 
 class RebootReasons(FactBase[list[str]]):
     """Reasons a reboot is owed (files under :data:`REBOOT_DIR`), one per line."""
