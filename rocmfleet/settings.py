@@ -337,7 +337,21 @@ class HostSettings(BaseModel):
         bad = [name for name in env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)]
         if bad:
             raise ValueError(f"not environment variable names: {', '.join(bad)}")
+        # One NAME=value line each in Docker's --env-file and systemd's EnvironmentFile: a newline
+        # (or another control character) in a value would add lines, i.e. other variables.
+        controls = sorted(name for name, value in env.items() if re.search(r"[\x00-\x1f\x7f]", _text(value)))
+        if controls:
+            raise ValueError(
+                f"values of {', '.join(controls)} hold a newline or another control character: each variable is "
+                "one line of an environment file"
+            )
         return env
+
+
+def _text(value: Any) -> str:
+    """A value as the environment file gets it (a secret's revealed text, only to be checked)."""
+    reveal = getattr(value, "reveal", None)
+    return reveal() if callable(reveal) else str(value)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,14 @@ from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.operations import files as file_ops
 
 from rocmfleet import docker, scripts
+from rocmfleet.facts.docker import PathExists
 
 logger = logging.getLogger("pyinfra")
+
+#: Written with a new daemon.json, removed by the restart (or reload) that applies it: a restart the
+#: gate skipped or that failed is still owed at the next deploy. Under /run (tmpfs): a reboot applies
+#: the file and clears the mark.
+PENDING = "/run/rocmfleet/docker-restart-pending"
 
 #: Docker restarts of this run (pyinfra's ``State``): ``{host name: succeeded}``.
 _RESTARTS: weakref.WeakKeyDictionary[object, dict[str, bool]] = weakref.WeakKeyDictionary()
@@ -62,6 +68,7 @@ def daemon_json(content: str, path: str = "/etc/docker/daemon.json"):
     staged = f"{path}.rocmfleet-new"
     yield from file_ops.put._inner(src=io.StringIO(content), dest=staged, user="root", group="root", mode="644")
     yield StringCommand(scripts.command("docker-daemon-json.sh", staged, path))
+    yield StringCommand(f"mkdir -p {PENDING.rsplit('/', 1)[0]} && touch {PENDING}")
 
 
 def _gate(state, host) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
@@ -69,7 +76,7 @@ def _gate(state, host) -> bool:  # noqa: ARG001 - pyinfra passes state and host 
     if failed:
         host.log_styled(
             f"rocmfleet: Docker not restarted here: its restart failed on {', '.join(failed)} in this run; "
-            "fix that host and deploy again (the new daemon.json is in place and applies at the next restart)",
+            "fix that host and deploy again (the new daemon.json is in place; the next deploy restarts Docker)",
             fg="red",
             log_func=logger.error,
         )
@@ -99,18 +106,28 @@ def restart(instances: Sequence[tuple[str, int]], timeout_s: int = 300):
     Call it with ``_parallel=docker_restart_parallel`` and ``_if`` the change of ``daemon.json``:
     pyinfra then restarts that many hosts at a time, and a batch starts only when the previous
     one is done, i.e. its containers answer again. Once a restart failed in this run, every later
-    host fails here without restarting (:func:`_gate`), saying which host failed.
+    host fails here without restarting (:func:`_gate`), saying which host failed. It acts only
+    while :data:`PENDING` is there (written with a new ``daemon.json``, removed once it is applied),
+    so a restart skipped or failed in one run is made by the next.
 
     **Example:**
 
     .. code:: python
 
-        docker.restart(name="Restart Docker", instances=[("vllm-a", 8000)], _parallel=1, _if=changed.did_change)
+        docker.restart(name="Restart Docker", instances=[("vllm-a", 8000)], _parallel=1)
     """
+    if not state.is_executing:
+        host.noop("Docker restarts when daemon.json changed (or a restart is still owed)")
+        return
+    if not host.get_fact(PathExists, path=PENDING):
+        host.noop("no daemon.json change waits for Docker")
+        return
     if not _PLANNED.get(_run(), {}).get(host.name, True):
         # Only keys dockerd reloads changed (a registry, a mirror...): no restart at all.
         yield StringCommand("systemctl", "reload", "docker.service")
+        yield StringCommand("rm", "-f", PENDING)
         return
     pairs = [f"{container}:{port}" for container, port in instances]
     yield FunctionCommand(_gate, (), {})
     yield _RecordedCommand(scripts.command("docker-restart.sh", timeout_s, *pairs))
+    yield StringCommand("rm", "-f", PENDING)

@@ -17,12 +17,21 @@
 # orphan or a stranger answering on the port must never count as this instance being ready.
 set -u
 
+if [ $# -lt 3 ]; then
+    echo "usage: vllm-probe.sh owner PORT CONTAINER | ready PORT CONTAINER LISTED BODY" >&2
+    exit 2
+fi
 mode=$1 port=$2 container=$3
 
 owner() {
-    pids=$(ss -Hltnp "sport = :$port" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)
+    # A port nobody can read is not a free port: say so rather than "free".
+    if ! listening=$(ss -Hltnp "sport = :$port" 2>&1); then
+        echo "other ? (ss failed: $(echo "$listening" | head -n 1))"
+        return 0
+    fi
+    pids=$(echo "$listening" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)
     if [ -z "$pids" ]; then
-        if [ -n "$(ss -Hltn "sport = :$port")" ]; then
+        if [ -n "$listening" ]; then
             echo "other ? (a listener whose process ss cannot see)"
         else
             echo free
@@ -39,7 +48,8 @@ owner() {
         done
     done
     pid=$(echo "$pids" | head -n 1)
-    echo "other $pid $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
+    command=$( (tr '\0' ' ' < "/proc/$pid/cmdline") 2>/dev/null | cut -c1-120)
+    echo "other $pid ${command:-(command unknown)}"
 }
 
 case "$mode" in

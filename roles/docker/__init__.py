@@ -48,7 +48,7 @@ def apply(settings: DeploySettings, instances: Sequence[tuple[str, int]] = ()) -
         packages = [p for p in packages if p not in engine]
     if packages:
         apt.packages(name="Install Docker", packages=packages, update=True, cache_time=3600, no_recommends=True)
-    daemon = docker_ops.daemon_json(
+    docker_ops.daemon_json(
         name="Write /etc/docker/daemon.json (validated by dockerd)", content=docker.daemon_json(settings)
     )
     systemd.service(name="Enable and start Docker", service="docker.service", running=True, enabled=True)
@@ -59,5 +59,4 @@ def apply(settings: DeploySettings, instances: Sequence[tuple[str, int]] = ()) -
         instances=instances,
         timeout_s=settings.docker_restart_timeout_s,
         _parallel=settings.docker_restart_parallel,
-        _if=daemon.did_change,
     )

@@ -78,6 +78,17 @@ def apply(config: HostConfig) -> None:
             last_good=last_good_of(instance.name, names),
         )
 
+    # A port held by anything but the instance's own container fails the host, also before any file
+    # is written: no instance is swapped on a host where one of them could not start.
+    for instance in host.loop(config.instances()):
+        names = vllm.files_of(instance)
+        vllm_ops.port_is_ours(
+            name=f"Check port {instance.port} is free or held by {names.container}",
+            instance=instance.name,
+            port=instance.port,
+            container=names.container,
+        )
+
     # (c) Write the files and swap what changed.
     for instance in host.loop(config.instances()):
         names = vllm.files_of(instance)
@@ -94,12 +105,6 @@ def apply(config: HostConfig) -> None:
             content=Secret(vllm.env_lines(secret_values)),
         )
         systemd.daemon_reload(name="Reload systemd units", _if=unit_files.did_change)
-        vllm_ops.port_is_ours(
-            name=f"Check port {instance.port} is free or held by {names.container}",
-            instance=instance.name,
-            port=instance.port,
-            container=names.container,
-        )
         changed = any_changed(unit_files, secret_env, image)
         # New files deserve fresh starts: a unit that hit its start limit with the old ones may start again.
         vllm_ops.clear_start_limit(name=f"Clear the start limit of {names.unit}", unit=names.unit, _if=changed)

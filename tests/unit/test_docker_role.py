@@ -63,6 +63,10 @@ def run_role(
     return operations, proc.stderr, proc.returncode
 
 
+#: The fake answer once daemon.json was written: a restart is owed (rocmfleet.operations.docker.PENDING).
+OWED = {"docker-restart-pending": ["exists"]}
+
+
 def op(operations: list[dict], name: str) -> dict:
     return next(o for o in operations if o["name"].removeprefix("docker | ") == name)
 
@@ -83,7 +87,7 @@ def test_a_converged_host_neither_writes_nor_restarts(tmp_path):
 
 
 def test_a_changed_daemon_json_restarts_every_host_that_changed(tmp_path):
-    operations, stderr, rc = run_role(tmp_path, {"gpu-1": {}, "gpu-2": {}, "gpu-3": current()})
+    operations, stderr, rc = run_role(tmp_path, {"gpu-1": OWED, "gpu-2": OWED, "gpu-3": current()})
     assert rc == 0, stderr[-3000:]
     assert sorted(op(operations, WRITE)["success"]) == ["@fake/gpu-1", "@fake/gpu-2"]
     assert sorted(op(operations, RESTART)["success"]) == ["@fake/gpu-1", "@fake/gpu-2"]  # gpu-3 unchanged
@@ -96,7 +100,10 @@ def gated_and_ran(stderr: str) -> tuple[list[str], list[str]]:
     return gated, ran
 
 
-FAILING = {"docker-restart.sh": {"success": False, "stderr": "rocmfleet: vllm-a does not answer on port 8000"}}
+FAILING = {
+    "docker-restart.sh": {"success": False, "stderr": "rocmfleet: vllm-a does not answer on port 8000"},
+    **OWED,
+}
 
 
 def test_a_failed_restart_stops_the_roll(tmp_path):
@@ -126,7 +133,11 @@ def old_file(**changes) -> dict[str, list[str]]:
     """A fake answer: the live daemon.json is the rendered one with ``changes`` (key: value) applied."""
     data = json.loads(daemon_json(host_config(DATA).settings))
     data.update({key.replace("_", "-"): value for key, value in changes.items()})
-    return {"cat /etc/docker/daemon.json": json.dumps(data, indent=2).splitlines()}
+    # the new file is written, so a restart is owed (rocmfleet.operations.docker.PENDING)
+    return {
+        "cat /etc/docker/daemon.json": json.dumps(data, indent=2).splitlines(),
+        "docker-restart-pending": ["exists"],
+    }
 
 
 def test_a_change_dockerd_reloads_is_a_reload_not_a_restart(tmp_path):
@@ -141,3 +152,12 @@ def test_a_change_dockerd_cannot_reload_is_a_restart(tmp_path):
     _, stderr, rc = run_role(tmp_path, {"gpu-1": old_file(log_opts={"max-size": "10m", "max-file": "3"})})
     assert rc == 0, stderr[-3000:]
     assert "docker-restart.sh" in stderr and "systemctl reload docker.service" not in stderr
+
+
+def test_a_restart_owed_from_an_earlier_run_is_made_though_daemon_json_is_current(tmp_path):
+    # an earlier run wrote daemon.json, then its restart failed or was gated: the mark is still there
+    operations, stderr, rc = run_role(tmp_path, {"gpu-1": {**current(), **OWED}})
+    assert rc == 0, stderr[-3000:]
+    assert op(operations, WRITE)["no_change"] == ["@fake/gpu-1"]
+    assert op(operations, RESTART)["success"] == ["@fake/gpu-1"]
+    assert "docker-restart.sh" in stderr and "rm -f /run/rocmfleet/docker-restart-pending" in stderr

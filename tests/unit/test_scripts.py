@@ -67,3 +67,17 @@ def test_a_stranger_answering_never_makes_the_instance_ready(listener):
     result = run("ready", port, "vllm-a", '"id":"m"', "{}")
     assert result.returncode == 1
     assert result.stderr.startswith(f"port {port}: other {pid} ") and "(not container vllm-a)" in result.stderr
+
+
+def test_a_port_ss_cannot_read_is_not_free(tmp_path):
+    (tmp_path / "ss").write_text("#!/bin/sh\necho 'Cannot open netlink socket: Permission denied' >&2\nexit 1\n")
+    (tmp_path / "ss").chmod(0o755)
+    command = scripts.command("vllm-probe.sh", "owner", 8000, "vllm-a")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env)
+    assert result.stdout == "other ? (ss failed: Cannot open netlink socket: Permission denied)\n"
+
+
+def test_the_probe_without_arguments_says_how_to_call_it():
+    result = subprocess.run(["sh", str(scripts.DIR / "vllm-probe.sh")], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.startswith("usage: vllm-probe.sh owner PORT CONTAINER")

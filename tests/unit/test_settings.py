@@ -55,3 +55,12 @@ def test_host_and_ports_of_pyinfra_are_checked_too(lab_data):
     lab_data["ssh_port"] = "2222"
     with pytest.raises(ConfigError, match="ssh_port: Input should be a valid integer"):
         host_config(lab_data)
+
+
+def test_a_newline_in_an_environment_value_is_refused(lab_data):
+    # it would add lines (other variables) to the env file, e.g. override the placement's devices
+    from rocmfleet.errors import ConfigError
+    from rocmfleet.settings import host_config
+
+    with pytest.raises(ConfigError, match="values of ZZ hold a newline or another control character"):
+        host_config({**lab_data, "vllm_env": {"ZZ": "x\nCUDA_VISIBLE_DEVICES=0,1"}})

@@ -166,3 +166,23 @@ def test_an_orphan_unit_of_ours_is_removed_before_the_new_ones_start(tmp_path):
     removal = names.index("Remove vLLM instances the data no longer lists")
     assert "Remove vLLM instances the data no longer lists" in changed(operations)
     assert removal < min(i for i, name in enumerate(names) if name.startswith(("Render", "Enable", "Restart")))
+
+
+def test_a_stranger_on_one_port_fails_the_host_before_any_instance_is_swapped(tmp_path):
+    healthy = {
+        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "stat -c %g /dev/kfd": ["992"],
+        "vllm-probe.sh ready 80": ["ready"],
+        "vllm-probe.sh owner 8000": ["free"],
+        "vllm-probe.sh owner 8001": ["other 4242 python3 -m http.server 8001"],
+    }
+    operations, stderr = run_role(
+        tmp_path,
+        healthy,
+        rc=1,
+        others={"gpu-2": {**healthy, "vllm-probe.sh owner 80": ["free"], "vllm-probe.sh owner 8001": ["free"]}},
+    )
+    failed = [op["name"].removeprefix("vllm | ") for op in operations if "@fake/gpu-1" in op["error"]]
+    assert failed[0] == "Check port 8001 is free or held by vllm-b"
+    swapped = [op["name"] for op in operations if "@fake/gpu-1" in op["success"] and "Render" in op["name"]]
+    assert swapped == []
