@@ -288,6 +288,9 @@ class WaitTarget:
         files: its live and last good files.
         roll_back_to: the last good version's image when it can be restored (a complete last good
             version that differs from the live files), else ``None``: then a timeout only fails.
+        warmup: shell that sends the profile's warm-up requests (:func:`rocmfleet.warmup.script`,
+            ``warmup_at_start``); run once the probe passes, and the instance counts as ready only
+            when it succeeded, so a cold instance never takes user traffic first.
     """
 
     name: str
@@ -298,6 +301,7 @@ class WaitTarget:
     image: str
     files: LastGoodFiles
     roll_back_to: str | None = None
+    warmup: str | None = None
 
 
 def _logs(target: WaitTarget) -> str:
@@ -308,6 +312,12 @@ def _logs(target: WaitTarget) -> str:
         f"{{ docker logs --tail {LOG_LINES} {container} 2>&1 "
         f"|| journalctl --no-pager -o cat -n {LOG_LINES} -u {unit}; }} >&2"
     )
+
+
+def _ready(target: WaitTarget) -> str:
+    """Shell that exits 0 when ``target`` is ready: the probe, then its warm-up (once) if it has one."""
+    probe = probe_script(target.port, target.model, target.container)
+    return f"{probe} && {target.warmup}" if target.warmup else probe
 
 
 def _wait_loop(flags: Sequence[tuple[str, str, str, str | None]], timeout_s: int, interval_s: int) -> list[str]:
@@ -364,7 +374,7 @@ def wait_or_roll_back_script(
     for i, _ in enumerate(targets):
         lines.append(f"r{i}=0; b{i}=0; q{i}=0; on{i}=1")
     lines += _wait_loop(
-        [(f"r{i}", f"on{i}", probe_script(t.port, t.model, t.container), t.unit) for i, t in enumerate(targets)],
+        [(f"r{i}", f"on{i}", _ready(t), t.unit) for i, t in enumerate(targets)],
         timeout_s,
         interval_s,
     )
@@ -406,7 +416,7 @@ def wait_or_roll_back_script(
         lines += [
             "  " + line
             for line in _wait_loop(
-                [(f"q{i}", f"b{i}", probe_script(t.port, t.model, t.container), None) for i, t in rollbackable],
+                [(f"q{i}", f"b{i}", _ready(t), None) for i, t in rollbackable],
                 rollback_timeout_s,
                 interval_s,
             )

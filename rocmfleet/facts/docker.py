@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 
 from pyinfra.api import FactBase
@@ -24,3 +25,23 @@ class PathExists(FactBase[bool]):
 
     def process(self, output: list[str]) -> bool:
         return output == ["exists"]
+
+
+class ImageLabels(FactBase[dict | None]):
+    """
+    The labels of a pulled image (``docker image inspect``), ``None`` when it is not there.
+
+    .. code:: python
+
+        host.get_fact(ImageLabels, image="repo:tag@sha256:...")  # {"org.rocmfleet.cache-key": "..."}
+    """
+
+    def command(self, image: str) -> str:
+        return f"docker image inspect --format '{{{{json .Config.Labels}}}}' {shlex.quote(image)} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict | None:
+        try:
+            labels = json.loads(" ".join(output) or "null")
+        except ValueError:
+            return None
+        return labels if isinstance(labels, dict) else {}

@@ -24,8 +24,9 @@ from pyinfra.api import StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files as file_ops
 
-from rocmfleet import rollout, vllm
+from rocmfleet import cachedirs, cachekey, rollout, vllm
 from rocmfleet.facts.devices import DeviceGroupIds
+from rocmfleet.facts.docker import ImageLabels
 from rocmfleet.facts.rollout import LastGood
 from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.facts.vllm import ManagedInstances, PortOwner, VllmReady
@@ -352,3 +353,31 @@ def last_good(config: HostConfig, instance: str, files: rollout.LastGoodFiles):
         )
         return
     yield StringCommand(rollout.save_last_good_script(files, record))
+
+
+@operation()
+def baked_cache_matches(config: HostConfig):
+    """
+    Fail the host when its image is a baked compile-cache image (``rocmfleet cache bake``) whose
+    cache key differs from what this host's instances would compile, naming the field.
+
+    + config: the host's validated configuration (the image, after it was pulled)
+
+    A no-op for an image that is not baked (its tag has no ``-rfcache-`` key) and for a baked one
+    whose key matches (``rocmfleet.cachekey.refusal``, with the GPU architecture of this host's
+    placement). Runs before any file is written, so a mismatched cache never reaches a unit.
+    """
+    if not cachedirs.is_baked(config):
+        host.noop("not a baked compile-cache image")
+        return
+    placed = host_placement(config)
+    if not isinstance(placed, HostPlacement):
+        host.noop("checked once the host's GPU topology is known")
+        return
+    arch = next((p.gfx_arch for p in placed.placements.values() if p.gfx_arch), "")
+    labels = host.get_fact(ImageLabels, image=config.image.reference)
+    problems = cachekey.refusal(config.image.reference, labels, config, arch)
+    if problems:
+        yield host_failure("rocmfleet: " + "; ".join(problems))
+        return
+    host.noop(f"baked cache key matches ({arch})")

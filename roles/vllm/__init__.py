@@ -13,7 +13,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 
-from rocmfleet import rollout, scripts, vllm
+from rocmfleet import rollout, scripts, vllm, warmup
 from rocmfleet.operations import secrets
 from rocmfleet.operations import vllm as vllm_ops
 from rocmfleet.settings import HostConfig, HostSettings
@@ -66,6 +66,8 @@ def apply(config: HostConfig) -> None:
     )
     # (a) The old containers keep serving while the new image is pulled.
     image = docker.image(name="Pull the vLLM image by digest", image=config.image.reference)
+    # A baked compile cache (rocmfleet cache bake) runs only where its cache key matches.
+    vllm_ops.baked_cache_matches(name="Check a baked image's cache key against this host", config=config)
 
     # (b) Every instance's new arguments go through the new image's own parser before any file is
     # written: a rejection fails the host with all instances untouched.
@@ -131,6 +133,7 @@ def apply(config: HostConfig) -> None:
                 model=config.profile.served_model_name,
                 image=config.image.reference,
                 files=last_good_of(instance.name, names),
+                warmup=warmup.script(config.profile, instance.port) if config.profile.warmup_at_start else None,
             )
         )
     vllm_ops.ready_or_roll_back(

@@ -556,3 +556,22 @@ def test_last_good_is_kept_once_and_only_when_ready(ops, tmp_path, lab_config):
     not_ready = FakeHost({8000: False}, {files.directory: saved_state("differs", None)})
     message = failure(list(ops(not_ready).last_good._inner(lab_config, inst.name, files)))
     assert message == "rocmfleet: tiny-llama-a: not ready on port 8000; its files are not kept as the last good version"
+
+
+def test_a_baked_image_runs_only_where_its_cache_key_matches(ops, lab_data):
+    from tests.unit.test_cache import _baked, _key
+
+    config, labels = _baked(lab_data, _key(lab_data))  # baked for gfx942, the fake host's GPUs
+    assert list(ops(FakeHost({}, {}, ImageLabels=labels)).baked_cache_matches._inner(config)) == []
+    other, other_labels = _baked(lab_data, _key(lab_data, arch="gfx90a"))
+    message = failure(list(ops(FakeHost({}, {}, ImageLabels=other_labels)).baked_cache_matches._inner(other)))
+    assert message.startswith("rocmfleet: baked image ") and "field gpu_arch is 'gfx90a' in the image" in message
+
+
+def test_a_warm_up_runs_once_the_probe_passes_and_gates_readiness(host, tmp_path):
+    (host.state / "ready-8000").touch()
+    a = instance_files(tmp_path, "a")
+    warm = rollout.WaitTarget(**{**target(a, "a", 8000, None).__dict__, "warmup": "echo warmed >> $STATE/calls; false"})
+    result = host(rollout.wait_or_roll_back_script([warm], 2, 2, 1))
+    assert result.returncode == 1  # ready by the probe, but the warm-up failed: not ready
+    assert "warmed" in calls(host)
