@@ -125,7 +125,7 @@ class RegistryAuth(BaseModel):
 class InstanceOverride(BaseModel):
     """An explicit instance in host data, replacing the profile's ``instances_per_host`` layout."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$", description="Unit `vllm-<name>.service`.")
     port: int = Field(ge=1, le=65535, description="API port on the host (TCP ports end at 65535).")
@@ -162,7 +162,7 @@ class ConnectionSettings(BaseModel):
 class HostSettings(BaseModel):
     """Everything the roles read for one host."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     apt_proxy: str | None = Field(
         default=None,
