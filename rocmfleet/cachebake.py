@@ -283,6 +283,9 @@ def bake(target, emit: Callable[[str], None] = print, ready_timeout_s: int | Non
         run(scripts.command("cache-bake.sh", "prepare", bake_dir, *(d.name for d in cachedirs.LAYOUT)), "prepare")
         was = run(scripts.command("cache-bake.sh", "stop", names.unit), f"stopping {names.unit}").strip()
         try:
+            # The unit's container is Docker's and outlives its stop (issue 11): it goes, so that the bake
+            # container can take its name (the readiness probe asks that container for the port).
+            session.run(f"docker rm {shlex.quote(names.container)} >/dev/null 2>&1 || true", timeout_s=120)
             emit(f"{target.name}: starting {names.container} from the base image with empty caches")
             run(shlex.join(bake_run_argv(config, instance, placement, gids, bake_dir)), "starting the bake container")
             timeout = ready_timeout_s or config.settings.vllm_ready_timeout_s

@@ -66,7 +66,7 @@ def test_a_renamed_and_a_removed_instance_leave_no_orphan(lab, tmp_path):
 
 def test_a_unit_rocmfleet_did_not_make_is_never_touched(lab):
     name = sorted(lab.hosts)[1]
-    unit = "[Unit]\nDescription=not rocmfleet's\n[Service]\nExecStart=/bin/sleep infinity\n"
+    unit = "[Unit]\nDescription=not made by rocmfleet\n[Service]\nExecStart=/bin/sleep infinity\n"
     path = "/etc/systemd/system/vllm-theirs.service"
     lab_ssh(lab, name, f"printf '{unit}' > {path} && systemctl daemon-reload && systemctl start vllm-theirs")
     try:
