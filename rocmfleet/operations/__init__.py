@@ -1,1 +1,10 @@
 """pyinfra operations rocmfleet adds (one module per domain, as in ``pyinfra.operations``)."""
+
+from __future__ import annotations
+
+
+def this_run(state: object) -> object:
+    """The pyinfra ``State`` behind ``state`` (the ``pyinfra.state`` context proxy an operation
+    module imported): the key of what an operation keeps for the rest of one run (placements,
+    Docker restarts). A test's plain stand-in for ``state`` is returned as it is."""
+    return getattr(state, "_get_module", lambda: state)()

@@ -24,6 +24,7 @@ from pyinfra.operations import files as file_ops
 
 from rocmfleet import docker, scripts
 from rocmfleet.facts.docker import PathExists
+from rocmfleet.operations import this_run
 
 logger = logging.getLogger("pyinfra")
 
@@ -36,11 +37,6 @@ PENDING = "/run/rocmfleet/docker-restart-pending"
 _RESTARTS: weakref.WeakKeyDictionary[object, dict[str, bool]] = weakref.WeakKeyDictionary()
 #: Per run and host: whether the daemon.json change written needs a restart (else a reload will do).
 _PLANNED: weakref.WeakKeyDictionary[object, dict[str, bool]] = weakref.WeakKeyDictionary()
-
-
-def _run() -> object:
-    """This run's pyinfra ``State`` (the context proxy's object)."""
-    return getattr(state, "_get_module", lambda: state)()
 
 
 @operation()
@@ -62,7 +58,7 @@ def daemon_json(content: str, path: str = "/etc/docker/daemon.json"):
         host.noop(f"{path} is up to date")
         return
     old = host.get_fact(FileContents, path=path)
-    _PLANNED.setdefault(_run(), {})[host.name] = docker.restart_needed(
+    _PLANNED.setdefault(this_run(state), {})[host.name] = docker.restart_needed(
         "\n".join(old) if old is not None else None, content
     )
     staged = f"{path}.rocmfleet-new"
@@ -122,7 +118,7 @@ def restart(instances: Sequence[tuple[str, int]], timeout_s: int = 300):
     if not host.get_fact(PathExists, path=PENDING):
         host.noop("no daemon.json change waits for Docker")
         return
-    if not _PLANNED.get(_run(), {}).get(host.name, True):
+    if not _PLANNED.get(this_run(state), {}).get(host.name, True):
         # Only keys dockerd reloads changed (a registry, a mirror...): no restart at all.
         yield StringCommand("systemctl", "reload", "docker.service")
         yield StringCommand("rm", "-f", PENDING)

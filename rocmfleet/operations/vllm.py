@@ -30,6 +30,7 @@ from rocmfleet.facts.docker import ImageLabels
 from rocmfleet.facts.rollout import LastGood
 from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.facts.vllm import ManagedInstances, PortOwner, VllmReady
+from rocmfleet.operations import this_run
 from rocmfleet.operations.fail import host_failure
 from rocmfleet.placement import Placement, PlacementError
 from rocmfleet.settings import HostConfig, Instance
@@ -67,7 +68,7 @@ def host_placement(config: HostConfig) -> HostPlacement | str | None:
         or its instances do not fit its GPUs; ``None`` while pyinfra prepares the run and the
         host has no topology yet (a bare host before the driver's reboot: placed at execution).
     """
-    run = _EXECUTED.setdefault(getattr(state, "_get_module", lambda: state)(), {})
+    run = _EXECUTED.setdefault(this_run(state), {})
     if state.is_executing and host.name in run:
         return run[host.name]
     result: HostPlacement | str | None
