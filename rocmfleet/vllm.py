@@ -48,7 +48,9 @@ class UnitTimings:
         timeout_stop_s: ``TimeoutStopSec``: the grace period, ``docker stop``'s SIGKILL, a margin.
         restart_s: ``RestartSec``: back-off before a crashed container is replaced.
         start_limit_burst, start_limit_interval_s: that many starts within the interval and the
-            next is refused: the unit is failed with result ``start-limit-hit`` (systemd.unit(5)).
+            next is refused: the unit stays failed and its journal says "Start request repeated too
+            quickly" (systemd.unit(5)); its ``Result`` stays the first failure's (``exit-code``
+            after a crash), ``start-limit-hit`` only when the last run had ended cleanly.
             Three crashes, each within a few minutes of its start, fit in the interval.
     """
 

@@ -211,9 +211,6 @@ def test_a_killed_container_is_replaced_by_the_unit_after_its_back_off(lab):
     wait_until(lambda: healthy(lab.hosts[name], port), 900, f"{unit} answers again")
 
 
-@pytest.mark.skip(
-    reason="issue 11: in the lab run of 2026-11-30 the unit ended failed with Result exit-code, not start-limit-hit"
-)
 def test_three_quick_crashes_leave_the_unit_failed_with_its_start_limit(lab):
     name, instance, port = other_host(lab)
     unit = f"vllm-{instance}.service"
@@ -225,12 +222,14 @@ def test_three_quick_crashes_leave_the_unit_failed_with_its_start_limit(lab):
             assert lab_ssh(lab, name, f"docker kill vllm-{instance}").returncode == 0
             time.sleep(2)
         wait_until(lambda: unit_property(lab, name, unit, "ActiveState") == "failed", 120, "the unit fails")
-        assert unit_property(lab, name, unit, "Result") == "start-limit-hit"
+        # systemd keeps the first failure as Result (here exit-code: the container was killed) and
+        # says why it gave up in the journal; `systemctl status` shows both.
+        assert unit_property(lab, name, unit, "Result") in ("exit-code", "start-limit-hit")
         time.sleep(RESTART_S + 5)  # no further attempt: not a loop
         assert unit_property(lab, name, unit, "ActiveState") == "failed"
         assert container_state(lab, name, instance).endswith(" false")
-        status = lab_ssh(lab, name, f"systemctl status {unit} --no-pager").stdout
-        assert "start-limit-hit" in status
+        status = lab_ssh(lab, name, f"systemctl status {unit} --no-pager --lines 20").stdout
+        assert "Start request repeated too quickly" in status, status
     finally:
         lab_ssh(lab, name, f"systemctl reset-failed {unit}; systemctl start {unit}")
         wait_until(lambda: healthy(lab.hosts[name], port), 900, f"{unit} answers again")
