@@ -209,7 +209,8 @@ def clear_start_limit(unit: str):
 
     Three quick failures leave a vLLM unit failed with ``start-limit-hit`` until the interval
     passes (``templates/vllm/vllm.service.j2``); run this when its files changed, so that the new
-    version may start at once. Harmless on a running unit.
+    version may start at once, and when the unit is not running, so that the deploy's start is not
+    refused ("start of the service was attempted too often"). Harmless on a running unit.
     """
     yield StringCommand(f"systemctl reset-failed {shlex.quote(unit)} 2>/dev/null || true")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 
@@ -108,8 +109,13 @@ def apply(config: HostConfig) -> None:
         )
         systemd.daemon_reload(name="Reload systemd units", _if=unit_files.did_change)
         changed = any_changed(unit_files, secret_env, image)
-        # New files deserve fresh starts: a unit that hit its start limit with the old ones may start again.
-        vllm_ops.clear_start_limit(name=f"Clear the start limit of {names.unit}", unit=names.unit, _if=changed)
+        # New files deserve fresh starts, and a unit that is not running (failed at its start limit:
+        # three quick crashes) is to be started by this deploy: either way its start limit is reset.
+        # The unit's state is the fact systemd.service reads below (no command of its own).
+        running = host.get_fact(SystemdStatus, services=[names.unit]).get(names.unit, False)
+        vllm_ops.clear_start_limit(
+            name=f"Clear the start limit of {names.unit}", unit=names.unit, _if=[changed] if running else []
+        )
         started = systemd.service(name=f"Enable and start {names.unit}", service=names.unit, running=True, enabled=True)
         systemd.service(
             name=f"Restart {names.unit} for its new image, unit or environment",

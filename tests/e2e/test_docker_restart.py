@@ -230,6 +230,11 @@ def test_three_quick_crashes_leave_the_unit_failed_with_its_start_limit(lab):
         assert container_state(lab, name, instance).endswith(" false")
         status = lab_ssh(lab, name, f"systemctl status {unit} --no-pager --lines 20").stdout
         assert "Start request repeated too quickly" in status, status
+        # A deploy (its files unchanged) brings the failed unit back: it resets the start limit first.
+        rc, _, stderr = pyinfra_json("deploy.py", "-y", "--limit", name, timeout_s=1200)
+        assert rc == 0, stderr[-3000:]
+        assert unit_property(lab, name, unit, "ActiveState") == "active"
+        assert healthy(lab.hosts[name], port)
     finally:
         lab_ssh(lab, name, f"systemctl reset-failed {unit}; systemctl start {unit}")
         wait_until(lambda: healthy(lab.hosts[name], port), 900, f"{unit} answers again")
