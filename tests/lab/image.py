@@ -42,9 +42,10 @@ from typing import Any
 REPOSITORY = "rocmfleet-lab/vllm-cpu"
 """Repository path of the image in the registry."""
 NEVER_READY_TAG = "0.32.0-lab.never-ready"
-"""A bad version that starts but never gets ready: its entrypoint sleeps instead of serving (the
-container runs, the port never answers). Its ``python3`` still checks the arguments, as the deploy
-runs that check with ``--entrypoint python3``."""
+"""A bad version that starts but never gets ready: its entrypoint says so and exits 1 after a few
+seconds instead of serving (as an engine that dies while it loads), so the unit restarts it until
+systemd gives up and the deploy's wait stops waiting for it. Its ``python3`` still checks the
+arguments (the deploy runs that check with ``--entrypoint python3``)."""
 SLOW_TAG = "0.32.0-lab.slow"
 """A bad version that gets ready but is slower than a rollout's gate allows: ``vllm serve`` with
 ``--max-num-seqs 1`` after the unit's arguments (the last one wins), so the smoke benchmark's
@@ -55,7 +56,7 @@ ENTRYPOINTS: dict[str, list[str]] = {
     NEVER_READY_TAG: [
         "/bin/sh",
         "-c",
-        "echo 'rocmfleet lab: this version never gets ready' >&2; exec sleep infinity",
+        "echo 'rocmfleet lab: this version dies before it is ready' >&2; sleep 5; exit 1",
         "never-ready",
     ],
     SLOW_TAG: ["/bin/sh", "-c", 'exec vllm serve "$@" --max-num-seqs 1', "vllm"],
