@@ -30,6 +30,7 @@ What is decided here, once:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -44,6 +45,11 @@ CONNECT_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 120.0
 #: Seconds between keep-alive packets, so a dead host is noticed during a long command.
 KEEPALIVE_S = 15
+#: Seconds data sent to a host may stay unacknowledged before the kernel drops the connection
+#: (Linux ``TCP_USER_TIMEOUT``, tcp(7)). Without it a host that powers off mid-command is retried
+#: for ``net.ipv4.tcp_retries2`` (about 15 minutes) before the command fails; with the keep-alive
+#: packets above, a dead host ends the command within about a minute.
+USER_TIMEOUT_S = 45
 #: pyinfra's ``ssh_strict_host_key_checking`` values (OpenSSH's ``StrictHostKeyChecking``).
 STRICT_VALUES = ("yes", "ask", "accept-new", "no", "off")
 
@@ -234,6 +240,7 @@ class Session:
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(KEEPALIVE_S)
+            _user_timeout(transport.sock)
         return cls(settings, client)
 
     def __enter__(self) -> Session:
@@ -319,6 +326,17 @@ class Session:
                 )
             )
         return self._sudo_problem  # type: ignore[return-value]
+
+
+def _user_timeout(sock: Any) -> None:
+    """Set ``TCP_USER_TIMEOUT`` (:data:`USER_TIMEOUT_S`) on ``sock`` where the platform has it."""
+    import socket
+
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if option is None or not hasattr(sock, "setsockopt"):
+        return
+    with contextlib.suppress(OSError):  # not a TCP socket (a proxy command's pipe): the keep-alive alone
+        sock.setsockopt(socket.IPPROTO_TCP, option, int(USER_TIMEOUT_S * 1000))
 
 
 def reachable(settings: SshSettings, timeout_s: float = 20) -> str | None:

@@ -8,7 +8,8 @@ time; :mod:`rocmfleet.rolloutrun` does the I/O. Nothing here talks to a host.
   :func:`parse_max_unavailable`). A batch is out of service from its drain to its undrain, and
   the next batch starts only when the whole batch is back: never more than ``max_unavailable``
   hosts out of service at once. A canary larger than ``max_unavailable`` is split too.
-* **State** (:class:`RolloutState`, JSON in ``<results>/<inventory>/rollout-state.json``):
+* **State** (:class:`RolloutState`, JSON in ``<results>/<inventory>/rollout-state.json``, the
+  results root beside the inventory file unless given, :func:`results_root`):
   per host the image before (read from the host at the start) and after, and the step reached
   (:data:`STEPS`). Each step is written *before* it is taken (``switching``) and after it
   succeeded (``switched``), by an atomic rename, so a killed control process leaves a file
@@ -219,9 +220,17 @@ def state_path(results_dir: str | Path, inventory: str | Path) -> Path:
     return Path(results_dir) / Path(inventory).stem / STATE_NAME
 
 
-def results_root(explicit: str | None = None) -> Path:
-    """The results root: ``explicit``, else ``$ROCMFLEET_ROLLOUT_RESULTS``, else ``./rollout-results``."""
-    return Path(explicit or os.environ.get(RESULTS_ENV) or DEFAULT_RESULTS)
+def results_root(explicit: str | None = None, inventory: str | Path | None = None) -> Path:
+    """The results root: ``explicit``, else ``$ROCMFLEET_ROLLOUT_RESULTS``, else ``rollout-results``
+    beside the inventory file (``inventories/rollout-results`` for ``inventories/prod.py``), so
+    that a rollout and a deploy started from different directories see the same state file;
+    ``./rollout-results`` when no inventory is given."""
+    chosen = explicit or os.environ.get(RESULTS_ENV)
+    if chosen:
+        return Path(chosen)
+    if inventory is not None:
+        return Path(inventory).resolve().parent / DEFAULT_RESULTS
+    return Path(DEFAULT_RESULTS)
 
 
 def save_state(state: RolloutState, path: Path) -> None:
@@ -264,7 +273,7 @@ def deploy_refusal(inventory_file: str | Path, results_dir: str | Path | None = 
     A rollout recorded as in progress (:attr:`RolloutState.blocking`) refuses every deploy
     except its own (the runner sets :data:`OWN_DEPLOY_ENV` to the rollout's id).
     """
-    path = state_path(results_root(str(results_dir) if results_dir else None), inventory_file)
+    path = state_path(results_root(str(results_dir) if results_dir else None, inventory_file), inventory_file)
     try:
         state = load_state(path)
     except ValueError as exc:

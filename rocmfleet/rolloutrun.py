@@ -23,6 +23,7 @@ steps on real hosts (tests pass stand-ins):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -57,6 +58,10 @@ PULL_TIMEOUT_S = 3600
 DEPLOY_MARGIN_S = 1800
 #: Seconds between readiness polls of a rolling restart.
 POLL_S = 5
+#: Seconds between the checks that a host being deployed still answers SSH.
+HEARTBEAT_S = 15
+#: Failed checks in a row after which a host counts as lost and its deploy is stopped.
+LOST_AFTER = 2
 #: Seconds ``rocmfleet check --select vllm`` may take on one host.
 CHECK_TIMEOUT_S = 300
 
@@ -416,6 +421,19 @@ def _tail(text: str, lines: int = 6) -> str:
     return " | ".join(kept) or "(no output)"
 
 
+def _die_with_parent() -> None:
+    """``preexec_fn`` of a deploy: it gets SIGTERM when the rollout process dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``, ``PR_SET_PDEATHSIG`` = 1 in ``linux/prctl.h``), so a killed
+    rollout leaves no deploy running on its own that ``--resume`` or ``--rollback`` would race."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
 class HostSteps:
     """:class:`Steps` on real hosts, over :mod:`rocmfleet.connect` and the deploy.
 
@@ -528,26 +546,57 @@ class HostSteps:
         env = {**os.environ, OWN_DEPLOY_ENV: self.rollout_id}
         timeout = config.settings.vllm_ready_timeout_s + DEPLOY_MARGIN_S
         started = time.time()
-        try:
-            proc = subprocess.run(
-                argv, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL, check=False
-            )
-        except subprocess.TimeoutExpired:
-            raise StepError(gate, f"the deploy did not finish within {timeout} s") from None
-        for line in (proc.stdout + proc.stderr).splitlines():
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+        )
+        stdout, stderr = self._watch(host, proc, timeout, gate)
+        for line in (stdout + stderr).splitlines():
             self.emit(f"{host} deploy: {line}")
         if proc.returncode != 0:
-            said = [
-                line
-                for line in (proc.stderr + proc.stdout).splitlines()
-                if "not ready" in line or "rolled back" in line
-            ]
-            why = _tail("\n".join(said) if said else proc.stderr + proc.stdout)
+            said = [line for line in (stderr + stdout).splitlines() if "not ready" in line or "rolled back" in line]
+            why = _tail("\n".join(said) if said else stderr + stdout)
             kind = "readiness" if said else gate
             raise StepError(
                 kind, f"deploy of {image.reference if image else 'the same image'} exited {proc.returncode}: {why}"
             )
         return started
+
+    def _watch(self, host: str, proc: subprocess.Popen, timeout_s: float, gate: str) -> tuple[str, str]:
+        """Wait for the deploy ``proc``, asking every :data:`HEARTBEAT_S` seconds whether ``host``
+        still answers SSH (:func:`rocmfleet.connect.reachable`). A host that does not answer
+        :data:`LOST_AFTER` times in a row (powered off, cut off) stops the deploy: pyinfra's own
+        connection to a dead host would wait for the kernel's TCP retries (about 15 minutes).
+
+        Raises:
+            StepError: the deploy ran past ``timeout_s`` or the host stopped answering.
+        """
+        from rocmfleet.connect import reachable
+
+        deadline = time.monotonic() + timeout_s
+        misses = 0
+        while True:
+            try:
+                return proc.communicate(timeout=HEARTBEAT_S)
+            except subprocess.TimeoutExpired:
+                pass
+            why = None
+            if time.monotonic() > deadline:
+                why = f"the deploy did not finish within {timeout_s:g} s"
+            else:
+                lost = reachable(self.targets[host].ssh, HEARTBEAT_S)
+                misses = misses + 1 if lost else 0
+                if misses >= LOST_AFTER:
+                    why = f"{host} stopped answering SSH during the deploy ({lost}); the deploy was stopped"
+            if why:
+                proc.kill()
+                proc.communicate()
+                raise StepError(gate, why)
 
     def switch(self, host: str, image: ImageRef | None) -> dict[str, float]:
         """The deploy (``image``) or, for a rolling restart (``None``), a restart of the units and
@@ -722,7 +771,8 @@ def _data_file(image: ImageRef) -> tuple[Path, str, str]:
     from rocmfleet import groupvars
     from rocmfleet.groupdata_edit import EditError, holders, set_keys
 
-    files = {str(path): path.read_text() for path, _keys in groupvars.LOADED.values()}
+    loaded = [g for g in groupvars.LOADED if not g.fatal]  # every group file the inventory read, in order
+    files = {str(g.path): g.path.read_text() for g in loaded}
     found = holders(files)
     if len(found) > 1:
         raise CommandError(
@@ -730,7 +780,7 @@ def _data_file(image: ImageRef) -> tuple[Path, str, str]:
             "keep them in one, or edit them by hand and run `rocmfleet rollout` without --image"
         )
     if not found:
-        groups = {g: str(p) for g, (p, _k) in groupvars.LOADED.items()}
+        groups = {g.group: str(g.path) for g in loaded}
         found = [v for g, v in groups.items() if g != "all"] or list(groups.values())
         if len(found) != 1:
             raise CommandError("no group data file holds vllm_image_*; add vllm_image_tag and vllm_image_digest to one")
@@ -796,7 +846,7 @@ def run_rollout(
     """
     from rocmfleet import fleetrollout as fr
 
-    root = fr.results_root(results_dir)
+    root = fr.results_root(results_dir, inventory)
     path = fr.state_path(root, inventory)
     try:
         existing = fr.load_state(path)
@@ -983,4 +1033,4 @@ def status(
         return [replace(i, ready=ready.get(i.instance)) for i in instances]
 
     rows = [row for rows in _parallel(one, list(targets)) for row in rows]
-    return rows, fr.load_state(fr.state_path(fr.results_root(results_dir), inventory))
+    return rows, fr.load_state(fr.state_path(fr.results_root(results_dir, inventory), inventory))

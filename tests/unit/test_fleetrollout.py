@@ -261,3 +261,18 @@ def test_an_unreadable_state_path_is_a_clear_error_not_a_traceback(tmp_path):
     bad.write_text('{"id": 1}')
     with pytest.raises(ValueError, match=r"not a rollout state file \(\d+ problem\(s\); first: "):
         fr.load_state(bad)
+
+
+def test_state_lives_beside_the_inventory_whatever_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.delenv(fr.RESULTS_ENV, raising=False)
+    (tmp_path / "inventories").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    inventory = tmp_path / "inventories" / "prod.py"
+    fr.save_state(_state(), fr.state_path(fr.results_root(None, inventory), inventory))
+    assert (tmp_path / "inventories" / "rollout-results" / "prod" / fr.STATE_NAME).is_file()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert fr.deploy_refusal(inventory) is not None  # a deploy started from another directory sees it
+    monkeypatch.chdir(tmp_path)
+    assert fr.deploy_refusal("inventories/prod.py") is not None
+    monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path / "other"))
+    assert fr.deploy_refusal(inventory) is None  # the environment names another root

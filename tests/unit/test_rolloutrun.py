@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -373,3 +374,87 @@ def test_rolling_restart_switches_with_no_image_and_has_nothing_to_roll_back(tmp
     assert seen == [("h1", None), ("h2", None)]
     assert not any(s == "pull" or s == "rollback" for s, _h in steps.log)
     assert fr.load_state(path).status == "rolled_back"
+
+
+# --- on real hosts: the deploy's watch and the group data file --------------------------------
+
+
+class _Target:
+    def __init__(self, port: int) -> None:
+        from rocmfleet.connect import SshSettings
+
+        self.ssh = SshSettings(hostname="127.0.0.1", port=port, connect_timeout_s=2)
+
+
+def test_a_deploy_whose_host_stops_answering_is_stopped_and_reported(monkeypatch):
+    from rocmfleet import rolloutrun
+
+    monkeypatch.setattr(rolloutrun, "HEARTBEAT_S", 0.5)
+    steps = rolloutrun.HostSteps("inv.py", {"gone": _Target(1)}, None, "id")  # nothing listens on port 1
+    proc = subprocess.Popen(["sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = time.monotonic()
+    with pytest.raises(StepError) as failed:
+        steps._watch("gone", proc, 600, "switch")
+    assert time.monotonic() - started < 20
+    assert failed.value.gate == "switch" and "gone stopped answering SSH" in str(failed.value)
+    assert proc.returncode is not None  # the deploy was stopped, not left running
+
+
+def test_a_deploy_that_ends_is_returned_with_its_output(monkeypatch):
+    from rocmfleet import rolloutrun
+
+    steps = rolloutrun.HostSteps("inv.py", {"h": _Target(1)}, None, "id")
+    script = "echo out; echo err >&2; exit 3"
+    proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert steps._watch("h", proc, 60, "switch") == ("out\n", "err\n")
+    assert proc.returncode == 3
+
+
+def test_a_deploy_dies_with_the_rollout_process(tmp_path):
+    """The deploy's preexec_fn asks for SIGTERM when its parent dies (a killed rollout leaves none running)."""
+    pid_file = tmp_path / "pid"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "from rocmfleet.rolloutrun import _die_with_parent\n"
+            "p = subprocess.Popen(['sleep', '60'], preexec_fn=_die_with_parent)\n"
+            f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+            "time.sleep(60)\n",
+        ]
+    )
+    deadline = time.monotonic() + 20
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as stat:  # a zombie waits for init: dead enough
+            if stat.read().split()[2] == "Z":
+                break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        raise AssertionError("the deploy outlived the rollout process")
+
+
+def test_image_pins_go_to_the_group_file_that_holds_them(tmp_path, monkeypatch):
+    from rocmfleet import groupvars, rolloutrun
+
+    monkeypatch.setattr(groupvars, "LOADED", [])
+    all_yml, lab_yml = tmp_path / "all.yml", tmp_path / "lab.yml"
+    all_yml.write_text("docker_source: debian\n")
+    lab_yml.write_text('# the lab\nvllm_image_tag: "lab.1"  # pinned\nvllm_ready_timeout_s: 900\n')
+    for group, path in (("all", all_yml), ("lab", lab_yml)):
+        groupvars.LOADED.append(groupvars.GroupFile(group, path, {}))
+    path, old, new = rolloutrun._data_file(NEW)
+    assert path == lab_yml and old == lab_yml.read_text()
+    assert 'vllm_image_tag: "lab.2"  # pinned\n' in new and "vllm_ready_timeout_s: 900\n" in new
+    assert new.count("vllm_image_digest:") == 1 and new.endswith(f'vllm_image_digest: "{NEW.digest}"\n')
