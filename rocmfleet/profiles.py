@@ -78,7 +78,10 @@ class ReadyProbe(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     prompt: str = Field(min_length=1, description="completion prompt")
-    expect_regex: str = Field(min_length=1, description="Python regular expression the greedy answer must match")
+    expect_regex: str = Field(
+        min_length=1,
+        description="Python regular expression the greedy answer must contain (re.search; anchor with ^ for a prefix)",
+    )
     max_tokens: int = Field(default=16, ge=1, le=4096)
     chat: bool = Field(
         default=False, description="also send the prompt to /v1/chat/completions (served to chat clients)"
