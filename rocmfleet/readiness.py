@@ -22,7 +22,7 @@ from rocmfleet.profiles import ReadyProbe
 
 def probe_args(model: str, ready_probe: ReadyProbe | None = None) -> list[str]:
     """The arguments of ``vllm-probe.sh ready`` after ``PORT CONTAINER``: ``MODEL_JSON BODY
-    [EXPECT_JSON [CHAT_BODY]]``.
+    [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]``.
 
     All are JSON with ``\\u`` escapes (``json.dumps``' default), so they are ASCII whatever the
     served name or prompt holds; the script parses the server's answers with a JSON parser, so
@@ -44,6 +44,7 @@ def probe_args(model: str, ready_probe: ReadyProbe | None = None) -> list[str]:
     if ready_probe.chat:
         messages = [{"role": "user", "content": ready_probe.prompt}]
         args.append(json.dumps({"model": model, "messages": messages, **greedy}))
+        args.append(json.dumps(ready_probe.chat_expect_regex or ready_probe.expect_regex))
     return args
 
 
@@ -55,7 +56,8 @@ def probe_script(port: int, model: str, container: str, ready_probe: ReadyProbe 
     then ``/health``, ``/v1/models`` listing ``model``, and one completion; with ``ready_probe``
     (:class:`rocmfleet.profiles.ReadyProbe`) the completion is its prompt at temperature 0 and the
     answer must match its ``expect_regex`` (``re.search``), and with ``ready_probe.chat`` the same
-    prompt as a chat message must answer and match too. Not ready: exit 1, the reason on stderr.
+    prompt as a chat message must answer and match ``chat_expect_regex`` (default: ``expect_regex``).
+    Not ready: exit 1, the reason on stderr; a wrong answer: exit 3 (final at temperature 0).
 
     Args:
         port: the instance's API port on the host.

@@ -4,12 +4,13 @@
 #   vllm-probe.sh owner PORT CONTAINER
 #       prints "free" (nothing listens on PORT), "ours" (a process of CONTAINER listens on it)
 #       or "other PID COMMAND" (another process does); exit 0.
-#   vllm-probe.sh ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY]]
+#   vllm-probe.sh ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]
 #       exit 0 when a process of CONTAINER listens on PORT and the server there is ready:
 #       GET /health answers 200, GET /v1/models lists the served model name MODEL_JSON (a JSON
 #       string), POST /v1/completions with BODY succeeds and, with EXPECT_JSON (a JSON string
 #       holding a Python regular expression), its first choice's text matches it (re.search);
-#       with CHAT_BODY, POST /v1/chat/completions succeeds and its first message matches too
+#       with CHAT_BODY, POST /v1/chat/completions succeeds and its first message matches
+#       CHAT_EXPECT_JSON
 #       (vLLM's API: vllm/entrypoints/openai/api_server.py). Exit 3 when the server answered
 #       and the answer does not match (at temperature 0 that answer is final: waiting longer
 #       does not change it), exit 1 when it is not ready yet; the reason on stderr.
@@ -30,7 +31,7 @@
 set -u
 
 if [ $# -lt 3 ]; then
-    echo "usage: vllm-probe.sh owner PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY]]" >&2
+    echo "usage: vllm-probe.sh owner PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
     exit 2
 fi
 mode=$1 port=$2 container=$3
@@ -107,10 +108,10 @@ owner)
     ;;
 ready)
     if [ $# -lt 5 ]; then
-        echo "usage: vllm-probe.sh ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY]]" >&2
+        echo "usage: vllm-probe.sh ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
         exit 2
     fi
-    model=$4 body=$5 expect=${6:-} chat=${7:-}
+    model=$4 body=$5 expect=${6:-} chat=${7:-} chat_expect=${8:-\"\"}
     base="http://127.0.0.1:$port"
     held=$(owner)
     if [ "$held" != ours ]; then
@@ -128,11 +129,11 @@ ready)
     fi
     if [ -n "$chat" ]; then
         curl -fsS -m 60 -H 'content-type: application/json' -d "$chat" "$base/v1/chat/completions" |
-            check chat "${expect:-\"\"}" || exit
+            check chat "$chat_expect" || exit
     fi
     ;;
 *)
-    echo "usage: vllm-probe.sh owner PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY]]" >&2
+    echo "usage: vllm-probe.sh owner PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
     exit 2
     ;;
 esac

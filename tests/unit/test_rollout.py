@@ -441,10 +441,20 @@ def test_a_chat_request_that_fails_is_not_ready_yet(host):
 def test_the_requests_are_greedy_and_escaped():
     args = readiness.probe_args("tiny-llama-é", PARIS)
     assert all(arg.isascii() for arg in args)
-    model, body, expect, chat = (json.loads(a) for a in args)
-    assert model == "tiny-llama-é" and expect == 'Paris "é"'
+    model, body, expect, chat, chat_expect = (json.loads(a) for a in args)
+    assert model == "tiny-llama-é" and expect == chat_expect == 'Paris "é"'
     assert body == {"model": "tiny-llama-é", "prompt": PARIS.prompt, "temperature": 0, "max_tokens": 4}
     assert chat["messages"] == [{"role": "user", "content": PARIS.prompt}] and chat["temperature"] == 0
+
+
+def test_the_chat_answer_may_have_its_own_expectation(host):
+    (host.state / "ready-8000").touch()
+    (host.state / "completions-8000").write_text(answer(' Paris "é"'))
+    (host.state / "chat-8000").write_text(answer("It is Paris.", chat=True))
+    result = ready(host)
+    assert result.returncode == 3
+    assert result.stderr == 'vllm-probe: chat answered "It is Paris.", which does not match "Paris \\"\\u00e9\\""\n'
+    assert ready(host, ready_probe=PARIS.model_copy(update={"chat_expect_regex": "^It is Paris"})).returncode == 0
 
 
 def test_a_non_ascii_served_name_is_listed_escaped_or_raw(host):
