@@ -197,9 +197,10 @@ def test_a_wrong_known_answer_is_rolled_back_to_the_last_good_version(lab, conve
     # same model well; only the profile's expected answer is wrong.
     data = {"vllm_image_tag": BAD_TAG, "vllm_image_digest": lab.images[f"{repo}:{BAD_TAG}"]}
     inventory = str(bad_version_inventory(tmp_path, lab, target, data))
-    wrong = '  expect_regex: "^rocmfleet: not what the model says$"'
+    line = known_answer_line()
+    wrong = line[: len(line) - len(line.lstrip())] + 'expect_regex: "^rocmfleet: not what the model says$"'
     try:
-        with profile_edited(known_answer_line(), wrong):
+        with profile_edited(line, wrong):
             rc, report, stderr = pyinfra_json("deploy.py", "-y", "--limit", target, inventory=inventory)
         said = json.dumps(report) + stderr
         assert rc != 0
