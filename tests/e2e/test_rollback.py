@@ -10,6 +10,13 @@ The bad version passes vLLM's argument parser but never gets ready: the second i
 not a CPU list. vLLM reads that variable only when its CPU worker starts
 (``vllm/utils/ompmultiprocessing.py``, ``cpu_resource_utils.parse_id_list``: ``int()`` raises),
 so the parser check accepts it and the engine dies at every start.
+
+Readiness checks answers (issue 12): a version whose answer to the profile's known-answer request
+does not match (the lab profile's ``expect_regex`` edited to something the model never says, on
+the second image tag so that there is a version to roll back to) is given up at once and rolled
+back; an instance served under a non-ASCII name (``tiny-llama-é``) becomes ready. Both edit
+``group_vars/profiles/lab-tiny-llama.yml`` for one ``--limit`` deploy of one host and put it
+back, then deploy the whole lab again.
 """
 
 from __future__ import annotations
