@@ -210,8 +210,10 @@ def test_a_wrong_known_answer_is_rolled_back_to_the_last_good_version(lab, conve
         with profile_edited(line, wrong):
             rc, report, stderr = pyinfra_json("deploy.py", "-y", "--limit", target, inventory=inventory)
         said = json.dumps(report) + stderr
+        # The only host of a --limit run failed: pyinfra stops (pyinfra/api/state.py, fail_hosts:
+        # "No hosts remaining!") without a JSON report; the operation's output is on stderr.
         assert rc != 0
-        assert report["results"]["failed_hosts"] == [target], stderr[-4000:]
+        assert "No hosts remaining!" in stderr, stderr[-4000:]
         assert f"{UNIT} answered the known-answer request wrongly; not waiting for it any longer" in said, said[-4000:]
         assert "which does not match" in said and "not what the model says" in said
         assert f"{UNIT} rolled back to image {good}: ready again" in said
