@@ -289,7 +289,13 @@ def bake(target, emit: Callable[[str], None] = print, ready_timeout_s: int | Non
             emit(f"{target.name}: starting {names.container} from the base image with empty caches")
             run(shlex.join(bake_run_argv(config, instance, placement, gids, bake_dir)), "starting the bake container")
             timeout = ready_timeout_s or config.settings.vllm_ready_timeout_s
-            wait = readiness.wait_script(instance.port, config.profile.served_model_name, timeout, names.container)
+            wait = readiness.wait_script(
+                instance.port,
+                config.profile.served_model_name,
+                timeout,
+                names.container,
+                ready_probe=config.profile.ready_probe,
+            )
             run(wait, "waiting for the bake container to be ready", timeout + 60)
             steps = warmup.plan(config.profile)
             emit(f"{target.name}: warm-up, {len(steps)} step(s)")

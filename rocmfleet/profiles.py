@@ -78,15 +78,25 @@ class ReadyProbe(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     prompt: str = Field(min_length=1, description="completion prompt")
-    expect_regex: str = Field(min_length=1, description="Python regular expression the greedy answer must match")
+    expect_regex: str = Field(
+        min_length=1,
+        description="Python regular expression the greedy answer must contain (re.search; anchor with ^ for a prefix)",
+    )
     max_tokens: int = Field(default=16, ge=1, le=4096)
     chat: bool = Field(
         default=False, description="also send the prompt to /v1/chat/completions (served to chat clients)"
     )
+    chat_expect_regex: str | None = Field(
+        default=None,
+        min_length=1,
+        description="chat answer's regex when it differs from expect_regex (the chat template wraps the prompt)",
+    )
 
-    @field_validator("expect_regex")
+    @field_validator("expect_regex", "chat_expect_regex")
     @classmethod
-    def _compiles(cls, value: str) -> str:
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         try:
             re.compile(value)
         except re.error as exc:

@@ -1,9 +1,14 @@
 """Readiness of a vLLM server, as a shell probe run on the host itself.
 
-Ready means all three (vLLM's API: ``vllm/entrypoints/openai/api_server.py``):
-``GET /health`` answers 200 (503 once the engine is dead); ``GET /v1/models`` lists the
-served model; and one short ``POST /v1/completions`` succeeds. The port is bound before the
-engine is up, so connection refused only means "not yet" (reference §6, "Readiness").
+Ready means all of (vLLM's API: ``vllm/entrypoints/openai/api_server.py``): the port is held by
+the instance's own container; ``GET /health`` answers 200 (503 once the engine is dead);
+``GET /v1/models`` lists the served model; one ``POST /v1/completions`` succeeds and, when the
+profile has a ``ready_probe``, its greedy answer (temperature 0) to the known prompt matches the
+profile's ``expect_regex`` (an HTTP 200 with garbage is not ready: FP8 KV cache on MI300X, vLLM
+issue 45562); with ``ready_probe.chat``, ``POST /v1/chat/completions`` must answer and match too
+(a model without a chat template answers 400 there while completions work: vLLM issue 39279).
+The port is bound before the engine is up, so connection refused only means "not yet"
+(reference §6, "Readiness"). The script is ``rocmfleet/scripts/vllm-probe.sh``.
 """
 
 from __future__ import annotations
@@ -12,23 +17,65 @@ import json
 import shlex
 
 from rocmfleet import scripts
+from rocmfleet.profiles import ReadyProbe
 
 
-def probe_script(port: int, model: str, container: str) -> str:
+def probe_args(model: str, ready_probe: ReadyProbe | None = None) -> list[str]:
+    """The arguments of ``vllm-probe.sh ready`` after ``PORT CONTAINER``: ``MODEL_JSON BODY
+    [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]``.
+
+    All are JSON with ``\\u`` escapes (``json.dumps``' default), so they are ASCII whatever the
+    served name or prompt holds; the script parses the server's answers with a JSON parser, so
+    raw UTF-8 or escaped names and answers match alike.
+
+    Args:
+        model: the served model name (``--served-model-name``), any Unicode.
+        ready_probe: the profile's known-answer request, or ``None``: then the completion is one
+            token of ``"ping"`` and only has to succeed.
+    """
+    if ready_probe is None:
+        return [json.dumps(model), json.dumps({"model": model, "prompt": "ping", "max_tokens": 1})]
+    greedy = {"temperature": 0, "max_tokens": ready_probe.max_tokens}
+    args = [
+        json.dumps(model),
+        json.dumps({"model": model, "prompt": ready_probe.prompt, **greedy}),
+        json.dumps(ready_probe.expect_regex),
+    ]
+    if ready_probe.chat:
+        messages = [{"role": "user", "content": ready_probe.prompt}]
+        args.append(json.dumps({"model": model, "messages": messages, **greedy}))
+        args.append(json.dumps(ready_probe.chat_expect_regex or ready_probe.expect_regex))
+    return args
+
+
+def probe_script(port: int, model: str, container: str, ready_probe: ReadyProbe | None = None) -> str:
     """Shell that exits 0 when ``container``'s server on ``127.0.0.1:port`` is ready.
 
     Runs ``rocmfleet/scripts/vllm-probe.sh ready``: the port must be held by a process of
     ``container`` (an orphan or a stranger answering there never makes this instance ready),
-    then ``/health``, ``/v1/models`` listing ``model`` (matched as the server writes it: UTF-8,
-    not ``\\u`` escapes) and one short completion.
+    then ``/health``, ``/v1/models`` listing ``model``, and one completion; with ``ready_probe``
+    (:class:`rocmfleet.profiles.ReadyProbe`) the completion is its prompt at temperature 0 and the
+    answer must match its ``expect_regex`` (``re.search``), and with ``ready_probe.chat`` the same
+    prompt as a chat message must answer and match ``chat_expect_regex`` (default: ``expect_regex``).
+    Not ready: exit 1, the reason on stderr; a wrong answer: exit 3 (final at temperature 0).
+
+    Args:
+        port: the instance's API port on the host.
+        model: the served model name.
+        container: the instance's container (``vllm-<instance>``).
+        ready_probe: the profile's known-answer request, or ``None``.
     """
-    listed = f'"id":{json.dumps(model, ensure_ascii=False)}'
-    completion = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1})
-    return scripts.command("vllm-probe.sh", "ready", port, container, listed, completion)
+    return scripts.command("vllm-probe.sh", "ready", port, container, *probe_args(model, ready_probe))
 
 
 def wait_script(
-    port: int, model: str, timeout_s: int, container: str, interval_s: int = 5, warmup: str | None = None
+    port: int,
+    model: str,
+    timeout_s: int,
+    container: str,
+    interval_s: int = 5,
+    warmup: str | None = None,
+    ready_probe: ReadyProbe | None = None,
 ) -> str:
     """Shell that polls :func:`probe_script` until ready or ``timeout_s`` seconds have passed.
 
@@ -36,9 +83,9 @@ def wait_script(
     the host with the reason in its output. With ``warmup`` (shell, e.g.
     :func:`rocmfleet.warmup.script` for a profile with ``warmup_at_start``), that runs once the
     probe passes, and the instance is ready only when it succeeds: a failed warm-up fails like a
-    timeout, with the container's log lines.
+    timeout, with the container's log lines. ``ready_probe``: as for :func:`probe_script`.
     """
-    probe = probe_script(port, model, container)
+    probe = probe_script(port, model, container, ready_probe)
     warm = (
         f"; if ! ( {warmup} ) >&2; then echo 'vLLM on port {port}: warm-up failed; last container log lines:' >&2; "
         f"docker logs --tail 40 {shlex.quote(container)} >&2; exit 1; fi"

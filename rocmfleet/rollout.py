@@ -11,9 +11,10 @@ is in place. What protects the host is the order (``roles/vllm``):
    file of the instance is written;
 3. write the unit and environment files and restart the unit;
 4. wait until the new server is ready (:mod:`rocmfleet.readiness`);
-5. if it is not ready by the deadline, restore the *last good* files, restart, wait for the old
-   version to be ready again, and still fail the host, with the new container's last log lines
-   and the image it rolled back to (:func:`wait_or_roll_back_script`).
+5. if it is not ready by the deadline (or answers the profile's known-answer request wrongly),
+   restore the *last good* files, restart, wait for the old version to be ready again, and still
+   fail the host, with the new container's last log lines and the image it rolled back to
+   (:func:`wait_or_roll_back_script`, running ``rocmfleet/scripts/vllm-wait.sh``).
 
 The last good version of an instance is a copy of its unit, environment and secrets files in
 ``/etc/rocmfleet/vllm/<instance>.last-good/`` plus ``serve.json`` (image, ``vllm serve``
@@ -33,6 +34,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from rocmfleet import scripts
+from rocmfleet.profiles import ReadyProbe
 from rocmfleet.readiness import probe_script
 
 #: Saved copies, by the name used in ``<instance>.last-good/``: the mode each live file has
@@ -262,14 +265,6 @@ def save_last_good_script(files: LastGoodFiles, record: str) -> str:
     )
 
 
-def restore_commands(files: LastGoodFiles) -> list[str]:
-    """Commands that put the last good copies back as the live files, with the live files' modes."""
-    return [
-        f"install -m {mode} -o root -g root {shlex.quote(files.saved(n))} {shlex.quote(files.live[n])}"
-        for n, mode in SAVED_FILES.items()
-    ]
-
-
 # ---------------------------------------------------------------------------------------------
 # Waiting, and rolling back what is not ready
 
@@ -291,6 +286,8 @@ class WaitTarget:
         warmup: shell that sends the profile's warm-up requests (:func:`rocmfleet.warmup.script`,
             ``warmup_at_start``); run once the probe passes, and the instance counts as ready only
             when it succeeded, so a cold instance never takes user traffic first.
+        ready_probe: the profile's known-answer request (:class:`rocmfleet.profiles.ReadyProbe`),
+            or ``None``; the new version is ready only when its greedy answer matches.
     """
 
     name: str
@@ -302,49 +299,13 @@ class WaitTarget:
     files: LastGoodFiles
     roll_back_to: str | None = None
     warmup: str | None = None
+    ready_probe: ReadyProbe | None = None
 
 
-def _logs(target: WaitTarget) -> str:
-    """The container's last log lines on stderr; from the journal when the container is gone
-    (a container removed by its next start, or never created: the unit's journal holds the output)."""
-    container, unit = shlex.quote(target.container), shlex.quote(target.unit)
-    return (
-        f"{{ docker logs --tail {LOG_LINES} {container} 2>&1 "
-        f"|| journalctl --no-pager -o cat -n {LOG_LINES} -u {unit}; }} >&2"
-    )
-
-
-def _ready(target: WaitTarget) -> str:
+def _ready(target: WaitTarget, ready_probe: ReadyProbe | None) -> str:
     """Shell that exits 0 when ``target`` is ready: the probe, then its warm-up (once) if it has one."""
-    probe = probe_script(target.port, target.model, target.container)
+    probe = probe_script(target.port, target.model, target.container, ready_probe)
     return f"{probe} && {target.warmup}" if target.warmup else probe
-
-
-def _wait_loop(flags: Sequence[tuple[str, str, str, str | None]], timeout_s: int, interval_s: int) -> list[str]:
-    """Poll until every ``(ready_var, active_var, probe, unit)`` with ``$active_var = 1`` is ready, or
-    the deadline: ``ready_var`` ends 1 for those that answered. A ``unit`` (not ``None``) that systemd
-    shows failed (no restart coming: its start limit, or the GPUs held by another process) is not
-    waited for any longer: ``active_var`` becomes 0, saying so."""
-    lines = [f"deadline=$(( $(date +%s) + {timeout_s} ))", "while :; do", "  all_ready=1"]
-    for ready, active, probe, unit in flags:
-        lines += [
-            f"  if [ ${active} = 1 ] && [ ${ready} = 0 ]; then",
-            f"    if ( {probe} ) >/dev/null 2>&1; then {ready}=1;",
-        ]
-        if unit is not None:
-            said = f"{unit} failed (see systemctl status {unit}); not waiting for it any longer"
-            lines.append(
-                f"    elif systemctl is-failed --quiet {shlex.quote(unit)}; then {active}=0; "
-                f"echo {shlex.quote(said)} >&2;"
-            )
-        lines += ["    else all_ready=0; fi", "  fi"]
-    lines += [
-        "  [ $all_ready = 1 ] && break",
-        "  [ $(date +%s) -ge $deadline ] && break",
-        f"  sleep {interval_s}",
-        "done",
-    ]
-    return lines
 
 
 def wait_or_roll_back_script(
@@ -352,17 +313,19 @@ def wait_or_roll_back_script(
 ) -> str:
     """Shell that waits until every target is ready, and rolls back those that are not by the deadline.
 
-    1. Poll :func:`rocmfleet.readiness.probe_script` for all targets until all are ready or
-       ``timeout_s`` seconds have passed (one deadline: they were restarted together); a target
-       whose unit systemd shows failed (start limit hit, GPUs held) is given up at once.
-    2. For each target not ready: print its last :data:`LOG_LINES` log lines; if it has a version
-       to roll back to (``roll_back_to``), put its last good files back (:func:`restore_commands`).
-    3. If any were restored: ``systemctl daemon-reload``, ``reset-failed`` (a crash loop may have
-       hit the unit's start limit) and ``restart`` those units, then poll them again for up to
-       ``rollback_timeout_s`` seconds and say, for each, that it rolled back to which image and
-       whether that version is ready again (with its log lines when it is not).
-    4. Exit 1 when any target was not ready in step 1 (the host fails even after a good rollback),
-       else 0.
+    Runs ``rocmfleet/scripts/vllm-wait.sh`` (what it does, step by step, is in the script): poll
+    every target's readiness (:func:`rocmfleet.readiness.probe_script` with its ``ready_probe``,
+    then its warm-up) until all are ready or ``timeout_s``; a unit systemd shows failed, or a
+    server that answered the known-answer request wrongly, is given up at once; each target not
+    ready gets its last :data:`LOG_LINES` log lines and the probe's last words printed and, with
+    ``roll_back_to``, its last good files back (modes of :data:`SAVED_FILES`), a restart and a wait
+    of up to ``rollback_timeout_s`` for it to be ready again. Exit 1 when any target was not ready,
+    even after a good rollback, else 0.
+
+    The restored version is waited for without the known-answer check: the expected answer is
+    the *new* profile's, which the old version need not give (another model, another prompt),
+    and the old version passed its own check when it was kept as last good. It must still hold
+    the port, answer ``/health``, list the served name and complete one request.
 
     Args:
         targets: the instances to wait for (those not ready yet).
@@ -370,66 +333,9 @@ def wait_or_roll_back_script(
         rollback_timeout_s: deadline for the restored versions, seconds.
         interval_s: seconds between polls.
     """
-    lines = ["failed=0", "reload=0"]
-    for i, _ in enumerate(targets):
-        lines.append(f"r{i}=0; b{i}=0; q{i}=0; on{i}=1")
-    lines += _wait_loop(
-        [(f"r{i}", f"on{i}", _ready(t), t.unit) for i, t in enumerate(targets)],
-        timeout_s,
-        interval_s,
-    )
-    for i, t in enumerate(targets):
-        lines += [
-            f"if [ $r{i} = 0 ]; then",
-            "  failed=1",
-            "  echo "
-            + shlex.quote(
-                f"vLLM instance {t.name} ({t.unit}, port {t.port}, image {t.image}) not ready after {timeout_s} s;"
-                f" last {LOG_LINES} log lines of its container:"
-            )
-            + " >&2",
-            f"  {_logs(t)}",
-        ]
-        if t.roll_back_to is not None:
-            restore = " && ".join(restore_commands(t.files))
-            lines += [
-                "  echo "
-                + shlex.quote(f"{t.unit}: restoring its last good unit and environment (image {t.roll_back_to})")
-                + " >&2",
-                f"  if {restore}; then b{i}=1; reload=1; else echo "
-                + shlex.quote(f"{t.unit}: could not restore its last good files")
-                + " >&2; fi",
-            ]
-        else:
-            lines.append(
-                "  echo " + shlex.quote(f"{t.unit}: no last good version to roll back to; left as it is") + " >&2"
-            )
-        lines.append("fi")
-    rollbackable = [(i, t) for i, t in enumerate(targets) if t.roll_back_to is not None]
-    if rollbackable:
-        lines += ["if [ $reload = 1 ]; then", "  systemctl daemon-reload"]
-        for i, t in rollbackable:
-            unit = shlex.quote(t.unit)
-            lines.append(
-                f"  if [ $b{i} = 1 ]; then systemctl reset-failed {unit} 2>/dev/null; systemctl restart {unit}; fi"
-            )
-        lines += [
-            "  " + line
-            for line in _wait_loop(
-                [(f"q{i}", f"b{i}", _ready(t), None) for i, t in rollbackable],
-                rollback_timeout_s,
-                interval_s,
-            )
-        ]
-        for i, t in rollbackable:
-            back = f"{t.unit} rolled back to image {t.roll_back_to}"
-            lines += [
-                f"  if [ $b{i} = 1 ] && [ $q{i} = 1 ]; then echo " + shlex.quote(f"{back}: ready again") + " >&2",
-                f"  elif [ $b{i} = 1 ]; then echo "
-                + shlex.quote(f"{back}, but it is not ready after {rollback_timeout_s} s either; last log lines:")
-                + f" >&2; {_logs(t)}",
-                "  fi",
-            ]
-        lines.append("fi")
-    lines.append("exit $failed")
-    return "\n".join(lines)
+    args: list[object] = [timeout_s, rollback_timeout_s, interval_s, LOG_LINES]
+    for t in targets:
+        args += [t.name, t.unit, t.container, t.port, t.image, _ready(t, t.ready_probe), _ready(t, None)]
+        args += [t.roll_back_to or "", t.files.directory, t.files.live["unit"], t.files.live["env"]]
+        args.append(t.files.live["secrets"])
+    return scripts.command("vllm-wait.sh", *args)

@@ -102,8 +102,10 @@ def test_ready(host, config, instance, unit):
     if host.run(f"curl -sS -m 5 -o /dev/null http://127.0.0.1:{instance.port}/health").rc not in (0, 22):
         pytest.skip(f"port {instance.port} does not answer (reported by test_port_answering)")
     container = vllm.files_of(instance).container
-    probe = host.run(readiness.probe_script(instance.port, config.profile.served_model_name, container))
+    known = config.profile.ready_probe
+    probe = host.run(readiness.probe_script(instance.port, config.profile.served_model_name, container, known))
     assert probe.rc == 0, (
         f"port {instance.port} not ready (held by {container}, /health 200, /v1/models lists "
-        f"{config.profile.served_model_name!r}, one completion): {probe.stderr.strip()[-400:]}"
+        f"{config.profile.served_model_name!r}, one completion"
+        f"{', the known answer' if known else ''}): {probe.stderr.strip()[-400:]}"
     )

@@ -7,6 +7,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from rocmfleet import scripts
+from rocmfleet.profiles import ReadyProbe
 from rocmfleet.readiness import probe_script
 
 #: First line of every unit rocmfleet renders (``templates/vllm/vllm.service.j2``): the mark that
@@ -23,12 +24,16 @@ class VllmReady(FactBase[bool]):
     .. code:: python
 
         host.get_fact(VllmReady, port=8000, model="tiny-llama", container="vllm-a")  # True
+
+    ``ready_probe``: the profile's known-answer request (:class:`rocmfleet.profiles.ReadyProbe`),
+    or ``None``; with one, a server that answers it wrongly is not ready.
     """
 
     default = bool
 
-    def command(self, port: int, model: str, container: str) -> str:
-        return f"if {probe_script(port, model, container)} 2>/dev/null; then echo ready; else echo not-ready; fi"
+    def command(self, port: int, model: str, container: str, ready_probe: ReadyProbe | None = None) -> str:
+        probe = probe_script(port, model, container, ready_probe)
+        return f"if {probe} 2>/dev/null; then echo ready; else echo not-ready; fi"
 
     def process(self, output: list[str]) -> bool:
         return output == ["ready"]

@@ -291,8 +291,9 @@ def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1
     + timeout_s: deadline for new versions, seconds (model load and compilation take minutes)
     + rollback_timeout_s: deadline for a restored version to be ready again, seconds
 
-    Instances that are ready are left alone; when all are, this is a no-op. An instance not ready
-    by the deadline whose live files differ from a complete last good version gets those files
+    Instances that are ready (with the profile's known answer, ``WaitTarget.ready_probe``) are left
+    alone; when all are, this is a no-op. An instance not ready by the deadline, or that answers the
+    known-answer request wrongly, whose live files differ from a complete last good version gets those files
     back, a ``daemon-reload`` and a restart, and the operation waits for it to be ready again. The
     host fails in either case, with the new container's last log lines and, for each instance
     rolled back, which image it went back to (``rocmfleet.rollout.wait_or_roll_back_script``).
@@ -305,7 +306,11 @@ def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1
 
         vllm.ready_or_roll_back(name="Wait until vLLM is ready", targets=[target_a, target_b], timeout_s=1800)
     """
-    waiting = [t for t in targets if not host.get_fact(VllmReady, port=t.port, model=t.model, container=t.container)]
+    waiting = [
+        t
+        for t in targets
+        if not host.get_fact(VllmReady, port=t.port, model=t.model, container=t.container, ready_probe=t.ready_probe)
+    ]
     if not waiting:
         host.noop(f"vLLM instances {', '.join(t.name for t in targets)} are ready")
         return
@@ -349,7 +354,10 @@ def last_good(config: HostConfig, instance: str, files: rollout.LastGoodFiles):
     if saved.same and saved.serve == json.loads(record):
         host.noop(f"{instance}: its last good version is the running one")
         return
-    if state.is_executing and not host.get_fact(VllmReady, port=port, model=model, container=container):
+    probe = config.profile.ready_probe
+    if state.is_executing and not host.get_fact(
+        VllmReady, port=port, model=model, container=container, ready_probe=probe
+    ):
         yield host_failure(
             f"rocmfleet: {instance}: not ready on port {port}; its files are not kept as the last good version"
         )

@@ -4,21 +4,34 @@
 #   vllm-probe.sh owner PORT CONTAINER
 #       prints "free" (nothing listens on PORT), "ours" (a process of CONTAINER listens on it)
 #       or "other PID COMMAND" (another process does); exit 0.
-#   vllm-probe.sh ready PORT CONTAINER LISTED BODY
+#   vllm-probe.sh ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]
 #       exit 0 when a process of CONTAINER listens on PORT and the server there is ready:
-#       GET /health answers 200, GET /v1/models contains LISTED ("id":"<served name>", as the
-#       server writes it, UTF-8 as is), and POST /v1/completions with BODY succeeds
-#       (vLLM's API: vllm/entrypoints/openai/api_server.py). Exit 1 otherwise, with the reason
-#       on stderr.
+#       GET /health answers 200, GET /v1/models lists the served model name MODEL_JSON (a JSON
+#       string), POST /v1/completions with BODY succeeds and, with EXPECT_JSON (a JSON string
+#       holding a Python regular expression), its first choice's text matches it (re.search);
+#       with CHAT_BODY, POST /v1/chat/completions succeeds and its first message matches
+#       CHAT_EXPECT_JSON
+#       (vLLM's API: vllm/entrypoints/openai/api_server.py). Exit 3 when the server answered
+#       and the answer does not match (at temperature 0 that answer is final: waiting longer
+#       does not change it), exit 1 when it is not ready yet; the reason on stderr.
 #
 # Containers run with --network=host, so their listening sockets are the host's: `ss -ltnp`
 # (iproute2) names the processes holding the socket on PORT; it belongs to CONTAINER when one of
 # them is a process of the container (`docker top`). Readiness checks the owner first: an
 # orphan or a stranger answering on the port must never count as this instance being ready.
+#
+# The answers are JSON, read with a JSON parser, never with grep: the server writes a served
+# name or an answer in raw UTF-8 or with \u escapes as its encoder likes, and an answer may hold
+# quotes, backslashes or newlines. Hosts have no python3 or jq (the deploy installs neither), but
+# the instance's own container runs vLLM, a Python program: the parser is its python3, through
+# `docker exec` (the same python3 the argument check runs, rocmfleet/rollout.py), and the regular
+# expression is matched by Python's `re`, the engine the profile's expect_regex is validated with
+# (rocmfleet/profiles.py). MODEL_JSON and EXPECT_JSON are JSON with \u escapes, so the
+# arguments are ASCII whatever the container's locale.
 set -u
 
 if [ $# -lt 3 ]; then
-    echo "usage: vllm-probe.sh owner PORT CONTAINER | ready PORT CONTAINER LISTED BODY" >&2
+    echo "usage: vllm-probe.sh owner PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
     exit 2
 fi
 mode=$1 port=$2 container=$3
@@ -52,24 +65,75 @@ owner() {
     echo "other $pid ${command:-(command unknown)}"
 }
 
+# check WHAT WANT_JSON < reply: exit 0 when the reply (JSON on stdin) is what WHAT needs:
+# "models": its data lists the id WANT; "completion"/"chat": the first choice's text (or the
+# chat message's content) matches the regular expression WANT. Else the reason on stderr, exit 1
+# (not ready yet: a curl that failed leaves stdin empty, not JSON), or exit 3 for an answer that
+# does not match.
+CHECK='
+import json, re, sys
+what, want = sys.argv[1], json.loads(sys.argv[2])
+def say(text, status=1):
+    print("vllm-probe: " + text, file=sys.stderr)
+    sys.exit(status)
+try:
+    reply = json.load(sys.stdin)
+except ValueError:
+    say(what + ": no JSON answer")
+try:
+    if what == "models":
+        ids = [entry["id"] for entry in reply["data"]]
+        if want not in ids:
+            say("/v1/models lists " + json.dumps(ids) + ", not " + json.dumps(want))
+        sys.exit(0)
+    choice = reply["choices"][0]
+    text = choice["text"] if what == "completion" else choice["message"]["content"]
+except (KeyError, IndexError, TypeError) as exc:
+    say(what + ": unexpected answer " + json.dumps(reply)[:300] + " (" + repr(exc) + ")")
+if not isinstance(text, str) or not re.search(want, text):
+    say(what + " answered " + json.dumps(text) + ", which does not match " + json.dumps(want), 3)
+'
+
+check() {
+    docker exec -i "$container" python3 -c "$CHECK" "$1" "$2"
+    status=$?
+    # 3 only from the check itself; docker's own failures (125-127) mean "not yet".
+    [ $status -le 3 ] || status=1
+    return $status
+}
+
 case "$mode" in
 owner)
     owner
     ;;
 ready)
-    listed=$4 body=$5
+    if [ $# -lt 5 ]; then
+        echo "usage: vllm-probe.sh ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
+        exit 2
+    fi
+    model=$4 body=$5 expect=${6:-} chat=${7:-} chat_expect=${8:-\"\"}
     base="http://127.0.0.1:$port"
     held=$(owner)
     if [ "$held" != ours ]; then
         echo "port $port: $held (not container $container)" >&2
         exit 1
     fi
-    curl -fsS -m 5 -o /dev/null "$base/health" &&
-        curl -fsS -m 5 "$base/v1/models" | grep -qF -- "$listed" &&
-        curl -fsS -m 60 -o /dev/null -H 'content-type: application/json' -d "$body" "$base/v1/completions"
+    curl -fsS -m 5 -o /dev/null "$base/health" || exit 1
+    curl -fsS -m 5 "$base/v1/models" | check models "$model" || exit 1
+    if [ -z "$expect" ]; then
+        curl -fsS -m 60 -o /dev/null -H 'content-type: application/json' -d "$body" "$base/v1/completions" || exit 1
+    else
+        # The pipeline's status is check's: 0, 1 (not yet) or 3 (a wrong answer).
+        curl -fsS -m 60 -H 'content-type: application/json' -d "$body" "$base/v1/completions" |
+            check completion "$expect" || exit
+    fi
+    if [ -n "$chat" ]; then
+        curl -fsS -m 60 -H 'content-type: application/json' -d "$chat" "$base/v1/chat/completions" |
+            check chat "$chat_expect" || exit
+    fi
     ;;
 *)
-    echo "usage: vllm-probe.sh owner PORT CONTAINER | ready PORT CONTAINER LISTED BODY" >&2
+    echo "usage: vllm-probe.sh owner PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
     exit 2
     ;;
 esac

@@ -140,6 +140,7 @@ def apply(config: HostConfig) -> None:
                 image=config.image.reference,
                 files=last_good_of(instance.name, names),
                 warmup=warmup.script(config.profile, instance.port) if config.profile.warmup_at_start else None,
+                ready_probe=config.profile.ready_probe,
             )
         )
     vllm_ops.ready_or_roll_back(

@@ -10,12 +10,21 @@ The bad version passes vLLM's argument parser but never gets ready: the second i
 not a CPU list. vLLM reads that variable only when its CPU worker starts
 (``vllm/utils/ompmultiprocessing.py``, ``cpu_resource_utils.parse_id_list``: ``int()`` raises),
 so the parser check accepts it and the engine dies at every start.
+
+Readiness checks answers (issue 12): a version whose answer to the profile's known-answer request
+does not match (the lab profile's ``expect_regex`` edited to something the model never says, on
+the second image tag so that there is a version to roll back to) is given up at once and rolled
+back; an instance served under a non-ASCII name (``tiny-llama-é``) becomes ready. Both edit
+``group_vars/profiles/lab-tiny-llama.yml`` for one ``--limit`` deploy of one host and put it
+back, then deploy the whole lab again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import textwrap
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,10 +43,11 @@ GOOD_TAG, BAD_TAG = "0.32.0-lab.1", "0.32.0-lab.2"
 BAD_TIMEOUT_S = 180
 
 
-def bad_version_inventory(tmp_path: Path, lab, target: str) -> Path:
-    """The lab inventory with the bad version as ``target``'s own data (host data wins over groups)."""
+def bad_version_inventory(tmp_path: Path, lab, target: str, data: dict | None = None) -> Path:
+    """The lab inventory with the bad version (or ``data``) as ``target``'s own data (host data
+    wins over groups)."""
     repo = f"{lab.registry}/{REPO}"
-    bad = {
+    bad = data or {
         "vllm_image_tag": BAD_TAG,
         "vllm_image_digest": lab.images[f"{repo}:{BAD_TAG}"],
         "vllm_env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "not-a-cpu-list"},
@@ -155,3 +165,82 @@ def test_a_version_that_never_gets_ready_is_rolled_back_on_its_host_only(lab, co
     assert rc == 0, stderr[-4000:]
     changed = {op["name"]: op["success"] for op in report["results"]["operations"] if op["success"]}
     assert changed == {}, f"operations that changed something after the roll back: {changed}"
+
+
+# --- readiness that checks answers (issue 12) -----------------------------------------------------
+
+PROFILE = ROOT / "group_vars" / "profiles" / "lab-tiny-llama.yml"
+
+
+@contextlib.contextmanager
+def profile_edited(old: str, new: str):
+    """The lab profile with ``old`` replaced by ``new`` (once), put back as it was afterwards."""
+    text = PROFILE.read_text()
+    assert text.count(old) == 1, f"{old!r} not once in {PROFILE}"
+    try:
+        PROFILE.write_text(text.replace(old, new))
+        yield
+    finally:
+        PROFILE.write_text(text)
+
+
+def known_answer_line() -> str:
+    """The lab profile's ``expect_regex`` line (what its model answers greedily)."""
+    (line,) = [line for line in PROFILE.read_text().splitlines() if line.strip().startswith("expect_regex:")]
+    return line
+
+
+def models(address: str, port: int = 8000) -> list[str]:
+    with urllib.request.urlopen(f"http://{address}:{port}/v1/models", timeout=30) as response:
+        return [entry["id"] for entry in json.loads(response.read())["data"]]
+
+
+def test_a_wrong_known_answer_is_rolled_back_to_the_last_good_version(lab, converged, ssh_config, tmp_path):
+    target, address = sorted(lab.hosts.items())[1]
+    repo = f"{lab.registry}/{REPO}"
+    good, new = (f"{repo}:{tag}@{lab.images[f'{repo}:{tag}']}" for tag in (GOOD_TAG, BAD_TAG))
+    host = connect(address, ssh_config)
+    # Another image (so the unit changes and there is a version to roll back to) that serves the
+    # same model well; only the profile's expected answer is wrong.
+    data = {"vllm_image_tag": BAD_TAG, "vllm_image_digest": lab.images[f"{repo}:{BAD_TAG}"]}
+    inventory = str(bad_version_inventory(tmp_path, lab, target, data))
+    line = known_answer_line()
+    wrong = line[: len(line) - len(line.lstrip())] + 'expect_regex: "^rocmfleet: not what the model says$"'
+    try:
+        with profile_edited(line, wrong):
+            rc, report, stderr = pyinfra_json("deploy.py", "-y", "--limit", target, inventory=inventory)
+        said = json.dumps(report) + stderr
+        # The only host of a --limit run failed: pyinfra stops (pyinfra/api/state.py, fail_hosts:
+        # "No hosts remaining!") without a JSON report; the operation's output is on stderr.
+        assert rc != 0
+        assert "No hosts remaining!" in stderr, stderr[-4000:]
+        assert f"{UNIT} answered the known-answer request wrongly; not waiting for it any longer" in said, said[-4000:]
+        assert "which does not match" in said and "not what the model says" in said
+        assert f"{UNIT} rolled back to image {good}: ready again" in said
+        assert host.check_output("docker inspect --format '{{.Config.Image}}' %s", CONTAINER) == good
+        assert complete(address)["choices"][0]["text"]  # the old version serves
+        saved = host.file(f"/etc/rocmfleet/vllm/{CONTAINER.removeprefix('vllm-')}.last-good/serve.json")
+        assert json.loads(saved.content_string)["image"] == good  # the wrong version was never kept
+        assert new not in host.file(f"/etc/systemd/system/{UNIT}").content_string
+    finally:
+        rc, report, stderr = pyinfra_deploy()
+    assert rc == 0, stderr[-4000:]
+
+
+def test_an_instance_with_a_non_ascii_served_name_becomes_ready(lab, converged, ssh_config):
+    target, address = sorted(lab.hosts.items())[1]
+    name = "tiny-llama-é"
+    try:
+        with profile_edited("served_model_name: tiny-llama\n", f'served_model_name: "{name}"\n'):
+            rc, report, stderr = pyinfra_deploy("--limit", target)
+        assert rc == 0, stderr[-4000:]
+        assert models(address) == [name]
+        # the known answer was checked with that name, and it was kept as the last good version
+        saved = connect(address, ssh_config).file(
+            f"/etc/rocmfleet/vllm/{CONTAINER.removeprefix('vllm-')}.last-good/serve.json"
+        )
+        assert name in json.loads(saved.content_string)["serve_args"]
+    finally:
+        rc, report, stderr = pyinfra_deploy()
+    assert rc == 0, stderr[-4000:]
+    assert models(address) == ["tiny-llama"]

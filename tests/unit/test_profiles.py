@@ -259,6 +259,7 @@ def test_load_profile_refuses_what_is_not_a_mapping(tmp_path, text):
 
 def test_ready_probe_is_optional_profile_data(tmp_path):
     text = (PROFILES_DIR / "lab-tiny-llama.yml").read_text().replace("name: lab-tiny-llama", "name: probe")
+    text = text[: text.index("\nready_probe:")] + "\n"  # the lab's own known answer, replaced here
     (tmp_path / "probe.yml").write_text(
         text + "ready_probe: {prompt: 'The capital of France is', expect_regex: 'Paris'}\n"
     )
@@ -271,5 +272,8 @@ def test_ready_probe_is_optional_profile_data(tmp_path):
     )
     (tmp_path / "probe.yml").write_text(text + "ready_probe: {prompt: p, expect_regex: '(unclosed'}\n")
     with pytest.raises(ProfileError, match="ready_probe.expect_regex: not a regular expression"):
+        load_profile(tmp_path / "probe.yml")
+    (tmp_path / "probe.yml").write_text(text + "ready_probe: {prompt: p, expect_regex: p, chat_expect_regex: '['}\n")
+    with pytest.raises(ProfileError, match="ready_probe.chat_expect_regex: not a regular expression"):
         load_profile(tmp_path / "probe.yml")
     assert load_profiles()["llama-3.3-70b"].ready_probe is None

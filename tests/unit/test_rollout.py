@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from pyinfra.api import FunctionCommand
 
-from rocmfleet import rollout, vllm
+from rocmfleet import readiness, rollout, vllm
+from rocmfleet.profiles import ReadyProbe
 from tests.unit.conftest import TOPOLOGY
 
 IMAGE = "reg:5000/vllm:new@sha256:" + "ab" * 32
@@ -147,12 +148,19 @@ def test_probe_without_a_known_parser_exits_3(tmp_path):
 # --- a host in a directory ----------------------------------------------------------------------
 
 STUBS = {
-    # Ready when $STATE/ready-<port> exists; /v1/models lists "tiny".
+    # Ready when $STATE/ready-<port> exists; /v1/models lists "tiny" (or what $STATE/models-<port>
+    # holds); the completions answer what
+    # $STATE/completions-<port> and $STATE/chat-<port> hold (JSON), when they exist.
     "curl": """
         for a in "$@"; do case $a in http://*) url=$a;; esac; done
         port=${url#http://127.0.0.1:}; port=${port%%/*}
         [ -e "$STATE/ready-$port" ] || exit 7
-        case $url in */v1/models) printf '{"data":[{"id":"tiny"}]}';; esac
+        case $url in
+            */v1/models) if [ -e "$STATE/models-$port" ]; then cat "$STATE/models-$port";
+                         else printf '{"data":[{"id":"tiny"}]}'; fi;;
+            */v1/completions) [ -e "$STATE/completions-$port" ] && cat "$STATE/completions-$port";;
+            */v1/chat/completions) [ -e "$STATE/chat-$port" ] && cat "$STATE/chat-$port";;
+        esac
         exit 0
     """,
     # A ready port is held by pid 4242, a process of every container (docker top).
@@ -161,8 +169,10 @@ STUBS = {
         [ -e "$STATE/ready-$port" ] && echo "LISTEN 0 4096 0.0.0.0:$port 0.0.0.0:* users:((\\"vllm\\",pid=4242,fd=3))"
         exit 0
     """,
+    # exec -i CONTAINER python3 ...: the probe's JSON check, run by this machine's python3.
     "docker": """
         [ "$1" = top ] && { printf 'PID\\n4242\\n'; exit 0; }
+        [ "$1" = exec ] && { shift 3; exec "$@"; }
         echo "docker $*" >> "$STATE/calls"; [ "$1" = logs ] && echo "log line of ${4}"; exit 0
     """,
     "journalctl": 'echo "journal of $*"',
@@ -264,17 +274,6 @@ def test_a_new_env_file_makes_the_state_differ(host, tmp_path):
     assert (state.complete, state.same) == (True, False)
 
 
-def test_restore_puts_the_copies_back_with_the_live_modes(host, tmp_path):
-    files = instance_files(tmp_path, "a")
-    write_live(files, "v1")
-    host(rollout.save_last_good_script(files, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
-    write_live(files, "v2")
-    assert host(" && ".join(rollout.restore_commands(files))).returncode == 0
-    assert live_text(files) == {"unit": "unit of v1\n", "env": "env of v1\n", "secrets": "secrets of v1\n"}
-    modes = {name: stat.S_IMODE(os.stat(path).st_mode) for name, path in files.live.items()}
-    assert modes == {"unit": 0o644, "env": 0o600, "secrets": 0o600}
-
-
 def test_parse_ignores_noise_and_bad_json():
     state = rollout.parse_last_good_state(["unit same", "env differs", "secrets same", "serve {not json", "junk"])
     assert state.files == {"unit": "same", "env": "differs", "secrets": "same"}
@@ -328,6 +327,8 @@ def test_the_instance_not_ready_is_rolled_back_and_the_host_fails(host, tmp_path
         f"vLLM instance a (vllm-a.service, port 8000, image {IMAGE}) not ready after 1 s;"
         " last 40 log lines of its container:",
         "log line of vllm-a",
+        "the readiness probe said:",
+        "port 8000: free (not container vllm-a)",
         f"vllm-a.service: restoring its last good unit and environment (image {OLD_IMAGE})",
         f"vllm-a.service rolled back to image {OLD_IMAGE}: ready again",
     ]
@@ -339,6 +340,20 @@ def test_the_instance_not_ready_is_rolled_back_and_the_host_fails(host, tmp_path
         "systemctl reset-failed vllm-a.service",
         "systemctl restart vllm-a.service",
     ]
+
+
+def test_the_rollback_puts_the_copies_back_with_the_live_modes(host, tmp_path):
+    files = instance_files(tmp_path, "a")
+    write_live(files, "v1")
+    host(rollout.save_last_good_script(files, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
+    write_live(files, "v2")
+    for path in files.live.values():
+        os.chmod(path, 0o666)
+    result = host(rollout.wait_or_roll_back_script([target(files, "a", 8000, OLD_IMAGE)], 1, 1, 1))
+    assert result.returncode == 1
+    assert live_text(files) == {"unit": "unit of v1\n", "env": "env of v1\n", "secrets": "secrets of v1\n"}
+    modes = {name: stat.S_IMODE(os.stat(path).st_mode) for name, path in files.live.items()}
+    assert modes == {"unit": 0o644, "env": 0o600, "secrets": 0o600}
 
 
 def test_without_a_version_to_roll_back_to_it_only_fails(host, tmp_path):
@@ -358,9 +373,11 @@ def test_an_old_version_that_does_not_come_back_is_said_too(host, tmp_path):
     write_live(a, "v2")
     result = host(rollout.wait_or_roll_back_script([target(a, "a", 8000, OLD_IMAGE)], 1, 1, 1))
     assert result.returncode == 1
-    assert result.stderr.splitlines()[-2:] == [
+    assert result.stderr.splitlines()[-4:] == [
         f"vllm-a.service rolled back to image {OLD_IMAGE}, but it is not ready after 1 s either; last log lines:",
         "log line of vllm-a",
+        "the readiness probe said:",
+        "port 8000: free (not container vllm-a)",
     ]
 
 
@@ -380,6 +397,94 @@ def test_logs_fall_back_to_the_journal_when_the_container_is_gone(host, tmp_path
     a = instance_files(tmp_path, "a")
     result = host(rollout.wait_or_roll_back_script([target(a, "a", 8000, None)], 1, 1, 1))
     assert "journal of --no-pager -o cat -n 40 -u vllm-a.service" in result.stderr.splitlines()
+
+
+# --- the known-answer request (ready_probe) ---------------------------------------------------
+
+PARIS = ReadyProbe(prompt="The capital of France is", expect_regex=r'Paris "é"', max_tokens=4, chat=True)
+
+
+def answer(text: str, chat: bool = False, ensure_ascii: bool = True) -> str:
+    choice = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+    return json.dumps({"choices": [choice]}, ensure_ascii=ensure_ascii)
+
+
+def ready(host, model: str = "tiny", ready_probe: ReadyProbe | None = PARIS) -> subprocess.CompletedProcess:
+    return host(readiness.probe_script(8000, model, "vllm-a", ready_probe))
+
+
+def test_the_known_answer_is_read_as_json_escaped_or_raw(host):
+    (host.state / "ready-8000").touch()
+    for ensure_ascii in (True, False):  # "\u00e9" and "\"" escapes, or raw UTF-8
+        (host.state / "completions-8000").write_text(answer(' Paris "é"\n', ensure_ascii=ensure_ascii))
+        (host.state / "chat-8000").write_text(answer('Paris "é".', chat=True, ensure_ascii=ensure_ascii))
+        result = ready(host)
+        assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_a_wrong_answer_is_final_and_says_what_it_was(host):
+    (host.state / "ready-8000").touch()
+    (host.state / "completions-8000").write_text(answer(" Berlin"))
+    result = ready(host)
+    assert result.returncode == 3
+    assert result.stderr == 'vllm-probe: completion answered " Berlin", which does not match "Paris \\"\\u00e9\\""\n'
+
+
+def test_a_chat_request_that_fails_is_not_ready_yet(host):
+    (host.state / "ready-8000").touch()
+    (host.state / "completions-8000").write_text(answer(' Paris "é"'))
+    # no chat answer: e.g. HTTP 400 without a chat template (vLLM issue 39279), curl -f prints nothing
+    assert ready(host).returncode == 1
+    assert ready(host, ready_probe=PARIS.model_copy(update={"chat": False})).returncode == 0
+
+
+def test_the_requests_are_greedy_and_escaped():
+    args = readiness.probe_args("tiny-llama-é", PARIS)
+    assert all(arg.isascii() for arg in args)
+    model, body, expect, chat, chat_expect = (json.loads(a) for a in args)
+    assert model == "tiny-llama-é" and expect == chat_expect == 'Paris "é"'
+    assert body == {"model": "tiny-llama-é", "prompt": PARIS.prompt, "temperature": 0, "max_tokens": 4}
+    assert chat["messages"] == [{"role": "user", "content": PARIS.prompt}] and chat["temperature"] == 0
+
+
+def test_the_chat_answer_may_have_its_own_expectation(host):
+    (host.state / "ready-8000").touch()
+    (host.state / "completions-8000").write_text(answer(' Paris "é"'))
+    (host.state / "chat-8000").write_text(answer("It is Paris.", chat=True))
+    result = ready(host)
+    assert result.returncode == 3
+    assert result.stderr == 'vllm-probe: chat answered "It is Paris.", which does not match "Paris \\"\\u00e9\\""\n'
+    assert ready(host, ready_probe=PARIS.model_copy(update={"chat_expect_regex": "^It is Paris"})).returncode == 0
+
+
+def test_a_non_ascii_served_name_is_listed_escaped_or_raw(host):
+    (host.state / "ready-8000").touch()
+    for ensure_ascii in (True, False):
+        listing = json.dumps({"data": [{"id": "tiny-llama-é"}]}, ensure_ascii=ensure_ascii)
+        (host.state / "models-8000").write_text(listing)
+        assert ready(host, "tiny-llama-é", None).returncode == 0
+    result = ready(host, "tiny-llama-e", None)
+    assert result.returncode == 1
+    assert result.stderr == 'vllm-probe: /v1/models lists ["tiny-llama-\\u00e9"], not "tiny-llama-e"\n'
+
+
+def test_a_wrong_answer_rolls_back_at_once_and_the_old_version_is_not_asked_it(host, tmp_path):
+    a = instance_files(tmp_path, "a")
+    write_live(a, "v1")
+    host(rollout.save_last_good_script(a, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
+    write_live(a, "v2")
+    (host.state / "ready-8000").touch()
+    (host.state / "completions-8000").write_text(answer(" Berlin"))  # the old version answers the same
+    wrong = rollout.WaitTarget(**{**target(a, "a", 8000, OLD_IMAGE).__dict__, "ready_probe": PARIS})
+    started = time.monotonic()
+    result = host(rollout.wait_or_roll_back_script([wrong], 60, 5, 1))
+    assert time.monotonic() - started < 20  # not the 60 s deadline
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == "vllm-a.service answered the known-answer request wrongly; not waiting for it any longer"
+    assert 'vllm-probe: completion answered " Berlin", which does not match "Paris \\"\\u00e9\\""' in lines
+    assert lines[-1] == f"vllm-a.service rolled back to image {OLD_IMAGE}: ready again"
+    assert live_text(a)["unit"] == "unit of v1\n"
 
 
 # --- the operations' decisions (pyinfra's host replaced by a stand-in with canned facts) ---------

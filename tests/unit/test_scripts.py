@@ -81,3 +81,9 @@ def test_a_port_ss_cannot_read_is_not_free(tmp_path):
 def test_the_probe_without_arguments_says_how_to_call_it():
     result = subprocess.run(["sh", str(scripts.DIR / "vllm-probe.sh")], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("usage: vllm-probe.sh owner PORT CONTAINER")
+
+
+def test_the_wait_says_how_to_call_it_when_a_target_is_incomplete():
+    result = subprocess.run(["sh", str(scripts.DIR / "vllm-wait.sh"), "5", "5", "1", "40", "a", "vllm-a.service"],
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 2 and result.stderr.startswith("usage: vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S")
