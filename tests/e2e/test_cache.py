@@ -15,12 +15,7 @@ import pytest
 
 from tests.conftest import lab_inventory, lab_ssh, pyinfra_json, rocmfleet_cli
 
-pytestmark = [
-    pytest.mark.lab,
-    # Not green yet (issue 15 stays open): on the lab (2026-11-30) the bake now starts its container
-    # and runs the warm-up, then `cache-bake.sh pack` fails: the context's cache-layer.tar is not there.
-    pytest.mark.skip(reason="issue 15: cache bake lab test not green yet (pack: no cache-layer.tar in the context)"),
-]
+pytestmark = pytest.mark.lab
 
 CONTAINER = "vllm-lab-tiny-llama-0"
 CACHE_PATHS = "/root/.cache/vllm /root/.cache/inductor /root/.triton/cache /root/.aiter/jit"
