@@ -27,6 +27,7 @@ def baked(lab):
     host = sorted(lab.hosts)[-1]
     result = rocmfleet_cli("cache", "bake", "inventories/lab.py", "--host", host, timeout_s=3000)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    print(result.stdout)  # the key, the manifest's writers, the reference: evidence for the run's log
     refs = re.findall(r"^(\S+:\S+-rfcache-[0-9a-f]{12}@sha256:[0-9a-f]{64})$", result.stdout, re.M)
     assert refs, result.stdout
     yield host, refs[-1]
@@ -36,13 +37,13 @@ def baked(lab):
 
 def test_bake_pushes_a_labelled_image(lab, baked):
     host, ref = baked
-    inspect = lab_ssh(
-        lab,
-        host,
-        f"docker image inspect --format '{{{{json .Config.Labels}}}}' {ref.split(':')[0]}@{ref.split('@')[1]}",
-    )
+    repository_tag, digest = ref.split("@")
+    repository = repository_tag.rsplit(":", 1)[0]  # the registry part has a port: split the tag off the right
+    inspect = lab_ssh(lab, host, f"docker image inspect --format '{{{{json .Config.Labels}}}}' {repository}@{digest}")
+    assert inspect.returncode == 0, inspect.stderr
     labels = json.loads(inspect.stdout)
     manifest = json.loads(labels["org.rocmfleet.cache-manifest"])
+    print("manifest writers:", manifest["writers"])
     assert manifest["files"] > 0, manifest  # the bake container compiled something into the caches
     assert json.loads(labels["org.rocmfleet.cache-key"])["tensor_parallel_size"] == 1
 
