@@ -48,6 +48,11 @@ def test_bake_pushes_a_labelled_image(lab, baked):
     assert json.loads(labels["org.rocmfleet.cache-key"])["tensor_parallel_size"] == 1
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: on the lab (2026-11-30) the baked container finds the AOT artifact under the same "
+    "torch_aot_compile/<hash> but compiles again and rewrites rank_0_0/model; cause open",
+)
 def test_baked_deploy_starts_without_recompiling(lab, baked, tmp_path):
     host, ref = baked
     repository_tag, digest = ref.split("@")
