@@ -67,8 +67,13 @@ def measure(inventory: str, host: str, runs: int, cold: bool, interval_s: float,
                 if cachedirs.is_baked(config):
                     raise SystemExit("--cold with a baked image: deploy the base image for the cold runs")
                 session.run(f"rm -rf {cachedirs.instance_root(config, instance)}", timeout_s=300)
+            # Five quick restarts exceed the unit's StartLimitBurst (3 within its interval, on purpose:
+            # templates/vllm/vllm.service.j2); a measurement resets the counter, it is not a crash loop.
+            session.run(f"systemctl reset-failed {names.unit}", timeout_s=60)
             start = _now(session)
-            session.run(f"systemctl start {names.unit}", timeout_s=300)
+            started = session.run(f"systemctl start {names.unit}", timeout_s=300)
+            if started.exit_status != 0:
+                raise SystemExit(f"run {run}: systemctl start {names.unit} failed: {started.stderr.strip()}")
             while session.run(probe, timeout_s=120).exit_status != 0:
                 if _now(session) - start > timeout_s:
                     raise SystemExit(f"run {run}: not ready after {timeout_s} s")

@@ -7,7 +7,8 @@ The flow, over :mod:`rocmfleet.connect` (host-side steps: ``rocmfleet/scripts/ca
 2. stop that instance's unit (the bake needs its GPUs; it is started again at the end, whatever
    happens) and start the same ``docker run`` from the base image, detached, with empty cache
    directories ``/var/cache/rocmfleet-bake/<key>/<name>`` mounted at the :data:`~rocmfleet.cachedirs.LAYOUT`
-   paths;
+   paths (the ``aiter`` one seeded with the base image's prebuilt AITER modules,
+   :func:`~rocmfleet.cachedirs.aiter_seed_dir`);
 3. wait until it is ready (:mod:`rocmfleet.readiness`), send the warm-up (:mod:`rocmfleet.warmup`),
    stop it;
 4. list the caches (:func:`manifest`: sizes, file counts, content checksum, which compiler wrote
@@ -281,6 +282,10 @@ def bake(target, emit: Callable[[str], None] = print, ready_timeout_s: int | Non
         emit(f"{target.name}: cache key {key.short} ({placement.gfx_arch}, ROCm {facts.rocm_version or '?'}, "
              f"vLLM {facts.vllm_version}, TP {key.tensor_parallel_size})")  # fmt: skip
         run(scripts.command("cache-bake.sh", "prepare", bake_dir, *(d.name for d in cachedirs.LAYOUT)), "prepare")
+        # AITER imports from AITER_JIT_DIR only: the layer starts with the base image's prebuilt modules
+        # (cachedirs.aiter_seed_dir), so that the bake builds, and the layer adds, only what the image lacks.
+        seed = scripts.command("vllm-unit.sh", "seed-aiter", config.image.reference, f"{bake_dir}/aiter")
+        run(seed, "seeding AITER's JIT directory", BUILD_TIMEOUT_S)
         was = run(scripts.command("cache-bake.sh", "stop", names.unit), f"stopping {names.unit}").strip()
         try:
             # The unit's container is Docker's and outlives its stop (issue 11): it goes, so that the bake

@@ -29,6 +29,16 @@ shared between starting containers hung startup). Two layouts, chosen per image:
   ``<vllm_cache_dir>/<instance>/<name>``, mounted read-write: an instance's caches survive its
   restarts, and no other instance ever writes them (instance names are unique on a host).
 
+**AITER's prebuilt modules**: with ``AITER_JIT_DIR`` set, AITER looks for its modules in that
+directory only (ROCm/aiter ``aiter/jit/core.py``), not in the package's ``aiter/jit/`` where an
+image ships them prebuilt; an empty per-instance directory would have AITER build them again.
+So the unit seeds it from the image before each start (:func:`aiter_seed_dir`,
+``rocmfleet/scripts/vllm-unit.sh seed-aiter``: once per image; another image's modules go), and
+the bake seeds its directory the same way, so a baked layer holds the prebuilt modules and what
+the warm-up built. Not setting ``AITER_JIT_DIR`` would keep the prebuilt ones in reach, but AITER
+would then write its builds into the image's package directory, in each container's own
+throw-away layer: never persisted across restarts, never captured by a bake.
+
 Pure functions only; the ``docker run`` line uses :func:`volume_args` and :func:`env`.
 """
 
@@ -131,6 +141,21 @@ def mounts(config: HostConfig, instance: Instance) -> list[Mount]:
         return []
     root = instance_root(config, instance)
     return [Mount(f"{root}/{d.name}", d.path) for d in LAYOUT]
+
+
+def aiter_seed_dir(config: HostConfig, instance: Instance) -> str | None:
+    """The host directory behind ``instance``'s ``AITER_JIT_DIR`` that its unit seeds with the
+    image's prebuilt AITER modules before each start (``rocmfleet/scripts/vllm-unit.sh seed-aiter``);
+    ``None`` for a baked image (its layer holds them: the bake seeds its directory the same way).
+
+    Why: with ``AITER_JIT_DIR`` set, AITER imports modules from that directory only
+    (ROCm/aiter ``aiter/jit/core.py``: ``get_user_jit_dir`` returns it, ``get_module_custom_op``
+    imports the bare module name from ``sys.path``), so the ``*.so`` an image ships prebuilt in
+    ``aiter/jit/`` would be built again, minutes each, in an empty per-instance directory.
+    """
+    if is_baked(config):
+        return None
+    return f"{instance_root(config, instance)}/aiter"
 
 
 def volume_args(config: HostConfig, instance: Instance) -> list[str]:

@@ -3,7 +3,7 @@
 rocmfleet validate INVENTORY          check every host's data; exit 2 on any problem
 rocmfleet check INVENTORY             compliance checks on every host; exit 0 pass, 1 fail, 2 no run
 rocmfleet bench INVENTORY             smoke benchmark on every host; exit 0 pass, 1 fail, 2 no run
-rocmfleet rollout INVENTORY           roll an image across the fleet: canary, gated batches, rollback
+rocmfleet rollout INVENTORY [--bake]  roll an image across the fleet: canary, gated batches, rollback
 rocmfleet restart INVENTORY           rolling restart with drain and gate (same machinery, same image)
 rocmfleet status INVENTORY            per host and instance: unit, image, ready, uptime, rollout step
 rocmfleet cache bake INVENTORY --host H [--write GROUP_FILE]
@@ -141,6 +141,22 @@ def _rollout(args: argparse.Namespace) -> int:
             return rolloutrun.RichProgress(total, console)
         return rolloutrun.LineProgress(lambda line: print(line, file=sys.stderr, flush=True))
 
+    if getattr(args, "bake", False):
+        if args.resume or args.rollback:
+            print("rocmfleet: --bake starts a new rollout; not with --resume or --rollback", file=sys.stderr)
+            return 2
+        from rocmfleet import rolloutbake
+
+        return rolloutbake.bake_and_roll(
+            args.inventory,
+            args.image,
+            canary=args.canary,
+            limit=_limit(args.limit),
+            emit=lambda line: print(line, flush=True),
+            max_unavailable=args.max_unavailable,
+            force=args.force,
+            progress_factory=progress,
+        )
     return rolloutrun.run_rollout(
         args.inventory,
         kind=args.command,
@@ -313,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
         ro.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
         if name == "rollout":
             ro.add_argument("--image", metavar="REPO:TAG", help="resolve its digest now; pin both in group data")
+            ro.add_argument(
+                "--bake",
+                action="store_true",
+                help="bake the compile caches on the canary from the image (--image or the pinned one), push, "
+                "and roll the baked image out (rocmfleet cache bake, then this rollout)",
+            )
         ro.add_argument("--canary", type=int, default=1, help="hosts switched and gated first (default 1)")
         ro.add_argument(
             "--max-unavailable", default="1", metavar="N|P%", help="most hosts out of service at once (default 1)"

@@ -201,8 +201,11 @@ def unit_template_vars(
     config: HostConfig, instance: Instance, placement: Placement, device_gids: list[int], gpu_bdfs: list[str]
 ) -> dict[str, object]:
     """What ``templates/vllm/vllm.service.j2`` is rendered with for ``instance`` (arguments as
-    :func:`unit_exec_start`): names, the quoted ``ExecStart`` and :func:`unit_timings`."""
+    :func:`unit_exec_start`): names, the quoted ``ExecStart``, the ``ExecStartPre`` that seeds the
+    instance's AITER JIT directory (:func:`rocmfleet.cachedirs.aiter_seed_dir`; empty for a baked
+    image) and :func:`unit_timings`."""
     files = files_of(instance)
+    seed = cachedirs.aiter_seed_dir(config, instance)
     return {
         "instance": instance.name,
         "model": config.profile.served_model_name,
@@ -212,6 +215,7 @@ def unit_template_vars(
         "secrets_file": files.secrets_file,
         "notes": placement.notes,
         "script": UNIT_SCRIPT,
+        "seed_aiter": exec_line([UNIT_SCRIPT, "seed-aiter", config.image.reference, seed]) if seed else "",
         "exec_start": exec_line(unit_exec_start(config, instance, placement, device_gids, gpu_bdfs)),
         "gpu_held_exit": GPU_HELD_EXIT,
         **asdict(unit_timings(config.settings)),

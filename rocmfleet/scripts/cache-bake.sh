@@ -16,8 +16,9 @@
 #       path order (content only: modification times and owners do not change it).
 #   cache-bake.sh pack DIR OUT NAME=PATH...
 #       write the tar archive OUT holding DIR/NAME at PATH (absolute, inside the image) for each
-#       pair: the image layer (Dockerfile `ADD OUT /` unpacks it at /). Files are sorted by name,
-#       owned by 0:0; modification times are kept. Prints OUT's sha256.
+#       pair: the image layer (Dockerfile `ADD OUT /` unpacks it at /). OUT's directory (the build
+#       context) is created when missing. Files are sorted by name, owned by 0:0; modification
+#       times are kept. Prints OUT's sha256.
 #   cache-bake.sh dockerfile DIR TEXT
 #       write TEXT to DIR/Dockerfile.
 #   cache-bake.sh build DIR REF
@@ -79,6 +80,7 @@ pack)
         set -- "$@" --transform "s,^$name/,$path/," --transform "s,^$name\$,$path,"
         shift
     done
+    mkdir -p "$(dirname "$out")"
     # shellcheck disable=SC2086 # $names: the layout's names, words by design
     tar -C "$dir" --sort=name --owner=0 --group=0 --numeric-owner -cf "$out" "$@" $names
     sha256sum "$out" | cut -d' ' -f1

@@ -9,6 +9,17 @@
 #       (ExecStartPre) make room for a new container: a running CONTAINER (left by a unit that
 #       died, or by hand) gets `docker stop --time GRACE_S` (SIGTERM, then SIGKILL after
 #       GRACE_S seconds: in-flight requests finish), then the stopped one is removed (no --force).
+#   vllm-unit.sh seed-aiter IMAGE DIR
+#       (ExecStartPre of an image without baked caches; `rocmfleet cache bake` before its bake
+#       container) make DIR, the instance's AITER_JIT_DIR on the host, hold the AITER modules
+#       IMAGE ships prebuilt. With AITER_JIT_DIR set, AITER imports its modules from that
+#       directory only (aiter/jit/core.py: get_user_jit_dir, get_module_custom_op imports
+#       `md_name` from sys.path, not `aiter.jit.md_name`), so an empty one would make it JIT-build
+#       again (minutes each) what the package directory already holds. The modules are the
+#       `*.so` files of the image's `aiter/jit/` package directory. DIR is emptied and seeded when
+#       its marker DIR/.rocmfleet-seeded names another image (AITER's JIT modules carry no version
+#       check: those of another image must go); else nothing happens. Never fails the start: a
+#       failed seed leaves a warning and AITER builds what it needs, as without it.
 #   vllm-unit.sh run CONTAINER INSTANCE BDFS -- DOCKER_RUN_ARGV...
 #       (ExecStart) check that no other process holds memory on the GPUs BDFS (comma-separated
 #       PCI addresses, gpu_free.py beside this script; exit 75 when held, the unit does not
@@ -32,6 +43,33 @@ clear)
         docker stop --time "$grace" "$container" >/dev/null || exit 1
     fi
     docker rm "$container" >/dev/null || exit 1
+    ;;
+seed-aiter)
+    image=$2 dir=$3
+    marker="$dir/.rocmfleet-seeded"
+    if [ "$(cat "$marker" 2>/dev/null)" = "$image" ]; then
+        exit 0
+    fi
+    if ! rm -rf "$dir" || ! mkdir -p "$dir"; then
+        echo "rocmfleet: cannot empty $dir; AITER builds its modules there" >&2
+        exit 0
+    fi
+    # shellcheck disable=SC2016 # expanded in the container
+    copy='d=$(python3 -c "import importlib.util as u; s = u.find_spec(\"aiter\"); print(s.submodule_search_locations[0] if s and s.submodule_search_locations else \"\")" 2>/dev/null) || d=
+n=0
+if [ -n "$d" ] && [ -d "$d/jit" ]; then
+    for f in "$d"/jit/*.so; do
+        [ -e "$f" ] || continue
+        cp -p "$f" "$1/" && n=$((n + 1))
+    done
+fi
+echo "$n"'
+    if count=$(docker run --rm --network none --entrypoint /bin/sh --volume "$dir:$dir" "$image" -c "$copy" seed "$dir"); then
+        printf '%s\n' "$image" >"$marker"
+        echo "rocmfleet: $dir seeded with ${count:-0} prebuilt AITER module(s) of $image" >&2
+    else
+        echo "rocmfleet: could not copy the prebuilt AITER modules of $image; AITER builds what it needs" >&2
+    fi
     ;;
 run)
     instance=$3 bdfs=$4
@@ -75,7 +113,7 @@ run)
     done
     ;;
 *)
-    echo "usage: vllm-unit.sh clear CONTAINER GRACE_S | run CONTAINER INSTANCE BDFS -- DOCKER_RUN_ARGV..." >&2
+    echo "usage: vllm-unit.sh clear CONTAINER GRACE_S | seed-aiter IMAGE DIR | run CONTAINER INSTANCE BDFS -- DOCKER_RUN_ARGV..." >&2
     exit 2
     ;;
 esac

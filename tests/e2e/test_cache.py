@@ -15,12 +15,7 @@ import pytest
 
 from tests.conftest import lab_inventory, lab_ssh, pyinfra_json, rocmfleet_cli
 
-pytestmark = [
-    pytest.mark.lab,
-    # Not green yet (issue 15 stays open): on the lab (2026-11-30) the bake now starts its container
-    # and runs the warm-up, then `cache-bake.sh pack` fails: the context's cache-layer.tar is not there.
-    pytest.mark.skip(reason="issue 15: cache bake lab test not green yet (pack: no cache-layer.tar in the context)"),
-]
+pytestmark = pytest.mark.lab
 
 CONTAINER = "vllm-lab-tiny-llama-0"
 CACHE_PATHS = "/root/.cache/vllm /root/.cache/inductor /root/.triton/cache /root/.aiter/jit"
@@ -32,6 +27,7 @@ def baked(lab):
     host = sorted(lab.hosts)[-1]
     result = rocmfleet_cli("cache", "bake", "inventories/lab.py", "--host", host, timeout_s=3000)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    print(result.stdout)  # the key, the manifest's writers, the reference: evidence for the run's log
     refs = re.findall(r"^(\S+:\S+-rfcache-[0-9a-f]{12}@sha256:[0-9a-f]{64})$", result.stdout, re.M)
     assert refs, result.stdout
     yield host, refs[-1]
@@ -41,17 +37,22 @@ def baked(lab):
 
 def test_bake_pushes_a_labelled_image(lab, baked):
     host, ref = baked
-    inspect = lab_ssh(
-        lab,
-        host,
-        f"docker image inspect --format '{{{{json .Config.Labels}}}}' {ref.split(':')[0]}@{ref.split('@')[1]}",
-    )
+    repository_tag, digest = ref.split("@")
+    repository = repository_tag.rsplit(":", 1)[0]  # the registry part has a port: split the tag off the right
+    inspect = lab_ssh(lab, host, f"docker image inspect --format '{{{{json .Config.Labels}}}}' {repository}@{digest}")
+    assert inspect.returncode == 0, inspect.stderr
     labels = json.loads(inspect.stdout)
     manifest = json.loads(labels["org.rocmfleet.cache-manifest"])
+    print("manifest writers:", manifest["writers"])
     assert manifest["files"] > 0, manifest  # the bake container compiled something into the caches
     assert json.loads(labels["org.rocmfleet.cache-key"])["tensor_parallel_size"] == 1
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 15: on the lab (2026-11-30) the baked container finds the AOT artifact under the same "
+    "torch_aot_compile/<hash> but compiles again and rewrites rank_0_0/model; cause open",
+)
 def test_baked_deploy_starts_without_recompiling(lab, baked, tmp_path):
     host, ref = baked
     repository_tag, digest = ref.split("@")
@@ -67,8 +68,18 @@ def test_baked_deploy_starts_without_recompiling(lab, baked, tmp_path):
     url = "http://127.0.0.1:8000/v1/completions"
     lab_ssh(lab, host, f"curl -fsS -m 120 -o /dev/null -H 'content-type: application/json' -d '{body}' {url}")
     newer = lab_ssh(lab, host, f"docker exec {CONTAINER} find {CACHE_PATHS} -type f -newermt '{started}' 2>/dev/null")
-    assert newer.stdout.strip() == "", f"files compiled after the start of the baked container:\n{newer.stdout[:2000]}"
     logs = lab_ssh(lab, host, f"docker logs {CONTAINER} 2>&1").stdout
+    # vLLM's own words (vllm/compilation/decorators.py, backends.py): "Directly load AOT compilation from
+    # path ..." on a hit; "Cannot load aot compilation from path ..., error: ..." or "Compiling a graph for
+    # ..." when it compiles again.
+    compile_lines = [
+        line for line in logs.splitlines() if re.search(r"aot compilation|Compiling a graph|torch.compile", line, re.I)
+    ]
+    print("\n".join(compile_lines))
+    assert newer.stdout.strip() == "", (
+        f"files compiled after the start of the baked container:\n{newer.stdout[:2000]}\n" + "\n".join(compile_lines)
+    )
     assert "Compiling a graph for" not in logs, "vLLM compiled a graph although the cache was baked"
+    assert "Cannot load aot compilation" not in logs, "\n".join(compile_lines)
     check = rocmfleet_cli("check", inventory, "--limit", host, "--select", "cache")
     assert check.returncode == 0, check.stdout[-2000:]

@@ -323,7 +323,7 @@ def test_pack_puts_each_cache_at_its_container_path(tmp_path):
     for d in cachedirs.LAYOUT:
         (tmp_path / "bake" / d.name / "sub").mkdir(parents=True)
         (tmp_path / "bake" / d.name / "sub" / "f").write_text(d.name)
-    layer = tmp_path / "layer.tar"
+    layer = tmp_path / "bake.context" / cachebake.LAYER  # the context does not exist yet: pack makes it
     pairs = [f"{d.name}={d.path}" for d in cachedirs.LAYOUT]
     script = str(scripts.DIR / "cache-bake.sh")
     sha = subprocess.run(["sh", script, "pack", str(tmp_path / "bake"), str(layer), *pairs], check=True,

@@ -169,3 +169,61 @@ def test_gpus_held_by_another_process_stop_the_start_before_any_container(tmp_pa
     assert proc.returncode == 75
     assert "its GPUs (0000:05:00.0) are still held by another process: GPU 0: pid 4242 (python3)" in proc.stderr
     assert not (tmp_path / "created").exists()
+
+
+SEED_DOCKER = r"""#!/bin/sh
+# stub docker run: runs the container's `sh -c SCRIPT ARGS...` here, with $STUB/pkg on PYTHONPATH
+echo "docker $*" >> "$STUB/calls"
+[ -e "$STUB/fail" ] && exit 1
+while [ "$1" != -c ]; do shift; done
+shift
+PYTHONPATH="$STUB/pkg" exec sh -c "$@"
+"""
+
+
+def _seed_env(tmp_path, modules=("module_aiter_core.so", "module_rmsnorm.so")):
+    env = stubs(tmp_path)
+    (tmp_path / "bin" / "docker").write_text(SEED_DOCKER)
+    jit = tmp_path / "pkg" / "aiter" / "jit"
+    jit.mkdir(parents=True)
+    (jit.parent / "__init__.py").write_text("raise SystemExit('aiter must not be imported to find it')\n")
+    (jit / "core.py").write_text("")
+    for name in modules:
+        (jit / name).write_text(name)
+    return env
+
+
+def test_seed_aiter_copies_the_prebuilt_modules_once_per_image(tmp_path):
+    """seed-aiter: the image's aiter/jit/*.so land in the instance's AITER_JIT_DIR (AITER imports
+    them from there only), stale files of another image go, and the same image is not seeded twice."""
+    env = _seed_env(tmp_path)
+    jit_dir = tmp_path / "cache" / "vllm-a" / "aiter"
+    jit_dir.mkdir(parents=True)
+    (jit_dir / "module_old.so").write_text("built for another image")
+    proc = run(env, "vllm-unit.sh", "seed-aiter", "reg/vllm:1@sha256:aa", jit_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in jit_dir.iterdir()) == [
+        ".rocmfleet-seeded",
+        "module_aiter_core.so",
+        "module_rmsnorm.so",
+    ]
+    assert "2 prebuilt AITER module(s)" in proc.stderr
+    assert "--network none" in (tmp_path / "calls").read_text()
+    (jit_dir / "module_jit_built.so").write_text("built by AITER at run time")
+    (tmp_path / "calls").unlink()
+    assert run(env, "vllm-unit.sh", "seed-aiter", "reg/vllm:1@sha256:aa", jit_dir).returncode == 0
+    assert not (tmp_path / "calls").exists() and (jit_dir / "module_jit_built.so").exists()
+    assert run(env, "vllm-unit.sh", "seed-aiter", "reg/vllm:2@sha256:bb", jit_dir).returncode == 0
+    assert not (jit_dir / "module_jit_built.so").exists() and (jit_dir / "module_rmsnorm.so").exists()
+
+
+def test_seed_aiter_never_fails_the_start(tmp_path):
+    """An image without AITER seeds nothing; a docker failure warns, exits 0 and leaves no marker."""
+    env = _seed_env(tmp_path, modules=())
+    jit_dir = tmp_path / "aiter"
+    proc = run(env, "vllm-unit.sh", "seed-aiter", "reg/vllm:cpu@sha256:cc", jit_dir)
+    assert proc.returncode == 0 and "0 prebuilt" in proc.stderr
+    (tmp_path / "fail").write_text("")
+    proc = run(env, "vllm-unit.sh", "seed-aiter", "reg/vllm:2@sha256:dd", jit_dir)
+    assert proc.returncode == 0 and "could not copy" in proc.stderr
+    assert not (jit_dir / ".rocmfleet-seeded").exists()

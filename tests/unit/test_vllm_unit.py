@@ -47,7 +47,10 @@ def test_the_unit_follows_a_detached_container_without_requiring_docker(lab_conf
     assert start[:6] == [vllm.UNIT_SCRIPT, "run", "vllm-tiny-llama-a", "tiny-llama-a", "0000:05:00.0", "--"]
     assert start[6:10] == ["/usr/bin/docker", "run", "--detach", "--init"]
     # no SIGKILL of a running server before a start: a graceful stop, then a plain rm, in the script
-    assert d["ExecStartPre"] == [f"{vllm.UNIT_SCRIPT} clear vllm-tiny-llama-a 90"]
+    assert d["ExecStartPre"][0] == f"{vllm.UNIT_SCRIPT} clear vllm-tiny-llama-a 90"
+    # then the instance's own AITER_JIT_DIR gets the image's prebuilt AITER modules (cachedirs.aiter_seed_dir)
+    seed = f"{lab_config.settings.vllm_cache_dir.rstrip('/')}/tiny-llama-a/aiter"
+    assert d["ExecStartPre"][1:] == [f"{vllm.UNIT_SCRIPT} seed-aiter {lab_config.image.reference} {seed}"]
     assert not [line for line in unit.splitlines() if "--force" in line and not line.startswith("#")]
     assert d["ExecStop"] == ["-/usr/bin/docker stop --time 90 vllm-tiny-llama-a"]
 
@@ -160,3 +163,10 @@ def test_amd_smi_output_decides(monkeypatch, capsys, tmp_path):
     fake.write_text("#!/bin/sh\necho \"amd-smi (stand-in): 'process' has no recorded output\" >&2\nexit 2\n")
     assert gpu_free.main(["a", "0000:05:00.0"]) == 0
     assert "GPU memory check skipped" in capsys.readouterr().err
+
+
+def test_a_baked_image_has_no_aiter_seed(lab_data, lab_placements):
+    """A baked image carries AITER_JIT_DIR in its layer (seeded at the bake): nothing is mounted or seeded."""
+    lab_data["vllm_image_tag"] = "lab-rfcache-0123456789ab"
+    d = directives(render(host_config(lab_data), lab_placements))
+    assert len(d["ExecStartPre"]) == 1 and "seed-aiter" not in d["ExecStartPre"][0]
