@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rocmfleet.errors import ToolOutputError, quoted
+
 if TYPE_CHECKING:
     from rocmfleet.settings import HostSettings
 
@@ -272,3 +274,36 @@ def restart_needed(old_text: str | None, new_text: str) -> bool:
         return True
     changed = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
     return bool(changed - RELOADABLE)
+
+
+def parse_daemon_json(text: str) -> dict[str, Any]:
+    """``/etc/docker/daemon.json`` (``text``) as a dict.
+
+    Raises:
+        ToolOutputError: empty (or unreadable), not JSON (e.g. truncated), or not a JSON object.
+    """
+    if not text.strip():
+        raise ToolOutputError("/etc/docker/daemon.json is empty or could not be read")
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ToolOutputError(f"/etc/docker/daemon.json is not JSON ({exc}): {quoted(text, 400)}") from None
+    if not isinstance(value, dict):
+        raise ToolOutputError(f"/etc/docker/daemon.json is not a JSON object: {quoted(text, 400)}")
+    return value
+
+
+def parse_inspect(text: str, name: str) -> dict[str, Any]:
+    """The one object ``docker inspect NAME`` prints (a JSON list of one object with ``Id``).
+
+    Raises:
+        ToolOutputError: empty output, not JSON (truncated), or not a list of exactly one object
+            with an ``Id`` (another format).
+    """
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ToolOutputError(f"docker inspect {name}: not JSON: {quoted(text, 400)}") from None
+    if not (isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict) and "Id" in value[0]):
+        raise ToolOutputError(f"docker inspect {name}: not a list of one object with an Id: {quoted(text, 400)}")
+    return value[0]

@@ -44,3 +44,13 @@ class CannotCheck(RuntimeError):
     ``rocmfleet check`` reports such a check as ``error``, never as passed (issue 16: a kernel
     log read without the right to read it printed ``-- No entries --`` and the check passed).
     """
+
+
+class ToolOutputError(CannotCheck, ValueError):
+    """A tool's output (or a file) that a parser does not understand: empty, truncated or of an
+    unknown format. The message quotes what was read. A check raising it is an error, not a pass."""
+
+
+def quoted(text: str, limit: int = 200) -> str:
+    """``text`` for an error message: ``'empty output'`` or its first ``limit`` characters, repr'd."""
+    return "empty output" if not text.strip() else repr(text[:limit])

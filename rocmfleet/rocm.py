@@ -26,6 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rocmfleet.errors import ToolOutputError, quoted
+
 PREFIX = "rocm_"
 
 KEYRING_DIR = "/etc/apt/keyrings"
@@ -572,14 +574,78 @@ _DKMS_LINE = re.compile(
 )
 
 
-def parse_dkms_status(text: str) -> list[DkmsEntry]:
-    """Parse ``dkms status`` (reference §2.5 [R2-post]); lines without a kernel (``added``) are skipped."""
+#: A module added to DKMS but built for no kernel: ``amdgpu/6.14.14-2204008.24.04: added`` (dkms 3)
+#: or ``amdgpu, 6.14.14: added`` (dkms 2).
+_DKMS_ADDED = re.compile(r"^[^/,\s]+[/,]\s*[^,:]+:\s*added$")
+#: A warning dkms prints among the lines (e.g. ``Warning: ...``, ``Error! ...``); not an entry.
+_DKMS_NOTE = re.compile(r"^(Warning|Error|Deprecated)\b", re.IGNORECASE)
+
+
+def parse_dkms_status(text: str, strict: bool = False) -> list[DkmsEntry]:
+    """Parse ``dkms status`` (reference §2.5 [R2-post]); lines without a kernel (``added``) are skipped.
+
+    Args:
+        text: the whole output.
+        strict: for a check (``rocmfleet check``): empty output, or a line that is neither an
+            entry, an ``added`` line nor a dkms warning (a truncated line, another tool's
+            format), raises instead of being skipped. The deploy's DKMS check reads it lenient
+            and reports the whole output when the module is missing.
+
+    Raises:
+        ToolOutputError: with ``strict``, as above.
+    """
+    if strict and not text.strip():
+        raise ToolOutputError("dkms status printed nothing: cannot tell which kernels amdgpu is built for")
     entries = []
     for line in text.splitlines():
         m = _DKMS_LINE.match(line.strip())
         if m:
             entries.append(DkmsEntry(**{k: v.strip() for k, v in m.groupdict().items()}))
+        elif strict and line.strip() and not _DKMS_ADDED.match(line.strip()) and not _DKMS_NOTE.match(line.strip()):
+            raise ToolOutputError(f"dkms status: a line of an unknown format: {line.strip()[:200]!r}")
     return entries
+
+
+def parse_madison(text: str, package: str) -> list[tuple[str, str]]:
+    """``(version, repository URL)`` of each line of ``apt-cache madison PACKAGE``, in apt's order.
+
+    A line is ``amdgpu-dkms | 1:6.14.14.30300000-2278356.22.04 | https://repo.radeon.com/amdgpu/6.3/ubuntu
+    jammy/main amd64 Packages``; the URL is the third field's first word, without a trailing ``/``.
+
+    Raises:
+        ToolOutputError: empty output (apt knows no version: ``apt-get update`` never ran or the
+            repository is missing), or a line without the three fields, with another package
+            name, or without a URL (truncated, or another format).
+    """
+    if not text.strip():
+        raise ToolOutputError(f"apt-cache madison {package} printed nothing: apt knows no version of it")
+    found = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) != 3 or parts[0] != package or not parts[1] or "://" not in parts[2].split(" ")[0]:
+            raise ToolOutputError(f"apt-cache madison {package}: a line of an unknown format: {line.strip()[:200]!r}")
+        found.append((parts[1], parts[2].split()[0].rstrip("/")))
+    return found
+
+
+def reboot_reasons(rc: int, stdout: str, stderr: str = "") -> list[str]:
+    """The reasons a reboot is owed, from ``rocmfleet/scripts/reboot-owed.sh`` (exit status and output).
+
+    The script prints ``state: none`` (no reasons directory: nothing owed since boot) or
+    ``state: listed`` and then each reason file's text.
+
+    Raises:
+        ToolOutputError: the script failed (the directory or a reason in it cannot be read, e.g.
+            without sudo), or its output does not start with a ``state:`` line (truncated).
+    """
+    lines = stdout.splitlines()
+    if rc != 0:
+        raise ToolOutputError(f"cannot read the reboot reasons (exit {rc}): {stderr.strip()[-300:] or quoted(stdout)}")
+    if not lines or lines[0] not in ("state: none", "state: listed"):
+        raise ToolOutputError(f"reboot-owed.sh: output of an unknown format: {quoted(stdout)}")
+    return [line for line in lines[1:] if line.strip()]
 
 
 def kernel_sort_key(kernel: str) -> tuple:

@@ -23,6 +23,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rocmfleet.errors import ToolOutputError, quoted
+
 PREFIX = "tuning_"
 
 SYSCTL_FILE = "/etc/sysctl.d/60-rocmfleet-mi300x.conf"
@@ -157,6 +159,38 @@ def edit_grub_defaults(text: str, wanted: list[str]) -> str:
         return text
     prefix = "" if not text or text.endswith("\n") else "\n"
     return f'{text}{prefix}GRUB_CMDLINE_LINUX="{" ".join(wanted)}"\n'
+
+
+def grub_cmdline(text: str) -> list[str]:
+    """The parameters ``GRUB_CMDLINE_LINUX`` holds in ``/etc/default/grub`` (``text``), as the shell reads it.
+
+    Raises:
+        ToolOutputError: the file is empty (or was not readable), has no ``GRUB_CMDLINE_LINUX=``
+            line, or its value does not parse as shell (an unclosed quote: a truncated file).
+    """
+    if not text.strip():
+        raise ToolOutputError(f"{GRUB_DEFAULTS} is empty or could not be read")
+    lines = [line for line in text.splitlines() if _CMDLINE.match(line)]
+    if not lines:
+        raise ToolOutputError(f"{GRUB_DEFAULTS} has no GRUB_CMDLINE_LINUX= line: {quoted(text)}")
+    value = lines[-1].split("=", 1)[1]  # the shell keeps the last assignment
+    try:
+        words = shlex.split(value, comments=True)
+    except ValueError as exc:
+        raise ToolOutputError(f"{GRUB_DEFAULTS}: GRUB_CMDLINE_LINUX does not parse ({exc}): {value[:200]!r}") from None
+    return " ".join(words).split()
+
+
+def grub_cfg_linux_lines(text: str) -> list[list[str]]:
+    """The words of each ``linux`` line of a generated ``/boot/grub/grub.cfg`` (``text``).
+
+    Raises:
+        ToolOutputError: the file is empty or holds no ``linux`` line (truncated, or not grub's).
+    """
+    linux = [line.split() for line in text.splitlines() if line.strip().startswith("linux")]
+    if not linux:
+        raise ToolOutputError(f"/boot/grub/grub.cfg holds no `linux` line: {quoted(text)}")
+    return linux
 
 
 def cmdline_params(cmdline: str) -> list[str]:

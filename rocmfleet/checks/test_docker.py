@@ -40,10 +40,7 @@ def test_docker_version_pinned_and_held(host, config):
 def test_daemon_json_as_rendered(host, config):
     path = host.file("/etc/docker/daemon.json")
     assert path.is_file, "/etc/docker/daemon.json is missing"
-    try:
-        live = json.loads(path.content_string)
-    except ValueError as exc:
-        raise AssertionError(f"/etc/docker/daemon.json is not JSON ({exc}): {path.content_string[:400]!r}") from None
+    live = docker.parse_daemon_json(path.content_string)
     wanted = json.loads(docker.daemon_json(config.settings))
     differ = sorted(k for k in wanted.keys() | live.keys() if wanted.get(k) != live.get(k))
     assert not differ, "daemon.json differs in " + ", ".join(

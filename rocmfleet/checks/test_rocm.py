@@ -6,6 +6,7 @@ import pytest
 
 from rocmfleet import rocm, scripts
 from rocmfleet.checks.expect import in_container, rocm_settings
+from rocmfleet.facts.rocm import REBOOT_DIR
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +75,7 @@ def test_driver_packages_at_repository_version(host, settings):
         pkg = host.package(package)
         assert pkg.is_installed, package
         madison = host.check_output("apt-cache madison %s", package)
-        versions = [
-            line.split("|")[1].strip()
-            for line in madison.splitlines()
-            if line.split("|")[2].split()[0].rstrip("/") == settings.driver_repo
-        ]
+        versions = [version for version, url in rocm.parse_madison(madison, package) if url == settings.driver_repo]
         assert pkg.version in versions, f"{package} {pkg.version} is not the version of {settings.driver_repo}"
 
 
@@ -92,7 +89,7 @@ def test_dkms_installed_for_running_and_newest_kernel(host):
     names = kernels.split()
     wanted = [names[0], rocm.newest_kernel(names)]
     status = host.check_output("dkms status")
-    assert rocm.dkms_problems(rocm.parse_dkms_status(status), "amdgpu", wanted) == [], status
+    assert rocm.dkms_problems(rocm.parse_dkms_status(status, strict=True), "amdgpu", wanted) == [], status
 
 
 def test_amdgpu_module_loaded(host):
@@ -133,5 +130,6 @@ def test_device_access_live(host, settings):
 
 
 def test_no_reboot_owed(host):
-    owed = host.run("cat /run/rocmfleet/reboot-required.d/* 2>/dev/null").stdout.strip()
-    assert not owed, f"a reboot is owed: {owed}"
+    result = host.run(scripts.command("reboot-owed.sh", REBOOT_DIR))
+    owed = rocm.reboot_reasons(result.rc, result.stdout, result.stderr)
+    assert not owed, f"a reboot is owed: {'; '.join(owed)}"

@@ -32,14 +32,12 @@ def test_numa_balancing_live(host, settings):
 
 
 def test_kernel_cmdline_persisted(host, settings):
-    grub = host.file(tuning.GRUB_DEFAULTS).content_string
-    line = next(line for line in grub.splitlines() if line.startswith("GRUB_CMDLINE_LINUX="))
-    params = line.split("=", 1)[1].strip("\"'").split()
-    assert set(settings.kernel_params) <= set(params), line
+    params = tuning.grub_cmdline(host.file(tuning.GRUB_DEFAULTS).content_string)
+    assert set(settings.kernel_params) <= set(params), f"GRUB_CMDLINE_LINUX: {' '.join(params)}"
     cfg = host.file("/boot/grub/grub.cfg")
     assert cfg.exists, "update-grub never ran"
-    linux = [line.split() for line in cfg.content_string.splitlines() if line.strip().startswith("linux")]
-    assert linux and all(set(settings.kernel_params) <= set(words) for words in linux), "grub.cfg is stale"
+    linux = tuning.grub_cfg_linux_lines(cfg.content_string)
+    assert all(set(settings.kernel_params) <= set(words) for words in linux), "grub.cfg is stale"
 
 
 def test_kernel_cmdline_live(host, settings):

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from rocmfleet import partitions, readiness, vllm
+from rocmfleet import docker, partitions, readiness, vllm
 
 
 @pytest.fixture
@@ -27,10 +27,7 @@ def container(host, instance, unit) -> dict:
         pytest.skip(f"{names.unit} is not active (reported by test_unit_enabled_and_active)")
     result = host.run(f"docker inspect --type container {names.container}")
     assert result.rc == 0, f"{names.unit} is active but has no container {names.container}: {result.stderr.strip()}"
-    try:
-        return json.loads(result.stdout)[0]
-    except (ValueError, IndexError, KeyError):
-        raise AssertionError(f"docker inspect {names.container}: unexpected output {result.stdout[:400]!r}") from None
+    return docker.parse_inspect(result.stdout, names.container)
 
 
 @pytest.fixture

@@ -1,0 +1,112 @@
+"""Every parser a check relies on refuses empty, truncated and unknown output (issue 16):
+the check is then an error (:class:`~rocmfleet.errors.CannotCheck`), never a pass."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from rocmfleet import docker, rocm, scripts, tuning
+from rocmfleet.errors import CannotCheck, ToolOutputError
+
+DKMS = "amdgpu/6.14.14-2204008.24.04, 6.14.0-29-generic, x86_64: installed\n"
+MADISON = "amdgpu-dkms | 1:6.14.14.30300000-2278356.22.04 | https://repo.radeon.com/amdgpu/6.3/ubuntu jammy/main\n"
+GRUB = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX="iommu=pt amd_iommu=on"\n'
+GRUB_CFG = "menuentry 'Debian' {\n\tlinux /vmlinuz-6.1.0 root=/dev/sda1 ro iommu=pt amd_iommu=on\n}\n"
+INSPECT = '[{"Id": "abc", "Config": {"Image": "x"}}]'
+
+
+def test_the_good_outputs_parse():
+    assert [e.kernel for e in rocm.parse_dkms_status(DKMS, strict=True)] == ["6.14.0-29-generic"]
+    assert rocm.parse_madison(MADISON, "amdgpu-dkms") == [
+        ("1:6.14.14.30300000-2278356.22.04", "https://repo.radeon.com/amdgpu/6.3/ubuntu")
+    ]
+    assert tuning.grub_cmdline(GRUB) == ["iommu=pt", "amd_iommu=on"]
+    assert tuning.grub_cfg_linux_lines(GRUB_CFG)[0][-1] == "amd_iommu=on"
+    assert docker.parse_daemon_json('{"live-restore": true}') == {"live-restore": True}
+    assert docker.parse_inspect(INSPECT, "vllm-a")["Id"] == "abc"
+    assert rocm.reboot_reasons(0, "state: none\n") == []
+    assert rocm.reboot_reasons(0, "state: listed\namdgpu-dkms installed\n\n") == ["amdgpu-dkms installed"]
+
+
+def test_dkms_added_lines_and_warnings_are_not_entries():
+    text = "Warning: something\namdgpu/6.14.14: added\n" + DKMS
+    assert len(rocm.parse_dkms_status(text, strict=True)) == 1
+
+
+@pytest.mark.parametrize(
+    ("parse", "text"),
+    [
+        (lambda t: rocm.parse_dkms_status(t, strict=True), ""),
+        (lambda t: rocm.parse_dkms_status(t, strict=True), DKMS[:30]),  # truncated mid-line
+        (lambda t: rocm.parse_dkms_status(t, strict=True), "amdgpu 6.14.14 is installed for 6.14.0\n"),
+        (lambda t: rocm.parse_madison(t, "amdgpu-dkms"), ""),
+        (lambda t: rocm.parse_madison(t, "amdgpu-dkms"), MADISON[:40]),
+        (lambda t: rocm.parse_madison(t, "amdgpu-dkms"), "N: Unable to locate package amdgpu-dkms\n"),
+        (lambda t: rocm.parse_madison(t, "amdgpu-dkms"), MADISON.replace("amdgpu-dkms", "rocm-core")),
+        (tuning.grub_cmdline, ""),
+        (tuning.grub_cmdline, GRUB[:60]),  # truncated before the GRUB_CMDLINE_LINUX line
+        (tuning.grub_cmdline, GRUB[:-5]),  # truncated inside the quotes
+        (tuning.grub_cmdline, "[grub]\ncmdline = iommu=pt\n"),
+        (tuning.grub_cfg_linux_lines, ""),
+        (tuning.grub_cfg_linux_lines, GRUB_CFG[:20]),
+        (docker.parse_daemon_json, ""),
+        (docker.parse_daemon_json, '{"live-restore": tr'),
+        (docker.parse_daemon_json, '["live-restore"]'),
+        (lambda t: docker.parse_inspect(t, "vllm-a"), ""),
+        (lambda t: docker.parse_inspect(t, "vllm-a"), INSPECT[:15]),
+        (lambda t: docker.parse_inspect(t, "vllm-a"), "[]"),
+        (lambda t: docker.parse_inspect(t, "vllm-a"), '{"Id": "abc"}'),
+        (lambda t: rocm.reboot_reasons(0, t), ""),
+        (lambda t: rocm.reboot_reasons(0, t), "amdgpu-dkms installed\n"),
+    ],
+)
+def test_empty_truncated_or_unknown_output_is_an_error(parse, text):
+    with pytest.raises(ToolOutputError) as caught:
+        parse(text)
+    assert isinstance(caught.value, CannotCheck)
+
+
+def _reboot_owed(directory: str) -> list[str]:
+    """Run the script as this user; as root, as ``nobody`` (root reads a directory without permission)."""
+    argv = ["sh", "-c", scripts.text("reboot-owed.sh"), "reboot-owed.sh", directory]
+    if os.geteuid() == 0:
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    return rocm.reboot_reasons(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture
+def open_dir():
+    """A directory every user may enter (pytest's tmp_path is root's own when run as root)."""
+    path = Path(tempfile.mkdtemp(prefix="rocmfleet-reboot-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_no_reboot_owed_reads_the_directory(open_dir):
+    owed = open_dir / "reboot-required.d"
+    assert _reboot_owed(str(owed)) == []
+    owed.mkdir(mode=0o755)
+    assert _reboot_owed(str(owed)) == []
+    (owed / "amdgpu").write_text("amdgpu-dkms installed")
+    (owed / "amdgpu").chmod(0o644)
+    assert _reboot_owed(str(owed)) == ["amdgpu-dkms installed"]
+
+
+def test_an_unreadable_reboot_directory_is_an_error_not_a_pass(open_dir):
+    owed = open_dir / "reboot-required.d"
+    owed.mkdir(mode=0o700)
+    (owed / "amdgpu").write_text("amdgpu-dkms installed")
+    with pytest.raises(CannotCheck, match="cannot read the directory"):
+        _reboot_owed(str(owed))
+    owed.chmod(0o755)
+    (owed / "amdgpu").chmod(0o600)
+    with pytest.raises(CannotCheck, match="exit 3"):
+        _reboot_owed(str(owed))
