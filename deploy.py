@@ -8,8 +8,8 @@ execution time, after the reboot (``roles/vllm``), not while pyinfra prepares th
 Every per-host problem fails that host alone, through pyinfra's own error path
 (:mod:`rocmfleet.operations.fail`): the other hosts converge and pyinfra exits non-zero naming
 the failed hosts. The inventory already validated every host before connecting
-(``rocmfleet.validate.check_on_load``); this validates again per host so that ``--data``
-overrides are checked too.
+(``rocmfleet.validate.check_on_load``); a host whose data is still what was validated there
+uses that config, one changed by ``--data`` overrides is validated again here.
 """
 
 from pyinfra import host
@@ -22,12 +22,14 @@ import roles.vllm
 from rocmfleet import groupvars, vllm
 from rocmfleet.operations import fail
 from rocmfleet.settings import ConfigError, host_config
+from rocmfleet.validate import validated_config
 
 try:
     # Group files that could not be read (an inventory without check_on_load still loads them).
     if groupvars.problems():
         raise ConfigError(groupvars.problems())
-    config = host_config(host.data.dict(), groupvars.profiles_dir())
+    data = host.data.dict()
+    config = validated_config(host.name, data) or host_config(data, groupvars.profiles_dir())
 except ConfigError as exc:
     fail.failed(name="Validate this host's data", message=f"rocmfleet: {host.name}: {exc}".replace("\n", "; "))
 else:

@@ -20,6 +20,11 @@ EXIT_INVALID = 2
 
 _loading = False  # True while validate_inventory executes an inventory file
 
+#: What :func:`check_on_load` validated in this process: ``{host name: (its data, its config)}``.
+#: ``deploy.py`` takes a host's config from here when its data is the same (no ``--data``
+#: override changed it), so a host is validated once per run (issue 16).
+_VALIDATED: dict[str, tuple[dict, HostConfig]] = {}
+
 
 class InventoryError(ValueError):
     """The inventory itself cannot be loaded (syntax error, not UTF-8, no hosts)."""
@@ -144,6 +149,7 @@ def validate_inventory(inventory: str, with_hosts: bool = False, overrides: dict
             continue
         try:
             configs[host.name] = host_config(data, groupvars.profiles_dir())
+            _VALIDATED[host.name] = (data, configs[host.name])
         except ConfigError as exc:
             for problem in exc.problems:
                 top = problem.key.split(".")[0]
@@ -183,6 +189,13 @@ def _blame(key: str, message: str, host, inv, inventory: str) -> tuple[str, str]
                 message += " (this file is empty or holds only comments)"
             return groupvars.display(loaded.path), message
     return inventory, message
+
+
+def validated_config(name: str, data: dict) -> HostConfig | None:
+    """The config the inventory's own validation (:func:`check_on_load`) made for host ``name``
+    from exactly ``data`` (pyinfra's ``host.data.dict()``), or ``None``: validate it then."""
+    seen = _VALIDATED.get(name)
+    return seen[1] if seen is not None and seen[0] == data else None
 
 
 def report(problems: list[Problem]) -> str:
