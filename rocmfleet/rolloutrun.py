@@ -478,7 +478,8 @@ class HostSteps:
         return parse_status(host, result.stdout)
 
     def ready(self, host: str) -> dict[str, bool]:
-        """Per instance, whether it is ready now (the deploy's own probe, one try)."""
+        """Per instance, whether it is ready now (the deploy's own probe, one try, with the profile's
+        known-answer request where it has one: ``ready_probe``)."""
         from rocmfleet.readiness import probe_script
         from rocmfleet.vllm import files_of
 
@@ -486,7 +487,7 @@ class HostSteps:
         model = config.profile.served_model_name or config.profile.model
         out = {}
         for instance in config.instances():
-            probe = probe_script(instance.port, model, files_of(instance).container)
+            probe = probe_script(instance.port, model, files_of(instance).container, config.profile.ready_probe)
             out[instance.name] = self._run(host, probe, 60, "readiness").exit_status == 0
         return out
 
