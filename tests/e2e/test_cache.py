@@ -50,8 +50,9 @@ def test_bake_pushes_a_labelled_image(lab, baked):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 15: on the lab (2026-11-30) the baked container finds the AOT artifact under the same "
-    "torch_aot_compile/<hash> but compiles again and rewrites rank_0_0/model; cause open",
+    reason="issue 15: on the lab (2026-11-30) vLLM 0.32.0 finds the baked AOT artifact (same torch_aot_compile/"
+    "<hash>) but cannot load it ('function' object has no attribute 'finalize_loading', torch 2.13), re-traces "
+    "and rewrites rank_0_0/model",
 )
 def test_baked_deploy_starts_without_recompiling(lab, baked, tmp_path):
     host, ref = baked
