@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from rocmfleet import scripts
 from rocmfleet.profiles import ReadyProbe
-from rocmfleet.readiness import probe_script
+from rocmfleet.readiness import probe_args
 
 #: Saved copies, by the name used in ``<instance>.last-good/``: the mode each live file has
 #: (``roles/vllm``: unit 0644, environment and secrets 0600, all root's).
@@ -283,9 +283,10 @@ class WaitTarget:
         files: its live and last good files.
         roll_back_to: the last good version's image when it can be restored (a complete last good
             version that differs from the live files), else ``None``: then a timeout only fails.
-        warmup: shell that sends the profile's warm-up requests (:func:`rocmfleet.warmup.script`,
-            ``warmup_at_start``); run once the probe passes, and the instance counts as ready only
-            when it succeeded, so a cold instance never takes user traffic first.
+        warmup: shell that sends the profile's warm-up requests (:func:`rocmfleet.warmup.args`
+            through :func:`rocmfleet.scripts.in_wait`, ``warmup_at_start``); run once the probe
+            passes, and the instance counts as ready only when it succeeded, so a cold instance
+            never takes user traffic first.
         ready_probe: the profile's known-answer request (:class:`rocmfleet.profiles.ReadyProbe`),
             or ``None``; the new version is ready only when its greedy answer matches.
     """
@@ -304,7 +305,9 @@ class WaitTarget:
 
 def _ready(target: WaitTarget, ready_probe: ReadyProbe | None) -> str:
     """Shell that exits 0 when ``target`` is ready: the probe, then its warm-up (once) if it has one."""
-    probe = probe_script(target.port, target.model, target.container, ready_probe)
+    probe = scripts.in_wait(
+        "vllm-probe.sh", "ready", target.port, target.container, *probe_args(target.model, ready_probe)
+    )
     return f"{probe} && {target.warmup}" if target.warmup else probe
 
 
@@ -334,6 +337,7 @@ def wait_or_roll_back_script(
         interval_s: seconds between polls.
     """
     args: list[object] = [timeout_s, rollback_timeout_s, interval_s, LOG_LINES]
+    args += [scripts.text("vllm-probe.sh"), scripts.text("vllm-warmup.sh")]
     for t in targets:
         args += [t.name, t.unit, t.container, t.port, t.image, _ready(t, t.ready_probe), _ready(t, None)]
         args += [t.roll_back_to or "", t.files.directory, t.files.live["unit"], t.files.live["env"]]

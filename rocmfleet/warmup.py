@@ -71,8 +71,11 @@ def plan(profile: Profile) -> list[Step]:
     return list(dict.fromkeys(steps))
 
 
+def args(profile: Profile, port: int) -> list[str]:
+    """The arguments of ``vllm-warmup.sh`` for :func:`plan`'s requests to the server on ``127.0.0.1:port``."""
+    return [str(port), json.dumps(profile.served_model_name), *(s.arg() for s in plan(profile))]
+
+
 def script(profile: Profile, port: int) -> str:
     """Shell that sends :func:`plan`'s requests to the server on ``127.0.0.1:port``; exit 1 on a failure."""
-    return scripts.command(
-        "vllm-warmup.sh", port, json.dumps(profile.served_model_name), *(s.arg() for s in plan(profile))
-    )
+    return scripts.command("vllm-warmup.sh", *args(profile, port))

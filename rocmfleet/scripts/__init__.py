@@ -25,3 +25,14 @@ def command(name: str, *args: object) -> str:
     Example: ``command("vllm-probe.sh", "owner", 8000, "vllm-a")``.
     """
     return shlex.join(["sh", "-c", text(name), name, *(str(a) for a in args)])
+
+
+def in_wait(name: str, *args: object) -> str:
+    """``sh "$RF_SCRIPTS"/name ARGS...``: shell for ``vllm-wait.sh`` to run (a target's READY or
+    BACK_READY), calling ``name`` (``vllm-probe.sh`` or ``vllm-warmup.sh``) from the directory
+    where ``vllm-wait.sh`` wrote the texts it carries once, instead of a copy of the text per
+    target (:func:`command`): the wait command stays small for any number of instances.
+
+    Example: ``in_wait("vllm-probe.sh", "ready", 8000, "vllm-a", '"tiny-llama"', "{}")``.
+    """
+    return 'sh "$RF_SCRIPTS"/' + name + " " + shlex.join(str(a) for a in args)

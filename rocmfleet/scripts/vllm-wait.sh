@@ -1,8 +1,12 @@
 #!/bin/sh
 # rocmfleet: wait until vLLM instances are ready; roll back each one that is not by the deadline.
 #
-#   vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S INTERVAL_S LOG_LINES TARGET...
+#   vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S INTERVAL_S LOG_LINES PROBE WARMUP TARGET...
 #
+# PROBE and WARMUP are the texts of vllm-probe.sh and vllm-warmup.sh, carried once: they are
+# written to a directory of this run, $RF_SCRIPTS, and READY and BACK_READY call them from there
+# (`sh "$RF_SCRIPTS"/vllm-probe.sh ready ...`), so that the command stays small for any number of
+# instances (one argument of a command line is at most 128 KiB on Linux).
 # Each TARGET is 12 arguments (built by rocmfleet/rollout.py, wait_or_roll_back_script):
 #   NAME UNIT CONTAINER PORT IMAGE READY BACK_READY ROLL_BACK_TO SAVED UNIT_PATH ENV_PATH SECRETS_PATH
 #   READY       shell that exits 0 when the new version is ready (vllm-probe.sh ready, with the
@@ -28,13 +32,13 @@ set -u
 
 usage() {
     echo "usage: vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S INTERVAL_S LOG_LINES" \
-        "[NAME UNIT CONTAINER PORT IMAGE READY BACK_READY ROLL_BACK_TO SAVED UNIT_PATH ENV_PATH SECRETS_PATH]..." >&2
+        "PROBE WARMUP [NAME UNIT CONTAINER PORT IMAGE READY BACK_READY ROLL_BACK_TO SAVED UNIT_PATH ENV_PATH SECRETS_PATH]..." >&2
     exit 2
 }
 
-[ $# -ge 4 ] || usage
-timeout_s=$1 rollback_timeout_s=$2 interval_s=$3 log_lines=$4
-shift 4
+[ $# -ge 6 ] || usage
+timeout_s=$1 rollback_timeout_s=$2 interval_s=$3 log_lines=$4 probe_text=$5 warmup_text=$6
+shift 6
 [ $(($# % 12)) -eq 0 ] || usage
 
 # Targets as t<i>_<field> variables (POSIX sh has no arrays), plus per target the flags
@@ -64,6 +68,11 @@ WRONG_ANSWER=3
 
 said=$(mktemp -d) || exit 1
 trap 'rm -rf "$said"' EXIT
+# The scripts READY and BACK_READY call (see the top).
+RF_SCRIPTS=$said/scripts
+mkdir "$RF_SCRIPTS" || exit 1
+printf '%s\n' "$probe_text" >"$RF_SCRIPTS/vllm-probe.sh" || exit 1
+printf '%s\n' "$warmup_text" >"$RF_SCRIPTS/vllm-warmup.sh" || exit 1
 
 # poll READY_FLAG ACTIVE_FLAG PROBE_FIELD TIMEOUT WATCH_FAILED: until every target with
 # ACTIVE_FLAG 1 has READY_FLAG 1 (its PROBE_FIELD passed), or TIMEOUT seconds. The probe's

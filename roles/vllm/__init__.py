@@ -139,7 +139,9 @@ def apply(config: HostConfig) -> None:
                 model=config.profile.served_model_name,
                 image=config.image.reference,
                 files=last_good_of(instance.name, names),
-                warmup=warmup.script(config.profile, instance.port) if config.profile.warmup_at_start else None,
+                warmup=scripts.in_wait("vllm-warmup.sh", *warmup.args(config.profile, instance.port))
+                if config.profile.warmup_at_start
+                else None,
                 ready_probe=config.profile.ready_probe,
             )
         )

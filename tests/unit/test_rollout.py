@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -680,3 +681,24 @@ def test_a_warm_up_runs_once_the_probe_passes_and_gates_readiness(host, tmp_path
     result = host(rollout.wait_or_roll_back_script([warm], 2, 2, 1))
     assert result.returncode == 1  # ready by the probe, but the warm-up failed: not ready
     assert "warmed" in calls(host)
+
+
+@pytest.mark.parametrize("count, warm", [(64, False), (32, True)])
+def test_the_wait_command_stays_small_for_many_instances(tmp_path, lab_config, count, warm):
+    # One argument of a command line is at most 128 KiB on Linux (MAX_ARG_STRLEN), and pyinfra sends
+    # the whole command as one (`sh -c '...'`): the probe's and warm-up's texts travel once, not per
+    # target (8 instances with a text per target made 137 KB and failed with E2BIG). 64 instances
+    # with a warm-up each still do not fit (about 180 KB).
+    from rocmfleet import scripts, warmup
+
+    files = instance_files(tmp_path, "a")
+    warmup_shell = scripts.in_wait("vllm-warmup.sh", *warmup.args(lab_config.profile, 8000)) if warm else None
+    base = target(files, "a", 8000, OLD_IMAGE).__dict__
+    targets = [
+        rollout.WaitTarget(**{**base, "name": f"i{n}", "port": 8000 + n, "warmup": warmup_shell, "ready_probe": PARIS})
+        for n in range(count)
+    ]
+    command = rollout.wait_or_roll_back_script(targets, 1800, 1800)
+    assert len(shlex.quote(command).encode()) < 128 * 1024 - 4096
+    marker = next(line for line in scripts.text("vllm-probe.sh").splitlines() if len(line) > 40 and "'" not in line)
+    assert command.count(marker) == 1  # the probe's text once, not per target

@@ -84,6 +84,6 @@ def test_the_probe_without_arguments_says_how_to_call_it():
 
 
 def test_the_wait_says_how_to_call_it_when_a_target_is_incomplete():
-    result = subprocess.run(["sh", str(scripts.DIR / "vllm-wait.sh"), "5", "5", "1", "40", "a", "vllm-a.service"],
-                            capture_output=True, text=True)  # fmt: skip
+    incomplete = ["5", "5", "1", "40", "PROBE", "WARMUP", "a", "vllm-a.service"]
+    result = subprocess.run(["sh", str(scripts.DIR / "vllm-wait.sh"), *incomplete], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("usage: vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S")
