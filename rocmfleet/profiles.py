@@ -98,9 +98,12 @@ class ReadyProbe(BaseModel):
         if value is None:
             return value
         try:
-            re.compile(value)
+            compiled = re.compile(value)
         except re.error as exc:
             raise ValueError(f"not a regular expression: {exc}") from None
+        if compiled.search(""):
+            # ``x*``, ``|``, ``(?i)``: every answer, garbage included, would match.
+            raise ValueError("matches an empty answer, so any answer would pass; give text the answer must contain")
         return value
 
 
@@ -112,8 +115,11 @@ class Profile(ServingSettings):
     """
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$")
-    model: str = Field(min_length=1, description="Hugging Face id (or a path inside the container)")
-    served_model_name: str = Field(min_length=1)
+    # No control characters: both reach the unit file (a newline would add a line to it).
+    model: str = Field(
+        min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$", description="Hugging Face id (or a path inside the container)"
+    )
+    served_model_name: str = Field(min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$")
     image: Image
     vllm_version: str = Field(description="vLLM version inside the image; flags are rendered for it")
     instances_per_host: int = Field(ge=1, le=64, description="at most 64: one per GPU partition of a CPX host")

@@ -208,7 +208,8 @@ def unit_template_vars(
     seed = cachedirs.aiter_seed_dir(config, instance)
     return {
         "instance": instance.name,
-        "model": config.profile.served_model_name,
+        # Description= expands systemd specifiers: a literal % is %% (systemd.unit(5), "Specifiers").
+        "model": config.profile.served_model_name.replace("%", "%%"),
         "port": instance.port,
         "image": config.image.reference,
         "container": files.container,

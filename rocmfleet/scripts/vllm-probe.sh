@@ -90,7 +90,11 @@ try:
     text = choice["text"] if what == "completion" else choice["message"]["content"]
 except (KeyError, IndexError, TypeError) as exc:
     say(what + ": unexpected answer " + json.dumps(reply)[:300] + " (" + repr(exc) + ")")
-if not isinstance(text, str) or not re.search(want, text):
+try:
+    found = isinstance(text, str) and re.search(want, text)
+except re.error as exc:
+    say("the regular expression " + json.dumps(want) + " does not compile in the container: " + str(exc), 3)
+if not found:
     say(what + " answered " + json.dumps(text) + ", which does not match " + json.dumps(want), 3)
 '
 

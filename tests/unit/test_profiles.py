@@ -189,6 +189,17 @@ def errors(data: dict[str, Any]) -> list[tuple[str, str]]:
         ("attention_backend", "FLASH_ATTN", "attention_backend", "Input should be 'ROCM_ATTN'"),
         ("max_num_seqs", "many", "max_num_seqs", "valid integer"),
         ("enable_prefix_caching", True, "enable_prefix_caching", "Extra inputs are not permitted"),
+        # a newline would add a line to the unit file (Description=, --served-model-name)
+        ("served_model_name", "x\nExecStartPost=/bin/touch /tmp/p", "served_model_name", "should match pattern"),
+        ("model", "org/model\r", "model", "should match pattern"),
+        # a known answer that any answer matches checks nothing
+        ("ready_probe", {"prompt": "2+2=", "expect_regex": "x*"}, "ready_probe.expect_regex", "matches an empty"),
+        (
+            "ready_probe",
+            {"prompt": "2+2=", "expect_regex": "4", "chat_expect_regex": "(?i)"},
+            "ready_probe.chat_expect_regex",
+            "matches an empty",
+        ),
     ],
 )
 def test_bad_values_are_refused(data, key, value, loc, message):
