@@ -370,7 +370,10 @@ class Runner:
             self.progress.say(f"rolling back: {reason}")
         if self.on_data_revert is not None and self.state.kind == "rollout":
             self.on_data_revert()
-        touched = self.state.touched()
+        # Hosts out of service (the failed batch, still drained) first, then those serving again
+        # (done: undrained after their gate), each drained before its rollback: never more than
+        # max_unavailable out at once, and no vLLM restarts while a load balancer sends it traffic.
+        touched = sorted(self.state.touched(), key=lambda name: self.state.hosts[name].step == "done")
         problems = []
         size = max(1, self.state.max_unavailable)
         for i in range(0, len(touched), size):
@@ -396,6 +399,13 @@ class Runner:
         if self.state.kind == "restart" or h.before is None:  # a restart has nothing to go back to
             self._set(host, "rolled_back")
             return None
+        if h.step == "done":
+            try:
+                self.steps.drain(host)
+            except StepError as exc:
+                # Serving on the new image (it passed its gate): left as it is rather than restarted in service.
+                self._set(host, "rollback_failed", error=f"not rolled back: drain failed: {exc}")
+                return f"{host}: not rolled back, still on the new image: drain: {exc}"
         self._set(host, "rolling_back")
         started = time.monotonic()
         try:

@@ -201,6 +201,7 @@ class FakeSteps:
         self.most_out = 0
         self.lock = threading.Lock()
         self.slow = slow or {}
+        self.rolled_back_in_service: list[str] = []
 
     def _do(self, step, host):
         with self.lock:
@@ -240,6 +241,8 @@ class FakeSteps:
 
     def rollback(self, host, image):
         self._do("rollback", host)
+        with self.lock:
+            self.rolled_back_in_service.extend([host] if host not in self.out_of_service else [])
         self.running[host] = image.digest
 
     def thresholds(self, host):
@@ -309,6 +312,10 @@ def test_failure_in_a_later_batch_rolls_back_every_switched_host(tmp_path):
     assert state.hosts["h6"].step == "pending" and "h6" not in steps.running
     assert "h4: benchmark gate failed: case: after failed on h4" in state.failure
     assert all(steps.running[h] == OLD.digest for h in rolled)
+    # every host was drained before its rollback, and never more than max-unavailable out at once
+    assert steps.rolled_back_in_service == [] and steps.most_out <= 2 and not steps.out_of_service
+    first = min(steps.log.index(("rollback", h)) for h in ("h1", "h2", "h3"))
+    assert steps.log.index(("rollback", "h4")) < first  # the failed host, still drained, first
 
 
 def test_a_failing_drain_stops_before_the_host_is_touched(tmp_path):
