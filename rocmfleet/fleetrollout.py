@@ -156,6 +156,8 @@ class HostState(BaseModel):
         step: the step reached (:data:`STEPS`, :data:`ROLLBACK_STEPS`).
         times: seconds per part (:data:`TIMED`).
         bench: per case name, the numbers before and after (for the report's deltas).
+        baseline: per case, the file (on the control machine) of the benchmark result from just
+            before the switch, so that a gate after ``--resume`` still compares with it.
         error: why it failed (the gate's reasons), or why its rollback failed.
     """
 
@@ -165,6 +167,7 @@ class HostState(BaseModel):
     step: Step = "pending"
     times: dict[str, float] = Field(default_factory=dict)
     bench: dict[str, CaseNumbers] = Field(default_factory=dict)
+    baseline: dict[str, str] = Field(default_factory=dict)
     error: str | None = None
 
 

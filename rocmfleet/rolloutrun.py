@@ -273,6 +273,7 @@ class Runner:
             if h.step == "drained":
                 gate = "benchmark"
                 self._before[host], _errors = self.steps.bench(host, "before")
+                self._set(host, None, baseline={key: r.source for key, r in self._before[host].items()})
                 gate = "switch"
                 self._set(host, "switching")
                 for part, seconds in self.steps.switch(host, self.state.target).items():
@@ -288,7 +289,7 @@ class Runner:
                 gate = "check"
                 failures = self.steps.check(host)
                 after, errors = ({}, []) if failures else self.steps.bench(host, "after")
-                before = self._before.get(host, {})
+                before = self._before.get(host) or self._saved_baseline(host)
                 outcome = gate_decision(None, failures, before, after, errors, self.steps.thresholds(host))
                 self._time(host, "gate", time.monotonic() - started)
                 self._set(host, None, bench=bench_numbers(before, after))
@@ -350,6 +351,19 @@ class Runner:
             save_state(self.state, self.path)
         self.progress.say(f"{self.state.kind} {self.state.id}: every host done")
         return 0
+
+    def _saved_baseline(self, host: str) -> dict[str, BenchResult]:
+        """The benchmark results from just before ``host``'s switch, read back from their files (a
+        resumed rollout: the process that took them is gone); an unreadable one is left out."""
+        from rocmfleet.bench import BenchParseError, load_result
+
+        results = {}
+        for key, path in self.state.hosts[host].baseline.items():
+            try:
+                results[key] = load_result(path)
+            except BenchParseError as exc:
+                self.progress.say(f"{host}: baseline {key} unreadable ({exc}): not compared")
+        return results
 
     # --- back ---------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -465,3 +466,38 @@ def test_image_pins_go_to_the_group_file_that_holds_them(tmp_path, monkeypatch):
     assert path == lab_yml and old == lab_yml.read_text()
     assert 'vllm_image_tag: "lab.2"  # pinned\n' in new and "vllm_ready_timeout_s: 900\n" in new
     assert new.count("vllm_image_digest:") == 1 and new.endswith(f'vllm_image_digest: "{NEW.digest}"\n')
+
+
+class BenchingSteps(FakeSteps):
+    """FakeSteps whose benchmark gives real results: ``throughput`` {label: output tokens/s}."""
+
+    def __init__(self, directory, throughput, **kwargs):
+        super().__init__(**kwargs)
+        self.directory, self.throughput = directory, throughput
+
+    def bench(self, host, label):
+        from rocmfleet.bench import load_result
+
+        self._do(f"bench-{label}", host)
+        data = json.loads(BENCH_EXAMPLE.read_text())
+        data["output_throughput"] = self.throughput[label]
+        path = self.directory / f"{host}-{label}.json"
+        path.write_text(json.dumps(data))
+        return {"case": load_result(path)}, []
+
+
+BENCH_EXAMPLE = (
+    Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "vllm-bench-serve-save-result-example.json"
+)
+
+
+def test_a_gate_after_resume_still_compares_with_the_baseline_taken_before_the_kill(tmp_path):
+    steps = BenchingSteps(tmp_path, {"before": 1000.0, "after": 100.0}, kill_at=("check", "h1"))
+    runner, path = _runner(tmp_path, _plan(["h1", "h2"]), steps)
+    with pytest.raises(Killed):
+        runner.run()
+    state = fr.load_state(path)
+    assert state.hosts["h1"].step == "switched" and state.hosts["h1"].baseline
+    resumed, _ = _runner(tmp_path, state, BenchingSteps(tmp_path, {"before": 1000.0, "after": 100.0}))
+    assert resumed.run() == 1  # throughput 90 % below the baseline: the gate fails, as without the kill
+    assert "benchmark gate failed" in fr.load_state(path).failure
