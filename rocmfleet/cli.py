@@ -141,6 +141,15 @@ def _rollout(args: argparse.Namespace) -> int:
             return rolloutrun.RichProgress(total, console)
         return rolloutrun.LineProgress(lambda line: print(line, file=sys.stderr, flush=True))
 
+    if getattr(args, "image", None) and args.limit:
+        print(
+            "rocmfleet: --image with --limit: --image rewrites the group data file that pins the image, for every "
+            "host it applies to, so the hosts outside --limit would switch at their next plain deploy, with no "
+            "canary, drain or gate; pin the new image in a group (or host) file of those hosts instead, then "
+            "`rocmfleet rollout INVENTORY --limit ...` without --image",
+            file=sys.stderr,
+        )
+        return 2
     if getattr(args, "bake", False):
         if args.resume or args.rollback:
             print("rocmfleet: --bake starts a new rollout; not with --resume or --rollback", file=sys.stderr)

@@ -501,3 +501,13 @@ def test_a_gate_after_resume_still_compares_with_the_baseline_taken_before_the_k
     resumed, _ = _runner(tmp_path, state, BenchingSteps(tmp_path, {"before": 1000.0, "after": 100.0}))
     assert resumed.run() == 1  # throughput 90 % below the baseline: the gate fails, as without the kill
     assert "benchmark gate failed" in fr.load_state(path).failure
+
+
+def test_image_with_limit_is_refused_before_anything_is_read_or_changed(tmp_path):
+    # --image rewrites the shared group file: hosts outside --limit would switch at their next deploy.
+    proc = subprocess.run(
+        [sys.executable, "-m", "rocmfleet.cli", "rollout", "inventories/prod.py", "--image", "reg:5000/v:new",
+         "--limit", "gpu-node-01"],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "--image with --limit" in proc.stderr
