@@ -241,10 +241,14 @@ def test_slow_version_fails_the_benchmark_gate_at_the_canary_and_rolls_back(base
     assert "median_ttft_ms" in report_of(results)
 
 
-@pytest.mark.skip(
+#: The two cases not yet run green on the lab.
+NOT_GREEN_YET = pytest.mark.skip(
     reason="issue 14: not yet green on the lab (the --rollback trial and the powered-off host never ran to the end "
     "before the session's last whole-suite run), and together about 12 min of a suite that must stay under 60"
 )
+
+
+@NOT_GREEN_YET
 def test_killed_rollout_resumes_then_a_second_rolls_back_and_deploys_wait_meanwhile(baseline, results):
     lab = baseline
     names = list(lab.hosts)
@@ -279,10 +283,7 @@ def test_killed_rollout_resumes_then_a_second_rolls_back_and_deploys_wait_meanwh
         assert check().returncode == 0
 
 
-@pytest.mark.skip(
-    reason="issue 14: not yet green on the lab (the --rollback trial and the powered-off host never ran to the end "
-    "before the session's last whole-suite run), and together about 12 min of a suite that must stay under 60"
-)
+@NOT_GREEN_YET
 def test_powered_off_host_fails_its_batch_and_the_switched_hosts_roll_back(baseline, results):
     lab = baseline
     names = list(lab.hosts)
