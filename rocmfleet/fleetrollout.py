@@ -303,6 +303,9 @@ class GateOutcome(BaseModel):
     passed: bool
     gate: str | None = None
     reasons: list[str] = Field(default_factory=list)
+    #: The benchmark gate failed on regressions alone (every request answered): a run that is
+    #: slower than the host's baseline, which a second run confirms or not (:func:`gate_decision`).
+    regression_only: bool = False
 
 
 def _metrics(result: BenchResult) -> dict[str, float]:
@@ -345,21 +348,29 @@ def gate_decision(
 
     A case of ``after`` without its ``before`` (the run before failed) is judged on failed
     requests only. A case of ``before`` missing from ``after`` fails the gate.
+
+    A benchmark gate failed by regressions alone (no failed request, no missing result) is
+    ``regression_only``: the rollout runs the benchmark once more and fails the host only when
+    that run regresses too (:meth:`rocmfleet.rolloutrun.Rollout._host`). One smoke run on a host
+    whose CPUs are briefly busy (a 2-core lab machine, a neighbour's job) can be twice as slow as
+    its baseline; a version that really is slower is slower twice.
     """
     if ready_error:
         return GateOutcome(passed=False, gate="readiness", reasons=[ready_error])
     if check_failures:
         return GateOutcome(passed=False, gate="check", reasons=list(check_failures))
     relative = Thresholds(max_failed=thresholds.max_failed, regression_tolerance=thresholds.regression_tolerance)
-    reasons = list(bench_errors)
+    hard = list(bench_errors)
     for name in sorted(set(before) - set(after)):
         if not any(e.startswith(name) for e in bench_errors):
-            reasons.append(f"{name}: no result after the switch")
+            hard.append(f"{name}: no result after the switch")
+    regressions: list[str] = []
     for name, result in sorted(after.items()):
-        verdict = judge(result, relative, before.get(name))
-        reasons += [f"{name}: {reason}" for reason in verdict.reasons]
-    if reasons:
-        return GateOutcome(passed=False, gate="benchmark", reasons=reasons)
+        alone = judge(result, relative).reasons  # without a baseline: failed and completed requests only
+        hard += [f"{name}: {reason}" for reason in alone]
+        regressions += [f"{name}: {r}" for r in judge(result, relative, before.get(name)).reasons if r not in alone]
+    if hard or regressions:
+        return GateOutcome(passed=False, gate="benchmark", reasons=hard + regressions, regression_only=not hard)
     return GateOutcome(passed=True)
 
 

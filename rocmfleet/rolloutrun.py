@@ -291,6 +291,13 @@ class Runner:
                 after, errors = ({}, []) if failures else self.steps.bench(host, "after")
                 before = self._before.get(host) or self._saved_baseline(host)
                 outcome = gate_decision(None, failures, before, after, errors, self.steps.thresholds(host))
+                if outcome.regression_only:  # slower once: slower again, or noise (gate_decision)
+                    first = "; ".join(outcome.reasons)
+                    self.progress.say(f"{host}: benchmark slower than its baseline ({first}); running it once more")
+                    after, errors = self.steps.bench(host, "after-again")
+                    outcome = gate_decision(None, [], before, after, errors, self.steps.thresholds(host))
+                    if not outcome.passed:
+                        outcome.reasons.insert(0, f"slower twice; first run: {first}")
                 self._time(host, "gate", time.monotonic() - started)
                 self._set(host, None, bench=bench_numbers(before, after))
                 if not outcome.passed:

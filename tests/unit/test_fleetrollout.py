@@ -210,12 +210,16 @@ def test_gate_benchmark_regression_failed_requests_and_missing_cases(raw):  # no
     base = {"c": result_from(raw, "before.json", failed=0)}
     slow = {"c": result_from(raw, failed=0, output_throughput=124.58542994370372 * 0.5)}
     out = fr.gate_decision(None, [], base, slow, [], Thresholds(regression_tolerance=0.10))
-    assert out.gate == "benchmark"
+    assert (out.gate, out.regression_only) == ("benchmark", True)  # slower only: the rollout runs it again
     assert out.reasons[0].startswith("c: output_throughput: 62.29 tok/s is 50.0% below the baseline 124.59 tok/s")
     assert fr.gate_decision(None, [], base, slow, [], Thresholds(regression_tolerance=0.6)).passed
     failing = {"c": result_from(raw, failed=3)}
     out = fr.gate_decision(None, [], base, failing, [], Thresholds())
-    assert out.reasons == ["c: failed: 3 requests > limit 0"]
+    assert (out.reasons, out.regression_only) == (["c: failed: 3 requests > limit 0"], False)
+    slow_and_failing = {"c": result_from(raw, failed=3, output_throughput=1.0)}
+    out = fr.gate_decision(None, [], base, slow_and_failing, [], Thresholds())
+    assert out.regression_only is False and out.reasons[0] == "c: failed: 3 requests > limit 0"
+    assert "below the baseline" in out.reasons[1]
     out = fr.gate_decision(None, [], base, {}, ["c: timed out after 60 s"], Thresholds())
     assert out.reasons == ["c: timed out after 60 s"]
     out = fr.gate_decision(None, [], base, {}, [], Thresholds())

@@ -480,10 +480,31 @@ class BenchingSteps(FakeSteps):
 
         self._do(f"bench-{label}", host)
         data = json.loads(BENCH_EXAMPLE.read_text())
-        data["output_throughput"] = self.throughput[label]
+        data["output_throughput"] = self.throughput.get(label, self.throughput.get("after"))  # after-again: as after
+        data["failed"] = getattr(self, "failed", 0) if label != "before" else 0
         path = self.directory / f"{host}-{label}.json"
         path.write_text(json.dumps(data))
         return {"case": load_result(path)}, []
+
+
+def test_a_regression_is_run_again_and_fails_the_gate_only_when_it_repeats(tmp_path):
+    noisy = BenchingSteps(tmp_path, {"before": 1000.0, "after": 100.0, "after-again": 990.0})
+    runner, path = _runner(tmp_path, _plan(["h1"]), noisy)
+    assert runner.run() == 0
+    assert [c for c in noisy.log if c[0].startswith("bench")] == [
+        ("bench-before", "h1"), ("bench-after", "h1"), ("bench-after-again", "h1")
+    ]  # fmt: skip
+    assert fr.load_state(path).hosts["h1"].step == "done"
+    slower = BenchingSteps(tmp_path, {"before": 1000.0, "after": 100.0, "after-again": 110.0})
+    runner, path = _runner(tmp_path, _plan(["h1"]), slower)
+    assert runner.run() == 1
+    error = fr.load_state(path).hosts["h1"].error
+    assert error.startswith("benchmark gate failed: slower twice; first run: case: output_throughput: 100") and "110" in error
+    failing = BenchingSteps(tmp_path, {"before": 1000.0, "after": 1000.0})
+    failing.failed = 2  # a failed request is not run again
+    runner, path = _runner(tmp_path, _plan(["h1"]), failing)
+    assert runner.run() == 1
+    assert ("bench-after-again", "h1") not in failing.log
 
 
 BENCH_EXAMPLE = (

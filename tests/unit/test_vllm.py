@@ -56,6 +56,7 @@ def test_container_env_has_profile_flags_user_env_and_visible_devices(lab_config
     # the lab profile's vLLM is 0.32: it reads VLLM_ENGINE_READY_TIMEOUT_S, rendered from vllm_ready_timeout_s
     assert env == {
         "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_USE_AOT_COMPILE": "0",  # the profile's extra_env
         "VLLM_ENGINE_READY_TIMEOUT_S": "1800",
         "CUDA_VISIBLE_DEVICES": "0",
         **cachedirs.env(),
