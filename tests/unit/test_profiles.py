@@ -81,7 +81,11 @@ def profiles() -> dict[str, Profile]:
 
 #: Profiles that serve the lab's model (tests/lab), not a configuration AMD published.
 LAB_PROFILES = {
-    "lab-tiny-llama": ("0.32.0", {"VLLM_USE_AOT_COMPILE": "0"}, ["--tensor-parallel-size", "1", "--max-model-len", "2048", "--dtype", "bfloat16"])
+    "lab-tiny-llama": (
+        "0.32.0",
+        {"VLLM_USE_AOT_COMPILE": "0"},
+        ["--tensor-parallel-size", "1", "--max-model-len", "2048", "--dtype", "bfloat16"],
+    )
 }
 
 
