@@ -48,12 +48,6 @@ def test_bake_pushes_a_labelled_image(lab, baked):
     assert json.loads(labels["org.rocmfleet.cache-key"])["tensor_parallel_size"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15: on the lab (2026-11-30) vLLM 0.32.0 finds the baked AOT artifact (same torch_aot_compile/"
-    "<hash>) but cannot load it ('function' object has no attribute 'finalize_loading', torch 2.13), re-traces "
-    "and rewrites rank_0_0/model",
-)
 def test_baked_deploy_starts_without_recompiling(lab, baked, tmp_path):
     host, ref = baked
     repository_tag, digest = ref.split("@")

@@ -260,10 +260,6 @@ def test_slow_version_fails_the_benchmark_gate_at_the_canary_and_rolls_back(base
     assert "median_ttft_ms" in report_of(results)
 
 
-#: The case not yet run green on the lab.
-NOT_GREEN_YET = pytest.mark.skip(reason="issue 14: not yet green on the lab")
-
-
 def test_killed_rollout_rolls_back_with_rollback(baseline, results):
     lab = baseline
     before = running(lab)
@@ -278,7 +274,6 @@ def test_killed_rollout_rolls_back_with_rollback(baseline, results):
     assert check().returncode == 0
 
 
-@NOT_GREEN_YET
 def test_powered_off_host_fails_its_batch_and_the_switched_hosts_roll_back(baseline, results):
     lab = baseline
     names = list(lab.hosts)
