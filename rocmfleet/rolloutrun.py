@@ -68,6 +68,11 @@ CHECK_TIMEOUT_S = 300
 Emit = Callable[[str], None]
 
 
+def to_stderr(line: str) -> None:
+    """The default ``error`` of the commands: one line on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
 class StepError(RuntimeError):
     """A step failed on a host; ``gate`` names it (``pull``, ``drain``, ``switch``, ``readiness``,
     ``check``, ``benchmark``, ``undrain``, ``rollback``) and the message says why, with numbers."""
@@ -816,7 +821,7 @@ def _data_file(image: ImageRef) -> tuple[Path, str, str]:
         raise CommandError(str(exc)) from None
 
 
-def _revert_data(edit, emit: Emit) -> Callable[[], None]:
+def _revert_data(edit, emit: Emit, error: Emit = to_stderr) -> Callable[[], None]:
     def revert() -> None:
         from rocmfleet.groupdata_edit import EditError, set_keys, unified_diff, unset_keys
 
@@ -826,7 +831,7 @@ def _revert_data(edit, emit: Emit) -> Callable[[], None]:
             new = set_keys(old, {k: v for k, v in edit.before.items() if v is not None}, edit.path)
             new = unset_keys(new, [k for k, v in edit.before.items() if v is None], edit.path)
         except (OSError, EditError) as exc:
-            emit(f"could not put {edit.path} back: {exc}; set {edit.before} there by hand")
+            error(f"rocmfleet: could not put {edit.path} back: {exc}; set {edit.before} there by hand")
             return
         if new != old:
             path.write_text(new)
@@ -835,7 +840,8 @@ def _revert_data(edit, emit: Emit) -> Callable[[], None]:
     return revert
 
 
-def _finish(state: RolloutState, path: Path, code: int, emit: Emit) -> int:
+def _finish(state: RolloutState, path: Path, code: int, emit: Emit, error: Emit = to_stderr) -> int:
+    """Write the report; each host's error and a failed end go to ``error``, a good end to ``emit``."""
     from rocmfleet.fleetrollout import markdown_report
 
     report = path.parent / state.id / "report.md"
@@ -843,8 +849,8 @@ def _finish(state: RolloutState, path: Path, code: int, emit: Emit) -> int:
     report.write_text(markdown_report(state))
     for name, host in state.hosts.items():
         if host.error:
-            emit(f"{name}: {host.step}: {host.error}")
-    emit(f"{state.kind} {state.id}: {state.status}; report {report}; state {path}")
+            error(f"{name}: {host.step}: {host.error}")
+    (error if code else emit)(f"{state.kind} {state.id}: {state.status}; report {report}; state {path}")
     return code
 
 
@@ -852,8 +858,8 @@ def run_rollout(
     inventory: str,
     kind: str = "rollout",
     image: str | None = None,
-    canary: int = 1,
-    max_unavailable: str = "1",
+    canary: int | None = None,
+    max_unavailable: str | None = None,
     force: bool = False,
     resume: bool = False,
     rollback: bool = False,
@@ -861,33 +867,73 @@ def run_rollout(
     results_dir: str | None = None,
     emit: Emit = print,
     progress_factory: Callable[[int], object] | None = None,
+    error: Emit | None = None,
 ) -> int:
     """``rocmfleet rollout``/``restart``: plan, record and run, or ``--resume``/``--rollback`` one.
 
+    Args:
+        canary, max_unavailable: ``--canary`` (default 1) and ``--max-unavailable`` (default
+            ``"1"``); ``None``: not given.
+        emit: where progress and the report's summary go (stdout).
+        error: where errors go (default stderr): why nothing started, each failed host's error,
+            a failed end.
+
+    With ``resume`` or ``rollback`` the recorded plan is what runs: ``image``, ``canary``,
+    ``max_unavailable``, ``limit`` and ``force`` are refused (exit 2) rather than ignored.
+
     Returns:
-        0 done (or rolled back on request); 1 a host failed (rolled back: see the report);
-        2 nothing was started (bad options, a failing fleet without ``--force``, a recorded
-        rollout, an unreadable registry).
+        0 done (or rolled back on request); 1 a host failed (rolled back: see the report; a
+        restart leaves it drained); 2 nothing was started (bad options, a failing fleet without
+        ``--force``, a recorded rollout, a state file that is not consistent, an unreadable registry).
     """
     from rocmfleet import fleetrollout as fr
 
+    say_error = error or to_stderr
     root = fr.results_root(results_dir, inventory)
     path = fr.state_path(root, inventory)
     try:
+        if resume or rollback:
+            given = {
+                "--image": image,
+                "--canary": canary,
+                "--max-unavailable": max_unavailable,
+                "--limit": ",".join(limit) if limit else None,
+                "--force": force or None,
+            }
+            extra = [f"{name}" if name == "--force" else f"{name} {value}" for name, value in given.items() if value]
+            if extra:
+                mode = "--resume" if resume else "--rollback"
+                raise CommandError(
+                    f"{mode} with {', '.join(extra)}: {mode} runs the plan recorded in {path} (its hosts, batches, "
+                    f"canary, max-unavailable and image); give {mode} alone, or finish this {kind} and start a new one"
+                )
         existing = fr.load_state(path)
         if resume or rollback:
             if existing is None:
                 raise CommandError(f"no {kind} of {inventory} recorded in {path}")
-            return _continue(existing, path, inventory, rollback, emit, progress_factory)
+            return _continue(existing, path, inventory, rollback, emit, progress_factory, say_error)
         if existing is not None and existing.blocking:
             raise CommandError(fr.deploy_refusal(inventory, root) or f"{path}: a rollout is recorded")
-        return _start(inventory, kind, image, canary, max_unavailable, force, limit, root, path, emit, progress_factory)
+        return _start(
+            inventory,
+            kind,
+            image,
+            1 if canary is None else canary,
+            "1" if max_unavailable is None else max_unavailable,
+            force,
+            limit,
+            root,
+            path,
+            emit,
+            progress_factory,
+            say_error,
+        )
     except (CommandError, fr.PlanError, ValueError) as exc:
-        emit(f"rocmfleet: {exc}")
+        say_error(f"rocmfleet: {exc}")
         return 2
 
 
-def _runner(state, path, targets, inventory, emit, progress_factory):
+def _runner(state, path, targets, inventory, emit, progress_factory, error=to_stderr):
     log = path.parent / state.id / "log.txt"
     log.parent.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -897,7 +943,7 @@ def _runner(state, path, targets, inventory, emit, progress_factory):
             out.write(line + "\n")
 
     steps = HostSteps(inventory, targets, path.parent / state.id, state.id, emit=to_log)
-    revert = _revert_data(state.data_edit, emit) if state.data_edit else None
+    revert = _revert_data(state.data_edit, emit, error) if state.data_edit else None
     progress = progress_factory(len(state.hosts)) if progress_factory else LineProgress(emit)
     return Runner(state, path, steps, progress, on_data_revert=revert), progress
 
@@ -910,7 +956,7 @@ def _drive(runner: Runner, progress, action: Callable[[], int]) -> int:
     return action()
 
 
-def _continue(state, path, inventory, rollback, emit, progress_factory) -> int:
+def _continue(state, path, inventory, rollback, emit, progress_factory, error=to_stderr) -> int:
     targets = _load(inventory, None)
     missing = sorted(set(state.hosts) - set(targets))
     if missing:
@@ -918,7 +964,7 @@ def _continue(state, path, inventory, rollback, emit, progress_factory) -> int:
     targets = {name: targets[name] for name in state.hosts}
     if state.kind == "rollout" and state.target is not None and not rollback:
         targets = {name: _with_image(t, state.target) for name, t in targets.items()}
-    runner, progress = _runner(state, path, targets, inventory, emit, progress_factory)
+    runner, progress = _runner(state, path, targets, inventory, emit, progress_factory, error)
     if rollback:
         code = _drive(runner, progress, lambda: runner.roll_back(None))
     elif state.status == "running":
@@ -928,10 +974,12 @@ def _continue(state, path, inventory, rollback, emit, progress_factory) -> int:
     else:
         emit(f"{state.kind} {state.id} is {state.status}: nothing to resume")
         return 0
-    return _finish(state, path, code, emit)
+    return _finish(state, path, code, emit, error)
 
 
-def _start(inventory, kind, image, canary, max_unavailable, force, limit, root, path, emit, progress_factory) -> int:
+def _start(
+    inventory, kind, image, canary, max_unavailable, force, limit, root, path, emit, progress_factory, error=to_stderr
+) -> int:
     from rocmfleet import compliance
     from rocmfleet import fleetrollout as fr
     from rocmfleet.bench import new_run_id
@@ -989,7 +1037,7 @@ def _start(inventory, kind, image, canary, max_unavailable, force, limit, root, 
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
     if failing:
         for line in failing:
-            emit(line)
+            error(line)
         if not force:
             raise CommandError(f"{len(failing)} check(s) fail on the fleet before the {kind}; fix them or pass --force")
         emit("--force: starting on a failing fleet")
@@ -1036,8 +1084,8 @@ def _start(inventory, kind, image, canary, max_unavailable, force, limit, root, 
         f"{kind} {state.id}: {len(hosts)} host(s) in {len(batches)} batch(es), "
         f"at most {count} out of service; state {path}"
     )
-    runner, progress = _runner(state, path, {h: targets[h] for h in hosts}, inventory, emit, progress_factory)
-    return _finish(state, path, _drive(runner, progress, runner.run), emit)
+    runner, progress = _runner(state, path, {h: targets[h] for h in hosts}, inventory, emit, progress_factory, error)
+    return _finish(state, path, _drive(runner, progress, runner.run), emit, error)
 
 
 def status(

@@ -271,7 +271,7 @@ def test_killed_rollout_resumes_then_a_second_rolls_back_and_deploys_wait_meanwh
         assert deploy.returncode == 2 and f"rollout {state['id']}" in deploy.stderr, deploy.stderr
         assert "Traceback" not in deploy.stderr
         second = rollout("--image", image(lab, new))
-        assert second.returncode == 2 and state["id"] in second.stdout, second.stdout + second.stderr
+        assert second.returncode == 2 and state["id"] in second.stderr, second.stdout + second.stderr
         done = rollout(finish)
         assert done.returncode == 0, done.stdout + done.stderr
         if finish == "--resume":

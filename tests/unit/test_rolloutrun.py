@@ -511,3 +511,70 @@ def test_image_with_limit_is_refused_before_anything_is_read_or_changed(tmp_path
         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2 and "--image with --limit" in proc.stderr
+
+
+# --- the command's options and messages ---------------------------------------------------------
+
+PROD = str(Path(__file__).resolve().parents[2] / "inventories" / "prod.py")
+
+
+@pytest.fixture
+def recorded(tmp_path, monkeypatch):
+    """A rollout of inventories/prod.py recorded as running, in a results root of its own."""
+    monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path))
+    state = _plan(["h1", "h2"])
+    path = fr.state_path(tmp_path, PROD)
+    fr.save_state(state, path)
+    return path
+
+
+@pytest.mark.parametrize("mode", ["--resume", "--rollback"])
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--canary", "2"], "--canary 2"),
+        (["--max-unavailable", "25%"], "--max-unavailable 25%"),
+        (["--limit", "h1", "--limit", "h2"], "--limit h1,h2"),
+        (["--force"], "--force"),
+        (["--image", "reg:5000/vllm:new", "--canary", "1"], "--image reg:5000/vllm:new, --canary 1"),
+    ],
+)
+def test_resume_and_rollback_refuse_options_that_would_change_the_recorded_plan(recorded, capsys, mode, options, named):
+    from rocmfleet import cli
+
+    before = recorded.read_text()
+    assert cli.main(["rollout", PROD, mode, *options]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"rocmfleet: {mode} with {named}: {mode} runs the plan recorded in {recorded}"), err
+    assert recorded.read_text() == before  # nothing ran
+
+
+def test_resume_of_an_inconsistent_state_file_is_refused_with_every_problem_on_stderr(recorded, capsys):
+    from rocmfleet import cli
+
+    data = json.loads(recorded.read_text())
+    data["batches"] = [["h1"], ["h1"]]
+    data["hosts"]["h2"]["step"] = "finished"
+    recorded.write_text(json.dumps(data))
+    for mode in ("--resume", "--rollback"):
+        assert cli.main(["restart" if mode == "--rollback" else "rollout", PROD, mode]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err.startswith(f"rocmfleet: {recorded}: not a usable rollout state file (1 problem(s))"), err
+        assert "hosts.h2.step: \"finished\": Input should be 'pending'" in err
+    data["hosts"]["h2"]["step"] = "pending"
+    recorded.write_text(json.dumps(data))
+    assert cli.main(["rollout", PROD, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "(2 problem(s))" in err
+    assert "  - batches[1][0]: 'h1': already in batch 0; a host is in one batch\n" in err
+    assert "  - hosts.h2: in no batch; every host is in one batch\n" in err
+
+
+def test_a_refusal_to_start_goes_to_stderr_not_stdout(recorded, capsys):
+    from rocmfleet import cli
+
+    assert cli.main(["rollout", PROD]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "rollout r1 of inventories/lab.py" in err and "--resume" in err
