@@ -311,9 +311,25 @@ def _ready(target: WaitTarget, ready_probe: ReadyProbe | None) -> str:
     return f"{probe} && {target.warmup}" if target.warmup else probe
 
 
+@dataclass(frozen=True)
+class WaitCommand:
+    """What :func:`wait_or_roll_back_script` gives: shell to run on the host and what to send on its stdin.
+
+    Attributes:
+        command: ``sh -c '<vllm-wait.sh>' vllm-wait.sh TIMEOUT_S ... PROBE WARMUP``; its size does
+            not grow with the number of instances.
+        stdin: the targets, one ``target NAME UNIT ...`` line each (words shell-quoted); pyinfra
+            sends it with ``StringCommand(command, _stdin=stdin)``, :mod:`rocmfleet.connect` with
+            ``Session.run(command, stdin=stdin)``.
+    """
+
+    command: str
+    stdin: str
+
+
 def wait_or_roll_back_script(
     targets: Sequence[WaitTarget], timeout_s: int, rollback_timeout_s: int, interval_s: int = 5
-) -> str:
+) -> WaitCommand:
     """Shell that waits until every target is ready, and rolls back those that are not by the deadline.
 
     Runs ``rocmfleet/scripts/vllm-wait.sh`` (what it does, step by step, is in the script): poll
@@ -324,6 +340,11 @@ def wait_or_roll_back_script(
     ``roll_back_to``, its last good files back (modes of :data:`SAVED_FILES`), a restart and a wait
     of up to ``rollback_timeout_s`` for it to be ready again. Exit 1 when any target was not ready,
     even after a good rollback, else 0.
+
+    The targets travel on stdin, not in the command: the whole command is one argument of
+    ``sh -c`` on the host (SSH, then sudo), and Linux limits one argument to 128 KiB
+    (``MAX_ARG_STRLEN``, ``include/uapi/linux/binfmts.h``); 64 instances with a warm-up each
+    made about 180 KB of arguments.
 
     The restored version is waited for without the known-answer check: the expected answer is
     the *new* profile's, which the old version need not give (another model, another prompt),
@@ -338,8 +359,10 @@ def wait_or_roll_back_script(
     """
     args: list[object] = [timeout_s, rollback_timeout_s, interval_s, LOG_LINES]
     args += [scripts.text("vllm-probe.sh"), scripts.text("vllm-warmup.sh")]
+    lines = []
     for t in targets:
-        args += [t.name, t.unit, t.container, t.port, t.image, _ready(t, t.ready_probe), _ready(t, None)]
-        args += [t.roll_back_to or "", t.files.directory, t.files.live["unit"], t.files.live["env"]]
-        args.append(t.files.live["secrets"])
-    return scripts.command("vllm-wait.sh", *args)
+        words: list[object] = [t.name, t.unit, t.container, t.port, t.image, _ready(t, t.ready_probe), _ready(t, None)]
+        words += [t.roll_back_to or "", t.files.directory, t.files.live["unit"], t.files.live["env"]]
+        words.append(t.files.live["secrets"])
+        lines.append(shlex.join(["target", *(str(w) for w in words)]) + "\n")
+    return WaitCommand(command=scripts.command("vllm-wait.sh", *args), stdin="".join(lines))

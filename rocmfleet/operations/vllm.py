@@ -319,7 +319,8 @@ def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1
         saved = host.get_fact(LastGood, files=target.files)
         back = saved.image if saved.complete and not saved.same else None
         planned.append(replace(target, roll_back_to=back))
-    yield StringCommand(rollout.wait_or_roll_back_script(planned, timeout_s, rollback_timeout_s))
+    wait = rollout.wait_or_roll_back_script(planned, timeout_s, rollback_timeout_s)
+    yield StringCommand(wait.command, _stdin=wait.stdin)  # the targets on stdin: any number fits
 
 
 @operation()

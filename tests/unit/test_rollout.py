@@ -207,9 +207,14 @@ def host(tmp_path):
         path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
         path.chmod(0o755)
 
-    def run(script: str) -> subprocess.CompletedProcess:
+    def run(script: str | rollout.WaitCommand) -> subprocess.CompletedProcess:
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STATE": str(state)}
-        return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, check=False, timeout=60)
+        stdin = ""
+        if isinstance(script, rollout.WaitCommand):  # the command, its targets on stdin
+            script, stdin = script.command, script.stdin
+        return subprocess.run(
+            ["sh", "-c", script], input=stdin, capture_output=True, text=True, env=env, check=False, timeout=60
+        )
 
     run.state = state
     return run
@@ -635,10 +640,11 @@ def test_wait_rolls_back_only_what_is_not_ready_and_has_a_different_last_good(op
         },
     )
     targets = [target(a, "a", 8000, None), target(b, "b", 8001, None), target(c, "c", 8002, None)]
-    (script,) = commands(ops(fake).ready_or_roll_back._inner(targets, 10, 20))
+    (command,) = ops(fake).ready_or_roll_back._inner(targets, 10, 20)
     # a: new files, a complete last good version -> restored; b: unchanged, nothing to go back to; c: ready
-    expected = [target(a, "a", 8000, OLD_IMAGE), target(b, "b", 8001, None)]
-    assert script == rollout.wait_or_roll_back_script(expected, 10, 20)
+    expected = rollout.wait_or_roll_back_script([target(a, "a", 8000, OLD_IMAGE), target(b, "b", 8001, None)], 10, 20)
+    assert str(command) == expected.command
+    assert command.connector_arguments == {"_stdin": expected.stdin}  # pyinfra sends the targets on stdin
 
 
 def test_wait_is_a_noop_when_everything_is_ready(ops, tmp_path):
@@ -683,22 +689,62 @@ def test_a_warm_up_runs_once_the_probe_passes_and_gates_readiness(host, tmp_path
     assert "warmed" in calls(host)
 
 
-@pytest.mark.parametrize("count, warm", [(64, False), (32, True)])
+@pytest.mark.parametrize("count, warm", [(64, False), (32, True), (64, True)])
 def test_the_wait_command_stays_small_for_many_instances(tmp_path, lab_config, count, warm):
     # One argument of a command line is at most 128 KiB on Linux (MAX_ARG_STRLEN), and pyinfra sends
     # the whole command as one (`sh -c '...'`): the probe's and warm-up's texts travel once, not per
-    # target (8 instances with a text per target made 137 KB and failed with E2BIG). 64 instances
-    # with a warm-up each still do not fit (about 180 KB).
+    # target (8 instances with a text per target made 137 KB and failed with E2BIG), and the targets
+    # travel on stdin (64 instances with a warm-up each made about 180 KB of arguments).
     from rocmfleet import scripts, warmup
 
-    files = instance_files(tmp_path, "a")
-    warmup_shell = scripts.in_wait("vllm-warmup.sh", *warmup.args(lab_config.profile, 8000)) if warm else None
-    base = target(files, "a", 8000, OLD_IMAGE).__dict__
-    targets = [
-        rollout.WaitTarget(**{**base, "name": f"i{n}", "port": 8000 + n, "warmup": warmup_shell, "ready_probe": PARIS})
-        for n in range(count)
-    ]
-    command = rollout.wait_or_roll_back_script(targets, 1800, 1800)
-    assert len(shlex.quote(command).encode()) < 128 * 1024 - 4096
+    def targets(n: int) -> list[rollout.WaitTarget]:
+        files = instance_files(tmp_path, "a")
+        base = target(files, "a", 8000, OLD_IMAGE).__dict__
+        return [
+            rollout.WaitTarget(
+                **{
+                    **base,
+                    "name": f"i{i}",
+                    "port": 8000 + i,
+                    "warmup": scripts.in_wait("vllm-warmup.sh", *warmup.args(lab_config.profile, 8000 + i))
+                    if warm
+                    else None,
+                    "ready_probe": PARIS,
+                }
+            )
+            for i in range(n)
+        ]
+
+    wait = rollout.wait_or_roll_back_script(targets(count), 1800, 1800)
+    one = rollout.wait_or_roll_back_script(targets(1), 1800, 1800)
+    assert len(shlex.quote(wait.command).encode()) < 128 * 1024 - 4096
+    assert wait.command == one.command  # the command does not grow with the instances
+    assert len(wait.stdin.splitlines()) >= count and wait.stdin.count("\ntarget ") == count - 1
     marker = next(line for line in scripts.text("vllm-probe.sh").splitlines() if len(line) > 40 and "'" not in line)
-    assert command.count(marker) == 1  # the probe's text once, not per target
+    assert wait.command.count(marker) == 1  # the probe's text once, not per target
+    if count == 64 and warm:
+        assert len(wait.stdin.encode()) > 128 * 1024  # what the command would have carried before
+
+
+def test_many_targets_with_warm_ups_are_all_waited_for_from_stdin(host, tmp_path, lab_config):
+    from rocmfleet import scripts
+
+    targets = []
+    for i in range(64):
+        (host.state / f"ready-{9000 + i}").touch()
+        files = instance_files(tmp_path, f"i{i}")
+        warm = f"echo warmed i{i} >> $STATE/calls; : {shlex.quote(scripts.text('vllm-warmup.sh'))}"  # of size
+        base = target(files, f"i{i}", 9000 + i, None).__dict__
+        targets.append(rollout.WaitTarget(**{**base, "warmup": warm}))
+    wait = rollout.wait_or_roll_back_script(targets, 5, 5, 1)
+    assert len(wait.stdin.encode()) > 128 * 1024
+    result = host(wait)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(calls(host)) == sorted(f"warmed i{i}" for i in range(64))
+
+
+def test_a_target_line_with_a_missing_word_says_how_to_call_the_wait(host, tmp_path):
+    wait = rollout.wait_or_roll_back_script([target(instance_files(tmp_path, "a"), "a", 8000, None)], 1, 1, 1)
+    broken = rollout.WaitCommand(wait.command, wait.stdin.rsplit(" ", 1)[0] + "\n")
+    result = host(broken)
+    assert result.returncode == 2 and result.stderr.startswith("usage: vllm-wait.sh TIMEOUT_S")
