@@ -358,7 +358,13 @@ def main(argv: list[str] | None = None) -> int:
         ro.add_argument("--force", action="store_true", help="start even when the preflight check fails")
         once = ro.add_mutually_exclusive_group()
         once.add_argument("--resume", action="store_true", help="continue the recorded one")
-        once.add_argument("--rollback", action="store_true", help="return every switched host to its image before")
+        once.add_argument(
+            "--rollback",
+            action="store_true",
+            help="return every switched host to its image before"
+            if name == "rollout"
+            else "refused: a restart changes no image (--resume finishes it)",
+        )
         ro.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
         ro.set_defaults(func=_rollout)
     st = sub.add_parser("status", help="per host and instance: unit state, image, ready, uptime, rollout step")

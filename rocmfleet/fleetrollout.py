@@ -41,16 +41,31 @@ from rocmfleet.bench import REGRESSION_METRICS, BenchResult, Thresholds, judge
 #: ended well (readiness included); ``gated``: the gate passed; ``done``: undrained again.
 #: Rollback: ``rolling_back`` (started), ``rolled_back`` (ready on the image before),
 #: ``rollback_failed`` (the deploy back failed: the report says why).
+#: ``failed``: a rolling restart's host that failed after its drain; a restart has no image to
+#: go back to, so it is left drained (it is not healthy) for the operator, and ``--resume``
+#: restarts and gates it again.
 STEPS = ("pending", "drained", "switching", "switched", "gated", "done")
 ROLLBACK_STEPS = ("rolling_back", "rolled_back", "rollback_failed")
+FAILED = "failed"
 #: Steps after which the host may run another image than before: its image before must be known.
 TOUCHED_STEPS = ("switching", "switched", "gated", "done", *ROLLBACK_STEPS)
 Step = Literal[
-    "pending", "drained", "switching", "switched", "gated", "done", "rolling_back", "rolled_back", "rollback_failed"
+    "pending",
+    "drained",
+    "switching",
+    "switched",
+    "gated",
+    "done",
+    "rolling_back",
+    "rolled_back",
+    "rollback_failed",
+    "failed",
 ]
 
-#: States of the whole rollout; ``running``, ``failed`` and ``rollback_failed`` block another
-#: rollout and a plain deploy of the same inventory.
+#: States of the whole rollout; a rollout ``running``, ``failed`` or ``rollback_failed`` blocks
+#: another rollout and a plain deploy of the same inventory (its hosts may run two images). A
+#: rolling restart blocks them only while ``running``: a failed one changed no image, and a
+#: deploy may be what fixes its failed host.
 Status = Literal["running", "done", "failed", "rolled_back", "rollback_failed"]
 BLOCKING = ("running", "failed", "rollback_failed")
 
@@ -246,6 +261,8 @@ class RolloutState(BaseModel):
                 problems.append(
                     f"hosts.{name}.batch: {host.batch}: batches[{seen[name]}] lists it; must be {seen[name]}"
                 )
+            if self.kind == "rollout" and host.step == FAILED:
+                problems.append(f"hosts.{name}.step: 'failed': a rollout's host that failed is rolled back, not left")
             if self.kind == "rollout" and host.before is None and host.step in TOUCHED_STEPS:
                 problems.append(
                     f"hosts.{name}.before: null: step {host.step!r} means its deploy started, so the image it ran "
@@ -270,7 +287,9 @@ class RolloutState(BaseModel):
 
     def drained(self) -> list[str]:
         """Hosts drained and not undrained yet."""
-        return [name for name, h in self.hosts.items() if h.step in ("drained", "switching", "switched", "gated")]
+        return [
+            name for name, h in self.hosts.items() if h.step in ("drained", "switching", "switched", "gated", FAILED)
+        ]
 
     def remaining_batches(self) -> list[int]:
         """Indexes of batches with a host not ``done`` (what ``--resume`` still runs)."""
@@ -278,8 +297,9 @@ class RolloutState(BaseModel):
 
     @property
     def blocking(self) -> bool:
-        """A rollout recorded as in progress: another rollout and plain deploys must wait."""
-        return self.status in BLOCKING
+        """A rollout recorded as in progress: another rollout and plain deploys must wait (a
+        rolling restart only while ``running``: see :data:`Status`)."""
+        return self.status == "running" if self.kind == "restart" else self.status in BLOCKING
 
 
 def state_path(results_dir: str | Path, inventory: str | Path) -> Path:
@@ -388,16 +408,18 @@ def deploy_refusal(inventory_file: str | Path, results_dir: str | Path | None = 
     try:
         state = load_state(path)
     except ValueError as exc:
-        return f"{exc}; remove it or fix it before deploying"
+        return f"{exc}\nFix the file, or remove it, before deploying"
     if state is None or not state.blocking:
         return None
     if os.environ.get(OWN_DEPLOY_ENV) == state.id:
         return None
     what = f"to {state.target.reference}" if state.target else "(rolling restart)"
+    back = (
+        f" or return it with `rocmfleet {state.kind} {state.inventory} --rollback`" if state.kind == "rollout" else ""
+    )
     return (
         f"rollout {state.id} of {state.inventory} {what} is recorded as {state.status} in {path}; "
-        f"a deploy now would fight it. Finish it with `rocmfleet {state.kind} {state.inventory} --resume` "
-        f"or return it with `rocmfleet {state.kind} {state.inventory} --rollback`"
+        f"a deploy now would fight it. Finish it with `rocmfleet {state.kind} {state.inventory} --resume`{back}"
     )
 
 
@@ -512,6 +534,9 @@ def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
     ]
     if state.failure:
         lines += ["", f"Failure: {state.failure}"]
+    left = [name for name, h in state.hosts.items() if h.step == FAILED]
+    if left:
+        lines += ["", left_drained(state, left)]
     lines += [""] + [f"- {m}" for m in messages] + ([""] if messages else [])
     head = ["host", "batch", "before", "after", "step", *(f"{t} s" for t in TIMED), "benchmark (after vs before)"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -525,6 +550,15 @@ def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
     if errors:
         lines += ["", "## Problems", ""] + [f"- **{name}**: {error}" for name, error in errors]
     return "\n".join(lines) + "\n"
+
+
+def left_drained(state: RolloutState, hosts: Sequence[str]) -> str:
+    """What a failed rolling restart left: its failed ``hosts`` drained, and what to do."""
+    return (
+        f"Left drained, not rolled back (a restart changes no image; they are not healthy): {', '.join(hosts)}. "
+        f"Fix them, then `rocmfleet restart {state.inventory} --resume` restarts and gates them again; "
+        "or undrain them by hand once they serve."
+    )
 
 
 def status_json(rows: Sequence[Mapping[str, object]], state: RolloutState | None) -> str:

@@ -33,14 +33,21 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rocmfleet import scripts
 from rocmfleet.profiles import ReadyProbe
 from rocmfleet.readiness import probe_args
 
+if TYPE_CHECKING:
+    from rocmfleet.settings import HostConfig
+
 #: Saved copies, by the name used in ``<instance>.last-good/``: the mode each live file has
 #: (``roles/vllm``: unit 0644, environment and secrets 0600, all root's).
 SAVED_FILES = {"unit": "644", "env": "600", "secrets": "600"}
+
+#: Where the instances' systemd units are (``/etc/systemd/system/vllm-<instance>.service``).
+SYSTEMD_DIR = "/etc/systemd/system"
 
 #: How many lines of a failed container's log the deploy prints.
 LOG_LINES = 40
@@ -301,6 +308,40 @@ class WaitTarget:
     roll_back_to: str | None = None
     warmup: str | None = None
     ready_probe: ReadyProbe | None = None
+
+
+def wait_targets(config: HostConfig, image: str | None = None) -> list[WaitTarget]:
+    """One :class:`WaitTarget` per instance of ``config`` (no ``roll_back_to``), for the deploy's
+    wait (``roles/vllm``) and a rolling restart's (:mod:`rocmfleet.rolloutrun`) alike: the profile's
+    served name, known-answer request and, with ``warmup_at_start``, its warm-up.
+
+    Args:
+        config: the host's validated configuration.
+        image: the image reference the instances run (default: ``config.image.reference``).
+    """
+    from rocmfleet import vllm, warmup
+
+    targets = []
+    for instance in config.instances():
+        names = vllm.files_of(instance)
+        unit_path = f"{SYSTEMD_DIR}/{names.unit}"
+        warm = None
+        if config.profile.warmup_at_start:
+            warm = scripts.in_wait("vllm-warmup.sh", *warmup.args(config.profile, instance.port))
+        targets.append(
+            WaitTarget(
+                name=instance.name,
+                unit=names.unit,
+                container=names.container,
+                port=instance.port,
+                model=config.profile.served_model_name,
+                image=image or config.image.reference,
+                files=last_good_files(vllm.CONFIG_DIR, instance.name, unit_path, names.env_file, names.secrets_file),
+                warmup=warm,
+                ready_probe=config.profile.ready_probe,
+            )
+        )
+    return targets
 
 
 def _ready(target: WaitTarget, ready_probe: ReadyProbe | None) -> str:

@@ -40,6 +40,7 @@ from typing import Protocol
 from rocmfleet import scripts
 from rocmfleet.bench import BenchResult, Thresholds
 from rocmfleet.fleetrollout import (
+    FAILED,
     OWN_DEPLOY_ENV,
     GateOutcome,
     ImageRef,
@@ -47,6 +48,7 @@ from rocmfleet.fleetrollout import (
     bench_numbers,
     eta_s,
     gate_decision,
+    left_drained,
     save_state,
 )
 
@@ -58,6 +60,8 @@ PULL_TIMEOUT_S = 3600
 DEPLOY_MARGIN_S = 1800
 #: Seconds between readiness polls of a rolling restart.
 POLL_S = 5
+#: Seconds a rolling restart's wait may take beyond ``vllm_ready_timeout_s`` (its logs, its end).
+WAIT_MARGIN_S = 120
 #: Seconds between the checks that a host being deployed still answers SSH.
 HEARTBEAT_S = 15
 #: Failed checks in a row after which a host counts as lost and its deploy is stopped.
@@ -349,6 +353,8 @@ class Runner:
                     for future in self._pulls.values():
                         future.result()
                     reasons = [f"{host}: {o.gate} gate failed: {'; '.join(o.reasons)}" for host, o in failed.items()]
+                    if self.state.kind == "restart":
+                        return self._stop(list(failed), "; ".join(reasons))
                     return self.roll_back("; ".join(reasons))
         with self._lock:
             self.state.status = "done"
@@ -356,6 +362,41 @@ class Runner:
             save_state(self.state, self.path)
         self.progress.say(f"{self.state.kind} {self.state.id}: every host done")
         return 0
+
+    def _stop(self, failed: Sequence[str], reason: str) -> int:
+        """End a rolling restart that failed: there is no image to go back to, so nothing is
+        rolled back. Its failed hosts that were drained are marked ``failed`` and left drained
+        (not healthy: no traffic); a host whose drain failed stays ``pending``. Hosts done stay
+        done, hosts not reached untouched.
+
+        Returns:
+            1.
+        """
+        with self._lock:
+            for host in failed:
+                if self.state.hosts[host].step != "pending":
+                    self.state.hosts[host].step = FAILED  # type: ignore[assignment]
+            self.state.status = "failed"
+            self.state.failure = reason
+            save_state(self.state, self.path)
+        self.progress.say(f"{self.state.kind} {self.state.id}: failed: {reason}")
+        left = [h for h in failed if self.state.hosts[h].step == FAILED]
+        if left:
+            self.progress.say(left_drained(self.state, left))
+        return 1
+
+    def retry_failed(self) -> None:
+        """``--resume`` of a failed rolling restart: its ``failed`` hosts (still drained) go back to
+        their restart, gated against the benchmark taken before their first one (``switching``;
+        ``drained`` when that benchmark did not run), and the restart runs on (:meth:`run`)."""
+        with self._lock:
+            for host in self.state.hosts.values():
+                if host.step == FAILED:
+                    host.step = "switching" if host.baseline else "drained"
+                    host.error = None
+            self.state.status = "running"
+            self.state.failure = None
+            save_state(self.state, self.path)
 
     def _saved_baseline(self, host: str) -> dict[str, BenchResult]:
         """The benchmark results from just before ``host``'s switch, read back from their files (a
@@ -379,7 +420,13 @@ class Runner:
         Returns:
             1 (a rollout that had to roll back failed), or 0 for an operator's ``--rollback``
             when every host came back (``reason`` ``None``); 1 when any host could not.
+
+        Raises:
+            ValueError: the state is a rolling restart's: it has no image to go back to (a failed
+                restart ends with :meth:`_stop`).
         """
+        if self.state.kind == "restart":
+            raise ValueError(f"restart {self.state.id}: a rolling restart changes no image; nothing to roll back")
         with self._lock:
             self.state.status = "failed"
             if reason:
@@ -415,9 +462,8 @@ class Runner:
 
     def _back(self, host: str) -> str | None:
         h = self.state.hosts[host]
-        if self.state.kind == "restart" or h.before is None:  # a restart has nothing to go back to
-            self._set(host, "rolled_back")
-            return None
+        if h.before is None:  # refused when the state is loaded: a host touched has its image before
+            return f"{host}: its image before is not recorded; not rolled back"
         if h.step == "done":
             try:
                 self.steps.drain(host)
@@ -489,12 +535,12 @@ class HostSteps:
         self.bench_timeout_s, self.emit = bench_timeout_s, emit
 
     # -- SSH helpers --
-    def _run(self, host: str, command: str, timeout_s: float, gate: str):
+    def _run(self, host: str, command: str, timeout_s: float, gate: str, stdin: str | None = None):
         from rocmfleet.connect import Session
 
         try:
             with Session.open(self.targets[host].ssh) as session:
-                return session.run(command, timeout_s=timeout_s)
+                return session.run(command, timeout_s=timeout_s, stdin=stdin)
         except Exception as exc:  # noqa: BLE001 - unreachable, timed out, broken: this step failed
             raise StepError(gate, f"{host}: {type(exc).__name__}: {exc}") from None
 
@@ -647,22 +693,33 @@ class HostSteps:
         return {"restart": first - offset - started, "readiness": ended - (first - offset)}
 
     def _restart(self, host: str) -> dict[str, float]:
+        """Restart the host's vLLM units, then wait as the deploy waits: ``vllm-wait.sh`` with every
+        instance (:func:`rocmfleet.rollout.wait_targets`: known answer, warm-up; a unit systemd
+        shows failed or a wrong answer is given up at once) and nothing to roll back to (a restart
+        changes nothing to go back from). Its targets go on stdin.
+
+        Raises:
+            StepError: ``switch`` when the restart failed, ``readiness`` when an instance was not
+                ready by ``vllm_ready_timeout_s`` (the wait's own report, with the logs, in the message).
+        """
+        from rocmfleet.rollout import wait_or_roll_back_script, wait_targets
+
         config = self.targets[host].config
-        units = " ".join(shlex.quote(f"vllm-{i.name}.service") for i in config.instances())
+        targets = wait_targets(config)
+        units = " ".join(shlex.quote(t.unit) for t in targets)
         started = time.monotonic()
         result = self._run(host, f"systemctl restart {units}", 300, "switch")
         if result.exit_status != 0:
             raise StepError("switch", f"systemctl restart exited {result.exit_status}: {_tail(result.stderr)}")
         restarted = time.monotonic()
-        deadline = restarted + config.settings.vllm_ready_timeout_s
-        while True:
-            ready = self.ready(host)
-            if all(ready.values()):
-                break
-            if time.monotonic() > deadline:
-                late = ", ".join(n for n, ok in ready.items() if not ok)
-                raise StepError("readiness", f"{late} not ready after {config.settings.vllm_ready_timeout_s} s")
-            time.sleep(POLL_S)
+        timeout = config.settings.vllm_ready_timeout_s
+        wait = wait_or_roll_back_script(targets, timeout, 0, POLL_S)
+        result = self._run(host, wait.command, timeout + WAIT_MARGIN_S, "readiness", stdin=wait.stdin)
+        for line in (result.stdout + result.stderr).splitlines():
+            self.emit(f"{host} wait: {line}")
+        if result.exit_status != 0:
+            said = [line for line in result.stderr.splitlines() if "not ready" in line or "not waiting" in line]
+            raise StepError("readiness", _tail("\n".join(said) if said else result.stderr + result.stdout))
         return {"restart": restarted - started, "readiness": time.monotonic() - restarted}
 
     def check(self, host: str) -> list[str]:
@@ -957,6 +1014,11 @@ def _drive(runner: Runner, progress, action: Callable[[], int]) -> int:
 
 
 def _continue(state, path, inventory, rollback, emit, progress_factory, error=to_stderr) -> int:
+    if rollback and state.kind == "restart":
+        raise CommandError(
+            f"restart {state.id} ({state.status}) changes no image: nothing to roll back; "
+            f"`rocmfleet restart {inventory} --resume` finishes it (a failed host is restarted and gated again)"
+        )
     targets = _load(inventory, None)
     missing = sorted(set(state.hosts) - set(targets))
     if missing:
@@ -968,6 +1030,9 @@ def _continue(state, path, inventory, rollback, emit, progress_factory, error=to
     if rollback:
         code = _drive(runner, progress, lambda: runner.roll_back(None))
     elif state.status == "running":
+        code = _drive(runner, progress, runner.run)
+    elif state.kind == "restart" and state.status == "failed":
+        runner.retry_failed()
         code = _drive(runner, progress, runner.run)
     elif state.status in ("failed", "rollback_failed"):
         code = _drive(runner, progress, lambda: runner.roll_back(state.failure or "resumed rollback"))

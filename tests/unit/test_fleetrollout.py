@@ -70,8 +70,9 @@ def test_image_ref_parses_what_the_units_run():
 def _state(**changes) -> fr.RolloutState:
     batches = [["a"], ["b", "c"], ["d"]]
     hosts = {h: fr.HostState(batch=i, before=OLD, after=NEW) for i, b in enumerate(batches) for h in b}
-    return fr.RolloutState(id="20260101T000000Z", inventory="inventories/prod.py", target=NEW, batches=batches,
-                           hosts=hosts, max_unavailable=2, **changes)  # fmt: skip
+    fields = {"target": NEW, "max_unavailable": 2, **changes}
+    return fr.RolloutState(id="20260101T000000Z", inventory="inventories/prod.py", batches=batches, hosts=hosts,
+                           **fields)  # fmt: skip
 
 
 def test_state_round_trips_and_writes_atomically(tmp_path):
@@ -338,3 +339,24 @@ def test_state_lives_beside_the_inventory_whatever_the_working_directory(tmp_pat
     assert fr.deploy_refusal("inventories/prod.py") is not None
     monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path / "other"))
     assert fr.deploy_refusal(inventory) is None  # the environment names another root
+
+
+def test_a_restart_blocks_deploys_only_while_running_and_offers_no_rollback(tmp_path, monkeypatch):
+    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
+    inventory = "inventories/prod.py"
+    restart = _state(kind="restart", target=None)
+    fr.save_state(restart, fr.state_path(tmp_path, inventory))
+    why = fr.deploy_refusal(inventory, tmp_path)
+    assert why is not None and "(rolling restart)" in why and "--resume" in why and "--rollback" not in why
+    fr.save_state(_state(kind="restart", target=None, status="failed"), fr.state_path(tmp_path, inventory))
+    assert fr.deploy_refusal(inventory, tmp_path) is None  # it changed no image; a deploy may fix its host
+    assert _state(status="failed").blocking  # a failed rollout's hosts may run two images: it blocks
+
+
+def test_a_corrupt_state_file_stops_a_deploy_with_every_problem(tmp_path):
+    path = fr.state_path(tmp_path, "inventories/prod.py")
+    fr.save_state(_state(), path)
+    path.write_text(path.read_text().replace('"step": "pending"', '"step": "swiched"'))
+    why = fr.deploy_refusal("inventories/prod.py", tmp_path)
+    assert why.startswith(f"{path}: not a usable rollout state file (4 problem(s))")
+    assert why.endswith("\nFix the file, or remove it, before deploying")

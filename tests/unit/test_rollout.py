@@ -748,3 +748,57 @@ def test_a_target_line_with_a_missing_word_says_how_to_call_the_wait(host, tmp_p
     broken = rollout.WaitCommand(wait.command, wait.stdin.rsplit(" ", 1)[0] + "\n")
     result = host(broken)
     assert result.returncode == 2 and result.stderr.startswith("usage: vllm-wait.sh TIMEOUT_S")
+
+
+# --- a rolling restart waits with the same wait ----------------------------------------------------
+
+
+def restart_steps(host, lab_data, monkeypatch, **data):
+    """rolloutrun.HostSteps for one host whose commands run under ``host`` (the stand-ins)."""
+    from rocmfleet import rolloutrun
+    from rocmfleet.connect import Result
+    from rocmfleet.settings import host_config
+
+    config = host_config({**lab_data, **data})
+    sent: list[tuple[str, str | None]] = []
+
+    def run(self, name, command, timeout_s, gate, stdin=None):
+        sent.append((command, stdin))
+        done = host(rollout.WaitCommand(command, stdin or ""))
+        return Result(done.returncode, done.stdout.encode(), done.stderr.encode())
+
+    monkeypatch.setattr(rolloutrun.HostSteps, "_run", run)
+    target = type("Target", (), {"config": config})()
+    for instance in config.instances():  # every instance serves and gives the profile's known answers
+        (host.state / f"ready-{instance.port}").touch()
+        (host.state / f"models-{instance.port}").write_text('{"data":[{"id":"tiny-llama"}]}')
+        (host.state / f"completions-{instance.port}").write_text(answer(" pole pole pole pole"))
+        (host.state / f"chat-{instance.port}").write_text(answer(" back ribasese\ufffdrise", chat=True))
+    return rolloutrun.HostSteps("inv.py", {"gpu-1": target}, None, "r1"), config, sent
+
+
+def test_a_rolling_restart_waits_with_the_deploys_wait_and_its_targets_on_stdin(host, lab_data, monkeypatch):
+    from rocmfleet import rolloutrun
+
+    steps, config, sent = restart_steps(host, lab_data, monkeypatch, vllm_ready_timeout_s=30)
+    times = steps.switch("gpu-1", None)
+    assert set(times) == {"restart", "readiness"}
+    units = [f"vllm-{i.name}.service" for i in config.instances()]
+    assert calls(host) == [f"systemctl restart {' '.join(units)}"]
+    wait = rollout.wait_or_roll_back_script(rollout.wait_targets(config), 30, 0, rolloutrun.POLL_S)
+    assert sent[1] == (wait.command, wait.stdin)  # the deploy's targets: known answer, warm-up
+
+
+def test_a_rolling_restart_gives_up_at_once_on_a_failed_unit(host, lab_data, monkeypatch):
+    from rocmfleet.rolloutrun import StepError
+
+    steps, config, _sent = restart_steps(host, lab_data, monkeypatch, vllm_ready_timeout_s=50)
+    first = config.instances()[0]
+    (host.state / f"ready-{first.port}").unlink()
+    (host.state / f"failed-vllm-{first.name}.service").touch()  # its container exits: start limit hit
+    started = time.monotonic()
+    with pytest.raises(StepError) as failed:
+        steps.switch("gpu-1", None)
+    assert time.monotonic() - started < 30  # not the 50 s deadline
+    assert failed.value.gate == "readiness"
+    assert f"vllm-{first.name}.service failed (see systemctl status" in str(failed.value)

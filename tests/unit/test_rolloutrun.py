@@ -377,11 +377,56 @@ def test_rolling_restart_switches_with_no_image_and_has_nothing_to_roll_back(tmp
     steps = FakeSteps(fail={("gate", "h2")})
     seen = []
     steps.switch = lambda host, image: seen.append((host, image)) or {"restart": 0.1}
-    runner, path = _runner(tmp_path, _plan(["h1", "h2"], kind="restart"), steps)
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"], kind="restart"), steps)
     assert runner.run() == 1
     assert seen == [("h1", None), ("h2", None)]
     assert not any(s == "pull" or s == "rollback" for s, _h in steps.log)
-    assert fr.load_state(path).status == "rolled_back"
+    state = fr.load_state(path)
+    # h2 failed its gate: nothing was rolled back, so it is not called rolled_back; it is left drained
+    assert state.status == "failed" and state.failure.startswith("h2: check gate failed")
+    assert [state.hosts[h].step for h in ("h1", "h2", "h3")] == ["done", "failed", "pending"]
+    assert steps.out_of_service == {"h2"} and state.drained() == ["h2"]
+    assert "Left drained, not rolled back" in fr.markdown_report(state) and "h2" in fr.markdown_report(state)
+    assert not state.blocking  # a deploy may be what fixes h2
+    with pytest.raises(ValueError, match="nothing to roll back"):
+        runner.roll_back("no")
+    # --resume: h2 is restarted and gated again (still drained: not drained twice; no baseline was
+    # kept, so it is benchmarked first), then h3
+    steps2 = FakeSteps()
+    steps2.switch = lambda host, image: steps2.log.append(("switch", host)) or {"restart": 0.1}
+    resumed, _ = _runner(tmp_path, state, steps2)
+    resumed.retry_failed()
+    assert resumed.run() == 0
+    assert fr.load_state(path).status == "done"
+    assert [s for s, h in steps2.log if h == "h2"] == ["bench-before", "switch", "check", "bench-after", "undrain"]
+    assert [s for s, h in steps2.log if h == "h3"] == [
+        "drain",
+        "bench-before",
+        "switch",
+        "check",
+        "bench-after",
+        "undrain",
+    ]
+
+
+def test_a_restart_whose_drain_fails_leaves_the_host_pending_not_failed(tmp_path):
+    steps = FakeSteps(fail={("drain", "h1")})
+    runner, path = _runner(tmp_path, _plan(["h1", "h2"], kind="restart"), steps)
+    assert runner.run() == 1
+    state = fr.load_state(path)
+    assert state.status == "failed" and state.hosts["h1"].step == "pending" and "drain" in state.hosts["h1"].error
+    assert state.drained() == []
+
+
+def test_restart_rollback_is_refused_and_resume_of_a_failed_restart_retries(recorded, capsys):
+    from rocmfleet import cli
+
+    state = _plan(["h1", "h2"], kind="restart")
+    state.status, state.hosts["h1"].step = "failed", "failed"
+    fr.save_state(state, recorded)
+    assert cli.main(["restart", PROD, "--rollback"]) == 2
+    err = capsys.readouterr().err
+    assert "changes no image: nothing to roll back" in err and "--resume" in err
 
 
 # --- on real hosts: the deploy's watch and the group data file --------------------------------
