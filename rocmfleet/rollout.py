@@ -226,6 +226,38 @@ class LastGoodState:
         image = (self.serve or {}).get("image")
         return image if isinstance(image, str) else None
 
+    @property
+    def served(self) -> tuple[int | None, str | None]:
+        """The last good version's API port and served model name, read from its ``serve_args``
+        (:func:`served_by`); ``(None, None)`` without ``serve.json``."""
+        args = (self.serve or {}).get("serve_args")
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            return None, None
+        return served_by(args)
+
+
+def served_by(serve_args: Sequence[str]) -> tuple[int | None, str | None]:
+    """The port and the (first) served model name a ``vllm serve`` argument list makes the server use.
+
+    ``--port N`` / ``--port=N`` (the last one wins, as argparse reads it; vLLM's default 8000,
+    ``vllm/entrypoints/openai/cli_args.py``), ``--served-model-name NAME...`` (``nargs="+"``:
+    ``/v1/models`` lists every name; the first is enough to probe), else the model, the first
+    positional argument (vLLM serves it under its path or id when no name is given).
+
+    Example: ``served_by(["/m", "--served-model-name", "tiny", "--port", "8001"]) == (8001, "tiny")``.
+    """
+    port: int | None = 8000
+    name = None
+    model = serve_args[0] if serve_args and not serve_args[0].startswith("-") else None
+    for i, arg in enumerate(serve_args):
+        flag, eq, inline = arg.partition("=")
+        value = inline if eq else (serve_args[i + 1] if i + 1 < len(serve_args) else None)
+        if flag == "--port" and value is not None:
+            port = int(value) if value.isdigit() else None
+        elif flag == "--served-model-name" and value is not None and not value.startswith("-"):
+            name = value
+    return port, name or model
+
 
 def parse_last_good_state(lines: Sequence[str]) -> LastGoodState:
     """Parse :func:`last_good_state_command`'s output; unknown lines are ignored."""
@@ -296,6 +328,9 @@ class WaitTarget:
             never takes user traffic first.
         ready_probe: the profile's known-answer request (:class:`rocmfleet.profiles.ReadyProbe`),
             or ``None``; the new version is ready only when its greedy answer matches.
+        back_port, back_model: the port and served model name of the version ``roll_back_to``
+            restores (its ``serve.json``: :attr:`LastGoodState.served`), when they differ from
+            ``port`` and ``model`` (a profile change rolled back with the image); ``None``: the same.
     """
 
     name: str
@@ -308,6 +343,8 @@ class WaitTarget:
     roll_back_to: str | None = None
     warmup: str | None = None
     ready_probe: ReadyProbe | None = None
+    back_port: int | None = None
+    back_model: str | None = None
 
 
 def wait_targets(config: HostConfig, image: str | None = None) -> list[WaitTarget]:
@@ -352,6 +389,18 @@ def _ready(target: WaitTarget, ready_probe: ReadyProbe | None) -> str:
     return f"{probe} && {target.warmup}" if target.warmup else probe
 
 
+def _back_ready(target: WaitTarget) -> str:
+    """Shell that exits 0 when the version ``target`` rolls back to is ready: the probe without the
+    new profile's known answer (see :func:`wait_or_roll_back_script`), then the warm-up; when that
+    version serves another port or name (``back_port``, ``back_model``), the probe there and no
+    warm-up (the warm-up's requests name the new port and served name)."""
+    if target.back_port is None and target.back_model is None:
+        return _ready(target, None)
+    port = target.back_port or target.port
+    model = target.back_model or target.model
+    return scripts.in_wait("vllm-probe.sh", "ready", port, target.container, *probe_args(model, None))
+
+
 @dataclass(frozen=True)
 class WaitCommand:
     """What :func:`wait_or_roll_back_script` gives: shell to run on the host and what to send on its stdin.
@@ -390,7 +439,9 @@ def wait_or_roll_back_script(
     The restored version is waited for without the known-answer check: the expected answer is
     the *new* profile's, which the old version need not give (another model, another prompt),
     and the old version passed its own check when it was kept as last good. It must still hold
-    the port, answer ``/health``, list the served name and complete one request.
+    its port, answer ``/health``, list its served name and complete one request: the port and
+    name it serves (``back_port``, ``back_model``, from its ``serve.json``), not the new ones
+    (then without the new profile's warm-up, whose requests name the new ones).
 
     Args:
         targets: the instances to wait for (those not ready yet).
@@ -402,7 +453,7 @@ def wait_or_roll_back_script(
     args += [scripts.text("vllm-probe.sh"), scripts.text("vllm-warmup.sh")]
     lines = []
     for t in targets:
-        words: list[object] = [t.name, t.unit, t.container, t.port, t.image, _ready(t, t.ready_probe), _ready(t, None)]
+        words: list[object] = [t.name, t.unit, t.container, t.port, t.image, _ready(t, t.ready_probe), _back_ready(t)]
         words += [t.roll_back_to or "", t.files.directory, t.files.live["unit"], t.files.live["env"]]
         words.append(t.files.live["secrets"])
         lines.append(shlex.join(["target", *(str(w) for w in words)]) + "\n")

@@ -802,3 +802,46 @@ def test_a_rolling_restart_gives_up_at_once_on_a_failed_unit(host, lab_data, mon
     assert time.monotonic() - started < 30  # not the 50 s deadline
     assert failed.value.gate == "readiness"
     assert f"vllm-{first.name}.service failed (see systemctl status" in str(failed.value)
+
+
+# --- a rollback is waited for where the restored version serves ----------------------------------
+
+
+def test_served_by_reads_the_port_and_name_as_vllm_does():
+    assert rollout.served_by(["/m", "--served-model-name", "tiny", "--port", "8001"]) == (8001, "tiny")
+    assert rollout.served_by(["/m", "--port=8002", "--port", "8003"]) == (8003, "/m")  # the last wins; the model
+    assert rollout.served_by(["/m", "--served-model-name", "a", "b", "--host", "0.0.0.0"]) == (8000, "a")
+    assert rollout.served_by(["/m", "--served-model-name=x"]) == (8000, "x")
+    assert rollout.served_by([]) == (8000, None)
+    old = {"image": OLD_IMAGE, "serve_args": ["/m", "--served-model-name", "old", "--port", "8005"], "env": {}}
+    assert saved_state("differs", old).served == (8005, "old")
+    assert saved_state("differs", None).served == (None, None)
+
+
+def test_the_restored_version_is_probed_on_its_own_port_and_served_name(host, tmp_path):
+    a = instance_files(tmp_path, "a")
+    write_live(a, "v1")
+    host(rollout.save_last_good_script(a, rollout.serve_record(OLD_IMAGE, ["/m", "--port", "8005"], {})))
+    write_live(a, "v2")
+    (host.state / "heals-vllm-a.service").write_text("8005")  # the old version comes back on its port
+    (host.state / "models-8005").write_text('{"data":[{"id":"old-tiny"}]}')
+    moved = rollout.WaitTarget(
+        **{**target(a, "a", 8000, OLD_IMAGE).__dict__, "back_port": 8005, "back_model": "old-tiny"}
+    )
+    result = host(rollout.wait_or_roll_back_script([moved], 1, 5, 1))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == f"vllm-a.service rolled back to image {OLD_IMAGE}: ready again"
+
+
+def test_the_wait_takes_the_restored_versions_port_and_name_from_its_serve_json(ops, tmp_path):
+    a, b = instance_files(tmp_path, "a"), instance_files(tmp_path, "b")
+    moved = {"image": OLD_IMAGE, "serve_args": ["/m", "--served-model-name", "old", "--port", "8005"], "env": {}}
+    same = {"image": OLD_IMAGE, "serve_args": ["/m", "--served-model-name", "tiny", "--port", "8001"], "env": {}}
+    fake = FakeHost({8000: False, 8001: False}, {a.directory: saved_state("differs", moved),
+                                                 b.directory: saved_state("differs", same)})  # fmt: skip
+    (command,) = ops(fake).ready_or_roll_back._inner([target(a, "a", 8000, None), target(b, "b", 8001, None)], 10, 20)
+    planned = [
+        rollout.WaitTarget(**{**target(a, "a", 8000, OLD_IMAGE).__dict__, "back_port": 8005, "back_model": "old"}),
+        target(b, "b", 8001, OLD_IMAGE),  # serves where the new one does: probed as before
+    ]
+    assert command.connector_arguments["_stdin"] == rollout.wait_or_roll_back_script(planned, 10, 20).stdin
