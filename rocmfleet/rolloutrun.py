@@ -968,6 +968,11 @@ def run_rollout(
         if resume or rollback:
             if existing is None:
                 raise CommandError(f"no {kind} of {inventory} recorded in {path}")
+            if existing.kind != kind:
+                raise CommandError(
+                    f"{path} records {existing.kind} {existing.id}, not a {kind}: "
+                    f"use `rocmfleet {existing.kind} {inventory} {'--resume' if resume else '--rollback'}`"
+                )
             return _continue(existing, path, inventory, rollback, emit, progress_factory, say_error)
         if existing is not None and existing.blocking:
             raise CommandError(fr.deploy_refusal(inventory, root) or f"{path}: a rollout is recorded")

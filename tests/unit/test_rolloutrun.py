@@ -427,6 +427,8 @@ def test_restart_rollback_is_refused_and_resume_of_a_failed_restart_retries(reco
     assert cli.main(["restart", PROD, "--rollback"]) == 2
     err = capsys.readouterr().err
     assert "changes no image: nothing to roll back" in err and "--resume" in err
+    assert cli.main(["rollout", PROD, "--resume"]) == 2  # the recorded one is a restart
+    assert f"{recorded} records restart r1, not a rollout: use `rocmfleet restart" in capsys.readouterr().err
 
 
 # --- on real hosts: the deploy's watch and the group data file --------------------------------
