@@ -955,9 +955,9 @@ def run_rollout(
                 "--canary": canary,
                 "--max-unavailable": max_unavailable,
                 "--limit": ",".join(limit) if limit else None,
-                "--force": force or None,
+                "--force": True if force else None,
             }
-            extra = [f"{name}" if name == "--force" else f"{name} {value}" for name, value in given.items() if value]
+            extra = [name if value is True else f"{name} {value}" for name, value in given.items() if value is not None]
             if extra:
                 mode = "--resume" if resume else "--rollback"
                 raise CommandError(

@@ -580,6 +580,7 @@ def recorded(tmp_path, monkeypatch):
     ("options", "named"),
     [
         (["--canary", "2"], "--canary 2"),
+        (["--canary", "0"], "--canary 0"),
         (["--max-unavailable", "25%"], "--max-unavailable 25%"),
         (["--limit", "h1", "--limit", "h2"], "--limit h1,h2"),
         (["--force"], "--force"),
