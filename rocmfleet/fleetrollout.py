@@ -15,7 +15,9 @@ time; :mod:`rocmfleet.rolloutrun` does the I/O. Nothing here talks to a host.
   succeeded (``switched``), by an atomic rename, so a killed control process leaves a file
   that says what may have happened: ``--resume`` re-runs an unfinished step (the deploy is
   idempotent), ``--rollback`` returns every host that may have changed
-  (:meth:`RolloutState.touched`) to its image before.
+  (:meth:`RolloutState.touched`) to its image before. A file whose parts contradict each
+  other (:meth:`RolloutState.consistency_problems`) is refused with every problem listed
+  (:func:`state_problems`) before anything runs.
 * **Gate** (:func:`gate_decision`): readiness (the deploy's own wait), ``rocmfleet check
   --select vllm`` on the host, and the smoke benchmark against the host's own result from
   just before the switch (regression tolerance and failed-request limit of the profile).

@@ -13,9 +13,10 @@ steps on real hosts (tests pass stand-ins):
   against deploys during a rollout.
 * **pull** (``docker pull`` of the pinned reference), **drain**/**undrain** (the group data's
   ``vllm_drain_command``/``vllm_undrain_command``), **observe** (``rocmfleet/scripts/vllm-status.sh``)
-  and the rolling restart's unit restart and readiness poll (``rocmfleet/scripts/vllm-probe.sh``
-  through :func:`rocmfleet.readiness.probe_script`, the deploy's own probe) go over
-  :mod:`rocmfleet.connect`.
+  and the rolling restart's unit restart and wait (the deploy's own ``rocmfleet/scripts/vllm-wait.sh``
+  with the deploy's targets, :func:`rocmfleet.rollout.wait_targets`, on stdin) go over
+  :mod:`rocmfleet.connect`. A restart that fails leaves its host drained and marked ``failed``
+  (nothing to roll back); ``--resume`` restarts and gates it again.
 * **check** is ``rocmfleet check --select vllm`` on the one host (:func:`rocmfleet.compliance.run_host`),
   **bench** the smoke benchmark (:func:`rocmfleet.benchrun.bench_host`), results under the
   rollout's directory.
