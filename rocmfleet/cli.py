@@ -159,9 +159,10 @@ def _rollout(args: argparse.Namespace) -> int:
         return rolloutbake.bake_and_roll(
             args.inventory,
             args.image,
-            canary=args.canary,
+            canary=1 if args.canary is None else args.canary,
             limit=_limit(args.limit),
             emit=lambda line: print(line, flush=True),
+            error=rolloutrun.to_stderr,
             max_unavailable=args.max_unavailable,
             force=args.force,
             progress_factory=progress,
@@ -177,6 +178,7 @@ def _rollout(args: argparse.Namespace) -> int:
         rollback=args.rollback,
         limit=_limit(args.limit),
         emit=lambda line: print(line, flush=True),
+        error=rolloutrun.to_stderr,
         progress_factory=progress,
     )
 
@@ -334,7 +336,14 @@ def main(argv: list[str] | None = None) -> int:
         ("rollout", "roll an image across the fleet: canary, batches gated by readiness, checks and the benchmark"),
         ("restart", "rolling restart of the vLLM units: the rollout's batches, drain and gate, with the same image"),
     ):
-        ro = sub.add_parser(name, help=what, epilog="exit status: 0 done; 1 a host failed (rolled back); 2 not started")
+        failed = "rolled back" if name == "rollout" else "left drained, not rolled back"
+        ro = sub.add_parser(
+            name,
+            help=what,
+            epilog=f"exit status: 0 done; 1 a host failed ({failed}); 2 not started. Errors go to stderr. "
+            "--resume and --rollback run the recorded plan: not with --image, --canary, --max-unavailable, "
+            "--limit or --force",
+        )
         ro.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
         if name == "rollout":
             ro.add_argument("--image", metavar="REPO:TAG", help="resolve its digest now; pin both in group data")
@@ -344,14 +353,18 @@ def main(argv: list[str] | None = None) -> int:
                 help="bake the compile caches on the canary from the image (--image or the pinned one), push, "
                 "and roll the baked image out (rocmfleet cache bake, then this rollout)",
             )
-        ro.add_argument("--canary", type=int, default=1, help="hosts switched and gated first (default 1)")
-        ro.add_argument(
-            "--max-unavailable", default="1", metavar="N|P%", help="most hosts out of service at once (default 1)"
-        )
+        ro.add_argument("--canary", type=int, help="hosts switched and gated first (default 1)")
+        ro.add_argument("--max-unavailable", metavar="N|P%", help="most hosts out of service at once (default 1)")
         ro.add_argument("--force", action="store_true", help="start even when the preflight check fails")
         once = ro.add_mutually_exclusive_group()
         once.add_argument("--resume", action="store_true", help="continue the recorded one")
-        once.add_argument("--rollback", action="store_true", help="return every switched host to its image before")
+        once.add_argument(
+            "--rollback",
+            action="store_true",
+            help="return every switched host to its image before"
+            if name == "rollout"
+            else "refused: a restart changes no image (--resume finishes it)",
+        )
         ro.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
         ro.set_defaults(func=_rollout)
     st = sub.add_parser("status", help="per host and instance: unit state, image, ready, uptime, rollout step")

@@ -259,13 +259,23 @@ class Session:
             return sudo_command(command, self.settings.sudo_user)
         return command
 
-    def run(self, command: str, timeout_s: float = COMMAND_TIMEOUT_S, sudo: bool | None = None) -> Result:
+    def run(
+        self,
+        command: str,
+        timeout_s: float = COMMAND_TIMEOUT_S,
+        sudo: bool | None = None,
+        stdin: str | bytes | None = None,
+    ) -> Result:
         """Run ``command`` (a shell command line) on the host; never raises on its exit status.
 
         Args:
             command: passed to the login user's shell, after :meth:`command`'s sudo wrapping.
             timeout_s: seconds until :class:`CommandTimeout`.
             sudo: override the settings' ``_sudo`` for this command.
+            stdin: sent to the command's stdin (str as UTF-8), then end of input. Data too large
+                for one argument goes here: the whole command is one argument of the remote
+                shell's ``-c``, at most 128 KiB on Linux (``MAX_ARG_STRLEN``). Without it the
+                command's stdin ends at once, so one that reads it never waits.
 
         Raises:
             CommandTimeout: the command did not end within ``timeout_s`` (its channel is closed;
@@ -280,8 +290,12 @@ class Session:
             raise paramiko.SSHException(f"{self.settings.where}: the SSH connection is closed")
         channel = transport.open_session(timeout=max(1.0, min(timeout_s, self.settings.connect_timeout_s)))
         try:
-            channel.settimeout(_POLL_S)
             channel.exec_command(self.command(command, sudo))
+            if stdin:
+                channel.settimeout(max(1.0, deadline - time.monotonic()))
+                channel.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
+            channel.shutdown_write()
+            channel.settimeout(_POLL_S)
             out, err = bytearray(), bytearray()
             out_done = False
             while True:

@@ -15,7 +15,9 @@ time; :mod:`rocmfleet.rolloutrun` does the I/O. Nothing here talks to a host.
   succeeded (``switched``), by an atomic rename, so a killed control process leaves a file
   that says what may have happened: ``--resume`` re-runs an unfinished step (the deploy is
   idempotent), ``--rollback`` returns every host that may have changed
-  (:meth:`RolloutState.touched`) to its image before.
+  (:meth:`RolloutState.touched`) to its image before. A file whose parts contradict each
+  other (:meth:`RolloutState.consistency_problems`) is refused with every problem listed
+  (:func:`state_problems`) before anything runs.
 * **Gate** (:func:`gate_decision`): readiness (the deploy's own wait), ``rocmfleet check
   --select vllm`` on the host, and the smoke benchmark against the host's own result from
   just before the switch (regression tolerance and failed-request limit of the profile).
@@ -32,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rocmfleet.bench import REGRESSION_METRICS, BenchResult, Thresholds, judge
 
@@ -41,14 +43,31 @@ from rocmfleet.bench import REGRESSION_METRICS, BenchResult, Thresholds, judge
 #: ended well (readiness included); ``gated``: the gate passed; ``done``: undrained again.
 #: Rollback: ``rolling_back`` (started), ``rolled_back`` (ready on the image before),
 #: ``rollback_failed`` (the deploy back failed: the report says why).
+#: ``failed``: a rolling restart's host that failed after its drain; a restart has no image to
+#: go back to, so it is left drained (it is not healthy) for the operator, and ``--resume``
+#: restarts and gates it again.
 STEPS = ("pending", "drained", "switching", "switched", "gated", "done")
 ROLLBACK_STEPS = ("rolling_back", "rolled_back", "rollback_failed")
+FAILED = "failed"
+#: Steps after which the host may run another image than before: its image before must be known.
+TOUCHED_STEPS = ("switching", "switched", "gated", "done", *ROLLBACK_STEPS)
 Step = Literal[
-    "pending", "drained", "switching", "switched", "gated", "done", "rolling_back", "rolled_back", "rollback_failed"
+    "pending",
+    "drained",
+    "switching",
+    "switched",
+    "gated",
+    "done",
+    "rolling_back",
+    "rolled_back",
+    "rollback_failed",
+    "failed",
 ]
 
-#: States of the whole rollout; ``running``, ``failed`` and ``rollback_failed`` block another
-#: rollout and a plain deploy of the same inventory.
+#: States of the whole rollout; a rollout ``running``, ``failed`` or ``rollback_failed`` blocks
+#: another rollout and a plain deploy of the same inventory (its hosts may run two images). A
+#: rolling restart blocks them only while ``running``: a failed one changed no image, and a
+#: deploy may be what fixes its failed host.
 Status = Literal["running", "done", "failed", "rolled_back", "rollback_failed"]
 BLOCKING = ("running", "failed", "rollback_failed")
 
@@ -146,7 +165,7 @@ class CaseNumbers(BaseModel):
 
 
 class HostState(BaseModel):
-    """One host of a rollout.
+    """One host of a rollout (unknown keys are refused: a typo in a hand-edited file is not ignored).
 
     Attributes:
         batch: index in :attr:`RolloutState.batches` (0 is the canary when there is one).
@@ -161,7 +180,9 @@ class HostState(BaseModel):
         error: why it failed (the gate's reasons), or why its rollback failed.
     """
 
-    batch: int
+    model_config = ConfigDict(extra="forbid")
+
+    batch: int = Field(ge=0)
     before: ImageRef | None = None
     after: ImageRef | None = None
     step: Step = "pending"
@@ -179,16 +200,31 @@ class DataEdit(BaseModel):
     after: dict[str, str]
 
 
+class StateProblems(ValueError):
+    """A state file whose parts contradict each other; ``problems``: one line each, ``key: value: what is allowed``."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)
+
+
 class RolloutState(BaseModel):
-    """The state file of one rollout (or rolling restart) of one inventory."""
+    """The state file of one rollout (or rolling restart) of one inventory.
+
+    Besides each field's type, the parts must agree (:meth:`consistency_problems`; checked when
+    the state is built or loaded, raising :class:`StateProblems` through pydantic), so that
+    ``--resume`` and ``--rollback`` never act on a hand-edited or corrupt file.
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
     id: str
     kind: Literal["rollout", "restart"] = "rollout"
     inventory: str
     status: Status = "running"
     target: ImageRef | None = None
-    canary: int = 1
-    max_unavailable: int = 1
+    canary: int = Field(default=1, ge=0)
+    max_unavailable: int = Field(default=1, ge=1)
     batches: list[list[str]]
     hosts: dict[str, HostState]
     data_edit: DataEdit | None = None
@@ -196,17 +232,66 @@ class RolloutState(BaseModel):
     updated: str | None = None
     failure: str | None = None
 
+    def consistency_problems(self) -> list[str]:
+        """What contradicts what in this state, one line each (``key: value: what is allowed``):
+        a batch that is empty or larger than ``max_unavailable``, a host in two batches or in
+        none, a batch naming a host without an entry, a host whose ``batch`` is not the batch
+        listing it, a rollout without its ``target`` (or a restart with one), a rollout's host
+        whose step says its deploy started (:data:`TOUCHED_STEPS`) without its image ``before``."""
+        problems = []
+        seen: dict[str, int] = {}
+        for i, batch in enumerate(self.batches):
+            if not batch:
+                problems.append(f"batches[{i}]: []: a batch names at least one host")
+            if len(batch) > self.max_unavailable:
+                problems.append(
+                    f"batches[{i}]: {len(batch)} hosts: at most max_unavailable ({self.max_unavailable}) per batch"
+                )
+            for j, name in enumerate(batch):
+                if name in seen:
+                    problems.append(
+                        f"batches[{i}][{j}]: {name!r}: already in batch {seen[name]}; a host is in one batch"
+                    )
+                    continue
+                seen[name] = i
+                if name not in self.hosts:
+                    problems.append(f"batches[{i}][{j}]: {name!r}: no entry in hosts; every batched host has one")
+        for name, host in self.hosts.items():
+            if name not in seen:
+                problems.append(f"hosts.{name}: in no batch; every host is in one batch")
+            elif host.batch != seen[name]:
+                problems.append(
+                    f"hosts.{name}.batch: {host.batch}: batches[{seen[name]}] lists it; must be {seen[name]}"
+                )
+            if self.kind == "rollout" and host.step == FAILED:
+                problems.append(f"hosts.{name}.step: 'failed': a rollout's host that failed is rolled back, not left")
+            if self.kind == "rollout" and host.before is None and host.step in TOUCHED_STEPS:
+                problems.append(
+                    f"hosts.{name}.before: null: step {host.step!r} means its deploy started, so the image it ran "
+                    "before (repository, tag, digest) is needed to roll it back"
+                )
+        if self.kind == "rollout" and self.target is None:
+            problems.append("target: null: a rollout records the image it rolls out (repository, tag, digest)")
+        if self.kind == "restart" and self.target is not None:
+            problems.append(f"target: {self.target.reference!r}: a restart changes no image; must be null")
+        return problems
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RolloutState:
+        problems = self.consistency_problems()
+        if problems:
+            raise StateProblems(problems)
+        return self
+
     def touched(self) -> list[str]:
         """Hosts whose deploy started (they may run the new image): what a rollback returns."""
-        return [
-            name
-            for name, h in self.hosts.items()
-            if h.step in ("switching", "switched", "gated", "done", *ROLLBACK_STEPS) and h.step != "rolled_back"
-        ]
+        return [name for name, h in self.hosts.items() if h.step in TOUCHED_STEPS and h.step != "rolled_back"]
 
     def drained(self) -> list[str]:
         """Hosts drained and not undrained yet."""
-        return [name for name, h in self.hosts.items() if h.step in ("drained", "switching", "switched", "gated")]
+        return [
+            name for name, h in self.hosts.items() if h.step in ("drained", "switching", "switched", "gated", FAILED)
+        ]
 
     def remaining_batches(self) -> list[int]:
         """Indexes of batches with a host not ``done`` (what ``--resume`` still runs)."""
@@ -214,8 +299,9 @@ class RolloutState(BaseModel):
 
     @property
     def blocking(self) -> bool:
-        """A rollout recorded as in progress: another rollout and plain deploys must wait."""
-        return self.status in BLOCKING
+        """A rollout recorded as in progress: another rollout and plain deploys must wait (a
+        rolling restart only while ``running``: see :data:`Status`)."""
+        return self.status == "running" if self.kind == "restart" else self.status in BLOCKING
 
 
 def state_path(results_dir: str | Path, inventory: str | Path) -> Path:
@@ -248,11 +334,56 @@ def save_state(state: RolloutState, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _value(value: object) -> str:
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _key(loc: Sequence[object]) -> str:
+    key = ""
+    for part in loc:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key or "(file)"
+
+
+def state_problems(text: str) -> tuple[RolloutState | None, list[str]]:
+    """Parse a state file's text: the state, or ``None`` and every problem, one line each
+    (``key: value: what is allowed``): not JSON, a key given twice in one object (JSON keeps the
+    last silently), a wrong type, an unknown key, step or status (pydantic's message lists the
+    allowed values), and the parts that contradict each other (:meth:`RolloutState.consistency_problems`)."""
+    twice: list[str] = []
+
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        keys = [k for k, _v in items]
+        twice.extend(sorted({k for k in keys if keys.count(k) > 1}))
+        return dict(items)
+
+    try:
+        data = json.loads(text, object_pairs_hook=pairs)
+    except ValueError as exc:
+        return None, [f"(file): not JSON: {exc}"]
+    problems = [f"{k!r}: given more than once in one object; each key once" for k in twice]
+    try:
+        state = RolloutState.model_validate(data)
+    except ValidationError as exc:
+        for error in exc.errors():
+            cause = (error.get("ctx") or {}).get("error")
+            if isinstance(cause, StateProblems):
+                problems += cause.problems
+            elif error["type"] == "missing":
+                problems.append(f"{_key(error['loc'])}: missing: required")
+            else:
+                problems.append(f"{_key(error['loc'])}: {_value(error['input'])}: {error['msg']}")
+        return None, problems
+    return (None, problems) if problems else (state, [])
+
+
 def load_state(path: Path) -> RolloutState | None:
     """The state in ``path``, ``None`` when there is none.
 
     Raises:
-        ValueError: the file exists but is not a rollout state (the message names it).
+        ValueError: the file exists but is not a consistent rollout state; the message names the
+            file and lists every problem (:func:`state_problems`).
     """
     try:
         text = path.read_text()
@@ -260,14 +391,13 @@ def load_state(path: Path) -> RolloutState | None:
         return None
     except OSError as exc:  # a directory, no permission, a file where a directory belongs
         raise ValueError(f"{path}: cannot read the rollout state: {exc.strerror or exc}") from None
-    try:
-        return RolloutState.model_validate_json(text)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(file)"
+    state, problems = state_problems(text)
+    if state is None:
+        listed = "".join(f"\n  - {p}" for p in problems)
         raise ValueError(
-            f"{path}: not a rollout state file ({exc.error_count()} problem(s); first: {where}: {first['msg']})"
-        ) from None
+            f"{path}: not a usable rollout state file ({len(problems)} problem(s)); nothing was done:{listed}"
+        )
+    return state
 
 
 def deploy_refusal(inventory_file: str | Path, results_dir: str | Path | None = None) -> str | None:
@@ -280,16 +410,18 @@ def deploy_refusal(inventory_file: str | Path, results_dir: str | Path | None = 
     try:
         state = load_state(path)
     except ValueError as exc:
-        return f"{exc}; remove it or fix it before deploying"
+        return f"{exc}\nFix the file, or remove it, before deploying"
     if state is None or not state.blocking:
         return None
     if os.environ.get(OWN_DEPLOY_ENV) == state.id:
         return None
     what = f"to {state.target.reference}" if state.target else "(rolling restart)"
+    back = (
+        f" or return it with `rocmfleet {state.kind} {state.inventory} --rollback`" if state.kind == "rollout" else ""
+    )
     return (
         f"rollout {state.id} of {state.inventory} {what} is recorded as {state.status} in {path}; "
-        f"a deploy now would fight it. Finish it with `rocmfleet {state.kind} {state.inventory} --resume` "
-        f"or return it with `rocmfleet {state.kind} {state.inventory} --rollback`"
+        f"a deploy now would fight it. Finish it with `rocmfleet {state.kind} {state.inventory} --resume`{back}"
     )
 
 
@@ -415,6 +547,9 @@ def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
     ]
     if state.failure:
         lines += ["", f"Failure: {state.failure}"]
+    left = [name for name, h in state.hosts.items() if h.step == FAILED]
+    if left:
+        lines += ["", left_drained(state, left)]
     lines += [""] + [f"- {m}" for m in messages] + ([""] if messages else [])
     head = ["host", "batch", "before", "after", "step", *(f"{t} s" for t in TIMED), "benchmark (after vs before)"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -428,6 +563,15 @@ def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
     if errors:
         lines += ["", "## Problems", ""] + [f"- **{name}**: {error}" for name, error in errors]
     return "\n".join(lines) + "\n"
+
+
+def left_drained(state: RolloutState, hosts: Sequence[str]) -> str:
+    """What a failed rolling restart left: its failed ``hosts`` drained, and what to do."""
+    return (
+        f"Left drained, not rolled back (a restart changes no image; they are not healthy): {', '.join(hosts)}. "
+        f"Fix them, then `rocmfleet restart {state.inventory} --resume` restarts and gates them again; "
+        "or undrain them by hand once they serve."
+    )
 
 
 def status_json(rows: Sequence[Mapping[str, object]], state: RolloutState | None) -> str:

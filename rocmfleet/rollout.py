@@ -33,14 +33,21 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rocmfleet import scripts
 from rocmfleet.profiles import ReadyProbe
 from rocmfleet.readiness import probe_args
 
+if TYPE_CHECKING:
+    from rocmfleet.settings import HostConfig
+
 #: Saved copies, by the name used in ``<instance>.last-good/``: the mode each live file has
 #: (``roles/vllm``: unit 0644, environment and secrets 0600, all root's).
 SAVED_FILES = {"unit": "644", "env": "600", "secrets": "600"}
+
+#: Where the instances' systemd units are (``/etc/systemd/system/vllm-<instance>.service``).
+SYSTEMD_DIR = "/etc/systemd/system"
 
 #: How many lines of a failed container's log the deploy prints.
 LOG_LINES = 40
@@ -219,6 +226,38 @@ class LastGoodState:
         image = (self.serve or {}).get("image")
         return image if isinstance(image, str) else None
 
+    @property
+    def served(self) -> tuple[int | None, str | None]:
+        """The last good version's API port and served model name, read from its ``serve_args``
+        (:func:`served_by`); ``(None, None)`` without ``serve.json``."""
+        args = (self.serve or {}).get("serve_args")
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            return None, None
+        return served_by(args)
+
+
+def served_by(serve_args: Sequence[str]) -> tuple[int | None, str | None]:
+    """The port and the (first) served model name a ``vllm serve`` argument list makes the server use.
+
+    ``--port N`` / ``--port=N`` (the last one wins, as argparse reads it; vLLM's default 8000,
+    ``vllm/entrypoints/openai/cli_args.py``), ``--served-model-name NAME...`` (``nargs="+"``:
+    ``/v1/models`` lists every name; the first is enough to probe), else the model, the first
+    positional argument (vLLM serves it under its path or id when no name is given).
+
+    Example: ``served_by(["/m", "--served-model-name", "tiny", "--port", "8001"]) == (8001, "tiny")``.
+    """
+    port: int | None = 8000
+    name = None
+    model = serve_args[0] if serve_args and not serve_args[0].startswith("-") else None
+    for i, arg in enumerate(serve_args):
+        flag, eq, inline = arg.partition("=")
+        value = inline if eq else (serve_args[i + 1] if i + 1 < len(serve_args) else None)
+        if flag == "--port" and value is not None:
+            port = int(value) if value.isdigit() else None
+        elif flag == "--served-model-name" and value is not None and not value.startswith("-"):
+            name = value
+    return port, name or model
+
 
 def parse_last_good_state(lines: Sequence[str]) -> LastGoodState:
     """Parse :func:`last_good_state_command`'s output; unknown lines are ignored."""
@@ -289,6 +328,9 @@ class WaitTarget:
             never takes user traffic first.
         ready_probe: the profile's known-answer request (:class:`rocmfleet.profiles.ReadyProbe`),
             or ``None``; the new version is ready only when its greedy answer matches.
+        back_port, back_model: the port and served model name of the version ``roll_back_to``
+            restores (its ``serve.json``: :attr:`LastGoodState.served`), when they differ from
+            ``port`` and ``model`` (a profile change rolled back with the image); ``None``: the same.
     """
 
     name: str
@@ -301,6 +343,42 @@ class WaitTarget:
     roll_back_to: str | None = None
     warmup: str | None = None
     ready_probe: ReadyProbe | None = None
+    back_port: int | None = None
+    back_model: str | None = None
+
+
+def wait_targets(config: HostConfig, image: str | None = None) -> list[WaitTarget]:
+    """One :class:`WaitTarget` per instance of ``config`` (no ``roll_back_to``), for the deploy's
+    wait (``roles/vllm``) and a rolling restart's (:mod:`rocmfleet.rolloutrun`) alike: the profile's
+    served name, known-answer request and, with ``warmup_at_start``, its warm-up.
+
+    Args:
+        config: the host's validated configuration.
+        image: the image reference the instances run (default: ``config.image.reference``).
+    """
+    from rocmfleet import vllm, warmup
+
+    targets = []
+    for instance in config.instances():
+        names = vllm.files_of(instance)
+        unit_path = f"{SYSTEMD_DIR}/{names.unit}"
+        warm = None
+        if config.profile.warmup_at_start:
+            warm = scripts.in_wait("vllm-warmup.sh", *warmup.args(config.profile, instance.port))
+        targets.append(
+            WaitTarget(
+                name=instance.name,
+                unit=names.unit,
+                container=names.container,
+                port=instance.port,
+                model=config.profile.served_model_name,
+                image=image or config.image.reference,
+                files=last_good_files(vllm.CONFIG_DIR, instance.name, unit_path, names.env_file, names.secrets_file),
+                warmup=warm,
+                ready_probe=config.profile.ready_probe,
+            )
+        )
+    return targets
 
 
 def _ready(target: WaitTarget, ready_probe: ReadyProbe | None) -> str:
@@ -311,9 +389,37 @@ def _ready(target: WaitTarget, ready_probe: ReadyProbe | None) -> str:
     return f"{probe} && {target.warmup}" if target.warmup else probe
 
 
+def _back_ready(target: WaitTarget) -> str:
+    """Shell that exits 0 when the version ``target`` rolls back to is ready: the probe without the
+    new profile's known answer (see :func:`wait_or_roll_back_script`), then the warm-up; when that
+    version serves another port or name (``back_port``, ``back_model``), the probe there and no
+    warm-up (the warm-up's requests name the new port and served name)."""
+    if target.back_port is None and target.back_model is None:
+        return _ready(target, None)
+    port = target.back_port or target.port
+    model = target.back_model or target.model
+    return scripts.in_wait("vllm-probe.sh", "ready", port, target.container, *probe_args(model, None))
+
+
+@dataclass(frozen=True)
+class WaitCommand:
+    """What :func:`wait_or_roll_back_script` gives: shell to run on the host and what to send on its stdin.
+
+    Attributes:
+        command: ``sh -c '<vllm-wait.sh>' vllm-wait.sh TIMEOUT_S ... PROBE WARMUP``; its size does
+            not grow with the number of instances.
+        stdin: the targets, one ``target NAME UNIT ...`` line each (words shell-quoted); pyinfra
+            sends it with ``StringCommand(command, _stdin=stdin)``, :mod:`rocmfleet.connect` with
+            ``Session.run(command, stdin=stdin)``.
+    """
+
+    command: str
+    stdin: str
+
+
 def wait_or_roll_back_script(
     targets: Sequence[WaitTarget], timeout_s: int, rollback_timeout_s: int, interval_s: int = 5
-) -> str:
+) -> WaitCommand:
     """Shell that waits until every target is ready, and rolls back those that are not by the deadline.
 
     Runs ``rocmfleet/scripts/vllm-wait.sh`` (what it does, step by step, is in the script): poll
@@ -325,10 +431,17 @@ def wait_or_roll_back_script(
     of up to ``rollback_timeout_s`` for it to be ready again. Exit 1 when any target was not ready,
     even after a good rollback, else 0.
 
+    The targets travel on stdin, not in the command: the whole command is one argument of
+    ``sh -c`` on the host (SSH, then sudo), and Linux limits one argument to 128 KiB
+    (``MAX_ARG_STRLEN``, ``include/uapi/linux/binfmts.h``); 64 instances with a warm-up each
+    made about 180 KB of arguments.
+
     The restored version is waited for without the known-answer check: the expected answer is
     the *new* profile's, which the old version need not give (another model, another prompt),
     and the old version passed its own check when it was kept as last good. It must still hold
-    the port, answer ``/health``, list the served name and complete one request.
+    its port, answer ``/health``, list its served name and complete one request: the port and
+    name it serves (``back_port``, ``back_model``, from its ``serve.json``), not the new ones
+    (then without the new profile's warm-up, whose requests name the new ones).
 
     Args:
         targets: the instances to wait for (those not ready yet).
@@ -338,8 +451,10 @@ def wait_or_roll_back_script(
     """
     args: list[object] = [timeout_s, rollback_timeout_s, interval_s, LOG_LINES]
     args += [scripts.text("vllm-probe.sh"), scripts.text("vllm-warmup.sh")]
+    lines = []
     for t in targets:
-        args += [t.name, t.unit, t.container, t.port, t.image, _ready(t, t.ready_probe), _ready(t, None)]
-        args += [t.roll_back_to or "", t.files.directory, t.files.live["unit"], t.files.live["env"]]
-        args.append(t.files.live["secrets"])
-    return scripts.command("vllm-wait.sh", *args)
+        words: list[object] = [t.name, t.unit, t.container, t.port, t.image, _ready(t, t.ready_probe), _back_ready(t)]
+        words += [t.roll_back_to or "", t.files.directory, t.files.live["unit"], t.files.live["env"]]
+        words.append(t.files.live["secrets"])
+        lines.append(shlex.join(["target", *(str(w) for w in words)]) + "\n")
+    return WaitCommand(command=scripts.command("vllm-wait.sh", *args), stdin="".join(lines))

@@ -56,6 +56,7 @@ def bake_and_roll(
     limit: list[str] | None = None,
     emit: Emit = print,
     steps: BakeSteps | None = None,
+    error: Emit | None = None,
     **rollout_options,
 ) -> int:
     """Bake on the canary, then roll the baked image out (module docstring).
@@ -65,6 +66,7 @@ def bake_and_roll(
         image: the base image ``REPO:TAG``; ``None``: the one the group data pins.
         canary: hosts in the rollout's first batch; at least 1 (the bake runs on the first).
         limit: ``--limit`` patterns, as for the rollout.
+        emit: where progress goes (stdout); error: where errors go (default stderr).
         rollout_options: passed to :func:`rocmfleet.rolloutrun.run_rollout` (``max_unavailable``,
             ``force``, ``results_dir``, ``progress_factory``).
 
@@ -77,6 +79,8 @@ def bake_and_roll(
     from rocmfleet.rolloutrun import CommandError
 
     steps = steps or BakeSteps.real()
+    if error is None:
+        from rocmfleet.rolloutrun import to_stderr as error
     try:
         if canary < 1:
             raise CommandError(f"--bake --canary {canary}: the bake runs on the canary; give --canary 1 or more")
@@ -95,22 +99,22 @@ def bake_and_roll(
                 "give the base image with --image REPO:TAG"
             )
     except (CommandError, ValueError) as exc:
-        emit(f"rocmfleet: {exc}")
+        error(f"rocmfleet: {exc}")
         return 2
     emit(f"bake on the canary {host} from {target.config.image.reference}")
     try:
         baked = steps.bake(target, emit)
     except (BakeError, ConnectError, CommandTimeout) as exc:
-        emit(f"rocmfleet: the bake on {host} failed, nothing rolled out: {exc}")
+        error(f"rocmfleet: the bake on {host} failed, nothing rolled out: {exc}")
         return 1
     pushed = f"{baked.repository}:{baked.tag}"
     try:
         found = steps.resolve(pushed, targets)
     except CommandError as exc:
-        emit(f"rocmfleet: {exc}")
+        error(f"rocmfleet: {exc}")
         return 2
     if found.digest != baked.digest:
-        emit(f"rocmfleet: the registry has {pushed} as {found.digest}, the bake pushed {baked.digest}; not rolled out")
+        error(f"rocmfleet: the registry has {pushed} as {found.digest}, the bake pushed {baked.digest}; not rolled out")
         return 2
     emit(f"baked {baked.reference} (key {baked.key.short}, {baked.manifest.files} files); rolling it out")
     return steps.rollout(
@@ -120,5 +124,6 @@ def bake_and_roll(
         canary=canary,
         limit=limit,
         emit=emit,
+        error=error,
         **rollout_options,
     )

@@ -13,9 +13,10 @@ steps on real hosts (tests pass stand-ins):
   against deploys during a rollout.
 * **pull** (``docker pull`` of the pinned reference), **drain**/**undrain** (the group data's
   ``vllm_drain_command``/``vllm_undrain_command``), **observe** (``rocmfleet/scripts/vllm-status.sh``)
-  and the rolling restart's unit restart and readiness poll (``rocmfleet/scripts/vllm-probe.sh``
-  through :func:`rocmfleet.readiness.probe_script`, the deploy's own probe) go over
-  :mod:`rocmfleet.connect`.
+  and the rolling restart's unit restart and wait (the deploy's own ``rocmfleet/scripts/vllm-wait.sh``
+  with the deploy's targets, :func:`rocmfleet.rollout.wait_targets`, on stdin) go over
+  :mod:`rocmfleet.connect`. A restart that fails leaves its host drained and marked ``failed``
+  (nothing to roll back); ``--resume`` restarts and gates it again.
 * **check** is ``rocmfleet check --select vllm`` on the one host (:func:`rocmfleet.compliance.run_host`),
   **bench** the smoke benchmark (:func:`rocmfleet.benchrun.bench_host`), results under the
   rollout's directory.
@@ -40,6 +41,7 @@ from typing import Protocol
 from rocmfleet import scripts
 from rocmfleet.bench import BenchResult, Thresholds
 from rocmfleet.fleetrollout import (
+    FAILED,
     OWN_DEPLOY_ENV,
     GateOutcome,
     ImageRef,
@@ -47,6 +49,7 @@ from rocmfleet.fleetrollout import (
     bench_numbers,
     eta_s,
     gate_decision,
+    left_drained,
     save_state,
 )
 
@@ -58,6 +61,8 @@ PULL_TIMEOUT_S = 3600
 DEPLOY_MARGIN_S = 1800
 #: Seconds between readiness polls of a rolling restart.
 POLL_S = 5
+#: Seconds a rolling restart's wait may take beyond ``vllm_ready_timeout_s`` (its logs, its end).
+WAIT_MARGIN_S = 120
 #: Seconds between the checks that a host being deployed still answers SSH.
 HEARTBEAT_S = 15
 #: Failed checks in a row after which a host counts as lost and its deploy is stopped.
@@ -66,6 +71,11 @@ LOST_AFTER = 2
 CHECK_TIMEOUT_S = 300
 
 Emit = Callable[[str], None]
+
+
+def to_stderr(line: str) -> None:
+    """The default ``error`` of the commands: one line on stderr."""
+    print(line, file=sys.stderr, flush=True)
 
 
 class StepError(RuntimeError):
@@ -351,6 +361,8 @@ class Runner:
                     for future in self._pulls.values():
                         future.result()
                     reasons = [f"{host}: {o.gate} gate failed: {'; '.join(o.reasons)}" for host, o in failed.items()]
+                    if self.state.kind == "restart":
+                        return self._stop(list(failed), "; ".join(reasons))
                     return self.roll_back("; ".join(reasons))
         with self._lock:
             self.state.status = "done"
@@ -358,6 +370,41 @@ class Runner:
             save_state(self.state, self.path)
         self.progress.say(f"{self.state.kind} {self.state.id}: every host done")
         return 0
+
+    def _stop(self, failed: Sequence[str], reason: str) -> int:
+        """End a rolling restart that failed: there is no image to go back to, so nothing is
+        rolled back. Its failed hosts that were drained are marked ``failed`` and left drained
+        (not healthy: no traffic); a host whose drain failed stays ``pending``. Hosts done stay
+        done, hosts not reached untouched.
+
+        Returns:
+            1.
+        """
+        with self._lock:
+            for host in failed:
+                if self.state.hosts[host].step != "pending":
+                    self.state.hosts[host].step = FAILED  # type: ignore[assignment]
+            self.state.status = "failed"
+            self.state.failure = reason
+            save_state(self.state, self.path)
+        self.progress.say(f"{self.state.kind} {self.state.id}: failed: {reason}")
+        left = [h for h in failed if self.state.hosts[h].step == FAILED]
+        if left:
+            self.progress.say(left_drained(self.state, left))
+        return 1
+
+    def retry_failed(self) -> None:
+        """``--resume`` of a failed rolling restart: its ``failed`` hosts (still drained) go back to
+        their restart, gated against the benchmark taken before their first one (``switching``;
+        ``drained`` when that benchmark did not run), and the restart runs on (:meth:`run`)."""
+        with self._lock:
+            for host in self.state.hosts.values():
+                if host.step == FAILED:
+                    host.step = "switching" if host.baseline else "drained"
+                    host.error = None
+            self.state.status = "running"
+            self.state.failure = None
+            save_state(self.state, self.path)
 
     def _saved_baseline(self, host: str) -> dict[str, BenchResult]:
         """The benchmark results from just before ``host``'s switch, read back from their files (a
@@ -381,7 +428,13 @@ class Runner:
         Returns:
             1 (a rollout that had to roll back failed), or 0 for an operator's ``--rollback``
             when every host came back (``reason`` ``None``); 1 when any host could not.
+
+        Raises:
+            ValueError: the state is a rolling restart's: it has no image to go back to (a failed
+                restart ends with :meth:`_stop`).
         """
+        if self.state.kind == "restart":
+            raise ValueError(f"restart {self.state.id}: a rolling restart changes no image; nothing to roll back")
         with self._lock:
             self.state.status = "failed"
             if reason:
@@ -417,9 +470,8 @@ class Runner:
 
     def _back(self, host: str) -> str | None:
         h = self.state.hosts[host]
-        if self.state.kind == "restart" or h.before is None:  # a restart has nothing to go back to
-            self._set(host, "rolled_back")
-            return None
+        if h.before is None:  # refused when the state is loaded: a host touched has its image before
+            return f"{host}: its image before is not recorded; not rolled back"
         if h.step == "done":
             try:
                 self.steps.drain(host)
@@ -491,12 +543,12 @@ class HostSteps:
         self.bench_timeout_s, self.emit = bench_timeout_s, emit
 
     # -- SSH helpers --
-    def _run(self, host: str, command: str, timeout_s: float, gate: str):
+    def _run(self, host: str, command: str, timeout_s: float, gate: str, stdin: str | None = None):
         from rocmfleet.connect import Session
 
         try:
             with Session.open(self.targets[host].ssh) as session:
-                return session.run(command, timeout_s=timeout_s)
+                return session.run(command, timeout_s=timeout_s, stdin=stdin)
         except Exception as exc:  # noqa: BLE001 - unreachable, timed out, broken: this step failed
             raise StepError(gate, f"{host}: {type(exc).__name__}: {exc}") from None
 
@@ -649,22 +701,33 @@ class HostSteps:
         return {"restart": first - offset - started, "readiness": ended - (first - offset)}
 
     def _restart(self, host: str) -> dict[str, float]:
+        """Restart the host's vLLM units, then wait as the deploy waits: ``vllm-wait.sh`` with every
+        instance (:func:`rocmfleet.rollout.wait_targets`: known answer, warm-up; a unit systemd
+        shows failed or a wrong answer is given up at once) and nothing to roll back to (a restart
+        changes nothing to go back from). Its targets go on stdin.
+
+        Raises:
+            StepError: ``switch`` when the restart failed, ``readiness`` when an instance was not
+                ready by ``vllm_ready_timeout_s`` (the wait's own report, with the logs, in the message).
+        """
+        from rocmfleet.rollout import wait_or_roll_back_script, wait_targets
+
         config = self.targets[host].config
-        units = " ".join(shlex.quote(f"vllm-{i.name}.service") for i in config.instances())
+        targets = wait_targets(config)
+        units = " ".join(shlex.quote(t.unit) for t in targets)
         started = time.monotonic()
         result = self._run(host, f"systemctl restart {units}", 300, "switch")
         if result.exit_status != 0:
             raise StepError("switch", f"systemctl restart exited {result.exit_status}: {_tail(result.stderr)}")
         restarted = time.monotonic()
-        deadline = restarted + config.settings.vllm_ready_timeout_s
-        while True:
-            ready = self.ready(host)
-            if all(ready.values()):
-                break
-            if time.monotonic() > deadline:
-                late = ", ".join(n for n, ok in ready.items() if not ok)
-                raise StepError("readiness", f"{late} not ready after {config.settings.vllm_ready_timeout_s} s")
-            time.sleep(POLL_S)
+        timeout = config.settings.vllm_ready_timeout_s
+        wait = wait_or_roll_back_script(targets, timeout, 0, POLL_S)
+        result = self._run(host, wait.command, timeout + WAIT_MARGIN_S, "readiness", stdin=wait.stdin)
+        for line in (result.stdout + result.stderr).splitlines():
+            self.emit(f"{host} wait: {line}")
+        if result.exit_status != 0:
+            said = [line for line in result.stderr.splitlines() if "not ready" in line or "not waiting" in line]
+            raise StepError("readiness", _tail("\n".join(said) if said else result.stderr + result.stdout))
         return {"restart": restarted - started, "readiness": time.monotonic() - restarted}
 
     def check(self, host: str) -> list[str]:
@@ -823,7 +886,7 @@ def _data_file(image: ImageRef) -> tuple[Path, str, str]:
         raise CommandError(str(exc)) from None
 
 
-def _revert_data(edit, emit: Emit) -> Callable[[], None]:
+def _revert_data(edit, emit: Emit, error: Emit = to_stderr) -> Callable[[], None]:
     def revert() -> None:
         from rocmfleet.groupdata_edit import EditError, set_keys, unified_diff, unset_keys
 
@@ -833,7 +896,7 @@ def _revert_data(edit, emit: Emit) -> Callable[[], None]:
             new = set_keys(old, {k: v for k, v in edit.before.items() if v is not None}, edit.path)
             new = unset_keys(new, [k for k, v in edit.before.items() if v is None], edit.path)
         except (OSError, EditError) as exc:
-            emit(f"could not put {edit.path} back: {exc}; set {edit.before} there by hand")
+            error(f"rocmfleet: could not put {edit.path} back: {exc}; set {edit.before} there by hand")
             return
         if new != old:
             path.write_text(new)
@@ -842,7 +905,8 @@ def _revert_data(edit, emit: Emit) -> Callable[[], None]:
     return revert
 
 
-def _finish(state: RolloutState, path: Path, code: int, emit: Emit) -> int:
+def _finish(state: RolloutState, path: Path, code: int, emit: Emit, error: Emit = to_stderr) -> int:
+    """Write the report; each host's error and a failed end go to ``error``, a good end to ``emit``."""
     from rocmfleet.fleetrollout import markdown_report
 
     report = path.parent / state.id / "report.md"
@@ -850,8 +914,8 @@ def _finish(state: RolloutState, path: Path, code: int, emit: Emit) -> int:
     report.write_text(markdown_report(state))
     for name, host in state.hosts.items():
         if host.error:
-            emit(f"{name}: {host.step}: {host.error}")
-    emit(f"{state.kind} {state.id}: {state.status}; report {report}; state {path}")
+            error(f"{name}: {host.step}: {host.error}")
+    (error if code else emit)(f"{state.kind} {state.id}: {state.status}; report {report}; state {path}")
     return code
 
 
@@ -859,8 +923,8 @@ def run_rollout(
     inventory: str,
     kind: str = "rollout",
     image: str | None = None,
-    canary: int = 1,
-    max_unavailable: str = "1",
+    canary: int | None = None,
+    max_unavailable: str | None = None,
     force: bool = False,
     resume: bool = False,
     rollback: bool = False,
@@ -868,33 +932,78 @@ def run_rollout(
     results_dir: str | None = None,
     emit: Emit = print,
     progress_factory: Callable[[int], object] | None = None,
+    error: Emit | None = None,
 ) -> int:
     """``rocmfleet rollout``/``restart``: plan, record and run, or ``--resume``/``--rollback`` one.
 
+    Args:
+        canary, max_unavailable: ``--canary`` (default 1) and ``--max-unavailable`` (default
+            ``"1"``); ``None``: not given.
+        emit: where progress and the report's summary go (stdout).
+        error: where errors go (default stderr): why nothing started, each failed host's error,
+            a failed end.
+
+    With ``resume`` or ``rollback`` the recorded plan is what runs: ``image``, ``canary``,
+    ``max_unavailable``, ``limit`` and ``force`` are refused (exit 2) rather than ignored.
+
     Returns:
-        0 done (or rolled back on request); 1 a host failed (rolled back: see the report);
-        2 nothing was started (bad options, a failing fleet without ``--force``, a recorded
-        rollout, an unreadable registry).
+        0 done (or rolled back on request); 1 a host failed (rolled back: see the report; a
+        restart leaves it drained); 2 nothing was started (bad options, a failing fleet without
+        ``--force``, a recorded rollout, a state file that is not consistent, an unreadable registry).
     """
     from rocmfleet import fleetrollout as fr
 
+    say_error = error or to_stderr
     root = fr.results_root(results_dir, inventory)
     path = fr.state_path(root, inventory)
     try:
+        if resume or rollback:
+            given = {
+                "--image": image,
+                "--canary": canary,
+                "--max-unavailable": max_unavailable,
+                "--limit": ",".join(limit) if limit else None,
+                "--force": True if force else None,
+            }
+            extra = [name if value is True else f"{name} {value}" for name, value in given.items() if value is not None]
+            if extra:
+                mode = "--resume" if resume else "--rollback"
+                raise CommandError(
+                    f"{mode} with {', '.join(extra)}: {mode} runs the plan recorded in {path} (its hosts, batches, "
+                    f"canary, max-unavailable and image); give {mode} alone, or finish this {kind} and start a new one"
+                )
         existing = fr.load_state(path)
         if resume or rollback:
             if existing is None:
                 raise CommandError(f"no {kind} of {inventory} recorded in {path}")
-            return _continue(existing, path, inventory, rollback, emit, progress_factory)
+            if existing.kind != kind:
+                raise CommandError(
+                    f"{path} records {existing.kind} {existing.id}, not a {kind}: "
+                    f"use `rocmfleet {existing.kind} {inventory} {'--resume' if resume else '--rollback'}`"
+                )
+            return _continue(existing, path, inventory, rollback, emit, progress_factory, say_error)
         if existing is not None and existing.blocking:
             raise CommandError(fr.deploy_refusal(inventory, root) or f"{path}: a rollout is recorded")
-        return _start(inventory, kind, image, canary, max_unavailable, force, limit, root, path, emit, progress_factory)
+        return _start(
+            inventory,
+            kind,
+            image,
+            1 if canary is None else canary,
+            "1" if max_unavailable is None else max_unavailable,
+            force,
+            limit,
+            root,
+            path,
+            emit,
+            progress_factory,
+            say_error,
+        )
     except (CommandError, fr.PlanError, ValueError) as exc:
-        emit(f"rocmfleet: {exc}")
+        say_error(f"rocmfleet: {exc}")
         return 2
 
 
-def _runner(state, path, targets, inventory, emit, progress_factory):
+def _runner(state, path, targets, inventory, emit, progress_factory, error=to_stderr):
     log = path.parent / state.id / "log.txt"
     log.parent.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -904,7 +1013,7 @@ def _runner(state, path, targets, inventory, emit, progress_factory):
             out.write(line + "\n")
 
     steps = HostSteps(inventory, targets, path.parent / state.id, state.id, emit=to_log)
-    revert = _revert_data(state.data_edit, emit) if state.data_edit else None
+    revert = _revert_data(state.data_edit, emit, error) if state.data_edit else None
     progress = progress_factory(len(state.hosts)) if progress_factory else LineProgress(emit)
     return Runner(state, path, steps, progress, on_data_revert=revert), progress
 
@@ -917,7 +1026,12 @@ def _drive(runner: Runner, progress, action: Callable[[], int]) -> int:
     return action()
 
 
-def _continue(state, path, inventory, rollback, emit, progress_factory) -> int:
+def _continue(state, path, inventory, rollback, emit, progress_factory, error=to_stderr) -> int:
+    if rollback and state.kind == "restart":
+        raise CommandError(
+            f"restart {state.id} ({state.status}) changes no image: nothing to roll back; "
+            f"`rocmfleet restart {inventory} --resume` finishes it (a failed host is restarted and gated again)"
+        )
     targets = _load(inventory, None)
     missing = sorted(set(state.hosts) - set(targets))
     if missing:
@@ -925,20 +1039,25 @@ def _continue(state, path, inventory, rollback, emit, progress_factory) -> int:
     targets = {name: targets[name] for name in state.hosts}
     if state.kind == "rollout" and state.target is not None and not rollback:
         targets = {name: _with_image(t, state.target) for name, t in targets.items()}
-    runner, progress = _runner(state, path, targets, inventory, emit, progress_factory)
+    runner, progress = _runner(state, path, targets, inventory, emit, progress_factory, error)
     if rollback:
         code = _drive(runner, progress, lambda: runner.roll_back(None))
     elif state.status == "running":
+        code = _drive(runner, progress, runner.run)
+    elif state.kind == "restart" and state.status == "failed":
+        runner.retry_failed()
         code = _drive(runner, progress, runner.run)
     elif state.status in ("failed", "rollback_failed"):
         code = _drive(runner, progress, lambda: runner.roll_back(state.failure or "resumed rollback"))
     else:
         emit(f"{state.kind} {state.id} is {state.status}: nothing to resume")
         return 0
-    return _finish(state, path, code, emit)
+    return _finish(state, path, code, emit, error)
 
 
-def _start(inventory, kind, image, canary, max_unavailable, force, limit, root, path, emit, progress_factory) -> int:
+def _start(
+    inventory, kind, image, canary, max_unavailable, force, limit, root, path, emit, progress_factory, error=to_stderr
+) -> int:
     from rocmfleet import compliance
     from rocmfleet import fleetrollout as fr
     from rocmfleet.bench import new_run_id
@@ -996,7 +1115,7 @@ def _start(inventory, kind, image, canary, max_unavailable, force, limit, root, 
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
     if failing:
         for line in failing:
-            emit(line)
+            error(line)
         if not force:
             raise CommandError(f"{len(failing)} check(s) fail on the fleet before the {kind}; fix them or pass --force")
         emit("--force: starting on a failing fleet")
@@ -1043,8 +1162,8 @@ def _start(inventory, kind, image, canary, max_unavailable, force, limit, root, 
         f"{kind} {state.id}: {len(hosts)} host(s) in {len(batches)} batch(es), "
         f"at most {count} out of service; state {path}"
     )
-    runner, progress = _runner(state, path, {h: targets[h] for h in hosts}, inventory, emit, progress_factory)
-    return _finish(state, path, _drive(runner, progress, runner.run), emit)
+    runner, progress = _runner(state, path, {h: targets[h] for h in hosts}, inventory, emit, progress_factory, error)
+    return _finish(state, path, _drive(runner, progress, runner.run), emit, error)
 
 
 def status(

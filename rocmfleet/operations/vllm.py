@@ -318,8 +318,17 @@ def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1
     for target in waiting:
         saved = host.get_fact(LastGood, files=target.files)
         back = saved.image if saved.complete and not saved.same else None
-        planned.append(replace(target, roll_back_to=back))
-    yield StringCommand(rollout.wait_or_roll_back_script(planned, timeout_s, rollback_timeout_s))
+        port, model = saved.served if back else (None, None)  # what the restored version serves
+        planned.append(
+            replace(
+                target,
+                roll_back_to=back,
+                back_port=port if port != target.port else None,
+                back_model=model if model != target.model else None,
+            )
+        )
+    wait = rollout.wait_or_roll_back_script(planned, timeout_s, rollback_timeout_s)
+    yield StringCommand(wait.command, _stdin=wait.stdin)  # the targets on stdin: any number fits
 
 
 @operation()

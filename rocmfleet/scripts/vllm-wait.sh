@@ -1,14 +1,17 @@
 #!/bin/sh
 # rocmfleet: wait until vLLM instances are ready; roll back each one that is not by the deadline.
 #
-#   vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S INTERVAL_S LOG_LINES PROBE WARMUP TARGET...
+#   vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S INTERVAL_S LOG_LINES PROBE WARMUP <TARGETS
 #
 # PROBE and WARMUP are the texts of vllm-probe.sh and vllm-warmup.sh, carried once: they are
 # written to a directory of this run, $RF_SCRIPTS, and READY and BACK_READY call them from there
-# (`sh "$RF_SCRIPTS"/vllm-probe.sh ready ...`), so that the command stays small for any number of
-# instances (one argument of a command line is at most 128 KiB on Linux).
-# Each TARGET is 12 arguments (built by rocmfleet/rollout.py, wait_or_roll_back_script):
-#   NAME UNIT CONTAINER PORT IMAGE READY BACK_READY ROLL_BACK_TO SAVED UNIT_PATH ENV_PATH SECRETS_PATH
+# (`sh "$RF_SCRIPTS"/vllm-probe.sh ready ...`).
+# The targets come on stdin, not as arguments: a host's whole command is one argument of
+# `sh -c` (SSH, sudo), at most 128 KiB on Linux (MAX_ARG_STRLEN), and 64 instances with a
+# warm-up each are about 180 KB. Stdin is read whole into this run's private directory first
+# (nothing the probes run reads it), then run as shell: one line per target,
+#   target NAME UNIT CONTAINER PORT IMAGE READY BACK_READY ROLL_BACK_TO SAVED UNIT_PATH ENV_PATH SECRETS_PATH
+# each word shell-quoted (built by rocmfleet/rollout.py, wait_or_roll_back_script):
 #   READY       shell that exits 0 when the new version is ready (vllm-probe.sh ready, with the
 #               profile's known-answer request, then its warm-up if it has one)
 #   BACK_READY  the same for the restored version (see rocmfleet/rollout.py for what it checks)
@@ -31,27 +34,41 @@
 set -u
 
 usage() {
-    echo "usage: vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S INTERVAL_S LOG_LINES" \
-        "PROBE WARMUP [NAME UNIT CONTAINER PORT IMAGE READY BACK_READY ROLL_BACK_TO SAVED UNIT_PATH ENV_PATH SECRETS_PATH]..." >&2
+    echo "usage: vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S INTERVAL_S LOG_LINES PROBE WARMUP <TARGETS" \
+        "(stdin: lines 'target NAME UNIT CONTAINER PORT IMAGE READY BACK_READY ROLL_BACK_TO SAVED" \
+        "UNIT_PATH ENV_PATH SECRETS_PATH', shell-quoted)" >&2
     exit 2
 }
 
-[ $# -ge 6 ] || usage
+[ $# -eq 6 ] || usage
 timeout_s=$1 rollback_timeout_s=$2 interval_s=$3 log_lines=$4 probe_text=$5 warmup_text=$6
-shift 6
-[ $(($# % 12)) -eq 0 ] || usage
+
+said=$(mktemp -d) || exit 1
+trap 'rm -rf "$said"' EXIT
+# The scripts READY and BACK_READY call (see the top).
+RF_SCRIPTS=$said/scripts
+mkdir "$RF_SCRIPTS" || exit 1
+printf '%s\n' "$probe_text" >"$RF_SCRIPTS/vllm-probe.sh" || exit 1
+printf '%s\n' "$warmup_text" >"$RF_SCRIPTS/vllm-warmup.sh" || exit 1
+cat >"$said/targets" || exit 1
+exec </dev/null
 
 # Targets as t<i>_<field> variables (POSIX sh has no arrays), plus per target the flags
 # new (ready in step 1), on (still waited for), back (restored) and again (ready after restore).
 n=0
-while [ $# -gt 0 ]; do
+# target NAME UNIT ... SECRETS_PATH: one line of stdin.
+# shellcheck disable=SC2317 # called by the targets, below
+target() {
+    [ $# -eq 12 ] || usage
     for field in name unit container port image ready back_ready roll_back_to saved unit_path env_path secrets_path; do
         eval "t${n}_$field=\$1"
         shift
     done
     eval "t${n}_new=0 t${n}_on=1 t${n}_back=0 t${n}_again=0"
     n=$((n + 1))
-done
+}
+# shellcheck source=/dev/null # the targets, written by rocmfleet/rollout.py
+. "$said/targets"
 
 # get I FIELD: the value of target I's FIELD.
 get() {
@@ -65,14 +82,6 @@ put() {
 
 # vllm-probe.sh's exit status for a server that answered, wrongly.
 WRONG_ANSWER=3
-
-said=$(mktemp -d) || exit 1
-trap 'rm -rf "$said"' EXIT
-# The scripts READY and BACK_READY call (see the top).
-RF_SCRIPTS=$said/scripts
-mkdir "$RF_SCRIPTS" || exit 1
-printf '%s\n' "$probe_text" >"$RF_SCRIPTS/vllm-probe.sh" || exit 1
-printf '%s\n' "$warmup_text" >"$RF_SCRIPTS/vllm-warmup.sh" || exit 1
 
 # poll READY_FLAG ACTIVE_FLAG PROBE_FIELD TIMEOUT WATCH_FAILED: until every target with
 # ACTIVE_FLAG 1 has READY_FLAG 1 (its PROBE_FIELD passed), or TIMEOUT seconds. The probe's

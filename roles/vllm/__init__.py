@@ -14,7 +14,7 @@ from pyinfra.facts.systemd import SystemdStatus
 from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 
-from rocmfleet import rollout, scripts, vllm, warmup
+from rocmfleet import rollout, scripts, vllm
 from rocmfleet.operations import secrets
 from rocmfleet.operations import vllm as vllm_ops
 from rocmfleet.settings import HostConfig, HostSettings
@@ -27,7 +27,7 @@ ROLLBACK_MIN_TIMEOUT_S = HostSettings.model_fields["vllm_ready_timeout_s"].defau
 
 def unit_path(instance_files: vllm.InstanceFiles) -> str:
     """``/etc/systemd/system/vllm-<instance>.service``."""
-    return f"/etc/systemd/system/{instance_files.unit}"
+    return f"{rollout.SYSTEMD_DIR}/{instance_files.unit}"
 
 
 def last_good_of(instance_name: str, instance_files: vllm.InstanceFiles) -> rollout.LastGoodFiles:
@@ -127,24 +127,7 @@ def apply(config: HostConfig) -> None:
 
     # (d) Wait only after every instance was (re)started, so that they load their models together;
     # (e) one operation for all, so that each instance not ready by the deadline is rolled back.
-    targets = []
-    for instance in config.instances():
-        names = vllm.files_of(instance)
-        targets.append(
-            rollout.WaitTarget(
-                name=instance.name,
-                unit=names.unit,
-                container=names.container,
-                port=instance.port,
-                model=config.profile.served_model_name,
-                image=config.image.reference,
-                files=last_good_of(instance.name, names),
-                warmup=scripts.in_wait("vllm-warmup.sh", *warmup.args(config.profile, instance.port))
-                if config.profile.warmup_at_start
-                else None,
-                ready_probe=config.profile.ready_probe,
-            )
-        )
+    targets = rollout.wait_targets(config)
     vllm_ops.ready_or_roll_back(
         name="Wait until every vLLM instance is ready; roll back each one that is not",
         targets=targets,

@@ -1,8 +1,9 @@
 """A loopback SSH server for unit tests: paramiko's server side on 127.0.0.1, throwaway keys.
 
 It accepts one client key, runs each ``exec`` request with ``/bin/sh -c`` as the test's own
-user (``PATH`` may be given, e.g. to put a stand-in ``sudo`` first) and records the commands it
-received. No sshd, no root, no network beyond the loopback interface.
+user (``PATH`` may be given, e.g. to put a stand-in ``sudo`` first), with what the client sent
+before its end of input on stdin, and records the commands it received. No sshd, no root, no
+network beyond the loopback interface.
 """
 
 from __future__ import annotations
@@ -93,10 +94,21 @@ class LoopbackSshServer:
                 self.channels.append(channel)  # a dropped server channel is closed by its __del__
 
     def execute(self, channel: paramiko.Channel, command: str) -> None:
+        stdin = bytearray()  # what the client sends before its EOF (Session.run sends one at once)
+        channel.settimeout(10)
+        try:
+            while chunk := channel.recv(65536):
+                stdin += chunk
+        except (TimeoutError, OSError, EOFError, paramiko.SSHException):
+            pass
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env
+            ["/bin/sh", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self.env,
         )
-        out, err = proc.communicate()
+        out, err = proc.communicate(bytes(stdin))
         try:
             channel.sendall(out)
             channel.sendall_stderr(err)

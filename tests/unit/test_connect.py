@@ -263,3 +263,12 @@ def test_run_host_without_sudo_rights_makes_every_host_check_an_error(tmp_path, 
     assert outcomes["sample::runs_on_the_host"] == outcomes["sample::finds_a_difference"] == "error"
     assert "sudo: a password is required" in next(r.message for r in results if r.check == "sample::runs_on_the_host")
     assert compliance.exit_status(results) == 1
+
+
+def test_stdin_reaches_the_command_and_its_end_is_sent(server):
+    payload = "".join(f"target i{i} {'x' * 3000}\n" for i in range(64))  # about 190 KB: more than one argument
+    with Session.open(settings_for(server)) as session:
+        result = session.run("wc -c", stdin=payload)
+        assert result.exit_status == 0 and result.stdout.split()[0] == str(len(payload.encode()))
+        assert session.run("cat", timeout_s=10).stdout == ""  # no stdin given: it ends at once
+    assert all(len(c) < 100 for c in server.commands)  # the data did not travel in the command

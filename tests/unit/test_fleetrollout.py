@@ -70,8 +70,9 @@ def test_image_ref_parses_what_the_units_run():
 def _state(**changes) -> fr.RolloutState:
     batches = [["a"], ["b", "c"], ["d"]]
     hosts = {h: fr.HostState(batch=i, before=OLD, after=NEW) for i, b in enumerate(batches) for h in b}
-    return fr.RolloutState(id="20260101T000000Z", inventory="inventories/prod.py", target=NEW, batches=batches,
-                           hosts=hosts, max_unavailable=2, **changes)  # fmt: skip
+    fields = {"target": NEW, "max_unavailable": 2, **changes}
+    return fr.RolloutState(id="20260101T000000Z", inventory="inventories/prod.py", batches=batches, hosts=hosts,
+                           **fields)  # fmt: skip
 
 
 def test_state_round_trips_and_writes_atomically(tmp_path):
@@ -88,7 +89,7 @@ def test_state_round_trips_and_writes_atomically(tmp_path):
     assert loaded.remaining_batches() == [1, 2]
     assert fr.load_state(tmp_path / "none.json") is None
     path.write_text("{}")
-    with pytest.raises(ValueError, match="not a rollout state file"):
+    with pytest.raises(ValueError, match="not a usable rollout state file"):
         fr.load_state(path)
 
 
@@ -263,8 +264,70 @@ def test_an_unreadable_state_path_is_a_clear_error_not_a_traceback(tmp_path):
         fr.load_state(tmp_path / "rollout-state.json")
     bad = tmp_path / "bad.json"
     bad.write_text('{"id": 1}')
-    with pytest.raises(ValueError, match=r"not a rollout state file \(\d+ problem\(s\); first: "):
+    with pytest.raises(ValueError, match=r"not a usable rollout state file \(\d+ problem\(s\)\)"):
         fr.load_state(bad)
+
+
+def _edited(tmp_path, edit) -> list[str]:
+    """The problems load_state lists for the state file of :func:`_state` after ``edit(data)``."""
+    data = json.loads(_state().model_dump_json())
+    edit(data)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError) as refused:
+        fr.load_state(path)
+    head, *lines = str(refused.value).splitlines()
+    assert head.startswith(f"{path}: not a usable rollout state file ({len(lines)} problem(s))")
+    return [line.removeprefix("  - ") for line in lines]
+
+
+def test_a_state_whose_parts_contradict_each_other_is_refused_with_every_problem(tmp_path):
+    def edit(data):
+        data["batches"] = [["a"], ["b", "a"], ["d", "zz"]]  # a twice, zz has no entry, c in no batch
+        data["hosts"]["b"].update(before=None, step="done")  # switched, but nothing to roll back to
+        data["hosts"]["d"]["batch"] = 0  # batches[2] lists it
+
+    assert _edited(tmp_path, edit) == [
+        "batches[1][1]: 'a': already in batch 0; a host is in one batch",
+        "batches[2][1]: 'zz': no entry in hosts; every batched host has one",
+        "hosts.b.before: null: step 'done' means its deploy started, so the image it ran before "
+        "(repository, tag, digest) is needed to roll it back",
+        "hosts.c: in no batch; every host is in one batch",
+        "hosts.d.batch: 0: batches[2] lists it; must be 2",
+    ]
+
+
+def test_unknown_steps_statuses_keys_and_oversized_batches_are_refused_together(tmp_path):
+    def edit(data):
+        data["status"] = "paused"
+        data["hosts"]["a"]["step"] = "swiched"
+        data["hosts"]["a"]["stpe"] = "done"
+        data["batches"] = [["a", "b", "c"], ["d"]]
+        data["target"] = None
+
+    problems = _edited(tmp_path, edit)
+    assert problems[0].startswith("status: \"paused\": Input should be 'running', 'done'")
+    assert problems[1].startswith("hosts.a.step: \"swiched\": Input should be 'pending'")
+    assert problems[2] == 'hosts.a.stpe: "done": Extra inputs are not permitted'
+    assert len(problems) == 3  # the consistency is judged once the types are right
+    fixed = _edited(tmp_path, lambda d: edit(d) or d.update(status="running") or d["hosts"]["a"].update(step="done")
+                    or d["hosts"]["a"].pop("stpe"))  # fmt: skip
+    assert fixed == [
+        "batches[0]: 3 hosts: at most max_unavailable (2) per batch",
+        "hosts.b.batch: 1: batches[0] lists it; must be 0",
+        "hosts.c.batch: 1: batches[0] lists it; must be 0",
+        "hosts.d.batch: 2: batches[1] lists it; must be 1",
+        "target: null: a rollout records the image it rolls out (repository, tag, digest)",
+    ]
+
+
+def test_a_host_given_twice_in_the_file_is_refused(tmp_path):
+    path = tmp_path / "state.json"
+    text = _state().model_dump_json(indent=2)
+    entry = text[text.index('"a": {') : text.index('"b": {')]
+    path.write_text(text.replace('"b": {', entry + '"b": {', 1))
+    with pytest.raises(ValueError, match="'a': given more than once in one object"):
+        fr.load_state(path)
 
 
 def test_state_lives_beside_the_inventory_whatever_the_working_directory(tmp_path, monkeypatch):
@@ -280,3 +343,24 @@ def test_state_lives_beside_the_inventory_whatever_the_working_directory(tmp_pat
     assert fr.deploy_refusal("inventories/prod.py") is not None
     monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path / "other"))
     assert fr.deploy_refusal(inventory) is None  # the environment names another root
+
+
+def test_a_restart_blocks_deploys_only_while_running_and_offers_no_rollback(tmp_path, monkeypatch):
+    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
+    inventory = "inventories/prod.py"
+    restart = _state(kind="restart", target=None)
+    fr.save_state(restart, fr.state_path(tmp_path, inventory))
+    why = fr.deploy_refusal(inventory, tmp_path)
+    assert why is not None and "(rolling restart)" in why and "--resume" in why and "--rollback" not in why
+    fr.save_state(_state(kind="restart", target=None, status="failed"), fr.state_path(tmp_path, inventory))
+    assert fr.deploy_refusal(inventory, tmp_path) is None  # it changed no image; a deploy may fix its host
+    assert _state(status="failed").blocking  # a failed rollout's hosts may run two images: it blocks
+
+
+def test_a_corrupt_state_file_stops_a_deploy_with_every_problem(tmp_path):
+    path = fr.state_path(tmp_path, "inventories/prod.py")
+    fr.save_state(_state(), path)
+    path.write_text(path.read_text().replace('"step": "pending"', '"step": "swiched"'))
+    why = fr.deploy_refusal("inventories/prod.py", tmp_path)
+    assert why.startswith(f"{path}: not a usable rollout state file (4 problem(s))")
+    assert why.endswith("\nFix the file, or remove it, before deploying")

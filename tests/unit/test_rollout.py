@@ -207,9 +207,14 @@ def host(tmp_path):
         path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
         path.chmod(0o755)
 
-    def run(script: str) -> subprocess.CompletedProcess:
+    def run(script: str | rollout.WaitCommand) -> subprocess.CompletedProcess:
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STATE": str(state)}
-        return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, check=False, timeout=60)
+        stdin = ""
+        if isinstance(script, rollout.WaitCommand):  # the command, its targets on stdin
+            script, stdin = script.command, script.stdin
+        return subprocess.run(
+            ["sh", "-c", script], input=stdin, capture_output=True, text=True, env=env, check=False, timeout=60
+        )
 
     run.state = state
     return run
@@ -635,10 +640,11 @@ def test_wait_rolls_back_only_what_is_not_ready_and_has_a_different_last_good(op
         },
     )
     targets = [target(a, "a", 8000, None), target(b, "b", 8001, None), target(c, "c", 8002, None)]
-    (script,) = commands(ops(fake).ready_or_roll_back._inner(targets, 10, 20))
+    (command,) = ops(fake).ready_or_roll_back._inner(targets, 10, 20)
     # a: new files, a complete last good version -> restored; b: unchanged, nothing to go back to; c: ready
-    expected = [target(a, "a", 8000, OLD_IMAGE), target(b, "b", 8001, None)]
-    assert script == rollout.wait_or_roll_back_script(expected, 10, 20)
+    expected = rollout.wait_or_roll_back_script([target(a, "a", 8000, OLD_IMAGE), target(b, "b", 8001, None)], 10, 20)
+    assert str(command) == expected.command
+    assert command.connector_arguments == {"_stdin": expected.stdin}  # pyinfra sends the targets on stdin
 
 
 def test_wait_is_a_noop_when_everything_is_ready(ops, tmp_path):
@@ -683,22 +689,159 @@ def test_a_warm_up_runs_once_the_probe_passes_and_gates_readiness(host, tmp_path
     assert "warmed" in calls(host)
 
 
-@pytest.mark.parametrize("count, warm", [(64, False), (32, True)])
+@pytest.mark.parametrize("count, warm", [(64, False), (32, True), (64, True)])
 def test_the_wait_command_stays_small_for_many_instances(tmp_path, lab_config, count, warm):
     # One argument of a command line is at most 128 KiB on Linux (MAX_ARG_STRLEN), and pyinfra sends
     # the whole command as one (`sh -c '...'`): the probe's and warm-up's texts travel once, not per
-    # target (8 instances with a text per target made 137 KB and failed with E2BIG). 64 instances
-    # with a warm-up each still do not fit (about 180 KB).
+    # target (8 instances with a text per target made 137 KB and failed with E2BIG), and the targets
+    # travel on stdin (64 instances with a warm-up each made about 180 KB of arguments).
     from rocmfleet import scripts, warmup
 
-    files = instance_files(tmp_path, "a")
-    warmup_shell = scripts.in_wait("vllm-warmup.sh", *warmup.args(lab_config.profile, 8000)) if warm else None
-    base = target(files, "a", 8000, OLD_IMAGE).__dict__
-    targets = [
-        rollout.WaitTarget(**{**base, "name": f"i{n}", "port": 8000 + n, "warmup": warmup_shell, "ready_probe": PARIS})
-        for n in range(count)
-    ]
-    command = rollout.wait_or_roll_back_script(targets, 1800, 1800)
-    assert len(shlex.quote(command).encode()) < 128 * 1024 - 4096
+    def targets(n: int) -> list[rollout.WaitTarget]:
+        files = instance_files(tmp_path, "a")
+        base = target(files, "a", 8000, OLD_IMAGE).__dict__
+        return [
+            rollout.WaitTarget(
+                **{
+                    **base,
+                    "name": f"i{i}",
+                    "port": 8000 + i,
+                    "warmup": scripts.in_wait("vllm-warmup.sh", *warmup.args(lab_config.profile, 8000 + i))
+                    if warm
+                    else None,
+                    "ready_probe": PARIS,
+                }
+            )
+            for i in range(n)
+        ]
+
+    wait = rollout.wait_or_roll_back_script(targets(count), 1800, 1800)
+    one = rollout.wait_or_roll_back_script(targets(1), 1800, 1800)
+    assert len(shlex.quote(wait.command).encode()) < 128 * 1024 - 4096
+    assert wait.command == one.command  # the command does not grow with the instances
+    assert len(wait.stdin.splitlines()) >= count and wait.stdin.count("\ntarget ") == count - 1
     marker = next(line for line in scripts.text("vllm-probe.sh").splitlines() if len(line) > 40 and "'" not in line)
-    assert command.count(marker) == 1  # the probe's text once, not per target
+    assert wait.command.count(marker) == 1  # the probe's text once, not per target
+    if count == 64 and warm:
+        assert len(wait.stdin.encode()) > 128 * 1024  # what the command would have carried before
+
+
+def test_many_targets_with_warm_ups_are_all_waited_for_from_stdin(host, tmp_path, lab_config):
+    from rocmfleet import scripts
+
+    targets = []
+    for i in range(64):
+        (host.state / f"ready-{9000 + i}").touch()
+        files = instance_files(tmp_path, f"i{i}")
+        warm = f"echo warmed i{i} >> $STATE/calls; : {shlex.quote(scripts.text('vllm-warmup.sh'))}"  # of size
+        base = target(files, f"i{i}", 9000 + i, None).__dict__
+        targets.append(rollout.WaitTarget(**{**base, "warmup": warm}))
+    wait = rollout.wait_or_roll_back_script(targets, 5, 5, 1)
+    assert len(wait.stdin.encode()) > 128 * 1024
+    result = host(wait)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(calls(host)) == sorted(f"warmed i{i}" for i in range(64))
+
+
+def test_a_target_line_with_a_missing_word_says_how_to_call_the_wait(host, tmp_path):
+    wait = rollout.wait_or_roll_back_script([target(instance_files(tmp_path, "a"), "a", 8000, None)], 1, 1, 1)
+    broken = rollout.WaitCommand(wait.command, wait.stdin.rsplit(" ", 1)[0] + "\n")
+    result = host(broken)
+    assert result.returncode == 2 and result.stderr.startswith("usage: vllm-wait.sh TIMEOUT_S")
+
+
+# --- a rolling restart waits with the same wait ----------------------------------------------------
+
+
+def restart_steps(host, lab_data, monkeypatch, **data):
+    """rolloutrun.HostSteps for one host whose commands run under ``host`` (the stand-ins)."""
+    from rocmfleet import rolloutrun
+    from rocmfleet.connect import Result
+    from rocmfleet.settings import host_config
+
+    config = host_config({**lab_data, **data})
+    sent: list[tuple[str, str | None]] = []
+
+    def run(self, name, command, timeout_s, gate, stdin=None):
+        sent.append((command, stdin))
+        done = host(rollout.WaitCommand(command, stdin or ""))
+        return Result(done.returncode, done.stdout.encode(), done.stderr.encode())
+
+    monkeypatch.setattr(rolloutrun.HostSteps, "_run", run)
+    target = type("Target", (), {"config": config})()
+    for instance in config.instances():  # every instance serves and gives the profile's known answers
+        (host.state / f"ready-{instance.port}").touch()
+        (host.state / f"models-{instance.port}").write_text('{"data":[{"id":"tiny-llama"}]}')
+        (host.state / f"completions-{instance.port}").write_text(answer(" pole pole pole pole"))
+        (host.state / f"chat-{instance.port}").write_text(answer(" back ribasese\ufffdrise", chat=True))
+    return rolloutrun.HostSteps("inv.py", {"gpu-1": target}, None, "r1"), config, sent
+
+
+def test_a_rolling_restart_waits_with_the_deploys_wait_and_its_targets_on_stdin(host, lab_data, monkeypatch):
+    from rocmfleet import rolloutrun
+
+    steps, config, sent = restart_steps(host, lab_data, monkeypatch, vllm_ready_timeout_s=30)
+    times = steps.switch("gpu-1", None)
+    assert set(times) == {"restart", "readiness"}
+    units = [f"vllm-{i.name}.service" for i in config.instances()]
+    assert calls(host) == [f"systemctl restart {' '.join(units)}"]
+    wait = rollout.wait_or_roll_back_script(rollout.wait_targets(config), 30, 0, rolloutrun.POLL_S)
+    assert sent[1] == (wait.command, wait.stdin)  # the deploy's targets: known answer, warm-up
+
+
+def test_a_rolling_restart_gives_up_at_once_on_a_failed_unit(host, lab_data, monkeypatch):
+    from rocmfleet.rolloutrun import StepError
+
+    steps, config, _sent = restart_steps(host, lab_data, monkeypatch, vllm_ready_timeout_s=50)
+    first = config.instances()[0]
+    (host.state / f"ready-{first.port}").unlink()
+    (host.state / f"failed-vllm-{first.name}.service").touch()  # its container exits: start limit hit
+    started = time.monotonic()
+    with pytest.raises(StepError) as failed:
+        steps.switch("gpu-1", None)
+    assert time.monotonic() - started < 30  # not the 50 s deadline
+    assert failed.value.gate == "readiness"
+    assert f"vllm-{first.name}.service failed (see systemctl status" in str(failed.value)
+
+
+# --- a rollback is waited for where the restored version serves ----------------------------------
+
+
+def test_served_by_reads_the_port_and_name_as_vllm_does():
+    assert rollout.served_by(["/m", "--served-model-name", "tiny", "--port", "8001"]) == (8001, "tiny")
+    assert rollout.served_by(["/m", "--port=8002", "--port", "8003"]) == (8003, "/m")  # the last wins; the model
+    assert rollout.served_by(["/m", "--served-model-name", "a", "b", "--host", "0.0.0.0"]) == (8000, "a")
+    assert rollout.served_by(["/m", "--served-model-name=x"]) == (8000, "x")
+    assert rollout.served_by([]) == (8000, None)
+    old = {"image": OLD_IMAGE, "serve_args": ["/m", "--served-model-name", "old", "--port", "8005"], "env": {}}
+    assert saved_state("differs", old).served == (8005, "old")
+    assert saved_state("differs", None).served == (None, None)
+
+
+def test_the_restored_version_is_probed_on_its_own_port_and_served_name(host, tmp_path):
+    a = instance_files(tmp_path, "a")
+    write_live(a, "v1")
+    host(rollout.save_last_good_script(a, rollout.serve_record(OLD_IMAGE, ["/m", "--port", "8005"], {})))
+    write_live(a, "v2")
+    (host.state / "heals-vllm-a.service").write_text("8005")  # the old version comes back on its port
+    (host.state / "models-8005").write_text('{"data":[{"id":"old-tiny"}]}')
+    moved = rollout.WaitTarget(
+        **{**target(a, "a", 8000, OLD_IMAGE).__dict__, "back_port": 8005, "back_model": "old-tiny"}
+    )
+    result = host(rollout.wait_or_roll_back_script([moved], 1, 5, 1))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == f"vllm-a.service rolled back to image {OLD_IMAGE}: ready again"
+
+
+def test_the_wait_takes_the_restored_versions_port_and_name_from_its_serve_json(ops, tmp_path):
+    a, b = instance_files(tmp_path, "a"), instance_files(tmp_path, "b")
+    moved = {"image": OLD_IMAGE, "serve_args": ["/m", "--served-model-name", "old", "--port", "8005"], "env": {}}
+    same = {"image": OLD_IMAGE, "serve_args": ["/m", "--served-model-name", "tiny", "--port", "8001"], "env": {}}
+    fake = FakeHost({8000: False, 8001: False}, {a.directory: saved_state("differs", moved),
+                                                 b.directory: saved_state("differs", same)})  # fmt: skip
+    (command,) = ops(fake).ready_or_roll_back._inner([target(a, "a", 8000, None), target(b, "b", 8001, None)], 10, 20)
+    planned = [
+        rollout.WaitTarget(**{**target(a, "a", 8000, OLD_IMAGE).__dict__, "back_port": 8005, "back_model": "old"}),
+        target(b, "b", 8001, OLD_IMAGE),  # serves where the new one does: probed as before
+    ]
+    assert command.connector_arguments["_stdin"] == rollout.wait_or_roll_back_script(planned, 10, 20).stdin

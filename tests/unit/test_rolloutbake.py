@@ -95,7 +95,13 @@ def _steps(calls, tag="lab.1", bake_error=None, registry_digest=BAKED_DIGEST):
 def test_bakes_on_the_canary_from_the_base_then_rolls_the_baked_image():
     calls, lines = [], []
     code = bake_and_roll(
-        "inv.py", "reg:5000/vllm:lab.2", canary=1, emit=lines.append, steps=_steps(calls), max_unavailable="2"
+        "inv.py",
+        "reg:5000/vllm:lab.2",
+        canary=1,
+        emit=lines.append,
+        error=lines.append,
+        steps=_steps(calls),
+        max_unavailable="2",
     )
     assert code == 0, lines
     assert ("bake", "lab-0", BASE.reference) in calls
@@ -111,7 +117,13 @@ def test_without_image_the_pinned_base_is_baked():
 
 def test_a_failed_bake_rolls_nothing():
     calls, lines = [], []
-    code = bake_and_roll("inv.py", None, emit=lines.append, steps=_steps(calls, bake_error=BakeError("lab-0: warm-up")))
+    code = bake_and_roll(
+        "inv.py",
+        None,
+        emit=lines.append,
+        error=lines.append,
+        steps=_steps(calls, bake_error=BakeError("lab-0: warm-up")),
+    )
     assert code == 1
     assert not [c for c in calls if c[0] == "rollout"]
     assert "nothing rolled out" in lines[-1] and "warm-up" in lines[-1]
@@ -119,9 +131,9 @@ def test_a_failed_bake_rolls_nothing():
 
 def test_a_baked_base_and_no_canary_are_refused_before_any_bake():
     calls, lines = [], []
-    assert bake_and_roll("inv.py", None, emit=lines.append, steps=_steps(calls, tag=BAKED_TAG)) == 2
+    assert bake_and_roll("inv.py", None, emit=lines.append, error=lines.append, steps=_steps(calls, tag=BAKED_TAG)) == 2
     assert "itself a baked image" in lines[-1] and "--image" in lines[-1]
-    assert bake_and_roll("inv.py", None, canary=0, emit=lines.append, steps=_steps(calls)) == 2
+    assert bake_and_roll("inv.py", None, canary=0, emit=lines.append, error=lines.append, steps=_steps(calls)) == 2
     assert "--canary 0" in lines[-1]
     assert not [c for c in calls if c[0] in ("bake", "rollout")]
 
@@ -129,7 +141,7 @@ def test_a_baked_base_and_no_canary_are_refused_before_any_bake():
 def test_a_registry_digest_other_than_the_pushed_one_stops_the_rollout():
     calls, lines = [], []
     steps = _steps(calls, registry_digest="sha256:" + "d" * 64)
-    assert bake_and_roll("inv.py", None, emit=lines.append, steps=steps) == 2
+    assert bake_and_roll("inv.py", None, emit=lines.append, error=lines.append, steps=steps) == 2
     assert "the bake pushed" in lines[-1]
     assert not [c for c in calls if c[0] == "rollout"]
 

@@ -377,11 +377,58 @@ def test_rolling_restart_switches_with_no_image_and_has_nothing_to_roll_back(tmp
     steps = FakeSteps(fail={("gate", "h2")})
     seen = []
     steps.switch = lambda host, image: seen.append((host, image)) or {"restart": 0.1}
-    runner, path = _runner(tmp_path, _plan(["h1", "h2"], kind="restart"), steps)
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"], kind="restart"), steps)
     assert runner.run() == 1
     assert seen == [("h1", None), ("h2", None)]
     assert not any(s == "pull" or s == "rollback" for s, _h in steps.log)
-    assert fr.load_state(path).status == "rolled_back"
+    state = fr.load_state(path)
+    # h2 failed its gate: nothing was rolled back, so it is not called rolled_back; it is left drained
+    assert state.status == "failed" and state.failure.startswith("h2: check gate failed")
+    assert [state.hosts[h].step for h in ("h1", "h2", "h3")] == ["done", "failed", "pending"]
+    assert steps.out_of_service == {"h2"} and state.drained() == ["h2"]
+    assert "Left drained, not rolled back" in fr.markdown_report(state) and "h2" in fr.markdown_report(state)
+    assert not state.blocking  # a deploy may be what fixes h2
+    with pytest.raises(ValueError, match="nothing to roll back"):
+        runner.roll_back("no")
+    # --resume: h2 is restarted and gated again (still drained: not drained twice; no baseline was
+    # kept, so it is benchmarked first), then h3
+    steps2 = FakeSteps()
+    steps2.switch = lambda host, image: steps2.log.append(("switch", host)) or {"restart": 0.1}
+    resumed, _ = _runner(tmp_path, state, steps2)
+    resumed.retry_failed()
+    assert resumed.run() == 0
+    assert fr.load_state(path).status == "done"
+    assert [s for s, h in steps2.log if h == "h2"] == ["bench-before", "switch", "check", "bench-after", "undrain"]
+    assert [s for s, h in steps2.log if h == "h3"] == [
+        "drain",
+        "bench-before",
+        "switch",
+        "check",
+        "bench-after",
+        "undrain",
+    ]
+
+
+def test_a_restart_whose_drain_fails_leaves_the_host_pending_not_failed(tmp_path):
+    steps = FakeSteps(fail={("drain", "h1")})
+    runner, path = _runner(tmp_path, _plan(["h1", "h2"], kind="restart"), steps)
+    assert runner.run() == 1
+    state = fr.load_state(path)
+    assert state.status == "failed" and state.hosts["h1"].step == "pending" and "drain" in state.hosts["h1"].error
+    assert state.drained() == []
+
+
+def test_restart_rollback_is_refused_and_resume_of_a_failed_restart_retries(recorded, capsys):
+    from rocmfleet import cli
+
+    state = _plan(["h1", "h2"], kind="restart")
+    state.status, state.hosts["h1"].step = "failed", "failed"
+    fr.save_state(state, recorded)
+    assert cli.main(["restart", PROD, "--rollback"]) == 2
+    err = capsys.readouterr().err
+    assert "changes no image: nothing to roll back" in err and "--resume" in err
+    assert cli.main(["rollout", PROD, "--resume"]) == 2  # the recorded one is a restart
+    assert f"{recorded} records restart r1, not a rollout: use `rocmfleet restart" in capsys.readouterr().err
 
 
 # --- on real hosts: the deploy's watch and the group data file --------------------------------
@@ -533,3 +580,71 @@ def test_image_with_limit_is_refused_before_anything_is_read_or_changed(tmp_path
         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2 and "--image with --limit" in proc.stderr
+
+
+# --- the command's options and messages ---------------------------------------------------------
+
+PROD = str(Path(__file__).resolve().parents[2] / "inventories" / "prod.py")
+
+
+@pytest.fixture
+def recorded(tmp_path, monkeypatch):
+    """A rollout of inventories/prod.py recorded as running, in a results root of its own."""
+    monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path))
+    state = _plan(["h1", "h2"])
+    path = fr.state_path(tmp_path, PROD)
+    fr.save_state(state, path)
+    return path
+
+
+@pytest.mark.parametrize("mode", ["--resume", "--rollback"])
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--canary", "2"], "--canary 2"),
+        (["--canary", "0"], "--canary 0"),
+        (["--max-unavailable", "25%"], "--max-unavailable 25%"),
+        (["--limit", "h1", "--limit", "h2"], "--limit h1,h2"),
+        (["--force"], "--force"),
+        (["--image", "reg:5000/vllm:new", "--canary", "1"], "--image reg:5000/vllm:new, --canary 1"),
+    ],
+)
+def test_resume_and_rollback_refuse_options_that_would_change_the_recorded_plan(recorded, capsys, mode, options, named):
+    from rocmfleet import cli
+
+    before = recorded.read_text()
+    assert cli.main(["rollout", PROD, mode, *options]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"rocmfleet: {mode} with {named}: {mode} runs the plan recorded in {recorded}"), err
+    assert recorded.read_text() == before  # nothing ran
+
+
+def test_resume_of_an_inconsistent_state_file_is_refused_with_every_problem_on_stderr(recorded, capsys):
+    from rocmfleet import cli
+
+    data = json.loads(recorded.read_text())
+    data["batches"] = [["h1"], ["h1"]]
+    data["hosts"]["h2"]["step"] = "finished"
+    recorded.write_text(json.dumps(data))
+    for mode in ("--resume", "--rollback"):
+        assert cli.main(["restart" if mode == "--rollback" else "rollout", PROD, mode]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err.startswith(f"rocmfleet: {recorded}: not a usable rollout state file (1 problem(s))"), err
+        assert "hosts.h2.step: \"finished\": Input should be 'pending'" in err
+    data["hosts"]["h2"]["step"] = "pending"
+    recorded.write_text(json.dumps(data))
+    assert cli.main(["rollout", PROD, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "(2 problem(s))" in err
+    assert "  - batches[1][0]: 'h1': already in batch 0; a host is in one batch\n" in err
+    assert "  - hosts.h2: in no batch; every host is in one batch\n" in err
+
+
+def test_a_refusal_to_start_goes_to_stderr_not_stdout(recorded, capsys):
+    from rocmfleet import cli
+
+    assert cli.main(["rollout", PROD]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "rollout r1 of inventories/lab.py" in err and "--resume" in err

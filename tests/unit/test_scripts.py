@@ -84,6 +84,8 @@ def test_the_probe_without_arguments_says_how_to_call_it():
 
 
 def test_the_wait_says_how_to_call_it_when_a_target_is_incomplete():
-    incomplete = ["5", "5", "1", "40", "PROBE", "WARMUP", "a", "vllm-a.service"]
-    result = subprocess.run(["sh", str(scripts.DIR / "vllm-wait.sh"), *incomplete], capture_output=True, text=True)
+    wait = ["sh", str(scripts.DIR / "vllm-wait.sh"), "5", "5", "1", "40", "PROBE", "WARMUP"]
+    result = subprocess.run(wait, input="target a vllm-a.service\n", capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("usage: vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S")
+    result = subprocess.run([*wait, "a", "vllm-a.service"], input="", capture_output=True, text=True)
+    assert result.returncode == 2 and "(stdin: lines 'target NAME UNIT" in result.stderr  # targets are not arguments
