@@ -37,6 +37,6 @@ else:
     roles.base.apply(config.settings)
     roles.rocm.apply(config.rocm)
     roles.tuning.apply(config.tuning)
-    roles.rocm.reboot(config.rocm, predicted=roles.tuning.predicted_reboot(config.tuning))
+    rebooted = roles.rocm.reboot(config.rocm, predicted=roles.tuning.predicted_reboot(config.tuning))
     roles.docker.apply(config.settings, instances=[(vllm.files_of(i).container, i.port) for i in config.instances()])
-    roles.vllm.apply(config)
+    roles.vllm.apply(config, rebooted=rebooted)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution, OsVersion
 from pyinfra.operations import apt, files, server
@@ -178,10 +179,12 @@ def predicted_reboot(settings: rocm.RocmSettings) -> list[str]:
 
 
 @deploy("rocm reboot")
-def reboot(settings: rocm.RocmSettings, predicted: list[str] | None = None) -> None:
+def reboot(settings: rocm.RocmSettings, predicted: list[str] | None = None) -> OperationMeta:
     """One reboot, only when the driver, the stream or the kernel command line changed; then check
-    the driver. Secure Boot is checked by :func:`preflight`, before any package changes."""
-    reboot_ops.if_required(
+    the driver. Secure Boot is checked by :func:`preflight`, before any package changes.
+
+    Returns the reboot operation (its ``did_change`` says the host rebooted)."""
+    rebooted = reboot_ops.if_required(
         name="Reboot if the driver, its signing, the ROCm stream or the kernel command line changed",
         predicted=predicted_reboot(settings) + (predicted or []),
         timeout_s=settings.rocm_reboot_timeout_s,
@@ -193,3 +196,4 @@ def reboot(settings: rocm.RocmSettings, predicted: list[str] | None = None) -> N
         check_module=settings.rocm_check_module,
         signed=settings.rocm_mok_signing_key is not None,
     )
+    return rebooted

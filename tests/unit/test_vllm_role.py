@@ -117,7 +117,12 @@ def test_fresh_host_checks_before_writing_and_keeps_last_good_at_the_end(tmp_pat
 
 def test_a_proven_version_is_not_checked_or_kept_again(tmp_path):
     saved = {
-        f"{name}.last-good/unit": ["unit same", "env same", "secrets same", "serve " + record.strip()]
+        f"! -e /etc/rocmfleet/vllm/{name}.last-good/unit": [
+            "unit same",
+            "env same",
+            "secrets same",
+            "serve " + record.strip(),
+        ]
         for name, record in records().items()
     }
     responses = {
@@ -159,7 +164,13 @@ def test_an_orphan_unit_of_ours_is_removed_before_the_new_ones_start(tmp_path):
         "stat -c %g /dev/kfd": ["992"],
         "vllm-probe.sh ready 80": ["ready"],
         "vllm-probe.sh owner 80": ["free"],
-        "/etc/systemd/system/vllm-*.service": ["vllm-a", "vllm-old"],
+        "for f in /etc/systemd/system/vllm-*.service": ["vllm-a", "vllm-old"],
+        # The role's one read finds the orphan's unit (marked as ours) and nothing else.
+        "' state.sh ": [
+            json.dumps({"kind": "marked", "glob": "/etc/systemd/system/vllm-*.service", "path": p})
+            for p in ("/etc/systemd/system/vllm-a.service", "/etc/systemd/system/vllm-old.service")
+        ]
+        + ['{"kind":"end"}'],
     }
     operations, _ = run_role(tmp_path, responses)
     names = [op["name"].removeprefix("vllm | ") for op in operations]
