@@ -9,7 +9,9 @@ so a skipped operation is one that would have changed nothing.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from pyinfra.api.util import get_template
@@ -120,3 +122,41 @@ def gids(got: Gathered, paths: list[str]) -> list[int]:
     """Numeric group ids of those of ``paths`` that exist, sorted and unique (``DeviceGroupIds``)."""
     found = (got.paths.get(p) for p in paths)
     return sorted({int(i.gid) for i in found if i is not None and i.gid and i.gid.isdigit()})
+
+
+def packages_installed(got: Gathered, names: Sequence[str]) -> bool:
+    """Every package of ``names`` is installed (dpkg status ``ii`` or ``hi``): ``apt.packages``
+    would install nothing."""
+    return all((p := got.packages.get(n)) is not None and p.status[1:2] == "i" for n in names)
+
+
+def packages_held_at(got: Gathered, names: Sequence[str], version: str) -> bool:
+    """Every package is installed at a version matching the glob ``version`` and held (dpkg
+    status ``hi``): ``rocmfleet.operations.packages.held_at`` would do nothing."""
+    return all(
+        (p := got.packages.get(n)) is not None and p.status[:2] == "hi" and fnmatchcase(p.version, version)
+        for n in names
+    )
+
+
+def sysctl_settled(got: Gathered, key: str, value: str) -> bool:
+    """``rocmfleet.operations.tuning.sysctl_live`` would do nothing: the kernel lacks ``key``, it
+    already holds ``value``, or ``/proc/sys`` is read-only here (a container)."""
+    item = got.sysctls.get(key)
+    return item is not None and (item.value is None or item.value == value or not item.writable)
+
+
+def merge_queries(*queries: Mapping[str, object]) -> dict[str, object]:
+    """One ``HostState`` query from several roles' (lists joined without repeats; ``marked``,
+    ``ready`` from the one role that asks; ``os`` if any asks)."""
+    merged: dict[str, object] = {}
+    for query in queries:
+        for key, value in query.items():
+            if key == "os":
+                merged[key] = bool(merged.get(key)) or bool(value)
+            elif key in ("marked",):
+                merged[key] = value
+            else:
+                old = list(merged.get(key, []))  # type: ignore[call-overload]
+                merged[key] = old + [v for v in value if v not in old]  # type: ignore[attr-defined]
+    return merged

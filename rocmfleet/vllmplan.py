@@ -85,7 +85,7 @@ def instance_files(
     ]
 
 
-def query(config: HostConfig, topology: Topology | None) -> dict[str, object]:
+def query(config: HostConfig) -> dict[str, object]:
     """Keyword arguments of the one ``HostState`` read the role makes (``rocmfleet.facts.state``)."""
     paths = [d[0] for d in directories(config)] + [f.path for f in script_files()]
     for instance in config.instances():
@@ -104,8 +104,8 @@ def query(config: HostConfig, topology: Topology | None) -> dict[str, object]:
         for i in config.instances()
     ]
     return {
-        "paths": [*paths, vllm.KFD] if topology is not None else paths,
-        "globs": [DEVICE_GLOB] if topology is not None else [],
+        "paths": [*paths, vllm.KFD],
+        "globs": [DEVICE_GLOB],
         "units": units,
         "images": [config.image.reference],
         "marked": (UNIT_MARKER, [UNIT_GLOB]),

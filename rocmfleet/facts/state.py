@@ -54,9 +54,22 @@ class PackageState(BaseModel):
 
 
 class SysctlState(BaseModel):
+    """A sysctl's live value (``None``: the kernel lacks it) and whether ``/proc/sys`` lets us write it."""
+
     kind: Literal["sysctl"]
     key: str
     value: str | None
+    writable: bool = False
+
+
+class OsState(BaseModel):
+    """``/etc/os-release`` ``ID``, ``VERSION_ID``, ``VERSION_CODENAME`` and ``uname -r``."""
+
+    kind: Literal["os"]
+    id: str
+    version_id: str
+    codename: str
+    kernel: str
 
 
 class ImageState(BaseModel):
@@ -105,7 +118,8 @@ class Gathered:
         paths: ``{path: PathState}`` (``type="missing"`` for a path that does not exist).
         units: ``{unit: UnitState}``.
         packages: ``{name: PackageState}``; a package dpkg does not know is absent.
-        sysctls: ``{key: value or None}``.
+        sysctls: ``{key: SysctlState}``.
+        os: the host's OS and running kernel, when asked for.
         images: ``{reference: image id or None}``.
         marked: ``{glob: [paths whose first line is the marker]}`` (a glob nothing matched is absent).
         ready: ``{key: probe exit status}``.
@@ -114,7 +128,8 @@ class Gathered:
     paths: dict[str, PathState] = field(default_factory=dict)
     units: dict[str, UnitState] = field(default_factory=dict)
     packages: dict[str, PackageState] = field(default_factory=dict)
-    sysctls: dict[str, str | None] = field(default_factory=dict)
+    sysctls: dict[str, SysctlState] = field(default_factory=dict)
+    os: OsState | None = None
     images: dict[str, str | None] = field(default_factory=dict)
     marked: dict[str, list[str]] = field(default_factory=dict)
     ready: dict[str, int] = field(default_factory=dict)
@@ -147,7 +162,9 @@ def parse_state(lines: Sequence[str]) -> Gathered:
             case PackageState():
                 gathered.packages[item.package] = item
             case SysctlState():
-                gathered.sysctls[item.key] = item.value
+                gathered.sysctls[item.key] = item
+            case OsState():
+                gathered.os = item
             case ImageState():
                 gathered.images[item.image] = item.id
             case MarkedFile():
@@ -170,13 +187,14 @@ def state_args(
     images: Sequence[str] = (),
     marked: tuple[str, Sequence[str]] | None = None,
     ready: Sequence[tuple[str, Sequence[object]]] = (),
+    os: bool = False,
 ) -> list[str]:
     """The arguments of ``state.sh`` for these items (see the script's header).
 
     ``marked`` is ``(marker line, globs)``; ``ready`` is ``[(key, vllm-probe.sh ready arguments)]``
-    (``rocmfleet.readiness.ready_args``).
+    (``rocmfleet.readiness.probe_args`` after port and container); ``os`` asks for the OS and kernel.
     """
-    args: list[str] = []
+    args: list[str] = ["os", "-"] if os else []
     for kind, values in (
         ("path", paths),
         ("glob", globs),
@@ -227,8 +245,10 @@ class HostState(FactBase[Gathered]):
         images: Sequence[str] = (),
         marked: tuple[str, Sequence[str]] | None = None,
         ready: Sequence[tuple[str, Sequence[object]]] = (),
+        os: bool = False,
     ) -> str:
-        return scripts.command("state.sh", *state_args(paths, globs, units, packages, sysctls, images, marked, ready))
+        args = state_args(paths, globs, units, packages, sysctls, images, marked, ready, os)
+        return scripts.command("state.sh", *args)
 
     def process(self, output: list[str]) -> Gathered:
         try:

@@ -6,8 +6,10 @@
 #                      and, for a regular file, its SHA-256
 #     glob GLOB        `path` of every existing path matching GLOB (none when nothing matches)
 #     unit UNIT        LoadState, ActiveState and UnitFileState (all units in one `systemctl show`)
-#     pkg NAME         dpkg status and version (all packages in one `dpkg-query`); none if unknown
-#     sysctl KEY       the live value (`sysctl -n`); null if unreadable
+#     pkg NAME         dpkg status and version (all packages in one `dpkg-query`; NAME may be one of
+#                      its patterns, linux-tools-*); none if unknown
+#     sysctl KEY       the live value and whether it can be written here (/proc/sys); null if absent
+#     os -             ID, VERSION_ID, VERSION_CODENAME of /etc/os-release and `uname -r`
 #     image REF        the local image's id (`docker image inspect`); null if absent
 #     marker TEXT      the first line that `marked` looks for (set before `marked`)
 #     marked GLOB      every regular file matching GLOB whose first line holds the marker
@@ -67,11 +69,25 @@ while [ $# -ge 2 ]; do
         unit) units="$units $value" ;;
         pkg) packages="$packages $value" ;;
         sysctl)
-            if v=$(sysctl -n "$value" 2>/dev/null); then
-                printf '{"kind":"sysctl","key":"%s","value":"%s"}\n' "$(js "$value")" "$(js "$v")"
+            # /proc/sys as rocmfleet.facts.tuning.SysctlLive reads it: read-only in a container.
+            f=/proc/sys/$(printf '%s' "$value" | tr . /)
+            if [ -e "$f" ] && v=$(cat "$f" 2>/dev/null); then
+                w=false
+                if [ -w "$f" ]; then w=true; fi
+                printf '{"kind":"sysctl","key":"%s","value":"%s","writable":%s}\n' "$(js "$value")" "$(js "$v")" "$w"
             else
-                printf '{"kind":"sysctl","key":"%s","value":null}\n' "$(js "$value")"
+                printf '{"kind":"sysctl","key":"%s","value":null,"writable":false}\n' "$(js "$value")"
             fi
+            ;;
+        os)
+            # /etc/os-release (os-release(5)) and the running kernel; VALUE is ignored.
+            (
+                ID='' VERSION_ID='' VERSION_CODENAME=''
+                # shellcheck disable=SC1091 # the host's file, read at run time
+                if [ -r /etc/os-release ]; then . /etc/os-release; fi
+                printf '{"kind":"os","id":"%s","version_id":"%s","codename":"%s","kernel":"%s"}\n' \
+                    "$(js "$ID")" "$(js "$VERSION_ID")" "$(js "$VERSION_CODENAME")" "$(js "$(uname -r)")"
+            )
             ;;
         image)
             if id=$(docker image inspect --format '{{.Id}}' "$value" 2>/dev/null); then
@@ -112,6 +128,8 @@ while [ $# -ge 2 ]; do
     esac
 done
 
+# Unit and package names are words, not file globs (a package may be a dpkg-query pattern).
+set -f
 if [ -n "$units" ]; then
     # One call for every unit: blocks of Key=Value lines, a blank line between units.
     # shellcheck disable=SC2086 # unit names, split on purpose

@@ -19,7 +19,7 @@ from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 
 from rocmfleet import rollout, scripts, vllm, vllmplan, warmup
-from rocmfleet.facts.state import HostState
+from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.operations import secrets
 from rocmfleet.operations import vllm as vllm_ops
@@ -52,7 +52,7 @@ def _topology() -> Topology | None:
 
 
 @deploy("vllm")
-def apply(config: HostConfig, rebooted: OperationMeta | None = None) -> None:
+def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gathered | None = None) -> None:
     """Place the instances, remove orphans, pull the image, check the new arguments with it, render
     each instance's files, (re)start what changed, wait until ready, roll back what is not, keep
     what is ready as the last good version.
@@ -61,9 +61,11 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None) -> None:
     (:mod:`rocmfleet.vllmplan`); operations run only for what differs, and an instance whose
     files, unit, last good version and readiness are all as wanted gets none. ``rebooted``: the
     rocm role's reboot operation; when it reboots the host, the instances are waited for again.
+    ``got``: the host's ``HostState`` read with (at least) ``vllmplan.query``'s items; read here
+    when not given.
     """
     topology = _topology()
-    got = host.get_fact(HostState, **vllmplan.query(config, topology))
+    got = got if got is not None else host.get_fact(HostState, **vllmplan.query(config))
     todo = vllmplan.plan(config, topology, got, host.name)
     if todo.clean:
         if rebooted is not None:

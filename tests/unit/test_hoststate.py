@@ -39,7 +39,7 @@ def test_output_is_parsed_per_item():
     assert got.paths["/etc/a.conf"].sha256.startswith("98ea6e4f")
     assert (got.paths["/etc/d"].type, got.paths["/etc/d"].mode) == ("dir", "700")
     assert got.paths["/etc/gone"].type == "missing"
-    assert got.sysctls == {"kernel.numa_balancing": "0", "no.such": None}
+    assert {k: v.value for k, v in got.sysctls.items()} == {"kernel.numa_balancing": "0", "no.such": None}
     assert got.images == {"r:t@sha256:ab": None}
     assert got.marked == {"/etc/systemd/system/vllm-*.service": ["/etc/systemd/system/vllm-a.service"]}
     assert got.ready == {"a": 3}
@@ -95,7 +95,7 @@ def test_the_script_reads_files_directories_and_marked_files(tmp_path):
     assert not hoststate.dir_ok(got, str(tmp_path / "d"), "755")
     assert hoststate.absent(got, str(tmp_path / "nope"))
     assert not hoststate.absent(got, str(conf))
-    assert got.sysctls == {"no.such.key": None}
+    assert got.sysctls["no.such.key"].value is None
     assert got.marked == {glob: [str(tmp_path / "vllm-a.service")]}
 
 
