@@ -46,9 +46,9 @@ else:
             vllmplan.query(config),
         ),
     )
-    roles.rocm.preflight(config.rocm)
+    found = roles.rocm.preflight(config.rocm, got=got)
     roles.base.apply(config.settings, got=got)
-    found = roles.rocm.apply(config.rocm, got=got)
+    roles.rocm.apply(config.rocm, got=got, found=found)
     tuning_reboot = roles.tuning.apply(config.tuning, got=got)
     rebooted = roles.rocm.reboot(config.rocm, predicted=tuning_reboot, got=got, found=found)
     instances = [(vllm.files_of(i).container, i.port) for i in config.instances()]

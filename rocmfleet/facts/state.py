@@ -103,7 +103,16 @@ class EndLine(BaseModel):
 
 _LINE = TypeAdapter(
     Annotated[
-        PathState | UnitState | PackageState | SysctlState | ImageState | MarkedFile | ReadyState | ErrorLine | EndLine,
+        PathState
+        | UnitState
+        | PackageState
+        | SysctlState
+        | OsState
+        | ImageState
+        | MarkedFile
+        | ReadyState
+        | ErrorLine
+        | EndLine,
         Field(discriminator="kind"),
     ]
 )

@@ -56,29 +56,41 @@ def query(settings: rocm.RocmSettings) -> dict[str, object]:
 
 
 @deploy("rocm preflight")
-def preflight(settings: rocm.RocmSettings) -> None:
+def preflight(settings: rocm.RocmSettings, got: Gathered | None = None) -> rocm.HostRocm:
     """Stop a host before any role changes it: OS or kernel not supported, Secure Boot without
-    an enrolled signing key, or a downgrade within the stream that the data does not allow."""
+    an enrolled signing key, or a downgrade within the stream that the data does not allow.
+
+    ``got``: the host's ``HostState`` read, whose OS and running kernel the check takes.
+    Returns what the host has of the two ROCm streams (``RocmOnHost``, read once here for the
+    check, :func:`apply` and :func:`reboot`)."""
+    release = (got.os.id, got.os.version_id, got.os.kernel) if got is not None and got.os is not None else None
+    found = host.get_fact(RocmOnHost)
     rocm_ops.preflight(
-        name="Check ROCm can be deployed here (OS, kernel, Secure Boot, no downgrade)", settings=settings
+        name="Check ROCm can be deployed here (OS, kernel, Secure Boot, no downgrade)",
+        settings=settings,
+        release=release,
+        found=found,
     )
+    return found
 
 
 @deploy("rocm")
-def apply(settings: rocm.RocmSettings, got: Gathered | None = None) -> rocm.HostRocm:
+def apply(
+    settings: rocm.RocmSettings, got: Gathered | None = None, found: rocm.HostRocm | None = None
+) -> rocm.HostRocm:
     """Repositories, kernel headers, ``amdgpu-dkms`` (checked with DKMS), optional userspace, device access.
 
     ``got``: the host's ``HostState`` read with (at least) :func:`query`'s items; read here when
     not given. The file operations run only where that state differs from what is wanted.
 
-    Returns what the host has of the two ROCm streams (the ``RocmOnHost`` fact, read once here;
-    :func:`reboot` takes it back).
+    ``found``: the ``RocmOnHost`` fact as :func:`preflight` returned it (read here when not given).
+    Returns it (:func:`reboot` takes it back).
     """
     got = got if got is not None else host.get_fact(HostState, **query(settings))
     target = _target(got) or rocm.OS_TARGETS[("debian", "12")]
     kernel = got.os.kernel if got.os is not None else host.get_fact(OsVersion)
 
-    found = host.get_fact(RocmOnHost)
+    found = found if found is not None else host.get_fact(RocmOnHost)
     removals = []
     if rocm.stream_removal(settings, found) is not None:
         removals.append(

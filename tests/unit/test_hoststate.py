@@ -30,6 +30,7 @@ OUTPUT = [
     '{"kind":"ready","key":"a","rc":3}',
     '{"kind":"unit","unit":"docker.service","load":"loaded","active":"active","enabled":"enabled"}',
     '{"kind":"pkg","package":"curl","status":"ii ","version":"7.88.1-10+deb12u8"}',
+    '{"kind":"os","id":"debian","version_id":"12","codename":"bookworm","kernel":"6.1.0-28-amd64"}',
     '{"kind":"end"}',
 ]
 
@@ -45,6 +46,7 @@ def test_output_is_parsed_per_item():
     assert got.ready == {"a": 3}
     assert got.units["docker.service"].enabled == "enabled"
     assert got.packages["curl"].version == "7.88.1-10+deb12u8"
+    assert (got.os.id, got.os.version_id, got.os.kernel) == ("debian", "12", "6.1.0-28-amd64")
 
 
 @pytest.mark.parametrize(
@@ -82,6 +84,7 @@ def test_the_script_reads_files_directories_and_marked_files(tmp_path):
             *state_args(
                 paths=[str(conf), str(tmp_path / "d"), str(tmp_path / "nope")],
                 sysctls=["no.such.key"],
+                os=True,
                 marked=("# Managed by rocmfleet (roles/vllm).", [glob]),
             )
         )
@@ -96,6 +99,7 @@ def test_the_script_reads_files_directories_and_marked_files(tmp_path):
     assert hoststate.absent(got, str(tmp_path / "nope"))
     assert not hoststate.absent(got, str(conf))
     assert got.sysctls["no.such.key"].value is None
+    assert got.os is not None and got.os.kernel == os.uname().release
     assert got.marked == {glob: [str(tmp_path / "vllm-a.service")]}
 
 
