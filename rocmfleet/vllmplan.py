@@ -12,15 +12,18 @@ which read and decide at execution as before.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from rocmfleet import hoststate, readiness, rollout, vllm
+from rocmfleet.facts import topology as topology_script
 from rocmfleet.facts.state import Gathered
+from rocmfleet.facts.topology import parse_fact_output
 from rocmfleet.facts.vllm import UNIT_MARKER
 from rocmfleet.hoststate import WantedFile
 from rocmfleet.placement import Placement, PlacementError
 from rocmfleet.scripts import DIR as SCRIPTS_DIR
 from rocmfleet.settings import HostConfig, Instance
-from rocmfleet.topology import Topology
+from rocmfleet.topology import Topology, TopologyParseError
 from rocmfleet.vault import Secret
 
 #: Where rocmfleet's vLLM units live, and the glob of those it may have made.
@@ -28,6 +31,21 @@ UNIT_DIR = "/etc/systemd/system"
 UNIT_GLOB = f"{UNIT_DIR}/vllm-*.service"
 #: Device files whose group ids the containers are given (``rocmfleet.facts.devices.DeviceGroupIds``).
 DEVICE_GLOB = "/dev/dri/renderD*"
+#: Name of the GPU topology script's run in the ``HostState`` read (``rocmfleet.facts.topology.SCRIPT``).
+TOPOLOGY_RUN = "gpu-topology"
+
+
+def topology_of(got: Gathered) -> Topology | None | Literal["unknown"]:
+    """The GPU topology from the ``HostState`` read (``None``: no KFD); ``"unknown"`` when the
+    script did not run, timed out or printed what the ``GpuTopology`` parser refuses (the role then
+    reads the fact itself, which reports the problem)."""
+    ran = got.runs.get(TOPOLOGY_RUN)
+    if ran is None or ran[0] != 0:
+        return "unknown"
+    try:
+        return parse_fact_output(ran[1])
+    except TopologyParseError:
+        return "unknown"
 
 
 def directories(config: HostConfig) -> list[tuple[str, str, str | None, str | None]]:
@@ -110,6 +128,7 @@ def query(config: HostConfig) -> dict[str, object]:
         "images": [config.image.reference],
         "marked": (UNIT_MARKER, [UNIT_GLOB]),
         "ready": ready,
+        "runs": [(TOPOLOGY_RUN, topology_script.SCRIPT)],
     }
 
 

@@ -92,6 +92,22 @@ class ReadyState(BaseModel):
     rc: int
 
 
+class TextLine(BaseModel):
+    """One line of a file (``text``) or of a script's output (``run``), in order, under ``key``."""
+
+    kind: Literal["text", "run"]
+    key: str
+    text: str
+
+
+class RanState(BaseModel):
+    """Exit status of the script ``run`` ran under ``key`` (124: it timed out)."""
+
+    kind: Literal["ran"]
+    key: str
+    rc: int
+
+
 class ErrorLine(BaseModel):
     kind: Literal["error"]
     message: str
@@ -111,6 +127,8 @@ _LINE = TypeAdapter(
         | ImageState
         | MarkedFile
         | ReadyState
+        | TextLine
+        | RanState
         | ErrorLine
         | EndLine,
         Field(discriminator="kind"),
@@ -132,6 +150,8 @@ class Gathered:
         images: ``{reference: image id or None}``.
         marked: ``{glob: [paths whose first line is the marker]}`` (a glob nothing matched is absent).
         ready: ``{key: probe exit status}``.
+        texts: ``{path: lines}`` of the files asked for (a missing file is absent).
+        runs: ``{name: (exit status, output lines)}`` of the scripts asked for.
     """
 
     paths: dict[str, PathState] = field(default_factory=dict)
@@ -142,6 +162,8 @@ class Gathered:
     images: dict[str, str | None] = field(default_factory=dict)
     marked: dict[str, list[str]] = field(default_factory=dict)
     ready: dict[str, int] = field(default_factory=dict)
+    texts: dict[str, list[str]] = field(default_factory=dict)
+    runs: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
 
 
 def parse_state(lines: Sequence[str]) -> Gathered:
@@ -158,6 +180,7 @@ def parse_state(lines: Sequence[str]) -> Gathered:
     if not items or items[-1].strip() != '{"kind":"end"}':
         raise ValueError(f"state.sh output cut short (no end line): {items[-1] if items else '(empty)'!r}")
     gathered = Gathered()
+    output: dict[str, list[str]] = {}
     for line in items[:-1]:
         try:
             item = _LINE.validate_json(line)
@@ -180,6 +203,12 @@ def parse_state(lines: Sequence[str]) -> Gathered:
                 gathered.marked.setdefault(item.glob, []).append(item.path)
             case ReadyState():
                 gathered.ready[item.key] = item.rc
+            case TextLine(kind="text"):
+                gathered.texts.setdefault(item.key, []).append(item.text)
+            case TextLine():
+                output.setdefault(item.key, []).append(item.text)
+            case RanState():
+                gathered.runs[item.key] = (item.rc, output.pop(item.key, []))
             case ErrorLine():
                 raise ValueError(f"state.sh: {item.message}")
             case _:
@@ -197,11 +226,14 @@ def state_args(
     marked: tuple[str, Sequence[str]] | None = None,
     ready: Sequence[tuple[str, Sequence[object]]] = (),
     os: bool = False,
+    texts: Sequence[str] = (),
+    runs: Sequence[tuple[str, str]] = (),
 ) -> list[str]:
     """The arguments of ``state.sh`` for these items (see the script's header).
 
     ``marked`` is ``(marker line, globs)``; ``ready`` is ``[(key, vllm-probe.sh ready arguments)]``
-    (``rocmfleet.readiness.probe_args`` after port and container); ``os`` asks for the OS and kernel.
+    (``rocmfleet.readiness.probe_args`` after port and container); ``os`` asks for the OS and kernel;
+    ``texts`` are files read whole; ``runs`` is ``[(name, shell script)]``, run under ``timeout 20``.
     """
     args: list[str] = ["os", "-"] if os else []
     for kind, values in (
@@ -211,9 +243,12 @@ def state_args(
         ("pkg", packages),
         ("sysctl", sysctls),
         ("image", images),
+        ("text", texts),
     ):
         for value in values:
             args += [kind, value]
+    for name, script in runs:
+        args += ["script", script, "run", name]
     if marked:
         args += ["marker", marked[0]]
         for glob in marked[1]:
@@ -255,8 +290,10 @@ class HostState(FactBase[Gathered]):
         marked: tuple[str, Sequence[str]] | None = None,
         ready: Sequence[tuple[str, Sequence[object]]] = (),
         os: bool = False,
+        texts: Sequence[str] = (),
+        runs: Sequence[tuple[str, str]] = (),
     ) -> str:
-        args = state_args(paths, globs, units, packages, sysctls, images, marked, ready, os)
+        args = state_args(paths, globs, units, packages, sysctls, images, marked, ready, os, texts, runs)
         return scripts.command("state.sh", *args)
 
     def process(self, output: list[str]) -> Gathered:

@@ -14,6 +14,10 @@
 #     marker TEXT      the first line that `marked` looks for (set before `marked`)
 #     marked GLOB      every regular file matching GLOB whose first line holds the marker
 #     probe TEXT       the text of vllm-probe.sh, which `ready` runs
+#     text PATH        every line of PATH, in order (nothing for a missing file: `path` says so)
+#     script TEXT      a shell script, which the next `run` runs
+#     run NAME         every line the script prints (`sh -c` under `timeout 20`), in order, then
+#                      its exit status, under NAME
 #   and one ITEM of three or more arguments:
 #     ready KEY N ARG1..ARGN   the exit status of `vllm-probe.sh ready ARG1..ARGN` under KEY
 #
@@ -24,6 +28,13 @@ set -u
 # A JSON string body: backslashes and quotes escaped, control characters dropped.
 js() {
     printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr -d '\000-\037'
+}
+
+# Each line of stdin as {"kind":KIND,"key":KEY,"text":LINE}: tabs as \t, other control characters dropped.
+json_lines() {
+    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/\t/\\t/g' \
+        -e "s/^/{\"kind\":\"$1\",\"key\":\"$(js "$2" | sed 's/[&/\\]/\\&/g')\",\"text\":\"/" -e 's/$/"}/' \
+        | tr -d '\000-\010\013-\037'
 }
 
 path_item() {
@@ -56,6 +67,7 @@ units=
 packages=
 marker=
 probe=
+script=
 while [ $# -ge 2 ]; do
     kind=$1 value=$2
     shift 2
@@ -106,6 +118,17 @@ while [ $# -ge 2 ]; do
             done
             ;;
         probe) probe=$value ;;
+        text)
+            # awk ends a last line that has no newline
+            if [ -f "$value" ]; then awk 1 "$value" | json_lines text "$value"; fi
+            ;;
+        script) script=$value ;;
+        run)
+            out=$(timeout 20 sh -c "$script" 2>/dev/null)
+            rc=$?
+            if [ -n "$out" ]; then printf '%s\n' "$out" | json_lines run "$value"; fi
+            printf '{"kind":"ran","key":"%s","rc":%d}\n' "$(js "$value")" "$rc"
+            ;;
         ready)
             count=$1
             shift

@@ -25,10 +25,11 @@ NUMA_BALANCING = "kernel.numa_balancing"
 
 
 def query(settings: tuning.TuningSettings) -> dict[str, object]:
-    """What the role reads (``HostState`` arguments): its files, the live sysctl, the CPU unit,
-    and the OS (which ``cpupower`` package)."""
+    """What the role reads (``HostState`` arguments): its files, the GRUB defaults' text, the live
+    sysctl, the CPU unit, and the OS (which ``cpupower`` package)."""
     return {
-        "paths": [tuning.SYSCTL_FILE, tuning.CPU_UNIT_PATH],
+        "paths": [tuning.SYSCTL_FILE, tuning.CPU_UNIT_PATH, tuning.GRUB_DEFAULTS],
+        "texts": [tuning.GRUB_DEFAULTS],
         "sysctls": [NUMA_BALANCING],
         "units": [tuning.CPU_UNIT] if settings.cpu_unit_needed else [],
         # Debian's package, or Ubuntu's wrapper and its kernel's (a dpkg-query pattern)
@@ -48,11 +49,11 @@ def apply(settings: tuning.TuningSettings, got: Gathered | None = None) -> list[
 
     Returns:
         why a reboot is expected (``--dry``), as :func:`predicted_reboot` says, from the GRUB
-        defaults read once here.
+        defaults read once.
     """
     got = got if got is not None else host.get_fact(HostState, **query(settings))
     _numa_balancing(settings, got)
-    grub = host.get_fact(FileContents, path=tuning.GRUB_DEFAULTS)
+    grub = _grub_lines(got)
     _kernel_cmdline(settings, grub)
     _cpu_unit(settings, got)
     return predicted_reboot(settings, grub)
@@ -75,6 +76,17 @@ def _numa_balancing(settings: tuning.TuningSettings, got: Gathered) -> None:
         )
     if not hoststate.sysctl_settled(got, NUMA_BALANCING, "0"):
         tuning_ops.sysctl_live(name="Apply kernel.numa_balancing=0 live", key=NUMA_BALANCING, value="0")
+
+
+def _grub_lines(got: Gathered) -> list[str] | None:
+    """``/etc/default/grub``'s lines from the ``HostState`` read (``None``: no such file); read with
+    ``FileContents`` when the read could not tell."""
+    item = got.paths.get(tuning.GRUB_DEFAULTS)
+    if item is not None and item.type == "missing":
+        return None
+    if item is not None and item.type == "file":
+        return got.texts.get(tuning.GRUB_DEFAULTS, [])
+    return host.get_fact(FileContents, path=tuning.GRUB_DEFAULTS)
 
 
 def _grub_text(lines: list[str] | None) -> str | None:

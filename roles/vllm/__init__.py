@@ -3,8 +3,8 @@ orphans removed, readiness with roll back to the last good version (the order: :
 
 Placement reads the host's GPU topology when the operations execute, after the rocm role's
 reboot (:func:`rocmfleet.operations.vllm.host_placement`): a bare host gets its driver, reboots
-and is placed in the same run. A converged host costs two commands: the topology and one
-``HostState`` read of everything the role manages (:mod:`rocmfleet.vllmplan`).
+and is placed in the same run. A converged host costs no command of its own: the deploy's one
+``HostState`` read holds the topology and everything the role manages (:mod:`rocmfleet.vllmplan`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,12 @@ def last_good_of(instance_name: str, instance_files: vllm.InstanceFiles) -> roll
     )
 
 
-def _topology() -> Topology | None:
-    """The GPU topology now (``None`` without KFD or when it cannot be read: placed at execution)."""
+def _topology(got: Gathered) -> Topology | None:
+    """The GPU topology now, from the ``HostState`` read or else the ``GpuTopology`` fact
+    (``None`` without KFD or when it cannot be read: placed at execution)."""
+    found = vllmplan.topology_of(got)
+    if found != "unknown":
+        return found
     try:
         return host.get_fact(GpuTopology)
     except PyinfraError:
@@ -64,8 +68,8 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
     ``got``: the host's ``HostState`` read with (at least) ``vllmplan.query``'s items; read here
     when not given.
     """
-    topology = _topology()
     got = got if got is not None else host.get_fact(HostState, **vllmplan.query(config))
+    topology = _topology(got)
     todo = vllmplan.plan(config, topology, got, host.name)
     if todo.clean:
         if rebooted is not None:

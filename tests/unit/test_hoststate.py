@@ -167,6 +167,8 @@ def converged_output(config, topology, *, skip: str = "", ready: int = 0) -> lis
             json.dumps({"kind": "marked", "glob": vllmplan.UNIT_GLOB, "path": f"/etc/systemd/system/{names.unit}"})
         )
     lines.append(json.dumps({"kind": "image", "image": config.image.reference, "id": "sha256:" + "cd" * 32}))
+    lines += [json.dumps({"kind": "run", "key": vllmplan.TOPOLOGY_RUN, "text": t}) for t in TOPOLOGY]
+    lines.append(json.dumps({"kind": "ran", "key": vllmplan.TOPOLOGY_RUN, "rc": 0}))
     return [*lines, '{"kind":"end"}']
 
 
@@ -216,15 +218,15 @@ def test_a_changed_image_makes_every_instance_dirty():
 
 def test_the_role_calls_no_operation_on_a_converged_host(tmp_path):
     config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
-    responses = {"@@rocmfleet-gpu-topology": TOPOLOGY, "' state.sh ": converged_output(config, topology)}
-    operations, _ = run_role(tmp_path, responses)
+    # No GpuTopology answer: the one HostState read holds the topology too.
+    operations, _ = run_role(tmp_path, {"' state.sh ": converged_output(config, topology)})
     assert operations == []
 
 
 def test_the_role_runs_the_operations_of_the_changed_instance_only(tmp_path):
     config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
     responses = {
-        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "timeout 20 sh -c '": TOPOLOGY,
         "' state.sh ": converged_output(config, topology, skip="/etc/rocmfleet/vllm/b.env"),
         "stat -c %g /dev/kfd": ["992"],
         "vllm-probe.sh ready 80": ["ready"],
@@ -239,3 +241,25 @@ def test_the_role_runs_the_operations_of_the_changed_instance_only(tmp_path):
         "Keep the files of vllm-b.service as its last good version",
     ]
     assert not [name for name in names if name.startswith("Create")]
+
+
+def test_file_text_and_script_output_come_back_in_order(tmp_path):
+    grub = tmp_path / "grub"
+    grub.write_text('GRUB_DEFAULT=0\n\tGRUB_CMDLINE_LINUX="a \\"b\\""\nlast without newline')
+    lines = run_script(*state_args(paths=[str(grub)], texts=[str(grub)], runs=[("t", "echo one; echo two; exit 3")]))
+    got = parse_state(lines)
+    assert got.texts[str(grub)] == ["GRUB_DEFAULT=0", '\tGRUB_CMDLINE_LINUX="a \\"b\\""', "last without newline"]
+    assert got.runs == {"t": (3, ["one", "two"])}
+
+
+def test_the_topology_from_the_read_or_unknown():
+    topo = [json.dumps({"kind": "run", "key": vllmplan.TOPOLOGY_RUN, "text": t}) for t in TOPOLOGY]
+    ran = json.dumps({"kind": "ran", "key": vllmplan.TOPOLOGY_RUN, "rc": 0})
+    assert vllmplan.topology_of(parse_state([*topo, ran, '{"kind":"end"}'])) == parse_fact_output(TOPOLOGY)
+    assert vllmplan.topology_of(parse_state(['{"kind":"end"}'])) == "unknown"
+    timed_out = json.dumps({"kind": "ran", "key": vllmplan.TOPOLOGY_RUN, "rc": 124})
+    assert vllmplan.topology_of(parse_state([*topo[:3], timed_out, '{"kind":"end"}'])) == "unknown"
+    cut = [*topo[:-1], ran, '{"kind":"end"}']  # no @@end: the GpuTopology parser refuses it
+    assert vllmplan.topology_of(parse_state(cut)) == "unknown"
+    no_kfd = [json.dumps({"kind": "run", "key": vllmplan.TOPOLOGY_RUN, "text": t}) for t in (TOPOLOGY[0], "@@no-kfd")]
+    assert vllmplan.topology_of(parse_state([*no_kfd, ran, '{"kind":"end"}'])) is None

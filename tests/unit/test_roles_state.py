@@ -155,3 +155,23 @@ def test_tuning_enables_a_disabled_unit_and_edits_grub_that_lacks_the_parameters
         "A reboot applies the new kernel command line",
         f"Enable {tuning.CPU_UNIT}",
     ]
+
+
+def with_grub(lines: list[str]) -> dict[str, list[str]]:
+    """``tuning_state`` whose HostState read carries /etc/default/grub as ``lines``, and no
+    FileContents answer (the text comes with the one read)."""
+    responses = tuning_state()
+    del responses["( test -e /etc/default/grub"]
+    responses["' state.sh "][-1:-1] = [path(tuning.GRUB_DEFAULTS, "\n".join(lines) + "\n")] + [
+        json.dumps({"kind": "text", "key": tuning.GRUB_DEFAULTS, "text": line}) for line in lines
+    ]
+    return responses
+
+
+def test_tuning_reads_grub_from_the_one_read(tmp_path):
+    assert run(tmp_path, TUNE, with_grub(GRUB)) == []
+    said = "assert roles.tuning.apply(config.tuning) == ['kernel command line gets iommu=pt pci=realloc=off']"
+    old = [*GRUB[:2], 'GRUB_CMDLINE_LINUX=""']
+    # the operation reads the file itself when it executes
+    operations = run(tmp_path, said, {**with_grub(old), "( test -e /etc/default/grub": old})
+    assert names(operations)[0] == "Set the kernel command line in /etc/default/grub"

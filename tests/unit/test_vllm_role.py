@@ -93,7 +93,7 @@ def test_fresh_host_checks_before_writing_and_keeps_last_good_at_the_end(tmp_pat
     operations, _ = run_role(
         tmp_path,
         {
-            "@@rocmfleet-gpu-topology": TOPOLOGY,
+            "timeout 20 sh -c '": TOPOLOGY,
             "stat -c %g /dev/kfd": ["992"],
             "vllm-probe.sh ready 80": ["ready"],
             "vllm-probe.sh owner 80": ["free"],
@@ -126,7 +126,7 @@ def test_a_proven_version_is_not_checked_or_kept_again(tmp_path):
         for name, record in records().items()
     }
     responses = {
-        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "timeout 20 sh -c '": TOPOLOGY,
         "stat -c %g /dev/kfd": ["992"],
         "vllm-probe.sh ready 80": ["ready"],
         "vllm-probe.sh owner 80": ["free"],
@@ -139,12 +139,12 @@ def test_a_proven_version_is_not_checked_or_kept_again(tmp_path):
 
 def test_a_host_without_gpus_fails_alone_before_anything_of_vllm_changes(tmp_path):
     healthy = {
-        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "timeout 20 sh -c '": TOPOLOGY,
         "stat -c %g /dev/kfd": ["992"],
         "vllm-probe.sh ready 80": ["ready"],
         "vllm-probe.sh owner 80": ["free"],
     }
-    bare = {"@@rocmfleet-gpu-topology": ["@@rocmfleet-gpu-topology 1", "@@no-kfd"]}
+    bare = {"timeout 20 sh -c '": ["@@rocmfleet-gpu-topology 1", "@@no-kfd"]}
     operations, stderr = run_role(tmp_path, bare, rc=1, others={"gpu-2": healthy})
     failed = [op["name"].removeprefix("vllm | ") for op in operations if op["error"]]
     assert failed[0] == "Place the vLLM instances on this host's GPUs"  # then nothing more ran there
@@ -160,7 +160,7 @@ def test_a_host_without_gpus_fails_alone_before_anything_of_vllm_changes(tmp_pat
 
 def test_an_orphan_unit_of_ours_is_removed_before_the_new_ones_start(tmp_path):
     responses = {
-        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "timeout 20 sh -c '": TOPOLOGY,
         "stat -c %g /dev/kfd": ["992"],
         "vllm-probe.sh ready 80": ["ready"],
         "vllm-probe.sh owner 80": ["free"],
@@ -181,7 +181,7 @@ def test_an_orphan_unit_of_ours_is_removed_before_the_new_ones_start(tmp_path):
 
 def test_a_stranger_on_one_port_fails_the_host_before_any_instance_is_swapped(tmp_path):
     healthy = {
-        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "timeout 20 sh -c '": TOPOLOGY,
         "stat -c %g /dev/kfd": ["992"],
         "vllm-probe.sh ready 80": ["ready"],
         "vllm-probe.sh owner 8000": ["free"],
