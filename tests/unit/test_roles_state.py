@@ -19,9 +19,9 @@ DATA = {"vllm_profile": "lab-tiny-llama", "apt_proxy": "http://10.213.0.1:8888"}
 GRUB = ["GRUB_DEFAULT=0", 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"', 'GRUB_CMDLINE_LINUX="iommu=pt pci=realloc=off"']
 
 
-def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None) -> list[dict]:
+def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None, dry: bool = False) -> list[dict]:
     """Run ``call`` (e.g. ``roles.base.apply(config.settings)``) on the fake host ``gpu-1``;
-    the JSON report's operations."""
+    the JSON report's operations (``dry``: the plan's, with pyinfra's ``--dry``)."""
     inventory, deploy = tmp_path / "inventory.py", tmp_path / "deploy.py"
     host = ("@fake/gpu-1", {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": responses})
     inventory.write_text(f"hosts = {[host]!r}\n")
@@ -30,7 +30,7 @@ def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None) ->
             f"""
             import sys
             sys.path.insert(0, {str(ROOT)!r})
-            import roles.base, roles.tuning
+            import roles.base, roles.rocm, roles.tuning
             from rocmfleet.settings import host_config
             config = host_config({{**{DATA!r}, **{data or {}!r}}})
             {call}
@@ -38,7 +38,7 @@ def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None) ->
         )
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "-y", "--json", str(inventory), str(deploy)],
+        [sys.executable, "-m", "pyinfra", "-y", *(["--dry"] if dry else []), "--json", str(inventory), str(deploy)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -46,7 +46,8 @@ def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None) ->
         env={**os.environ, "PYINFRA_PROGRESS": "off"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)["results"]["operations"]
+    report = json.loads(proc.stdout)
+    return report["plan"] if dry else report["results"]["operations"]
 
 
 def path(p: str, content: str | None, mode: str = "644", kind: str = "file") -> str:
@@ -175,3 +176,46 @@ def test_tuning_reads_grub_from_the_one_read(tmp_path):
     # the operation reads the file itself when it executes
     operations = run(tmp_path, said, {**with_grub(old), "( test -e /etc/default/grub": old})
     assert names(operations)[0] == "Set the kernel command line in /etc/default/grub"
+
+
+def rocm_state(amdgpu_list: str | None = "as-rendered") -> dict[str, list[str]]:
+    """A fake HostState answer for roles/rocm: Debian 12, its files as the role renders them."""
+    from rocmfleet import rocm
+
+    settings = host_config(DATA).rocm
+    target = rocm.OS_TARGETS[("debian", "12")]
+    what = f"ROCm {settings.rocm_version} ({settings.rocm_stream} stream), {target.name}"
+    lines = [path(rocm.KEYRING_DIR, "", "755", kind="dir"), path(rocm.CURRENT_KEYRING, None)]
+    for p, body in rocm.repo_files(settings, target).items():
+        if body is None:
+            lines.append(path(p, None))
+        elif p == rocm.AMDGPU_LIST and amdgpu_list != "as-rendered":
+            lines.append(path(p, amdgpu_list))
+        else:
+            lines.append(path(p, hoststate.render("templates/rocm/apt-file.j2", what=what, body=body.rstrip("\n"))))
+    lines += [
+        path(rocm.DKMS_SIGNING_CONF, None),
+        path(rocm.UDEV_RULE, hoststate.render("templates/rocm/70-amdgpu.rules.j2", body=rocm.udev_rule().rstrip("\n"))),
+        json.dumps(
+            {"kind": "os", "id": "debian", "version_id": "12", "codename": "bookworm", "kernel": "6.1.0-28-amd64"}
+        ),
+        json.dumps({"kind": "pkg", "package": "linux-headers-6.1.0-28-amd64", "status": "ii ", "version": "6.1.119-1"}),
+    ]
+    return state(*lines)
+
+
+def test_rocm_on_a_converged_host_runs_only_its_checks(tmp_path):
+    # --dry: the checks' own facts are not faked here, only which operations the role calls
+    operations = run(tmp_path, "roles.rocm.apply(config.rocm)", rocm_state(), dry=True)
+    assert names(operations) == [
+        "AMD's repo.radeon.com key",
+        "Update apt lists for AMD's repositories",  # only if the key changed (_if): no command otherwise
+        "Install the amdgpu driver from amdgpu/" + host_config(DATA).rocm.amdgpu_version,
+        "Check DKMS built amdgpu for the running and newest kernels",
+    ]
+
+
+def test_rocm_renders_a_changed_repository_file_and_updates_apt(tmp_path):
+    operations = run(tmp_path, "roles.rocm.apply(config.rocm)", rocm_state(amdgpu_list="deb old\n"), dry=True)
+    assert "Render /etc/apt/sources.list.d/amdgpu.list" in names(operations)
+    assert "Update apt lists for AMD's repositories" in names(operations)
