@@ -19,7 +19,8 @@ import roles.docker
 import roles.rocm
 import roles.tuning
 import roles.vllm
-from rocmfleet import groupvars, vllm
+from rocmfleet import groupvars, hoststate, vllm, vllmplan
+from rocmfleet.facts.state import HostState
 from rocmfleet.operations import fail
 from rocmfleet.settings import ConfigError, host_config
 from rocmfleet.validate import validated_config
@@ -33,10 +34,23 @@ try:
 except ConfigError as exc:
     fail.failed(name="Validate this host's data", message=f"rocmfleet: {host.name}: {exc}".replace("\n", "; "))
 else:
-    roles.rocm.preflight(config.rocm)
-    roles.base.apply(config.settings)
-    roles.rocm.apply(config.rocm)
-    roles.tuning.apply(config.tuning)
-    roles.rocm.reboot(config.rocm, predicted=roles.tuning.predicted_reboot(config.tuning))
-    roles.docker.apply(config.settings, instances=[(vllm.files_of(i).container, i.port) for i in config.instances()])
-    roles.vllm.apply(config)
+    # One read of everything the roles manage (files, units, packages, sysctls, the image, the
+    # instances' readiness); each role calls operations only for what differs from its data.
+    got = host.get_fact(
+        HostState,
+        **hoststate.merge_queries(
+            roles.base.query(config.settings),
+            roles.rocm.query(config.rocm),
+            roles.tuning.query(config.tuning),
+            roles.docker.query(config.settings),
+            vllmplan.query(config),
+        ),
+    )
+    found = roles.rocm.preflight(config.rocm, got=got)
+    roles.base.apply(config.settings, got=got)
+    roles.rocm.apply(config.rocm, got=got, found=found)
+    tuning_reboot = roles.tuning.apply(config.tuning, got=got)
+    rebooted = roles.rocm.reboot(config.rocm, predicted=tuning_reboot, got=got, found=found)
+    instances = [(vllm.files_of(i).container, i.port) for i in config.instances()]
+    roles.docker.apply(config.settings, instances=instances, got=got)
+    roles.vllm.apply(config, rebooted=rebooted, got=got)

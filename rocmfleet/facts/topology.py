@@ -16,8 +16,9 @@ END = "@@end"
 TIMEOUT_S = 20
 
 # One shell command, run under `timeout` so a hung sysfs read or lscpu fails the fact (exit 124)
-# instead of hanging the deploy. No single quotes inside: it is wrapped in sh -c '…'.
-_SCRIPT = r"""
+# instead of hanging the deploy. No single quotes inside: it is wrapped in sh -c '…'. The deploy
+# runs it inside its one HostState read (rocmfleet.vllmplan.query).
+SCRIPT = r"""
 echo "@@rocmfleet-gpu-topology 1"
 T=/sys/class/kfd/kfd/topology/nodes
 if [ ! -d "$T" ]; then echo "@@no-kfd"; exit 0; fi
@@ -58,7 +59,7 @@ class GpuTopology(FactBase[Topology | None]):
     """
 
     def command(self) -> str:
-        return f"timeout {TIMEOUT_S} sh -c '{_SCRIPT}'"
+        return f"timeout {TIMEOUT_S} sh -c '{SCRIPT}'"
 
     def process(self, output: list[str]) -> Topology | None:
         try:

@@ -52,11 +52,18 @@ def _would_fail(message: str):
 
 
 @operation()
-def preflight(settings: rocm.RocmSettings):
+def preflight(
+    settings: rocm.RocmSettings, release: tuple[str, str, str] | None = None, found: rocm.HostRocm | None = None
+):
     """
     Stop this host before anything changes when ROCm cannot be deployed on it as configured.
 
     + settings: the host's :class:`rocmfleet.rocm.RocmSettings`
+    + release: ``(ID, VERSION_ID, running kernel)`` of the host when the deploy read them already
+      (``rocmfleet.facts.state.HostState``; this is the deploy's first operation, so they have
+      not changed since); read here otherwise
+    + found: the host's ROCm streams (``RocmOnHost``) when the deploy read them already; read
+      here otherwise
 
     In order, the first problem fails the host:
 
@@ -69,13 +76,14 @@ def preflight(settings: rocm.RocmSettings):
 
     A host with none of these is a no-op.
     """
-    distro = host.get_fact(LinuxDistribution)
-    kernel = host.get_fact(Kernels).get("running", "")
+    if release is not None:
+        distro_id, version_id, kernel = release
+    else:
+        meta = host.get_fact(LinuxDistribution).get("release_meta", {})
+        distro_id, version_id = meta.get("ID", "") or "", str(meta.get("VERSION_ID", ""))
+        kernel = host.get_fact(Kernels).get("running", "")
     try:
-        target = rocm.os_target(
-            distro.get("release_meta", {}).get("ID", "") or "",
-            str(distro.get("release_meta", {}).get("VERSION_ID", "")),
-        )
+        target = rocm.os_target(distro_id, version_id)
         rocm.check_kernel(settings, target, kernel)
     except rocm.UnsupportedHost as exc:
         yield _would_fail(f"rocmfleet: {exc}; nothing was changed on this host")
@@ -84,7 +92,7 @@ def preflight(settings: rocm.RocmSettings):
         SecureBoot, key=settings.rocm_mok_signing_key, certificate=settings.rocm_mok_certificate
     )
     problem = rocm.secure_boot_problem(settings, secure_boot)
-    problem = problem or rocm.downgrade_problem(settings, host.get_fact(RocmOnHost))
+    problem = problem or rocm.downgrade_problem(settings, found if found is not None else host.get_fact(RocmOnHost))
     if problem:
         yield _would_fail(problem)
         return

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files
 
+from rocmfleet import hoststate
+from rocmfleet.facts.state import Gathered, HostState
+from rocmfleet.hoststate import WantedFile
 from rocmfleet.settings import HostSettings as DeploySettings
 
 APT_PROXY_FILE = "/etc/apt/apt.conf.d/80rocmfleet-proxy"
 APT_LOCK_FILE = "/etc/apt/apt.conf.d/80rocmfleet-lock-timeout"
 
 
+def query(settings: DeploySettings) -> dict[str, object]:
+    """What the role reads (``HostState`` arguments): its two apt files and the base packages."""
+    return {"paths": [APT_LOCK_FILE, APT_PROXY_FILE], "packages": list(settings.base_packages)}
+
+
 @deploy("base")
-def apply(settings: DeploySettings) -> None:
+def apply(settings: DeploySettings, got: Gathered | None = None) -> None:
     """Make apt wait for a held dpkg lock, point apt at ``apt_proxy`` (or remove our proxy file) and
     install ``base_packages``.
 
@@ -20,28 +29,37 @@ def apply(settings: DeploySettings) -> None:
     operations fail at once then. ``DPkg::Lock::Timeout`` (apt >= 1.9.11, ``apt.conf(5)``) makes
     every apt-get of the deploy wait up to ``apt_lock_timeout_s``; past it apt fails the host
     with ``Could not get lock ... It is held by process PID (NAME)``.
+
+    ``got``: the host's ``HostState`` read with (at least) :func:`query`'s items; read here when
+    not given. Each operation runs only where that state differs from what is wanted.
     """
-    files.template(
-        name="Make apt wait for a held dpkg lock",
-        src="templates/base/apt-lock.conf.j2",
-        dest=APT_LOCK_FILE,
-        mode="644",
-        timeout_s=settings.apt_lock_timeout_s,
-    )
-    if settings.apt_proxy:
+    got = got if got is not None else host.get_fact(HostState, **query(settings))
+    lock = hoststate.render("templates/base/apt-lock.conf.j2", timeout_s=settings.apt_lock_timeout_s)
+    if not hoststate.file_ok(got, WantedFile(APT_LOCK_FILE, lock.encode(), "644")):
         files.template(
-            name="Configure apt proxy",
-            src="templates/base/apt-proxy.conf.j2",
-            dest=APT_PROXY_FILE,
+            name="Make apt wait for a held dpkg lock",
+            src="templates/base/apt-lock.conf.j2",
+            dest=APT_LOCK_FILE,
             mode="644",
-            proxy=settings.apt_proxy,
+            timeout_s=settings.apt_lock_timeout_s,
         )
-    else:
+    if settings.apt_proxy:
+        proxy = hoststate.render("templates/base/apt-proxy.conf.j2", proxy=settings.apt_proxy)
+        if not hoststate.file_ok(got, WantedFile(APT_PROXY_FILE, proxy.encode(), "644")):
+            files.template(
+                name="Configure apt proxy",
+                src="templates/base/apt-proxy.conf.j2",
+                dest=APT_PROXY_FILE,
+                mode="644",
+                proxy=settings.apt_proxy,
+            )
+    elif not hoststate.absent(got, APT_PROXY_FILE):
         files.file(name="Remove apt proxy", path=APT_PROXY_FILE, present=False)
-    apt.packages(
-        name="Install base packages",
-        packages=settings.base_packages,
-        update=True,
-        cache_time=3600,
-        no_recommends=True,
-    )
+    if not hoststate.packages_installed(got, settings.base_packages):
+        apt.packages(
+            name="Install base packages",
+            packages=settings.base_packages,
+            update=True,
+            cache_time=3600,
+            no_recommends=True,
+        )

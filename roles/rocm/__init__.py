@@ -10,45 +10,99 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution, OsVersion
 from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
-from rocmfleet import rocm
+from rocmfleet import hoststate, rocm
 from rocmfleet.facts.rocm import InstalledVersions, RocmOnHost
+from rocmfleet.facts.state import Gathered, HostState
+from rocmfleet.hoststate import WantedFile
 from rocmfleet.operations import reboot as reboot_ops
 from rocmfleet.operations import rocm as rocm_ops
 
 
-def _target() -> rocm.OsTarget | None:
-    meta = host.get_fact(LinuxDistribution).get("release_meta", {})
+def _target(got: Gathered | None = None) -> rocm.OsTarget | None:
+    if got is not None and got.os is not None:
+        distro, version = got.os.id, got.os.version_id
+    else:
+        meta = host.get_fact(LinuxDistribution).get("release_meta", {})
+        distro, version = meta.get("ID", ""), str(meta.get("VERSION_ID", ""))
     try:
-        return rocm.os_target(meta.get("ID", ""), str(meta.get("VERSION_ID", "")))
+        return rocm.os_target(distro, version)
     except rocm.UnsupportedHost:
         return None  # preflight fails this host before anything runs
 
 
+def query(settings: rocm.RocmSettings) -> dict[str, object]:
+    """What the role reads (``HostState`` arguments): its keyrings, apt and DKMS files, the udev
+    rule, the kernel headers (by pattern), the driver packages and the OS."""
+    return {
+        "paths": [
+            rocm.KEYRING_DIR,
+            rocm.CURRENT_KEYRING,
+            rocm.AMDGPU_LIST,
+            rocm.ROCM_LIST,
+            rocm.PIN_FILE,
+            rocm.CURRENT_SOURCES,
+            rocm.DKMS_SIGNING_CONF,
+            rocm.UDEV_RULE,
+        ],
+        "packages": ["linux-headers-*", "linux-modules-extra-*", *settings.rocm_driver_packages],
+        "os": True,
+    }
+
+
 @deploy("rocm preflight")
-def preflight(settings: rocm.RocmSettings) -> None:
+def preflight(settings: rocm.RocmSettings, got: Gathered | None = None) -> rocm.HostRocm:
     """Stop a host before any role changes it: OS or kernel not supported, Secure Boot without
-    an enrolled signing key, or a downgrade within the stream that the data does not allow."""
+    an enrolled signing key, or a downgrade within the stream that the data does not allow.
+
+    ``got``: the host's ``HostState`` read, whose OS and running kernel the check takes.
+    Returns what the host has of the two ROCm streams (``RocmOnHost``, read once here for the
+    check, :func:`apply` and :func:`reboot`)."""
+    release = (got.os.id, got.os.version_id, got.os.kernel) if got is not None and got.os is not None else None
+    found = host.get_fact(RocmOnHost)
     rocm_ops.preflight(
-        name="Check ROCm can be deployed here (OS, kernel, Secure Boot, no downgrade)", settings=settings
+        name="Check ROCm can be deployed here (OS, kernel, Secure Boot, no downgrade)",
+        settings=settings,
+        release=release,
+        found=found,
     )
+    return found
 
 
 @deploy("rocm")
-def apply(settings: rocm.RocmSettings) -> None:
-    """Repositories, kernel headers, ``amdgpu-dkms`` (checked with DKMS), optional userspace, device access."""
-    target = _target() or rocm.OS_TARGETS[("debian", "12")]
-    kernel = host.get_fact(OsVersion)
+def apply(
+    settings: rocm.RocmSettings, got: Gathered | None = None, found: rocm.HostRocm | None = None
+) -> rocm.HostRocm:
+    """Repositories, kernel headers, ``amdgpu-dkms`` (checked with DKMS), optional userspace, device access.
 
-    removal = rocm_ops.remove_other_stream(
-        name="Remove the other ROCm stream first (AMD: uninstall it before installing this one)", settings=settings
-    )
-    rocm_ops.remove_userspace(name="Remove the ROCm userspace unless rocm_userspace is on", settings=settings)
-    files.directory(name=f"Create {rocm.KEYRING_DIR}", path=rocm.KEYRING_DIR, mode="755")
+    ``got``: the host's ``HostState`` read with (at least) :func:`query`'s items; read here when
+    not given. The file operations run only where that state differs from what is wanted.
+
+    ``found``: the ``RocmOnHost`` fact as :func:`preflight` returned it (read here when not given).
+    Returns it (:func:`reboot` takes it back).
+    """
+    got = got if got is not None else host.get_fact(HostState, **query(settings))
+    target = _target(got) or rocm.OS_TARGETS[("debian", "12")]
+    kernel = got.os.kernel if got.os is not None else host.get_fact(OsVersion)
+
+    found = found if found is not None else host.get_fact(RocmOnHost)
+    removals = []
+    if rocm.stream_removal(settings, found) is not None:
+        removals.append(
+            rocm_ops.remove_other_stream(
+                name="Remove the other ROCm stream first (AMD: uninstall it before installing this one)",
+                settings=settings,
+            )
+        )
+    if rocm.userspace_removal(settings, found) is not None:
+        rocm_ops.remove_userspace(name="Remove the ROCm userspace unless rocm_userspace is on", settings=settings)
+    if not hoststate.dir_ok(got, rocm.KEYRING_DIR, "755"):
+        files.directory(name=f"Create {rocm.KEYRING_DIR}", path=rocm.KEYRING_DIR, mode="755")
     keys = [rocm_ops.keyring(name="AMD's repo.radeon.com key", src=settings.rocm_key_url, dest=rocm.LEGACY_KEYRING)]
     if settings.rocm_stream == "current" and settings.rocm_userspace:
         keys.append(
@@ -56,32 +110,35 @@ def apply(settings: rocm.RocmSettings) -> None:
                 name="AMD's stable.repo.amd.com key", src=settings.rocm_current_key_url, dest=rocm.CURRENT_KEYRING
             )
         )
-    else:
+    elif not hoststate.absent(got, rocm.CURRENT_KEYRING):
         keys.append(files.file(name=f"Remove {rocm.CURRENT_KEYRING}", path=rocm.CURRENT_KEYRING, present=False))
 
     repo_ops = []
+    what = f"ROCm {settings.rocm_version} ({settings.rocm_stream} stream), {target.name}"
     for path, body in rocm.repo_files(settings, target).items():
         if body is None:
-            repo_ops.append(files.file(name=f"Remove {path}", path=path, present=False))
-        else:
-            repo_ops.append(
-                files.template(
-                    name=f"Render {path}",
-                    src="templates/rocm/apt-file.j2",
-                    dest=path,
-                    mode="644",
-                    what=f"ROCm {settings.rocm_version} ({settings.rocm_stream} stream), {target.name}",
-                    body=body.rstrip("\n"),
-                )
+            if not hoststate.absent(got, path):
+                repo_ops.append(files.file(name=f"Remove {path}", path=path, present=False))
+            continue
+        text = hoststate.render("templates/rocm/apt-file.j2", what=what, body=body.rstrip("\n"))
+        if hoststate.file_ok(got, WantedFile(path, text.encode(), "644")):
+            continue
+        repo_ops.append(
+            files.template(
+                name=f"Render {path}",
+                src="templates/rocm/apt-file.j2",
+                dest=path,
+                mode="644",
+                what=what,
+                body=body.rstrip("\n"),
             )
-    apt.update(name="Update apt lists for AMD's repositories", _if=any_changed(removal, *keys, *repo_ops))
+        )
+    apt.update(name="Update apt lists for AMD's repositories", _if=any_changed(*removals, *keys, *repo_ops))
 
-    apt.packages(
-        name="Install kernel headers for the running kernel",
-        packages=rocm.header_packages(target, kernel),
-        no_recommends=True,
-    )
-    _module_signing(settings)
+    headers = rocm.header_packages(target, kernel)
+    if not hoststate.packages_installed(got, headers):
+        apt.packages(name="Install kernel headers for the running kernel", packages=headers, no_recommends=True)
+    _module_signing(settings, got)
     rocm_ops.packages_from_repo(
         name=f"Install the amdgpu driver from amdgpu/{settings.amdgpu_version}",
         packages=settings.rocm_driver_packages,
@@ -97,15 +154,20 @@ def apply(settings: rocm.RocmSettings) -> None:
             repo=rocm.userspace_repo(settings, target),
         )
 
-    _device_access(settings)
+    _device_access(settings, got)
+    return found
 
 
-def _module_signing(settings: rocm.RocmSettings) -> None:
+def _module_signing(settings: rocm.RocmSettings, got: Gathered) -> None:
     """Point DKMS at the configured MOK pair (Secure Boot); a change rebuilds an installed driver."""
     body = rocm.dkms_signing_conf(settings)
     if body is None:
-        files.file(name=f"Remove {rocm.DKMS_SIGNING_CONF}", path=rocm.DKMS_SIGNING_CONF, present=False)
+        if not hoststate.absent(got, rocm.DKMS_SIGNING_CONF):
+            files.file(name=f"Remove {rocm.DKMS_SIGNING_CONF}", path=rocm.DKMS_SIGNING_CONF, present=False)
         return
+    text = hoststate.render("templates/rocm/dkms-signing.conf.j2", body=body.rstrip("\n"))
+    if hoststate.file_ok(got, WantedFile(rocm.DKMS_SIGNING_CONF, text.encode(), "644")):
+        return  # DKMS already signs with this pair: no rebuild
     conf = files.template(
         name=f"Render {rocm.DKMS_SIGNING_CONF}",
         src="templates/rocm/dkms-signing.conf.j2",
@@ -121,8 +183,11 @@ def _module_signing(settings: rocm.RocmSettings) -> None:
     )
 
 
-def _device_access(settings: rocm.RocmSettings) -> None:
+def _device_access(settings: rocm.RocmSettings, got: Gathered) -> None:
     if settings.rocm_device_access == "udev":
+        text = hoststate.render("templates/rocm/70-amdgpu.rules.j2", body=rocm.udev_rule().rstrip("\n"))
+        if hoststate.file_ok(got, WantedFile(rocm.UDEV_RULE, text.encode(), "644")):
+            return
         rule = files.template(
             name=f"Render {rocm.UDEV_RULE}",
             src="templates/rocm/70-amdgpu.rules.j2",
@@ -139,7 +204,8 @@ def _device_access(settings: rocm.RocmSettings) -> None:
             _if=rule.did_change,
         )
         return
-    files.file(name=f"Remove {rocm.UDEV_RULE}", path=rocm.UDEV_RULE, present=False)
+    if not hoststate.absent(got, rocm.UDEV_RULE):
+        files.file(name=f"Remove {rocm.UDEV_RULE}", path=rocm.UDEV_RULE, present=False)
     for group in ("video", "render"):
         server.group(name=f"Ensure group {group}", group=group, system=True)
     for user in host.loop(settings.rocm_device_users):
@@ -158,32 +224,55 @@ def _device_access(settings: rocm.RocmSettings) -> None:
     )
 
 
-def predicted_reboot(settings: rocm.RocmSettings) -> list[str]:
+def predicted_reboot(
+    settings: rocm.RocmSettings, got: Gathered | None = None, found: rocm.HostRocm | None = None
+) -> list[str]:
     """Why the deploy expects to reboot (said by ``--dry``): the driver is missing or changes
     version, or the other ROCm stream is removed.
 
     Prepare-time guess from the facts as they are now; the reboot itself is decided at execution
-    by what the operations recorded.
+    by what the operations recorded. ``got`` (the ``HostState`` read, with :func:`query`'s items
+    and the driver packages) and ``found`` (``RocmOnHost``, as :func:`apply` returned it) spare
+    their reads.
     """
-    removal = rocm.stream_removal(settings, host.get_fact(RocmOnHost))
+    removal = rocm.stream_removal(settings, found if found is not None else host.get_fact(RocmOnHost))
     stream = [f"ROCm {removal.stream} stream removed ({settings.rocm_stream} installed)"] if removal else []
-    installed = host.get_fact(InstalledVersions, packages=settings.rocm_driver_packages)
-    if "amdgpu-dkms" in settings.rocm_driver_packages and "amdgpu-dkms" not in installed:
-        return [f"amdgpu driver {settings.amdgpu_version} will be installed", *stream]
-    target = _target()
+    if "amdgpu-dkms" in settings.rocm_driver_packages:
+        if got is not None and "amdgpu-dkms" in got.packages:
+            missing = not hoststate.packages_installed(got, ["amdgpu-dkms"])
+        else:
+            missing = "amdgpu-dkms" not in host.get_fact(InstalledVersions, packages=settings.rocm_driver_packages)
+        if missing:
+            return [f"amdgpu driver {settings.amdgpu_version} will be installed", *stream]
+    target = _target(got)
+    if target is None:
+        return stream
+    wanted = rocm.amdgpu_list(settings, target)
+    if got is not None:
+        what = f"ROCm {settings.rocm_version} ({settings.rocm_stream} stream), {target.name}"
+        text = hoststate.render("templates/rocm/apt-file.j2", what=what, body=wanted.rstrip("\n"))
+        if hoststate.file_ok(got, WantedFile(rocm.AMDGPU_LIST, text.encode(), "644")):
+            return stream  # the list names this driver version already
     lines = host.get_fact(FileContents, path=rocm.AMDGPU_LIST) or []
-    if target and rocm.amdgpu_list(settings, target).strip() not in lines:
+    if wanted.strip() not in lines:
         return [f"amdgpu driver moves to {settings.amdgpu_version}", *stream]
     return stream
 
 
 @deploy("rocm reboot")
-def reboot(settings: rocm.RocmSettings, predicted: list[str] | None = None) -> None:
+def reboot(
+    settings: rocm.RocmSettings,
+    predicted: list[str] | None = None,
+    got: Gathered | None = None,
+    found: rocm.HostRocm | None = None,
+) -> OperationMeta:
     """One reboot, only when the driver, the stream or the kernel command line changed; then check
-    the driver. Secure Boot is checked by :func:`preflight`, before any package changes."""
-    reboot_ops.if_required(
+    the driver. Secure Boot is checked by :func:`preflight`, before any package changes.
+
+    Returns the reboot operation (its ``did_change`` says the host rebooted)."""
+    rebooted = reboot_ops.if_required(
         name="Reboot if the driver, its signing, the ROCm stream or the kernel command line changed",
-        predicted=predicted_reboot(settings) + (predicted or []),
+        predicted=predicted_reboot(settings, got, found) + (predicted or []),
         timeout_s=settings.rocm_reboot_timeout_s,
         _parallel=settings.rocm_reboot_parallel,
     )
@@ -193,3 +282,4 @@ def reboot(settings: rocm.RocmSettings, predicted: list[str] | None = None) -> N
         check_module=settings.rocm_check_module,
         signed=settings.rocm_mok_signing_key is not None,
     )
+    return rebooted

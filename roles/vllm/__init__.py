@@ -3,22 +3,28 @@ orphans removed, readiness with roll back to the last good version (the order: :
 
 Placement reads the host's GPU topology when the operations execute, after the rocm role's
 reboot (:func:`rocmfleet.operations.vllm.host_placement`): a bare host gets its driver, reboots
-and is placed in the same run.
+and is placed in the same run. A converged host costs no command of its own: the deploy's one
+``HostState`` read holds the topology and everything the role manages (:mod:`rocmfleet.vllmplan`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.systemd import SystemdStatus
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 
-from rocmfleet import rollout, scripts, vllm
+from rocmfleet import rollout, scripts, vllm, vllmplan
+from rocmfleet.facts.state import Gathered, HostState
+from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.operations import secrets
 from rocmfleet.operations import vllm as vllm_ops
-from rocmfleet.settings import HostConfig, HostSettings
-from rocmfleet.vault import Secret
+from rocmfleet.settings import HostConfig, HostSettings, Instance
+from rocmfleet.topology import Topology
 
 #: A restored version waits at least the default readiness deadline (``vllm_ready_timeout_s``):
 #: a short deadline set to fail a new version fast must not cut short the wait for the old one.
@@ -37,34 +43,62 @@ def last_good_of(instance_name: str, instance_files: vllm.InstanceFiles) -> roll
     )
 
 
+def _topology(got: Gathered) -> Topology | None:
+    """The GPU topology now, from the ``HostState`` read or else the ``GpuTopology`` fact
+    (``None`` without KFD or when it cannot be read: placed at execution)."""
+    found = vllmplan.topology_of(got)
+    if found != "unknown":
+        return found
+    try:
+        return host.get_fact(GpuTopology)
+    except PyinfraError:
+        return None
+
+
 @deploy("vllm")
-def apply(config: HostConfig) -> None:
+def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gathered | None = None) -> None:
     """Place the instances, remove orphans, pull the image, check the new arguments with it, render
     each instance's files, (re)start what changed, wait until ready, roll back what is not, keep
-    what is ready as the last good version."""
-    settings = config.settings
-    files.directory(name=f"Create {vllm.CONFIG_DIR}", path=vllm.CONFIG_DIR, user="root", group="root", mode="700")
-    for path in (settings.vllm_cache_dir, settings.vllm_hf_cache_dir):
-        files.directory(name=f"Create {path}", path=path, mode="755")
+    what is ready as the last good version.
+
+    Reads the topology and then everything the role manages in one ``HostState`` fact
+    (:mod:`rocmfleet.vllmplan`); operations run only for what differs, and an instance whose
+    files, unit, last good version and readiness are all as wanted gets none. ``rebooted``: the
+    rocm role's reboot operation; when it reboots the host, the instances are waited for again.
+    ``got``: the host's ``HostState`` read with (at least) ``vllmplan.query``'s items; read here
+    when not given.
+    """
+    got = got if got is not None else host.get_fact(HostState, **vllmplan.query(config))
+    topology = _topology(got)
+    todo = vllmplan.plan(config, topology, got, host.name)
+    if todo.clean:
+        if rebooted is not None:
+            _wait_and_keep(config, list(config.instances()), _if=rebooted.did_change)
+        return
+    for path, mode, user, group in host.loop(todo.directories):
+        files.directory(name=f"Create {path}", path=path, user=user, group=group, mode=mode)
     # A host without GPUs, or whose instances do not fit them, fails here, before any change.
     vllm_ops.place(name="Place the vLLM instances on this host's GPUs", config=config)
     # What the units run: the follower of the detached container and the GPU memory check.
-    files.directory(name=f"Create {vllm.SCRIPT_DIR}", path=vllm.SCRIPT_DIR, user="root", group="root", mode="755")
     # A running unit keeps the script it started with (files.put replaces the file, it does not
     # rewrite it in place); the next start of each unit runs the new one.
-    for script, mode in vllm.UNIT_SCRIPTS.items():
+    for wanted in host.loop(todo.scripts):
         files.put(
-            name=f"Install {vllm.SCRIPT_DIR}/{script}",
-            src=str(scripts.DIR / script),
-            dest=f"{vllm.SCRIPT_DIR}/{script}",
-            user="root",
-            group="root",
-            mode=mode,
+            name=f"Install {wanted.path}",
+            src=str(scripts.DIR / wanted.path.rsplit("/", 1)[-1]),
+            dest=wanted.path,
+            user=wanted.user,
+            group=wanted.group,
+            mode=wanted.mode,
         )
     # A renamed or removed instance frees its GPUs and port before the new ones start.
-    vllm_ops.remove_orphans(
-        name="Remove vLLM instances the data no longer lists", keep=[i.name for i in config.instances()]
-    )
+    if todo.orphans:
+        vllm_ops.remove_orphans(
+            name="Remove vLLM instances the data no longer lists", keep=[i.name for i in config.instances()]
+        )
+    dirty = [i for i in config.instances() if i.name in todo.dirty]
+    if not dirty and not todo.image_missing:
+        return
     # (a) The old containers keep serving while the new image is pulled.
     image = docker.image(name="Pull the vLLM image by digest", image=config.image.reference)
     # A baked compile cache (rocmfleet cache bake) runs only where its cache key matches.
@@ -72,7 +106,7 @@ def apply(config: HostConfig) -> None:
 
     # (b) Every instance's new arguments go through the new image's own parser before any file is
     # written: a rejection fails the host with all instances untouched.
-    for instance in host.loop(config.instances()):
+    for instance in host.loop(dirty):
         names = vllm.files_of(instance)
         vllm_ops.serve_args_check(
             name=f"Check the vllm serve arguments of {names.unit} with the image's vLLM",
@@ -83,7 +117,7 @@ def apply(config: HostConfig) -> None:
 
     # A port held by anything but the instance's own container fails the host, also before any file
     # is written: no instance is swapped on a host where one of them could not start.
-    for instance in host.loop(config.instances()):
+    for instance in host.loop(dirty):
         names = vllm.files_of(instance)
         vllm_ops.port_is_ours(
             name=f"Check port {instance.port} is free or held by {names.container}",
@@ -93,7 +127,8 @@ def apply(config: HostConfig) -> None:
         )
 
     # (c) Write the files and swap what changed.
-    for instance in host.loop(config.instances()):
+    secret_content = vllmplan.secrets_content(config)
+    for instance in host.loop(dirty):
         names = vllm.files_of(instance)
         unit_files = vllm_ops.instance_files(
             name=f"Render {names.env_file} and {names.unit}",
@@ -101,18 +136,16 @@ def apply(config: HostConfig) -> None:
             instance=instance.name,
             unit_path=unit_path(names),
         )
-        secret_values = {name: secret.reveal() for name, secret in settings.vllm_secret_env.items()}
         secret_env = secrets.secret_file(
-            name=f"Write {names.secrets_file}",
-            path=names.secrets_file,
-            content=Secret(vllm.env_lines(secret_values)),
+            name=f"Write {names.secrets_file}", path=names.secrets_file, content=secret_content
         )
         systemd.daemon_reload(name="Reload systemd units", _if=unit_files.did_change)
         changed = any_changed(unit_files, secret_env, image)
         # New files deserve fresh starts, and a unit that is not running (failed at its start limit:
         # three quick crashes) is to be started by this deploy: either way its start limit is reset.
-        # The unit's state is the fact systemd.service reads below (no command of its own).
-        running = host.get_fact(SystemdStatus, services=[names.unit]).get(names.unit, False)
+        # The unit's state as the role's HostState read found it (unknown: not running).
+        unit_state = got.units.get(names.unit)
+        running = unit_state is not None and unit_state.active == "active"
         vllm_ops.clear_start_limit(
             name=f"Clear the start limit of {names.unit}", unit=names.unit, _if=[changed] if running else []
         )
@@ -125,6 +158,13 @@ def apply(config: HostConfig) -> None:
             _if=[changed, started.did_not_change],
         )
 
+    _wait_and_keep(config, dirty)
+
+
+def _wait_and_keep(config: HostConfig, instances: list[Instance], **op_args: Any) -> None:
+    """Wait until every instance is ready, rolling back those that are not, then keep the files
+    of ``instances`` as their last good version. ``op_args``: pyinfra global arguments (``_if``)."""
+    settings = config.settings
     # (d) Wait only after every instance was (re)started, so that they load their models together;
     # (e) one operation for all, so that each instance not ready by the deadline is rolled back.
     targets = rollout.wait_targets(config)
@@ -133,14 +173,16 @@ def apply(config: HostConfig) -> None:
         targets=targets,
         timeout_s=settings.vllm_ready_timeout_s,
         rollback_timeout_s=max(settings.vllm_ready_timeout_s, ROLLBACK_MIN_TIMEOUT_S),
+        **op_args,
     )
 
     # Only now, ready: these files become the version to roll back to.
-    for instance in host.loop(config.instances()):
+    for instance in host.loop(instances):
         names = vllm.files_of(instance)
         vllm_ops.last_good(
             name=f"Keep the files of {names.unit} as its last good version",
             config=config,
             instance=instance.name,
             files=last_good_of(instance.name, names),
+            **op_args,
         )

@@ -64,7 +64,7 @@ def run_role(
 
 
 #: The fake answer once daemon.json was written: a restart is owed (rocmfleet.operations.docker.PENDING).
-OWED = {"docker-restart-pending": ["exists"]}
+OWED = {"if [ -e /run/rocmfleet/docker-restart-pending ]": ["exists"]}
 
 
 def op(operations: list[dict], name: str) -> dict:
@@ -136,7 +136,7 @@ def old_file(**changes) -> dict[str, list[str]]:
     # the new file is written, so a restart is owed (rocmfleet.operations.docker.PENDING)
     return {
         "cat /etc/docker/daemon.json": json.dumps(data, indent=2).splitlines(),
-        "docker-restart-pending": ["exists"],
+        "if [ -e /run/rocmfleet/docker-restart-pending ]": ["exists"],
     }
 
 
@@ -161,3 +161,36 @@ def test_a_restart_owed_from_an_earlier_run_is_made_though_daemon_json_is_curren
     assert op(operations, WRITE)["no_change"] == ["@fake/gpu-1"]
     assert op(operations, RESTART)["success"] == ["@fake/gpu-1"]
     assert "docker-restart.sh" in stderr and "rm -f /run/rocmfleet/docker-restart-pending" in stderr
+
+
+def converged_state(data: dict | None = None, pending: bool = False) -> dict[str, list[str]]:
+    """A fake ``HostState`` answer: Docker installed at the held version, running and enabled,
+    daemon.json as rendered; ``pending``: a restart still owed by an earlier run."""
+    settings = host_config({**DATA, **(data or {})}).settings
+    text = daemon_json(settings).encode()
+    lines = [
+        json.dumps({"kind": "path", "path": "/etc/docker/daemon.json", "type": "file", "mode": "644",
+                    "sha256": hashlib.sha256(text).hexdigest()}),
+        json.dumps({"kind": "path", "path": "/run/rocmfleet/docker-restart-pending",
+                    "type": "file" if pending else "missing"}),
+        json.dumps({"kind": "unit", "unit": "docker.service", "load": "loaded", "active": "active",
+                    "enabled": "enabled"}),
+    ]  # fmt: skip
+    lines += [
+        json.dumps({"kind": "pkg", "package": p, "status": "hi ", "version": "20.10.24+dfsg1-1+deb12u1"})
+        for p in ("docker.io", "containerd", "runc", "docker-cli")
+    ]
+    return {"' state.sh ": [*lines, '{"kind":"end"}']}
+
+
+def test_a_converged_host_gets_no_operation_at_all(tmp_path):
+    operations, stderr, rc = run_role(tmp_path, {"gpu-1": converged_state()})
+    assert rc == 0, stderr[-3000:]
+    assert operations == []
+
+
+def test_a_restart_owed_by_an_earlier_run_is_still_made(tmp_path):
+    operations, stderr, rc = run_role(tmp_path, {"gpu-1": {**converged_state(pending=True), **OWED}})
+    assert rc == 0, stderr[-3000:]
+    assert [o["name"].removeprefix("docker | ") for o in operations] == [RESTART]
+    assert op(operations, RESTART)["success"] == ["@fake/gpu-1"]

@@ -403,3 +403,17 @@ def test_dkms_failure_fails_the_host_with_dkms_status_and_make_log(ops):
     assert "--- dkms status ---\namdgpu/6.14.14-3150, 6.1.0-28-amd64, x86_64: installed" in message
     assert message.endswith("make.log (last 30 lines) ---\nerror: drm_legacy_init")
     assert ("DkmsMakeLogs", {"module": "amdgpu"}) in fake.asked
+
+
+def test_preflight_given_the_release_reads_neither_the_os_nor_the_kernels(ops):
+    fake = FakeHost(SecureBoot={"enabled": False})
+    assert list(ops(fake).preflight._inner(CURRENT, release=("debian", "12", "6.1.0-28-amd64"))) == []
+    asked = [name for name, _ in fake.asked]
+    assert "LinuxDistribution" not in asked and "Kernels" not in asked
+    assert fake.noops == ["Debian 12, kernel 6.1.0-28-amd64: supported for ROCm 10.0 (current)"]
+
+
+def test_preflight_given_an_unsupported_release_fails(ops):
+    fake = FakeHost()
+    message = failure(list(ops(fake).preflight._inner(CURRENT, release=("debian", "11", "5.10.0-30-amd64"))))
+    assert "nothing was changed on this host" in message

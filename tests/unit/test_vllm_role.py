@@ -93,7 +93,7 @@ def test_fresh_host_checks_before_writing_and_keeps_last_good_at_the_end(tmp_pat
     operations, _ = run_role(
         tmp_path,
         {
-            "@@rocmfleet-gpu-topology": TOPOLOGY,
+            "timeout 20 sh -c '": TOPOLOGY,
             "stat -c %g /dev/kfd": ["992"],
             "vllm-probe.sh ready 80": ["ready"],
             "vllm-probe.sh owner 80": ["free"],
@@ -117,11 +117,16 @@ def test_fresh_host_checks_before_writing_and_keeps_last_good_at_the_end(tmp_pat
 
 def test_a_proven_version_is_not_checked_or_kept_again(tmp_path):
     saved = {
-        f"{name}.last-good/unit": ["unit same", "env same", "secrets same", "serve " + record.strip()]
+        f"! -e /etc/rocmfleet/vllm/{name}.last-good/unit": [
+            "unit same",
+            "env same",
+            "secrets same",
+            "serve " + record.strip(),
+        ]
         for name, record in records().items()
     }
     responses = {
-        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "timeout 20 sh -c '": TOPOLOGY,
         "stat -c %g /dev/kfd": ["992"],
         "vllm-probe.sh ready 80": ["ready"],
         "vllm-probe.sh owner 80": ["free"],
@@ -134,12 +139,12 @@ def test_a_proven_version_is_not_checked_or_kept_again(tmp_path):
 
 def test_a_host_without_gpus_fails_alone_before_anything_of_vllm_changes(tmp_path):
     healthy = {
-        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "timeout 20 sh -c '": TOPOLOGY,
         "stat -c %g /dev/kfd": ["992"],
         "vllm-probe.sh ready 80": ["ready"],
         "vllm-probe.sh owner 80": ["free"],
     }
-    bare = {"@@rocmfleet-gpu-topology": ["@@rocmfleet-gpu-topology 1", "@@no-kfd"]}
+    bare = {"timeout 20 sh -c '": ["@@rocmfleet-gpu-topology 1", "@@no-kfd"]}
     operations, stderr = run_role(tmp_path, bare, rc=1, others={"gpu-2": healthy})
     failed = [op["name"].removeprefix("vllm | ") for op in operations if op["error"]]
     assert failed[0] == "Place the vLLM instances on this host's GPUs"  # then nothing more ran there
@@ -155,11 +160,17 @@ def test_a_host_without_gpus_fails_alone_before_anything_of_vllm_changes(tmp_pat
 
 def test_an_orphan_unit_of_ours_is_removed_before_the_new_ones_start(tmp_path):
     responses = {
-        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "timeout 20 sh -c '": TOPOLOGY,
         "stat -c %g /dev/kfd": ["992"],
         "vllm-probe.sh ready 80": ["ready"],
         "vllm-probe.sh owner 80": ["free"],
-        "/etc/systemd/system/vllm-*.service": ["vllm-a", "vllm-old"],
+        "for f in /etc/systemd/system/vllm-*.service": ["vllm-a", "vllm-old"],
+        # The role's one read finds the orphan's unit (marked as ours) and nothing else.
+        "' state.sh ": [
+            json.dumps({"kind": "marked", "glob": "/etc/systemd/system/vllm-*.service", "path": p})
+            for p in ("/etc/systemd/system/vllm-a.service", "/etc/systemd/system/vllm-old.service")
+        ]
+        + ['{"kind":"end"}'],
     }
     operations, _ = run_role(tmp_path, responses)
     names = [op["name"].removeprefix("vllm | ") for op in operations]
@@ -170,7 +181,7 @@ def test_an_orphan_unit_of_ours_is_removed_before_the_new_ones_start(tmp_path):
 
 def test_a_stranger_on_one_port_fails_the_host_before_any_instance_is_swapped(tmp_path):
     healthy = {
-        "@@rocmfleet-gpu-topology": TOPOLOGY,
+        "timeout 20 sh -c '": TOPOLOGY,
         "stat -c %g /dev/kfd": ["992"],
         "vllm-probe.sh ready 80": ["ready"],
         "vllm-probe.sh owner 8000": ["free"],

@@ -1,0 +1,191 @@
+#!/bin/sh
+# rocmfleet: what a role manages on this host, read in one command (rocmfleet.facts.state.HostState).
+#
+#   state.sh ITEM...   where each ITEM is a KIND and its VALUE (two arguments):
+#     path PATH        type (file, dir, link, missing, other), mode (octal), owner, group, gid
+#                      and, for a regular file, its SHA-256
+#     glob GLOB        `path` of every existing path matching GLOB (none when nothing matches)
+#     unit UNIT        LoadState, ActiveState and UnitFileState (all units in one `systemctl show`)
+#     pkg NAME         dpkg status and version (all packages in one `dpkg-query`; NAME may be one of
+#                      its patterns, linux-tools-*); none if unknown
+#     sysctl KEY       the live value and whether it can be written here (/proc/sys); null if absent
+#     os -             ID, VERSION_ID, VERSION_CODENAME of /etc/os-release and `uname -r`
+#     image REF        the local image's id (`docker image inspect`); null if absent
+#     marker TEXT      the first line that `marked` looks for (set before `marked`)
+#     marked GLOB      every regular file matching GLOB whose first line holds the marker
+#     probe TEXT       the text of vllm-probe.sh, which `ready` runs
+#     text PATH        every line of PATH, in order (nothing for a missing file: `path` says so)
+#     script TEXT      a shell script, which the next `run` runs
+#     run NAME         every line the script prints (`sh -c` under `timeout 20`), in order, then
+#                      its exit status, under NAME
+#   and one ITEM of three or more arguments:
+#     ready KEY N ARG1..ARGN   the exit status of `vllm-probe.sh ready ARG1..ARGN` under KEY
+#
+# Prints one JSON object per line, then {"kind": "end"} (output without it was cut short);
+# exit 0. Nothing here changes the host.
+set -u
+
+# A JSON string body: backslashes and quotes escaped, control characters dropped.
+js() {
+    printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr -d '\000-\037'
+}
+
+# Each line of stdin as {"kind":KIND,"key":KEY,"text":LINE}: tabs as \t, other control characters dropped.
+json_lines() {
+    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/\t/\\t/g' \
+        -e "s/^/{\"kind\":\"$1\",\"key\":\"$(js "$2" | sed 's/[&/\\]/\\&/g')\",\"text\":\"/" -e 's/$/"}/' \
+        | tr -d '\000-\010\013-\037'
+}
+
+path_item() {
+    p=$1
+    if [ -L "$p" ]; then
+        kind='link'
+    elif [ -d "$p" ]; then
+        kind='dir'
+    elif [ -f "$p" ]; then
+        kind='file'
+    elif [ -e "$p" ]; then
+        kind='other'
+    else
+        printf '{"kind":"path","path":"%s","type":"missing"}\n' "$(js "$p")"
+        return
+    fi
+    meta=$(stat -c '%a %U %G %g' "$p" 2>/dev/null) || meta="? ? ? ?"
+    # shellcheck disable=SC2086 # four words, split on purpose
+    set -- $meta
+    sum=
+    if [ "$kind" = file ]; then
+        # From stdin: for a file name holding a backslash, sha256sum prefixes its line with one.
+        sum=$(sha256sum <"$p" 2>/dev/null | cut -d' ' -f1)
+    fi
+    printf '{"kind":"path","path":"%s","type":"%s","mode":"%s","user":"%s","group":"%s","gid":"%s","sha256":"%s"}\n' \
+        "$(js "$p")" "$kind" "$(js "$1")" "$(js "$2")" "$(js "$3")" "$(js "$4")" "$sum"
+}
+
+units=
+packages=
+marker=
+probe=
+script=
+while [ $# -ge 2 ]; do
+    kind=$1 value=$2
+    shift 2
+    case $kind in
+        path) path_item "$value" ;;
+        glob)
+            for f in $value; do
+                if [ -e "$f" ] || [ -L "$f" ]; then path_item "$f"; fi
+            done
+            ;;
+        unit) units="$units $value" ;;
+        pkg) packages="$packages $value" ;;
+        sysctl)
+            # /proc/sys as rocmfleet.facts.tuning.SysctlLive reads it: read-only in a container.
+            f=/proc/sys/$(printf '%s' "$value" | tr . /)
+            if [ -e "$f" ] && v=$(cat "$f" 2>/dev/null); then
+                w=false
+                if [ -w "$f" ]; then w=true; fi
+                printf '{"kind":"sysctl","key":"%s","value":"%s","writable":%s}\n' "$(js "$value")" "$(js "$v")" "$w"
+            else
+                printf '{"kind":"sysctl","key":"%s","value":null,"writable":false}\n' "$(js "$value")"
+            fi
+            ;;
+        os)
+            # /etc/os-release (os-release(5)) and the running kernel; VALUE is ignored.
+            (
+                ID='' VERSION_ID='' VERSION_CODENAME=''
+                # shellcheck disable=SC1091 # the host's file, read at run time
+                if [ -r /etc/os-release ]; then . /etc/os-release; fi
+                printf '{"kind":"os","id":"%s","version_id":"%s","codename":"%s","kernel":"%s"}\n' \
+                    "$(js "$ID")" "$(js "$VERSION_ID")" "$(js "$VERSION_CODENAME")" "$(js "$(uname -r)")"
+            )
+            ;;
+        image)
+            if id=$(docker image inspect --format '{{.Id}}' "$value" 2>/dev/null); then
+                printf '{"kind":"image","image":"%s","id":"%s"}\n' "$(js "$value")" "$(js "$id")"
+            else
+                printf '{"kind":"image","image":"%s","id":null}\n' "$(js "$value")"
+            fi
+            ;;
+        marker) marker=$value ;;
+        marked)
+            for f in $value; do
+                [ -f "$f" ] || continue
+                case $(head -n 1 "$f") in
+                    *"$marker"*) printf '{"kind":"marked","glob":"%s","path":"%s"}\n' "$(js "$value")" "$(js "$f")" ;;
+                esac
+            done
+            ;;
+        probe) probe=$value ;;
+        text)
+            # awk ends a last line that has no newline
+            if [ -f "$value" ]; then awk 1 "$value" | json_lines text "$value"; fi
+            ;;
+        script) script=$value ;;
+        run)
+            out=$(timeout 20 sh -c "$script" 2>/dev/null)
+            rc=$?
+            if [ -n "$out" ]; then printf '%s\n' "$out" | json_lines run "$value"; fi
+            printf '{"kind":"ran","key":"%s","rc":%d}\n' "$(js "$value")" "$rc"
+            ;;
+        ready)
+            count=$1
+            shift
+            key=$value
+            (
+                # Keep the probe's own arguments, the next COUNT ones, as "$@".
+                n=$# i=0
+                for a in "$@"; do
+                    i=$((i + 1))
+                    if [ "$i" -le "$count" ]; then set -- "$@" "$a"; fi
+                done
+                shift "$n"
+                sh -c "$probe" vllm-probe.sh ready "$@" >/dev/null 2>&1
+                rc=$?
+                printf '{"kind":"ready","key":"%s","rc":%d}\n' "$(js "$key")" "$rc"
+            )
+            shift "$count"
+            ;;
+        *) printf '{"kind":"error","message":"unknown item kind %s"}\n' "$(js "$kind")" ;;
+    esac
+done
+
+# Unit and package names are words, not file globs (a package may be a dpkg-query pattern).
+set -f
+if [ -n "$units" ]; then
+    # One call for every unit: blocks of Key=Value lines, a blank line between units.
+    # shellcheck disable=SC2086 # unit names, split on purpose
+    systemctl show -p Id -p LoadState -p ActiveState -p UnitFileState $units 2>/dev/null | {
+        id='' load='' active='' enabled=''
+        emit() {
+            if [ -n "$id" ]; then
+                printf '{"kind":"unit","unit":"%s","load":"%s","active":"%s","enabled":"%s"}\n' \
+                    "$(js "$id")" "$(js "$load")" "$(js "$active")" "$(js "$enabled")"
+            fi
+            id='' load='' active='' enabled=''
+        }
+        while IFS= read -r line; do
+            case $line in
+                Id=*) id=${line#Id=} ;;
+                LoadState=*) load=${line#LoadState=} ;;
+                ActiveState=*) active=${line#ActiveState=} ;;
+                UnitFileState=*) enabled=${line#UnitFileState=} ;;
+                "") emit ;;
+            esac
+        done
+        emit
+    }
+fi
+
+if [ -n "$packages" ]; then
+    # shellcheck disable=SC2086 # package names, split on purpose
+    dpkg-query -W -f '${Package}\t${db:Status-Abbrev}\t${Version}\n' $packages 2>/dev/null \
+        | while IFS="$(printf '\t')" read -r name status version; do
+            printf '{"kind":"pkg","package":"%s","status":"%s","version":"%s"}\n' \
+                "$(js "$name")" "$(js "$status")" "$(js "$version")"
+        done
+fi
+
+echo '{"kind":"end"}'
+exit 0

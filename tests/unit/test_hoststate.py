@@ -1,0 +1,265 @@
+"""The composite ``HostState`` fact (``rocmfleet/scripts/state.sh``), its parsing, and the pure
+comparisons roles make with it (:mod:`rocmfleet.hoststate`, :mod:`rocmfleet.vllmplan`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+
+import pytest
+
+from rocmfleet import hoststate, rollout, scripts, vllm, vllmplan
+from rocmfleet.facts.state import HostState, parse_state, state_args
+from rocmfleet.facts.topology import parse_fact_output
+from rocmfleet.hoststate import WantedFile
+from rocmfleet.settings import host_config
+from tests.unit.test_vllm_role import DATA, TOPOLOGY, changed, run_role
+
+# Output of state.sh on a Debian 12 host (one line per item, then the end line).
+OUTPUT = [
+    '{"kind":"path","path":"/etc/a.conf","type":"file","mode":"644","user":"root","group":"root","gid":"0",'
+    '"sha256":"98ea6e4f216f2fb4b69fff9b3a44842c38686ca685f3f55dc48c5d3fb1107be4"}',
+    '{"kind":"path","path":"/etc/d","type":"dir","mode":"700","user":"root","group":"root","gid":"0","sha256":""}',
+    '{"kind":"path","path":"/etc/gone","type":"missing"}',
+    '{"kind":"sysctl","key":"kernel.numa_balancing","value":"0"}',
+    '{"kind":"sysctl","key":"no.such","value":null}',
+    '{"kind":"image","image":"r:t@sha256:ab","id":null}',
+    '{"kind":"marked","glob":"/etc/systemd/system/vllm-*.service","path":"/etc/systemd/system/vllm-a.service"}',
+    '{"kind":"ready","key":"a","rc":3}',
+    '{"kind":"unit","unit":"docker.service","load":"loaded","active":"active","enabled":"enabled"}',
+    '{"kind":"pkg","package":"curl","status":"ii ","version":"7.88.1-10+deb12u8"}',
+    '{"kind":"os","id":"debian","version_id":"12","codename":"bookworm","kernel":"6.1.0-28-amd64"}',
+    '{"kind":"end"}',
+]
+
+
+def test_output_is_parsed_per_item():
+    got = HostState().process(OUTPUT)
+    assert got.paths["/etc/a.conf"].sha256.startswith("98ea6e4f")
+    assert (got.paths["/etc/d"].type, got.paths["/etc/d"].mode) == ("dir", "700")
+    assert got.paths["/etc/gone"].type == "missing"
+    assert {k: v.value for k, v in got.sysctls.items()} == {"kernel.numa_balancing": "0", "no.such": None}
+    assert got.images == {"r:t@sha256:ab": None}
+    assert got.marked == {"/etc/systemd/system/vllm-*.service": ["/etc/systemd/system/vllm-a.service"]}
+    assert got.ready == {"a": 3}
+    assert got.units["docker.service"].enabled == "enabled"
+    assert got.packages["curl"].version == "7.88.1-10+deb12u8"
+    assert (got.os.id, got.os.version_id, got.os.kernel) == ("debian", "12", "6.1.0-28-amd64")
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [[], OUTPUT[:-1], ['{"kind":"path"}', '{"kind":"end"}'], ["not json", '{"kind":"end"}'],
+     ['{"kind":"error","message":"unknown item kind x"}', '{"kind":"end"}']],
+    ids=["empty", "cut-short", "incomplete-item", "not-json", "error-line"],
+)  # fmt: skip
+def test_empty_truncated_or_unknown_output_is_an_error_not_a_clean_state(lines):
+    with pytest.raises(ValueError):
+        parse_state(lines)
+
+
+def test_no_output_at_all_is_the_unknown_state():
+    got = HostState.default()
+    assert got.paths == {} and got.units == {}
+
+
+def run_script(*args: object) -> list[str]:
+    proc = subprocess.run(["sh", "-c", scripts.command("state.sh", *args)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_the_script_reads_files_directories_and_marked_files(tmp_path):
+    conf = tmp_path / "a.conf"
+    conf.write_text("hello\n")
+    os.chmod(conf, 0o640)
+    (tmp_path / "d").mkdir(mode=0o700)
+    (tmp_path / "vllm-a.service").write_text("# Managed by rocmfleet (roles/vllm). Image x\n")
+    (tmp_path / "vllm-other.service").write_text("[Unit]\n")
+    glob = str(tmp_path / "vllm-*.service")
+    got = parse_state(
+        run_script(
+            *state_args(
+                paths=[str(conf), str(tmp_path / "d"), str(tmp_path / "nope")],
+                sysctls=["no.such.key"],
+                os=True,
+                marked=("# Managed by rocmfleet (roles/vllm).", [glob]),
+            )
+        )
+    )
+    item = got.paths[str(conf)]
+    assert (item.type, item.mode, item.sha256) == ("file", "640", hashlib.sha256(b"hello\n").hexdigest())
+    assert hoststate.file_ok(got, WantedFile(str(conf), b"hello\n", "640"))
+    assert not hoststate.file_ok(got, WantedFile(str(conf), b"hello\n", "644"))
+    assert not hoststate.file_ok(got, WantedFile(str(conf), b"bye\n", "640"))
+    assert hoststate.dir_ok(got, str(tmp_path / "d"), "700")
+    assert not hoststate.dir_ok(got, str(tmp_path / "d"), "755")
+    assert hoststate.absent(got, str(tmp_path / "nope"))
+    assert not hoststate.absent(got, str(conf))
+    assert got.sysctls["no.such.key"].value is None
+    assert got.os is not None and got.os.kernel == os.uname().release
+    assert got.marked == {glob: [str(tmp_path / "vllm-a.service")]}
+
+
+def test_the_script_quotes_odd_paths_and_passes_probe_arguments_whole(tmp_path):
+    odd = tmp_path / 'quote"and\\back'
+    odd.write_text("x")
+    seen = tmp_path / "args"
+    probe = f'printf "%s|" "$@" > {seen}; exit 3'
+    lines = run_script("path", str(odd), "probe", probe, "ready", "a", "2", "8000", "two words", "path", str(odd))
+    got = parse_state(lines)
+    assert got.paths[str(odd)].type == "file"
+    assert got.ready == {"a": 3}
+    assert seen.read_text() == "ready|8000|two words|"
+
+
+def test_an_unknown_unit_or_package_is_unknown_not_clean():
+    got = parse_state(['{"kind":"end"}'])
+    assert not hoststate.unit_running_enabled(got, "docker.service")
+    assert not hoststate.file_ok(got, WantedFile("/etc/x", b""))
+    assert not hoststate.dir_ok(got, "/etc")
+    assert not hoststate.absent(got, "/etc/x")
+
+
+# -- vllm --------------------------------------------------------------------------------------
+
+
+def converged_output(config, topology, *, skip: str = "", ready: int = 0) -> list[str]:
+    """state.sh output of a host where the vllm role left everything as wanted (less ``skip``)."""
+    lines = []
+
+    def path(p, kind="file", mode="644", content=b"", user="root", group="root", gid="0"):
+        if p == skip:
+            return
+        sha = hashlib.sha256(content).hexdigest() if kind == "file" else ""
+        lines.append(
+            json.dumps(
+                {"kind": "path", "path": p, "type": kind, "mode": mode, "user": user, "group": group, "gid": gid,
+                 "sha256": sha}
+            )
+        )  # fmt: skip
+
+    for p, mode, _, _ in vllmplan.directories(config):
+        path(p, "dir", mode)
+    for f in vllmplan.script_files():
+        path(f.path, mode=f.mode, content=f.content)
+    path("/dev/kfd", "other", "660", gid="992")
+    placements = vllm.placements(config, topology)
+    secrets = vllmplan.secrets_content(config).reveal().encode()
+    for inst in config.instances():
+        env, unit = vllmplan.instance_files(config, inst, placements[inst.name], topology, [992])
+        files = vllmplan.last_good_of(inst)
+        record = rollout.serve_record(
+            config.image.reference, vllm.serve_args(config, inst), vllm.container_env(config, placements[inst.name])
+        )
+        for name, want in (("unit", unit), ("env", env), ("secrets", WantedFile("", secrets, "600"))):
+            path(files.live[name], mode=want.mode, content=want.content)
+            path(files.saved(name), mode="600", content=want.content)
+        path(files.serve_json, mode="600", content=record.encode())
+        names = vllm.files_of(inst)
+        lines.append(
+            json.dumps({"kind": "unit", "unit": names.unit, "load": "loaded", "active": "active", "enabled": "enabled"})
+        )
+        lines.append(json.dumps({"kind": "ready", "key": inst.name, "rc": ready}))
+        lines.append(
+            json.dumps({"kind": "marked", "glob": vllmplan.UNIT_GLOB, "path": f"/etc/systemd/system/{names.unit}"})
+        )
+    lines.append(json.dumps({"kind": "image", "image": config.image.reference, "id": "sha256:" + "cd" * 32}))
+    lines += [json.dumps({"kind": "run", "key": vllmplan.TOPOLOGY_RUN, "text": t}) for t in TOPOLOGY]
+    lines.append(json.dumps({"kind": "ran", "key": vllmplan.TOPOLOGY_RUN, "rc": 0}))
+    return [*lines, '{"kind":"end"}']
+
+
+def test_a_converged_host_needs_nothing():
+    config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
+    todo = vllmplan.plan(config, topology, parse_state(converged_output(config, topology)))
+    assert todo.why == {}
+    assert todo.clean
+
+
+def test_one_changed_file_makes_only_its_instance_dirty():
+    config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
+    todo = vllmplan.plan(
+        config, topology, parse_state(converged_output(config, topology, skip="/etc/rocmfleet/vllm/b.env"))
+    )
+    assert todo.dirty == ["b"]
+    assert todo.why["b"] == ["/etc/rocmfleet/vllm/b.env differs", "last good copies differ from the live files"]
+    assert not todo.clean
+
+
+def test_an_instance_not_ready_is_dirty_and_an_orphan_is_found():
+    config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
+    lines = converged_output(config, topology, ready=1)
+    lines.insert(
+        0, json.dumps({"kind": "marked", "glob": vllmplan.UNIT_GLOB, "path": "/etc/systemd/system/vllm-old.service"})
+    )
+    todo = vllmplan.plan(config, topology, parse_state(lines))
+    assert todo.dirty == ["a", "b"]
+    assert todo.orphans == ["old"]
+
+
+def test_without_topology_every_instance_goes_through_the_operations():
+    config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
+    todo = vllmplan.plan(config, None, parse_state(converged_output(config, topology)))
+    assert todo.dirty == ["a", "b"]
+    assert not todo.placed
+
+
+def test_a_changed_image_makes_every_instance_dirty():
+    config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
+    lines = converged_output(config, topology)
+    newer = host_config({**DATA, "vllm_image_digest": "sha256:" + "ef" * 32})
+    todo = vllmplan.plan(newer, topology, parse_state(lines))
+    assert todo.dirty == ["a", "b"]
+    assert todo.image_missing
+
+
+def test_the_role_calls_no_operation_on_a_converged_host(tmp_path):
+    config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
+    # No GpuTopology answer: the one HostState read holds the topology too.
+    operations, _ = run_role(tmp_path, {"' state.sh ": converged_output(config, topology)})
+    assert operations == []
+
+
+def test_the_role_runs_the_operations_of_the_changed_instance_only(tmp_path):
+    config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
+    responses = {
+        "timeout 20 sh -c '": TOPOLOGY,
+        "' state.sh ": converged_output(config, topology, skip="/etc/rocmfleet/vllm/b.env"),
+        "stat -c %g /dev/kfd": ["992"],
+        "vllm-probe.sh ready 80": ["ready"],
+        "vllm-probe.sh owner 80": ["free"],
+    }
+    operations, _ = run_role(tmp_path, responses)
+    names = [op["name"].removeprefix("vllm | ") for op in operations]
+    assert not [name for name in names if "vllm-a" in name or "/a." in name]
+    assert "Render /etc/rocmfleet/vllm/b.env and vllm-b.service" in changed(operations)
+    assert names[-2:] == [
+        "Wait until every vLLM instance is ready; roll back each one that is not",
+        "Keep the files of vllm-b.service as its last good version",
+    ]
+    assert not [name for name in names if name.startswith("Create")]
+
+
+def test_file_text_and_script_output_come_back_in_order(tmp_path):
+    grub = tmp_path / "grub"
+    grub.write_text('GRUB_DEFAULT=0\n\tGRUB_CMDLINE_LINUX="a \\"b\\""\nlast without newline')
+    lines = run_script(*state_args(paths=[str(grub)], texts=[str(grub)], runs=[("t", "echo one; echo two; exit 3")]))
+    got = parse_state(lines)
+    assert got.texts[str(grub)] == ["GRUB_DEFAULT=0", '\tGRUB_CMDLINE_LINUX="a \\"b\\""', "last without newline"]
+    assert got.runs == {"t": (3, ["one", "two"])}
+
+
+def test_the_topology_from_the_read_or_unknown():
+    topo = [json.dumps({"kind": "run", "key": vllmplan.TOPOLOGY_RUN, "text": t}) for t in TOPOLOGY]
+    ran = json.dumps({"kind": "ran", "key": vllmplan.TOPOLOGY_RUN, "rc": 0})
+    assert vllmplan.topology_of(parse_state([*topo, ran, '{"kind":"end"}'])) == parse_fact_output(TOPOLOGY)
+    assert vllmplan.topology_of(parse_state(['{"kind":"end"}'])) == "unknown"
+    timed_out = json.dumps({"kind": "ran", "key": vllmplan.TOPOLOGY_RUN, "rc": 124})
+    assert vllmplan.topology_of(parse_state([*topo[:3], timed_out, '{"kind":"end"}'])) == "unknown"
+    cut = [*topo[:-1], ran, '{"kind":"end"}']  # no @@end: the GpuTopology parser refuses it
+    assert vllmplan.topology_of(parse_state(cut)) == "unknown"
+    no_kfd = [json.dumps({"kind": "run", "key": vllmplan.TOPOLOGY_RUN, "text": t}) for t in (TOPOLOGY[0], "@@no-kfd")]
+    assert vllmplan.topology_of(parse_state([*no_kfd, ran, '{"kind":"end"}'])) is None
