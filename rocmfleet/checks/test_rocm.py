@@ -10,8 +10,8 @@ from rocmfleet.facts.rocm import REBOOT_DIR
 
 
 @pytest.fixture(scope="module")
-def settings():
-    return rocm_settings()
+def settings(host):
+    return rocm_settings(host)
 
 
 @pytest.fixture(scope="module")
