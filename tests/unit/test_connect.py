@@ -339,3 +339,13 @@ def test_one_process_checks_several_hosts_each_with_its_own_data_and_deadline(tm
     assert sorted(finished) == sorted(t.name for t in targets)
     assert set(server.users) == {"root", "svc"}  # each host over its own session, with its own settings
     assert [r.host for r in results] == sorted([r.host for r in results], key=[t.name for t in targets].index)
+
+
+def test_a_session_sends_small_messages_at_once(server):
+    """TCP_NODELAY: a channel open is not held back for the peer's delayed ACK (40 ms a command)."""
+    import socket
+
+    with Session.open(settings_for(server)) as session:
+        sock = session.client.get_transport().sock
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == connect.USER_TIMEOUT_S * 1000
