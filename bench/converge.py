@@ -52,13 +52,18 @@ def _python() -> str:
     return str(venv / "python") if (venv / "python").exists() else sys.executable
 
 
+#: Extra ``rocmfleet check`` options (``--check-args``), e.g. ``--parallel 20``.
+CHECK_ARGS: list[str] = []
+
+
 def _commands(kind: str, names: int, out: Path) -> list[str]:
     py = _python()
     pyinfra = [py, "-m", "pyinfra"]
     return {
         "converge": [*pyinfra, "-y", INVENTORY, "deploy.py"],
         "dry": [*pyinfra, "-y", "--dry", INVENTORY, "deploy.py"],
-        "check": [py, "-m", "rocmfleet.cli", "check", INVENTORY, "--json", str(out / f"check-{names}.json")],
+        "check": [py, "-m", "rocmfleet.cli", "check", INVENTORY, "--json", str(out / f"check-{names}.json")]
+        + CHECK_ARGS,
         "validate": [py, "-m", "rocmfleet.cli", "validate", INVENTORY],
     }[kind]
 
@@ -155,6 +160,8 @@ def measure(
     out = RESULTS / f"converge-{label}"
     out.mkdir(parents=True, exist_ok=True)
     result: dict = {"label": label, "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "targets": TARGETS, "rows": []}
+    if CHECK_ARGS and "check" in kinds:
+        result["check_args"] = CHECK_ARGS
     if any(k != "validate" for k in kinds):
         raise_sshd_limits()
     if warm:  # converge the lab with this tree's deploy.py first, so that every timed converge is a no-op
@@ -210,12 +217,14 @@ def main() -> int:
     p.add_argument("--label", default="run")
     p.add_argument("--debug-names", default="1,10", help="sizes whose commands are counted (one more --debug converge)")
     p.add_argument("--no-warm", action="store_true", help="skip the converge of inventories/lab.py before timing")
+    p.add_argument("--check-args", default="", help="extra `rocmfleet check` options, e.g. '--parallel 20'")
     p.add_argument("--compare", nargs="+", metavar="JSON", help="print the tables of earlier runs")
     args = p.parse_args()
     if args.compare:
         for path in args.compare:
             print(table(json.loads(Path(path).read_text())) + "\n")
         return 0
+    CHECK_ARGS[:] = args.check_args.split()
     result = measure(
         [int(n) for n in args.names.split(",")],
         args.commands.split(","),

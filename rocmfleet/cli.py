@@ -317,8 +317,18 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
     c.add_argument("--select", type=lambda v: v.split(","), help="check modules, e.g. rocm,tuning (default: all)")
     c.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override data, as pyinfra's")
-    c.add_argument("--timeout-s", type=_positive(float), default=300, help="deadline per host in seconds (default 300)")
-    c.add_argument("--parallel", type=_positive(int), default=10, help="hosts checked at once (default 10)")
+    c.add_argument(
+        "--timeout-s",
+        type=_positive(float),
+        default=300,
+        help="deadline per host: seconds of its commands (default 300)",
+    )
+    c.add_argument(
+        "--parallel",
+        type=_positive(int),
+        default=10,
+        help="check processes at once, each checking its share of the hosts in turn (default 10)",
+    )
     c.add_argument("--junit-xml", metavar="PATH", help="write a JUnit XML report")
     c.add_argument("--json", metavar="PATH", help="write a JSON report")
     c.set_defaults(func=_check)

@@ -1,4 +1,8 @@
-"""Fixtures the checks share: the host's expected configuration, its GPU topology, Docker state."""
+"""Fixtures the checks share: each host's expected configuration, its GPU topology, Docker state.
+
+One check process may check several hosts (testinfra's ``--hosts``, a module-scoped parameter):
+every fixture here is per host, looked up by the host's inventory name.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +14,60 @@ from rocmfleet.facts.topology import GpuTopology, parse_fact_output
 from rocmfleet.topology import Topology
 
 
+def instance_names(per_host: dict[str, list[str]]) -> list[str]:
+    """Every instance name of any host, each once, in first-seen order (the ``instance`` parameter)."""
+    return list(dict.fromkeys(name for names in per_host.values() for name in names))
+
+
+def runs_here(host_name: str | None, instance: str | None, per_host: dict[str, list[str]]) -> bool:
+    """Whether a check of ``instance`` (``None``: not per instance) belongs on ``host_name``.
+
+    ``instance`` is one of :func:`instance_names`; a host runs only its own instances.
+    """
+    return instance is None or instance in per_host.get(host_name or "", [])
+
+
+def _per_host() -> dict[str, list[str]]:
+    return {name: [i.name for i in expect.instances_of(name)] for name in expect.host_names()}
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Run each check taking ``instance`` once per vLLM instance of the host (none without an inventory)."""
+    """Run each check taking ``instance`` once per vLLM instance of each host (none without an inventory).
+
+    The parameter is the instance name over every host of the process; the pairs of a host and an
+    instance it does not run are deselected (:func:`pytest_collection_modifyitems`).
+    """
     if "instance" in metafunc.fixturenames:
-        config = expect.host_config()
-        instances = config.instances() if config else []
-        metafunc.parametrize("instance", instances, ids=[i.name for i in instances])
+        names = instance_names(_per_host())
+        metafunc.parametrize("instance", names, ids=names, indirect=True)
+
+
+def _params(item: pytest.Item) -> tuple[str | None, str | None]:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    host = params.get("_testinfra_host")
+    return (expect.host_name(host) if host is not None else None), params.get("instance")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    per_host = _per_host()
+    keep, drop = [], []
+    for item in items:
+        (keep if runs_here(*_params(item), per_host) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture
+def instance(request, host):
+    """The vLLM instance of this host named by the parameter (:meth:`HostConfig.instances`)."""
+    return next(i for i in expect.instances_of(host) if i.name == request.param)
 
 
 @pytest.fixture(scope="module")
-def config():
+def config(host):
     """The host's validated configuration; checks that need it skip without an inventory."""
-    found = expect.host_config()
+    found = expect.host_config(host)
     if found is None:
         pytest.skip(f"no expectations given ({expect.FILE_ENV} is unset): nothing to compare with")
     return found
@@ -29,7 +75,12 @@ def config():
 
 @pytest.fixture(scope="module")
 def topology(host) -> Topology:
-    """The host's GPUs and NUMA nodes, read with the deploy's own ``GpuTopology`` fact command."""
+    """The host's GPUs and NUMA nodes, read with the deploy's own ``GpuTopology`` fact command
+    (once per host and run: :func:`rocmfleet.checks.expect.once`)."""
+    return expect.once(host, "topology", lambda: _read_topology(host))
+
+
+def _read_topology(host) -> Topology:
     result = host.run(GpuTopology().command())
     if result.rc != 0:
         raise CannotCheck(f"GpuTopology command exited {result.rc}: {result.stderr.strip() or result.stdout.strip()}")
@@ -42,5 +93,5 @@ def topology(host) -> Topology:
 @pytest.fixture(scope="module")
 def docker_running(host) -> None:
     """Skip (the Docker check reports it) when Docker is not running."""
-    if not host.service("docker.service").is_running:
+    if not expect.once(host, "docker_running", lambda: host.service("docker.service").is_running):
         pytest.skip("Docker is not running (reported by test_docker_running)")

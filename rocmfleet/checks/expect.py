@@ -1,13 +1,14 @@
-"""What the checks expect of the host under check, as the parent ``rocmfleet check`` validated it.
+"""What the checks expect of each host under check, as the parent ``rocmfleet check`` validated it.
 
 ``rocmfleet check`` loads and validates the inventory once, in its own process, and gives each
-host's pytest process one JSON file (``ROCMFLEET_CHECK_FILE``, mode 0600 in a 0700 directory)
-holding that host's SSH settings and validated configuration (:func:`expectations_json`): a
-host process reads its own data only, it never loads the inventory again. Secret values never
-leave the parent: the file holds the secrets' names (``vllm_secret_env`` keys, registry
-user names) with empty values, which is all the checks compare. Without the file (testinfra
-run by hand) the checks expect a default deploy: AMD's defaults for the ROCm and tuning keys,
-and no vLLM instances.
+of its pytest processes one JSON file (``ROCMFLEET_CHECK_FILE``, mode 0600 in a 0700 directory)
+holding the SSH settings and validated configuration of the hosts that process checks, and only
+those (:func:`expectations_json`): a check process never loads the inventory again. The checks
+look their host's data up by inventory name (``host.backend.hostname``, :func:`host_name`).
+Secret values never leave the parent: the file holds the secrets' names (``vllm_secret_env``
+keys, registry user names) with empty values, which is all the checks compare. Without the file
+(testinfra run by hand) the checks expect a default deploy: AMD's defaults for the ROCm and
+tuning keys, and no vLLM instances.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from rocmfleet.connect import SshSettings
@@ -31,25 +33,31 @@ class ExpectationError(RuntimeError):
     """The expectations file is missing, unreadable or not what :func:`expectations_json` writes."""
 
 
-def expectations_json(name: str, ssh: SshSettings, config: HostConfig) -> str:
-    """One host's expectations: ``{"host", "ssh", "config"}``, secrets reduced to their names."""
+def host_expectations(ssh: SshSettings, config: HostConfig) -> dict[str, Any]:
+    """One host's expectations: ``{"ssh", "config"}``, JSON-ready, secrets reduced to their names."""
     settings = config.settings.model_dump(mode="json")
     settings["vllm_secret_env"] = dict.fromkeys(settings["vllm_secret_env"], "")
     for auth in settings["docker_registry_auth"]:
         auth["password"] = ""
-    return json.dumps(
-        {
-            "host": name,
-            "ssh": ssh.to_dict(),
-            "config": {
-                "settings": settings,
-                "profile": config.profile.model_dump(mode="json"),
-                "image": config.image.model_dump(mode="json"),
-                "rocm": config.rocm.model_dump(mode="json"),
-                "tuning": config.tuning.model_dump(mode="json"),
-            },
-        }
-    )
+    return {
+        "ssh": ssh.to_dict(),
+        "config": {
+            "settings": settings,
+            "profile": config.profile.model_dump(mode="json"),
+            "image": config.image.model_dump(mode="json"),
+            "rocm": config.rocm.model_dump(mode="json"),
+            "tuning": config.tuning.model_dump(mode="json"),
+        },
+    }
+
+
+def expectations_json(hosts: dict[str, tuple[SshSettings, HostConfig]]) -> str:
+    """The expectations file of one check process: ``{"hosts": {NAME: host_expectations(...)}}``.
+
+    Args:
+        hosts: inventory name -> (SSH settings, validated configuration), in inventory order.
+    """
+    return json.dumps({"hosts": {name: host_expectations(ssh, config) for name, (ssh, config) in hosts.items()}})
 
 
 def config_from_dict(data: dict[str, Any]) -> HostConfig:
@@ -79,45 +87,97 @@ def _load() -> dict[str, Any] | None:
         return None
     try:
         with open(path, encoding="utf-8") as file:
-            return json.load(file)
+            data = json.load(file)
     except (OSError, ValueError) as exc:
         raise ExpectationError(f"{FILE_ENV}={path}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("hosts"), dict):
+        raise ExpectationError(f"{path}: not a rocmfleet expectations file (no hosts mapping)")
+    return data["hosts"]
 
 
-def ssh_settings() -> SshSettings | None:
-    """The host's SSH settings from the expectations file; ``None`` without one."""
-    data = _load()
-    return SshSettings.from_dict(data["ssh"]) if data else None
+def host_name(host: Any) -> str:
+    """The inventory name of ``host``: a testinfra ``Host`` (its backend's host name) or a name."""
+    return host if isinstance(host, str) else host.backend.hostname
+
+
+def host_names() -> list[str]:
+    """The hosts of the expectations file, in its order (empty without one)."""
+    return list(_load() or {})
+
+
+def _entry(name: str) -> dict[str, Any] | None:
+    hosts = _load()
+    if hosts is None:
+        return None
+    if name not in hosts:
+        raise ExpectationError(f"{os.environ.get(FILE_ENV)}: no expectations for host {name!r}")
+    return hosts[name]
+
+
+def ssh_settings(host: Any) -> SshSettings | None:
+    """The SSH settings of ``host`` (a name or testinfra ``Host``); ``None`` without a file.
+
+    Raises:
+        ExpectationError: the file does not name this host.
+    """
+    entry = _entry(host_name(host))
+    return SshSettings.from_dict(entry["ssh"]) if entry else None
 
 
 @functools.cache
-def host_config() -> HostConfig | None:
-    """The validated configuration of the host under check; ``None`` without an expectations file.
-
-    Raises:
-        ExpectationError: the file is not what :func:`expectations_json` writes.
-    """
-    data = _load()
-    if data is None:
+def _config(name: str) -> HostConfig | None:
+    entry = _entry(name)
+    if entry is None:
         return None
     try:
-        return config_from_dict(data["config"])
+        return config_from_dict(entry["config"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ExpectationError(f"{os.environ.get(FILE_ENV)}: not a rocmfleet expectations file: {exc}") from None
 
 
-def rocm_settings() -> RocmSettings:
-    """The host's ``rocm_*`` settings (AMD's defaults without an inventory)."""
-    config = host_config()
+def host_config(host: Any) -> HostConfig | None:
+    """The validated configuration of ``host`` (a name or testinfra ``Host``); ``None`` without a file.
+
+    Raises:
+        ExpectationError: the file does not name this host, or is not what :func:`expectations_json` writes.
+    """
+    return _config(host_name(host))
+
+
+def instances_of(host: Any) -> list:
+    """The vLLM instances ``host`` runs (:meth:`HostConfig.instances`); none without a file."""
+    config = host_config(host)
+    return config.instances() if config else []
+
+
+def rocm_settings(host: Any) -> RocmSettings:
+    """The ``rocm_*`` settings of ``host`` (AMD's defaults without an inventory)."""
+    config = host_config(host)
     return config.rocm if config else RocmSettings()
 
 
-def tuning_settings() -> TuningSettings:
-    """The host's ``tuning_*`` settings (AMD's defaults without an inventory)."""
-    config = host_config()
+def tuning_settings(host: Any) -> TuningSettings:
+    """The ``tuning_*`` settings of ``host`` (AMD's defaults without an inventory)."""
+    config = host_config(host)
     return config.tuning if config else TuningSettings()
+
+
+_memo: dict[tuple[str, str], Any] = {}
+
+
+def once(host: Any, what: str, read: Callable[[], Any]) -> Any:
+    """``read()`` the first time ``what`` is asked of ``host`` in this process, the same value after.
+
+    For what several check modules need and does not change during a run (the topology, whether
+    Docker runs, a container host): read once per host, not once per module. An exception is not
+    remembered (the next module reads again, and reports its own error).
+    """
+    key = (host_name(host), what)
+    if key not in _memo:
+        _memo[key] = read()
+    return _memo[key]
 
 
 def in_container(host) -> bool:
     """True on a container host: it shares another machine's kernel, CPUs and boot."""
-    return host.run("systemd-detect-virt --container").rc == 0
+    return once(host, "in_container", lambda: host.run("systemd-detect-virt --container").rc == 0)

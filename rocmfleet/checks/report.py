@@ -1,8 +1,11 @@
 """pytest plugin: one JSON line per check as it finishes, for ``rocmfleet check`` to read.
 
 Loaded with ``-p rocmfleet.checks.report --rocmfleet-report=PATH``. Lines are written (and
-flushed) as each check ends, so a host cut off by its timeout still reports what finished.
-Each line: ``{"nodeid", "check", "outcome", "message", "detail", "duration_s"}``. The outcome is
+flushed) as each check ends, so a process cut off by its timeout still reports what finished.
+Each line: ``{"nodeid", "host", "check", "outcome", "message", "detail", "duration_s"}`` (``host``:
+the inventory name, ``null`` for a test without testinfra's ``host``). After a host's last check,
+one line ``{"host", "done": true}``, preceded by a ``host::suite`` error line when the host's
+command budget ran out (:mod:`rocmfleet.checks.backend`). The outcome is
 ``passed``, ``skipped``, ``failed`` (an ``assert`` about the host did not hold) or ``error``
 (anything else raised, in the check or a fixture: the check could not be made, e.g.
 :class:`rocmfleet.errors.CannotCheck` for an empty or unreadable source, a parser refusing
@@ -30,6 +33,10 @@ def _message(report: pytest.TestReport) -> str:
     return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
 
 
+#: The check name of the line saying a host's checks ran out of time.
+SUITE = "host::suite"
+
+
 def check_name(item: pytest.Item) -> str:
     """``<module>::<check>[<instance>]``: ``test_vllm.py::test_ready[a-ssh://h]`` → ``vllm::ready[a]``.
 
@@ -39,7 +46,18 @@ def check_name(item: pytest.Item) -> str:
     name = getattr(item, "originalname", item.name).removeprefix("test_")
     params = getattr(getattr(item, "callspec", None), "params", {})
     instance = params.get("instance")
-    return f"{module}::{name}" + (f"[{instance.name}]" if instance is not None else "")
+    label = getattr(instance, "name", instance)
+    return f"{module}::{name}" + (f"[{label}]" if instance is not None else "")
+
+
+def host_of(item: pytest.Item):
+    """The testinfra ``Host`` a check runs on (``None`` for a test without one)."""
+    return getattr(getattr(item, "callspec", None), "params", {}).get("_testinfra_host")
+
+
+def last_items(hosts: list[str | None]) -> dict[int, str]:
+    """Index of each host's last item in run order -> that host (``hosts``: the host of each item)."""
+    return {index: host for host, index in {h: i for i, h in enumerate(hosts) if h is not None}.items()}
 
 
 class _Recorder:
@@ -47,9 +65,19 @@ class _Recorder:
         self.path = path
         self.pending: dict[str, dict] = {}
         self.names: dict[str, str] = {}
+        self.hosts: dict[str, object] = {}  # nodeid -> testinfra Host
+        self.last: dict[str, str] = {}  # nodeid of a host's last check -> host name
 
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.names = {item.nodeid: check_name(item) for item in items}
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Names, hosts and each host's last check, in the final run order."""
+        self.names = {item.nodeid: check_name(item) for item in session.items}
+        self.hosts = {item.nodeid: host_of(item) for item in session.items}
+        names = [host.backend.hostname if host is not None else None for host in self.hosts.values()]
+        self.last = {session.items[i].nodeid: name for i, name in last_items(names).items()}
+
+    def _write(self, *entries: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as out:
+            out.write("".join(json.dumps(entry) + "\n" for entry in entries))
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -61,10 +89,12 @@ class _Recorder:
         )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        host = self.hosts.get(report.nodeid)
         entry = self.pending.setdefault(
             report.nodeid,
             {
                 "nodeid": report.nodeid,
+                "host": host.backend.hostname if host is not None else None,
                 "check": self.names.get(report.nodeid, report.nodeid),
                 "outcome": "passed",
                 "message": "",
@@ -81,8 +111,16 @@ class _Recorder:
             entry["message"] = _message(report)
             entry["detail"] = "" if report.skipped else report.longreprtext
         if report.when == "teardown":
-            with open(self.path, "a", encoding="utf-8") as out:
-                out.write(json.dumps(self.pending.pop(report.nodeid)) + "\n")
+            lines = [self.pending.pop(report.nodeid)]
+            name = self.last.get(report.nodeid)
+            if name is not None:
+                if getattr(host.backend, "overrun", False):
+                    from rocmfleet.checks.backend import over_budget
+
+                    message = over_budget(host.backend.budget_s)
+                    lines.append({"host": name, "check": SUITE, "outcome": "error", "message": message})
+                lines.append({"host": name, "done": True})
+            self._write(*lines)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -6,12 +6,13 @@ import pytest
 
 from rocmfleet import rocm, scripts
 from rocmfleet.checks.expect import in_container, rocm_settings
+from rocmfleet.errors import CannotCheck
 from rocmfleet.facts.rocm import REBOOT_DIR
 
 
 @pytest.fixture(scope="module")
-def settings():
-    return rocm_settings()
+def settings(host):
+    return rocm_settings(host)
 
 
 @pytest.fixture(scope="module")
@@ -110,13 +111,12 @@ def test_device_access_persisted(host, settings):
 
 
 def test_device_nodes_owned_by_render(host):
-    nodes = ["/dev/kfd", *host.check_output("ls /dev/dri/renderD* 2>/dev/null || true").split()]
-    wrong = [
-        f"{path} {host.file(path).group}"
-        for path in nodes
-        if host.file(path).exists and host.file(path).group != "render"
-    ]
+    """/dev/kfd and every render node belong to group ``render`` (one ``stat`` for all of them)."""
     assert host.file("/dev/kfd").exists, "/dev/kfd is missing"
+    groups = rocm.parse_device_groups(host.run(rocm.DEVICE_GROUPS_COMMAND).stdout)
+    if "/dev/kfd" not in groups:
+        raise CannotCheck(f"stat of the GPU device nodes did not list /dev/kfd: {', '.join(groups)}")
+    wrong = [f"{path} {group}" for path, group in groups.items() if group != "render"]
     assert not wrong, "not group render: " + ", ".join(wrong)
 
 

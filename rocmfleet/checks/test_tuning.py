@@ -9,8 +9,8 @@ from rocmfleet.checks.expect import in_container, tuning_settings
 
 
 @pytest.fixture(scope="module")
-def settings():
-    return tuning_settings()
+def settings(host):
+    return tuning_settings(host)
 
 
 def test_numa_balancing_persisted(host, settings):

@@ -298,3 +298,94 @@ def test_check_refuses_bad_options_before_any_connection(inventory, tmp_path, ca
     assert main(["check", path, "--limit", "gpu-9,gpu-8"]) == 2
     with pytest.raises(SystemExit):
         main(["check", path, "--parallel", "0"])
+
+
+@pytest.mark.parametrize(
+    ("count", "processes", "sizes"),
+    [(1, 10, [1]), (10, 10, [1] * 10), (11, 10, [2] + [1] * 9), (100, 10, [10] * 10), (5, 2, [3, 2]), (3, 0, [3])],
+)
+def test_hosts_are_dealt_in_order_into_at_most_parallel_processes(count, processes, sizes):
+    items = list(range(count))
+    dealt = compliance.groups(items, processes)
+    assert [len(g) for g in dealt] == sizes
+    assert [i for g in dealt for i in g] == items
+    assert compliance.groups([], 4) == []
+
+
+def _line(host, check, outcome="passed", message=""):
+    return json.dumps({"nodeid": f"x::{check}", "host": host, "check": check, "outcome": outcome, "message": message})
+
+
+def test_collator_reports_each_host_when_its_last_check_ends():
+    collator = compliance.Collator(["gpu-1", "gpu-2"])
+    assert collator.feed([_line("gpu-2", "rocm::a"), _line("gpu-1", "rocm::a", "failed", "no")]) == []
+    done = collator.feed([_line("gpu-2", "tuning::b"), json.dumps({"host": "gpu-2", "done": True})])
+    assert done == [("gpu-2", [CheckResult("gpu-2", "rocm::a", "passed"), CheckResult("gpu-2", "tuning::b", "passed")])]
+    assert collator.feed([_line("gpu-9", "rocm::a")]) == []  # a host not of this process is ignored
+    rest = collator.finish(None)
+    assert rest == [("gpu-1", [CheckResult("gpu-1", "rocm::a", "failed", "no")])]
+    assert collator.finish("late") == []  # each host once
+
+
+def test_collator_gives_hosts_cut_off_a_suite_error_and_leaves_finished_ones_alone():
+    collator = compliance.Collator(["gpu-1", "gpu-2", "gpu-3"])
+    collator.feed([_line("gpu-1", "rocm::a"), json.dumps({"host": "gpu-1", "done": True}), _line("gpu-2", "rocm::a")])
+    rest = dict(collator.finish("checks did not finish within 300 s per host (3 host(s))", 12.0))
+    assert set(rest) == {"gpu-2", "gpu-3"}
+    assert rest["gpu-2"][-1].check == rest["gpu-3"][-1].check == "host::suite"
+    assert rest["gpu-3"] == [CheckResult("gpu-3", "host::suite", "error", rest["gpu-3"][0].message, "", 12.0)]
+    assert compliance.exit_status(rest["gpu-2"]) == 1
+
+
+def test_a_check_without_a_host_counts_for_every_host_of_its_process():
+    collator = compliance.Collator(["gpu-1", "gpu-2"])
+    collator.feed([_line(None, "sample::ok")])
+    assert {h: [r.check for r in rs] for h, rs in collator.finish(None)} == {
+        "gpu-1": ["sample::ok"],
+        "gpu-2": ["sample::ok"],
+    }
+
+
+def test_each_host_runs_only_its_own_instances():
+    from rocmfleet.checks.conftest import instance_names, runs_here
+
+    per_host = {"gpu-1": ["a", "b"], "gpu-2": ["solo", "a"], "gpu-3": []}
+    assert instance_names(per_host) == ["a", "b", "solo"]
+    assert runs_here("gpu-1", "b", per_host) and runs_here("gpu-2", "a", per_host)
+    assert not runs_here("gpu-2", "b", per_host) and not runs_here("gpu-3", "a", per_host)
+    assert runs_here("gpu-3", None, per_host)  # a check not per instance runs on every host
+
+
+def test_each_hosts_last_check_is_found_in_run_order():
+    from rocmfleet.checks.report import last_items
+
+    assert last_items(["gpu-1", "gpu-2", None, "gpu-1", "gpu-2", "gpu-3"]) == {3: "gpu-1", 4: "gpu-2", 5: "gpu-3"}
+    assert last_items([None, None]) == {}
+
+
+def test_expectations_hold_each_hosts_data_and_no_secret(lab_data, tmp_path, monkeypatch):
+    from rocmfleet.checks import expect
+    from rocmfleet.connect import SshSettings
+    from rocmfleet.settings import host_config
+    from rocmfleet.vault import Secret
+
+    one = host_config({**lab_data, "vllm_secret_env": {"HF_TOKEN": Secret("hf_neverShown")}})
+    two = host_config({**lab_data, "vllm_instances": [{"name": "solo", "port": 9000, "gpus": [0]}]})
+    text = expect.expectations_json({"gpu-1": (SshSettings("10.0.0.1"), one), "gpu-2": (SshSettings("10.0.0.2"), two)})
+    assert "hf_neverShown" not in text
+    path = tmp_path / "expect.json"
+    path.write_text(text)
+    monkeypatch.setenv(expect.FILE_ENV, str(path))
+    for cache in (expect._load, expect._config):
+        cache.cache_clear()
+    try:
+        assert expect.host_names() == ["gpu-1", "gpu-2"]
+        assert [i.name for i in expect.instances_of("gpu-1")] == ["tiny-llama-a", "tiny-llama-b"]
+        assert [i.name for i in expect.instances_of("gpu-2")] == ["solo"]
+        assert expect.ssh_settings("gpu-2").hostname == "10.0.0.2"
+        assert expect.host_config("gpu-1").settings.vllm_secret_env["HF_TOKEN"].reveal() == ""
+        with pytest.raises(expect.ExpectationError, match="no expectations for host 'gpu-9'"):
+            expect.host_config("gpu-9")
+    finally:
+        for cache in (expect._load, expect._config):
+            cache.cache_clear()

@@ -197,7 +197,7 @@ from rocmfleet.errors import CannotCheck
 
 
 def test_sees_its_expectations(host):
-    config = expect.host_config()
+    config = expect.host_config(host)
     assert config.profile.name == "lab-tiny-llama"
     assert [i.name for i in config.instances()] == ["tiny-llama-a", "tiny-llama-b"]
     assert list(config.settings.vllm_secret_env) == ["HF_TOKEN"]
@@ -272,3 +272,89 @@ def test_stdin_reaches_the_command_and_its_end_is_sent(server):
         assert result.exit_status == 0 and result.stdout.split()[0] == str(len(payload.encode()))
         assert session.run("cat", timeout_s=10).stdout == ""  # no stdin given: it ends at once
     assert all(len(c) < 100 for c in server.commands)  # the data did not travel in the command
+
+
+#: Checks of several hosts in one process: the ``instance`` parameter and the per-host fixtures
+#: come from the packaged suite's conftest, as in rocmfleet/checks/.
+GROUP_CONFTEST = "from rocmfleet.checks.conftest import *  # noqa: F403\n"
+GROUP_CHECKS = """
+import os
+
+import pytest
+
+from rocmfleet.checks import expect
+
+
+def test_process(host):
+    pytest.skip(f"pid {os.getpid()}")
+
+
+def test_own_expectations(host, config):
+    wanted = {"root": ["tiny-llama-a", "tiny-llama-b"], "svc": ["solo"]}[expect.ssh_settings(host).user]
+    assert [i.name for i in config.instances()] == wanted
+
+
+def test_instance_belongs(host, config, instance):
+    assert instance in config.instances()
+
+
+def test_slow_on_the_first(host):
+    if host.backend.hostname.startswith("slow"):
+        host.run("sleep 5")
+
+
+def test_only_second_differs(host):
+    assert host.run("true").rc == 0
+    assert not host.backend.hostname.endswith("-2"), "the second host differs"
+"""
+
+
+def test_one_process_checks_several_hosts_each_with_its_own_data_and_deadline(tmp_path, lab_data):
+    from rocmfleet import compliance
+    from rocmfleet.fleet import Target
+    from rocmfleet.settings import host_config
+
+    server = _server(tmp_path)
+    (tmp_path / "conftest.py").write_text(GROUP_CONFTEST)
+    (tmp_path / "test_group.py").write_text(GROUP_CHECKS)
+    one = host_config(lab_data)
+    two = host_config({**lab_data, "vllm_instances": [{"name": "solo", "port": 9000, "gpus": [0]}]})
+    targets = [
+        Target("slow-" + "x" * 55, settings_for(server, user="root"), one),
+        Target("gpu-2", settings_for(server, user="svc"), two),
+    ]
+    finished = []
+    try:
+        results = compliance.run_group(
+            targets, [str(tmp_path / "test_group.py")], timeout_s=2, on_host=lambda h, r: finished.append(h)
+        )
+    finally:
+        server.close()
+    by_host = {t.name: {r.check: (r.outcome, r.message) for r in results if r.host == t.name} for t in targets}
+    pids = {checks["group::process"][1] for checks in by_host.values()}
+    assert len(pids) == 1, pids  # one pytest process for both hosts
+    slow, second = by_host[targets[0].name], by_host["gpu-2"]
+    assert slow["group::own_expectations"] == second["group::own_expectations"] == ("passed", "")
+    assert {c for c in slow if c.startswith("group::instance_belongs")} == {
+        "group::instance_belongs[tiny-llama-a]",
+        "group::instance_belongs[tiny-llama-b]",
+    }
+    assert {c for c in second if c.startswith("group::instance_belongs")} == {"group::instance_belongs[solo]"}
+    assert slow["group::slow_on_the_first"] == ("error", "cannot check: checks did not finish within 2 s")
+    assert slow["host::suite"] == ("error", "checks did not finish within 2 s")
+    assert slow["group::only_second_differs"][0] == "error"  # the budget is spent: no command, no pass
+    assert second["group::only_second_differs"] == ("failed", "the second host differs")
+    assert "host::suite" not in second and second["group::slow_on_the_first"] == ("passed", "")
+    assert sorted(finished) == sorted(t.name for t in targets)
+    assert set(server.users) == {"root", "svc"}  # each host over its own session, with its own settings
+    assert [r.host for r in results] == sorted([r.host for r in results], key=[t.name for t in targets].index)
+
+
+def test_a_session_sends_small_messages_at_once(server):
+    """TCP_NODELAY: a channel open is not held back for the peer's delayed ACK (40 ms a command)."""
+    import socket
+
+    with Session.open(settings_for(server)) as session:
+        sock = session.client.get_transport().sock
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == connect.USER_TIMEOUT_S * 1000
