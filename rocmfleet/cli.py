@@ -141,9 +141,10 @@ def _rollout(args: argparse.Namespace) -> int:
             return rolloutrun.RichProgress(total, console)
         return rolloutrun.LineProgress(lambda line: print(line, file=sys.stderr, flush=True))
 
-    if getattr(args, "image", None) and args.limit:
+    if (getattr(args, "image", None) or getattr(args, "bake", False)) and args.limit:
+        given = "--bake" if getattr(args, "bake", False) else "--image"
         print(
-            "rocmfleet: --image with --limit: --image rewrites the group data file that pins the image, for every "
+            f"rocmfleet: {given} with --limit: {given} rewrites the group data file that pins the image, for every "
             "host it applies to, so the hosts outside --limit would switch at their next plain deploy, with no "
             "canary, drain or gate; pin the new image in a group (or host) file of those hosts instead, then "
             "`rocmfleet rollout INVENTORY --limit ...` without --image",
@@ -226,6 +227,11 @@ def _cache_bake(args: argparse.Namespace) -> int:
         return 2
     if len(targets) != 1:
         print(f"rocmfleet: --host {args.host} matches {len(targets)} hosts; name one", file=sys.stderr)
+        return 2
+    from rocmfleet.fleetrollout import deploy_refusal
+
+    if refusal := deploy_refusal(args.inventory):  # the bake stops an instance: not under a rollout
+        print(f"rocmfleet: {refusal}", file=sys.stderr)
         return 2
     try:
         baked = cachebake.bake(targets[0], emit=lambda line: print(line, flush=True))
@@ -341,8 +347,13 @@ def main(argv: list[str] | None = None) -> int:
             name,
             help=what,
             epilog=f"exit status: 0 done; 1 a host failed ({failed}); 2 not started. Errors go to stderr. "
-            "--resume and --rollback run the recorded plan: not with --image, --canary, --max-unavailable, "
-            "--limit or --force",
+            + (
+                "--resume and --rollback run the recorded plan: not with --image, --canary, --max-unavailable, "
+                "--limit or --force"
+                if name == "rollout"
+                else "--resume runs the recorded plan (a failed host is restarted and gated again): not with "
+                "--canary, --max-unavailable, --limit or --force; --rollback is refused (a restart changes no image)"
+            ),
         )
         ro.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
         if name == "rollout":

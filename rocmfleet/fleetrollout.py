@@ -76,8 +76,8 @@ TIMED = ("pull", "drain", "restart", "readiness", "gate", "undrain")
 
 #: The state file's name inside ``<results dir>/<inventory name>/``.
 STATE_NAME = "rollout-state.json"
-#: Environment variable naming the results root (``rocmfleet rollout --results-dir``'s default and
-#: where the deploy's guard looks).
+#: Environment variable naming the results root (default: ``rollout-results/`` beside the
+#: inventory); the rollout and the deploy's guard both read it.
 RESULTS_ENV = "ROCMFLEET_ROLLOUT_RESULTS"
 DEFAULT_RESULTS = "rollout-results"
 #: Set by the runner for its own deploys: the rollout id the deploy belongs to.

@@ -76,12 +76,16 @@ def bake_and_roll(
     """
     from rocmfleet.cachebake import BakeError
     from rocmfleet.connect import CommandTimeout, ConnectError
+    from rocmfleet.fleetrollout import deploy_refusal
     from rocmfleet.rolloutrun import CommandError
 
     steps = steps or BakeSteps.real()
     if error is None:
         from rocmfleet.rolloutrun import to_stderr as error
     try:
+        # a recorded rollout refuses this one: say so before the bake stops the canary's instance
+        if refusal := deploy_refusal(inventory, rollout_options.get("results_dir")):
+            raise CommandError(refusal)
         if canary < 1:
             raise CommandError(f"--bake --canary {canary}: the bake runs on the canary; give --canary 1 or more")
         targets = steps.load(inventory, limit)
