@@ -66,6 +66,17 @@ def _limit(values: list[str] | None) -> list[str] | None:
     return [item for value in values or [] for item in value.split(",") if item] or None
 
 
+LIMIT_HELP = "host, glob or group (repeatable, or comma-separated)"
+
+
+def _limit_value(text: str) -> str:
+    """One ``--limit`` value; empty (``--limit ""``, ``--limit ,``: an unset shell variable) is an
+    error, never "every host"."""
+    if not any(item.strip() for item in text.split(",")):
+        raise argparse.ArgumentTypeError(f"{text!r} names no host: give a host, glob or group")
+    return text
+
+
 def _writable(path: str | None, option: str) -> None:
     """Refuse an output path whose directory does not exist, before the run rather than after it."""
     if path and not Path(path).resolve().parent.is_dir():
@@ -320,7 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     exits = "exit status: 0 all passed; 1 a check or host failed; 2 the run could not happen (bad inventory or options)"
     c = sub.add_parser("check", help="run the compliance checks against every host of an inventory", epilog=exits)
     c.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    c.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
+    c.add_argument(
+        "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
+    )
     c.add_argument("--select", type=lambda v: v.split(","), help="check modules, e.g. rocm,tuning (default: all)")
     c.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override data, as pyinfra's")
     c.add_argument("--timeout-s", type=_positive(float), default=300, help="deadline per host in seconds (default 300)")
@@ -332,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         "bench", help="run the smoke benchmark (vllm bench serve) on every host of an inventory", epilog=exits
     )
     b.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    b.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
+    b.add_argument(
+        "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
+    )
     b.add_argument("--results-dir", default="bench-results", help="results root (default ./bench-results)")
     b.add_argument(
         "--timeout-s", type=_positive(float), default=3600, help="deadline per host in seconds (default 3600)"
@@ -376,11 +391,15 @@ def main(argv: list[str] | None = None) -> int:
             if name == "rollout"
             else "refused: a restart changes no image (--resume finishes it)",
         )
-        ro.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
+        ro.add_argument(
+            "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
+        )
         ro.set_defaults(func=_rollout)
     st = sub.add_parser("status", help="per host and instance: unit state, image, ready, uptime, rollout step")
     st.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    st.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
+    st.add_argument(
+        "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
+    )
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
     st.set_defaults(func=_status)
     k = sub.add_parser("cache", help="compile caches baked into images")

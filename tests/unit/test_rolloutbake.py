@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import pytest
+
 from rocmfleet import fleetrollout as fr
 from rocmfleet.cachebake import BakeError
 from rocmfleet.rolloutbake import BakeSteps, bake_and_roll
@@ -188,3 +190,14 @@ def test_bake_with_limit_and_cache_bake_during_a_rollout_are_refused(tmp_path, m
     monkeypatch.setattr(cachebake, "bake", lambda *a, **kw: baked.append(a))
     assert cli.main(["cache", "bake", "inv.py", "--host", "lab-1"]) == 2
     assert "is recorded as running" in capsys.readouterr().err and not baked
+
+
+@pytest.mark.parametrize("command", ["check", "bench", "rollout", "restart", "status"])
+@pytest.mark.parametrize("limit", ["--limit=", "--limit=,", "--limit= , "])
+def test_an_empty_limit_is_refused_not_every_host(command, limit, capsys):
+    from rocmfleet import cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, "inv.py", limit])
+    assert exited.value.code == 2
+    assert "names no host" in capsys.readouterr().err
