@@ -25,11 +25,14 @@ time; :mod:`rocmfleet.rolloutrun` does the I/O. Nothing here talks to a host.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -326,12 +329,42 @@ def save_state(state: RolloutState, path: Path) -> None:
     """Write ``state`` atomically (a temporary file, fsync, rename): a reader sees the old or the new file."""
     state.updated = datetime.now(UTC).isoformat(timespec="seconds")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
-        out.write(state.model_dump_json(indent=2) + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")  # one per writer
+    try:
+        with open(fd, "w", encoding="utf-8") as out:
+            out.write(state.model_dump_json(indent=2) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def run_lock(path: Path) -> Iterator[None]:
+    """Hold the lock of the rollout state ``path`` (``<path>.lock``, ``flock``) for one process.
+
+    Two ``rocmfleet rollout``/``restart`` processes of one inventory (a ``--resume`` started twice,
+    a ``--rollback`` beside a running rollout) would both drive the same hosts and overwrite each
+    other's state. The kernel drops the lock when its process dies (SIGKILL included), so a
+    killed rollout never leaves it held; the rollout's deploys do not inherit it.
+
+    Raises:
+        RunLocked: another process holds it.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(path.name + ".lock")
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunLocked(f"another rollout or restart process holds {lock}: it is running now") from None
+        yield
+
+
+class RunLocked(Exception):
+    """Another process runs a rollout or restart of the same inventory (:func:`run_lock`)."""
 
 
 def _value(value: object) -> str:
