@@ -232,6 +232,8 @@ def _cache_bake(args: argparse.Namespace) -> int:
 
     try:
         _writable(args.write, "--write")
+        if args.write:  # the edit is tried before the bake, so a file it cannot edit stops nothing half-way
+            cachebake.group_data_with_image(_read_text(args.write), "r", "t", "sha256:" + "0" * 64, args.write)
         targets = load_fleet(args.inventory, [args.host])
     except (FleetError, ValueError) as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
@@ -253,10 +255,31 @@ def _cache_bake(args: argparse.Namespace) -> int:
     print(f"digest {baked.digest}  key {baked.key.short}  {baked.manifest.files} files, {baked.manifest.bytes} bytes")
     if args.write:
         path = Path(args.write)
-        old = path.read_text() if path.exists() else ""
-        path.write_text(cachebake.group_data_with_image(old, baked.repository, baked.tag, baked.digest))
+        try:
+            text = cachebake.group_data_with_image(
+                _read_text(args.write), baked.repository, baked.tag, baked.digest, args.write
+            )
+            path.write_text(text, encoding="utf-8")
+        except (OSError, ValueError) as exc:
+            print(
+                f"rocmfleet: pushed {baked.reference}, but --write {path} failed: {exc}; pin it by hand",
+                file=sys.stderr,
+            )
+            return 1
         print(f"{path}: vllm_image_repository, vllm_image_tag, vllm_image_digest set")
     return 0
+
+
+def _read_text(path: str) -> str:
+    """A group data file's text (``""`` when it does not exist yet).
+
+    Raises:
+        ValueError: it cannot be read or is not UTF-8, naming the file.
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8") if Path(path).exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read it as UTF-8 text: {exc}") from None
 
 
 def _encrypt_string(args: argparse.Namespace) -> int:
