@@ -419,12 +419,17 @@ def load_state(path: Path) -> RolloutState | None:
             file and lists every problem (:func:`state_problems`).
     """
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     except OSError as exc:  # a directory, no permission, a file where a directory belongs
-        raise ValueError(f"{path}: cannot read the rollout state: {exc.strerror or exc}") from None
-    state, problems = state_problems(text)
+        raise ValueError(f"{path}: cannot read the rollout state: {exc.strerror or exc}; nothing was done") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a rollout state file (not UTF-8: {exc}); nothing was done") from None
+    try:
+        state, problems = state_problems(text)
+    except RecursionError:  # JSON nested deeper than Python's stack ("[" * 100000)
+        state, problems = None, ["the JSON is nested too deeply to be a rollout state"]
     if state is None:
         listed = "".join(f"\n  - {p}" for p in problems)
         raise ValueError(

@@ -307,7 +307,8 @@ class Runner:
                     after, errors = self.steps.bench(host, "after-again")
                     outcome = gate_decision(None, [], before, after, errors, self.steps.thresholds(host))
                     if not outcome.passed:
-                        outcome.reasons.insert(0, f"slower twice; first run: {first}")
+                        again = "slower twice" if outcome.regression_only else "slower, then the second run failed"
+                        outcome.reasons.insert(0, f"{again}; first run: {first}")
                 self._time(host, "gate", time.monotonic() - started)
                 self._set(host, None, bench=bench_numbers(before, after))
                 if not outcome.passed:

@@ -393,3 +393,13 @@ def test_one_rollout_process_per_inventory_and_each_writer_its_own_temp_file(tmp
         fr.save_state(_state(), path)
     assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
     assert fr.load_state(path).id == _state().id
+
+
+def test_a_state_file_nested_too_deep_or_not_utf8_is_one_clear_error(tmp_path):
+    path = fr.state_path(tmp_path, "inventories/prod.py")
+    path.parent.mkdir(parents=True)
+    for content, words in ((b"[" * 100000, "nested too deeply"), (b"\xff\xfe{", "not UTF-8")):
+        path.write_bytes(content)
+        with pytest.raises(ValueError, match=words) as raised:
+            fr.load_state(path)
+        assert str(path) in str(raised.value) and "nothing was done" in str(raised.value)
