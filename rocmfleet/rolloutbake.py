@@ -76,7 +76,7 @@ def bake_and_roll(
     """
     from rocmfleet.cachebake import BakeError
     from rocmfleet.connect import CommandTimeout, ConnectError
-    from rocmfleet.fleetrollout import deploy_refusal
+    from rocmfleet.fleetrollout import deploy_refusal, parse_max_unavailable
     from rocmfleet.rolloutrun import CommandError
 
     steps = steps or BakeSteps.real()
@@ -91,6 +91,8 @@ def bake_and_roll(
         targets = steps.load(inventory, limit)
         if not targets:
             raise CommandError(f"no hosts in {inventory}" + (f" for --limit {','.join(limit)}" if limit else ""))
+        if rollout_options.get("max_unavailable") is not None:  # the rollout's own check, before the bake
+            parse_max_unavailable(rollout_options["max_unavailable"], len(targets))
         host = next(iter(targets))
         target = targets[host]
         if image is not None:

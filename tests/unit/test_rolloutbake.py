@@ -201,3 +201,11 @@ def test_an_empty_limit_is_refused_not_every_host(command, limit, capsys):
         cli.main([command, "inv.py", limit])
     assert exited.value.code == 2
     assert "names no host" in capsys.readouterr().err
+
+
+def test_a_bad_max_unavailable_is_refused_before_the_bake():
+    calls, lines = [], []
+    steps = _steps(calls)
+    assert bake_and_roll("inv.py", None, emit=lines.append, error=lines.append, steps=steps, max_unavailable="0") == 2
+    assert "--max-unavailable 0" in lines[-1]
+    assert not [c for c in calls if c[0] in ("bake", "rollout")]
