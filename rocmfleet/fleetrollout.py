@@ -221,7 +221,9 @@ class RolloutState(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str
+    #: The run id (:func:`rocmfleet.bench.new_run_id`, ``YYYYMMDDTHHMMSSZ``): a directory name under
+    #: the results root, so never a path (``/``, ``..``) or empty.
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     kind: Literal["rollout", "restart"] = "rollout"
     inventory: str
     status: Status = "running"

@@ -403,3 +403,14 @@ def test_a_state_file_nested_too_deep_or_not_utf8_is_one_clear_error(tmp_path):
         with pytest.raises(ValueError, match=words) as raised:
             fr.load_state(path)
         assert str(path) in str(raised.value) and "nothing was done" in str(raised.value)
+
+
+@pytest.mark.parametrize("run_id", ["", "../../etc", "/tmp/x", ".hidden", "a/b"])
+def test_a_state_whose_id_is_a_path_is_refused(tmp_path, run_id):
+    path = fr.state_path(tmp_path, "inventories/prod.py")
+    path.parent.mkdir(parents=True)
+    data = json.loads(_state().model_dump_json())
+    data["id"] = run_id
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="id"):
+        fr.load_state(path)
