@@ -2,8 +2,8 @@
 # The issue-15 lab measurement, end to end, on one lab host (default lab-3), from the repository root:
 #   base image cold (caches emptied before each start) x RUNS, bake, deploy the baked image,
 #   baked x RUNS, put the host back on the base image, print the table.
-# Run it while holding the lab (after a /work/labrun, which brings the lab up and converges it):
-#   flock /work/lab.lock bash -c 'cd WORKTREE && ROCMFLEET_LAB_REUSE=1 bench/cache_bake_lab.sh lab-3 5'
+# Run it on a converged lab that nothing else uses meanwhile (the timings are the lab's 2 cores):
+#   ./dev lab && bench/cache_bake_lab.sh lab-3 5
 # Results: bench/results/cache_bake_{cold,baked}.json, the bake's output and the table beside them.
 set -euo pipefail
 

@@ -22,7 +22,6 @@ Everything but :func:`bake` is pure and unit-tested.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Callable
@@ -328,20 +327,16 @@ def bake(target, emit: Callable[[str], None] = print, ready_timeout_s: int | Non
         return Baked(repository, tag, digest, key, found)
 
 
-def group_data_with_image(text: str, repository: str, tag: str, digest: str) -> str:
-    """``text`` (a ``group_vars`` YAML file) with ``vllm_image_repository``/``_tag``/``_digest`` set.
+def group_data_with_image(text: str, repository: str, tag: str, digest: str, source: str = "<text>") -> str:
+    """``text`` (a ``group_vars`` YAML file) with ``vllm_image_repository``/``_tag``/``_digest`` set,
+    by the same edit ``rocmfleet rollout --image`` makes (:func:`rocmfleet.groupdata_edit.set_keys`):
+    existing top-level keys replaced in place (comments and the rest kept), missing ones appended.
 
-    Existing top-level keys are replaced in place (comments and the rest of the file are kept);
-    missing ones are appended.
+    Raises:
+        rocmfleet.groupdata_edit.EditError: not YAML, a key given twice, or a value this edit
+            cannot rewrite safely (a block scalar, a value on the next line, an anchor...).
     """
+    from rocmfleet.groupdata_edit import set_keys
+
     values = {"vllm_image_repository": repository, "vllm_image_tag": tag, "vllm_image_digest": digest}
-    lines = text.splitlines()
-    for name, value in values.items():
-        line = f"{name}: {json.dumps(value)}"
-        for index, old in enumerate(lines):
-            if re.match(rf"^{name}\s*:", old):
-                lines[index] = line
-                break
-        else:
-            lines.append(line)
-    return "\n".join(lines) + "\n"
+    return set_keys(text, values, source)

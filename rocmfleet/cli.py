@@ -66,6 +66,17 @@ def _limit(values: list[str] | None) -> list[str] | None:
     return [item for value in values or [] for item in value.split(",") if item] or None
 
 
+LIMIT_HELP = "host, glob or group (repeatable, or comma-separated)"
+
+
+def _limit_value(text: str) -> str:
+    """One ``--limit`` value; empty (``--limit ""``, ``--limit ,``: an unset shell variable) is an
+    error, never "every host"."""
+    if not any(item.strip() for item in text.split(",")):
+        raise argparse.ArgumentTypeError(f"{text!r} names no host: give a host, glob or group")
+    return text
+
+
 def _writable(path: str | None, option: str) -> None:
     """Refuse an output path whose directory does not exist, before the run rather than after it."""
     if path and not Path(path).resolve().parent.is_dir():
@@ -141,9 +152,10 @@ def _rollout(args: argparse.Namespace) -> int:
             return rolloutrun.RichProgress(total, console)
         return rolloutrun.LineProgress(lambda line: print(line, file=sys.stderr, flush=True))
 
-    if getattr(args, "image", None) and args.limit:
+    if (getattr(args, "image", None) or getattr(args, "bake", False)) and args.limit:
+        given = "--bake" if getattr(args, "bake", False) else "--image"
         print(
-            "rocmfleet: --image with --limit: --image rewrites the group data file that pins the image, for every "
+            f"rocmfleet: {given} with --limit: {given} rewrites the group data file that pins the image, for every "
             "host it applies to, so the hosts outside --limit would switch at their next plain deploy, with no "
             "canary, drain or gate; pin the new image in a group (or host) file of those hosts instead, then "
             "`rocmfleet rollout INVENTORY --limit ...` without --image",
@@ -220,12 +232,19 @@ def _cache_bake(args: argparse.Namespace) -> int:
 
     try:
         _writable(args.write, "--write")
+        if args.write:  # the edit is tried before the bake, so a file it cannot edit stops nothing half-way
+            cachebake.group_data_with_image(_read_text(args.write), "r", "t", "sha256:" + "0" * 64, args.write)
         targets = load_fleet(args.inventory, [args.host])
     except (FleetError, ValueError) as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
     if len(targets) != 1:
         print(f"rocmfleet: --host {args.host} matches {len(targets)} hosts; name one", file=sys.stderr)
+        return 2
+    from rocmfleet.fleetrollout import deploy_refusal
+
+    if refusal := deploy_refusal(args.inventory):  # the bake stops an instance: not under a rollout
+        print(f"rocmfleet: {refusal}", file=sys.stderr)
         return 2
     try:
         baked = cachebake.bake(targets[0], emit=lambda line: print(line, flush=True))
@@ -236,10 +255,31 @@ def _cache_bake(args: argparse.Namespace) -> int:
     print(f"digest {baked.digest}  key {baked.key.short}  {baked.manifest.files} files, {baked.manifest.bytes} bytes")
     if args.write:
         path = Path(args.write)
-        old = path.read_text() if path.exists() else ""
-        path.write_text(cachebake.group_data_with_image(old, baked.repository, baked.tag, baked.digest))
+        try:
+            text = cachebake.group_data_with_image(
+                _read_text(args.write), baked.repository, baked.tag, baked.digest, args.write
+            )
+            path.write_text(text, encoding="utf-8")
+        except (OSError, ValueError) as exc:
+            print(
+                f"rocmfleet: pushed {baked.reference}, but --write {path} failed: {exc}; pin it by hand",
+                file=sys.stderr,
+            )
+            return 1
         print(f"{path}: vllm_image_repository, vllm_image_tag, vllm_image_digest set")
     return 0
+
+
+def _read_text(path: str) -> str:
+    """A group data file's text (``""`` when it does not exist yet).
+
+    Raises:
+        ValueError: it cannot be read or is not UTF-8, naming the file.
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8") if Path(path).exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read it as UTF-8 text: {exc}") from None
 
 
 def _encrypt_string(args: argparse.Namespace) -> int:
@@ -314,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     exits = "exit status: 0 all passed; 1 a check or host failed; 2 the run could not happen (bad inventory or options)"
     c = sub.add_parser("check", help="run the compliance checks against every host of an inventory", epilog=exits)
     c.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    c.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
+    c.add_argument(
+        "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
+    )
     c.add_argument("--select", type=lambda v: v.split(","), help="check modules, e.g. rocm,tuning (default: all)")
     c.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override data, as pyinfra's")
     c.add_argument(
@@ -336,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         "bench", help="run the smoke benchmark (vllm bench serve) on every host of an inventory", epilog=exits
     )
     b.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    b.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
+    b.add_argument(
+        "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
+    )
     b.add_argument("--results-dir", default="bench-results", help="results root (default ./bench-results)")
     b.add_argument(
         "--timeout-s", type=_positive(float), default=3600, help="deadline per host in seconds (default 3600)"
@@ -351,8 +395,13 @@ def main(argv: list[str] | None = None) -> int:
             name,
             help=what,
             epilog=f"exit status: 0 done; 1 a host failed ({failed}); 2 not started. Errors go to stderr. "
-            "--resume and --rollback run the recorded plan: not with --image, --canary, --max-unavailable, "
-            "--limit or --force",
+            + (
+                "--resume and --rollback run the recorded plan: not with --image, --canary, --max-unavailable, "
+                "--limit or --force"
+                if name == "rollout"
+                else "--resume runs the recorded plan (a failed host is restarted and gated again): not with "
+                "--canary, --max-unavailable, --limit or --force; --rollback is refused (a restart changes no image)"
+            ),
         )
         ro.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
         if name == "rollout":
@@ -375,11 +424,15 @@ def main(argv: list[str] | None = None) -> int:
             if name == "rollout"
             else "refused: a restart changes no image (--resume finishes it)",
         )
-        ro.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
+        ro.add_argument(
+            "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
+        )
         ro.set_defaults(func=_rollout)
     st = sub.add_parser("status", help="per host and instance: unit state, image, ready, uptime, rollout step")
     st.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    st.add_argument("--limit", action="append", help="host, glob or group (repeatable, or comma-separated)")
+    st.add_argument(
+        "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
+    )
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
     st.set_defaults(func=_status)
     k = sub.add_parser("cache", help="compile caches baked into images")

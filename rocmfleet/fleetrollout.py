@@ -25,11 +25,14 @@ time; :mod:`rocmfleet.rolloutrun` does the I/O. Nothing here talks to a host.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -76,8 +79,8 @@ TIMED = ("pull", "drain", "restart", "readiness", "gate", "undrain")
 
 #: The state file's name inside ``<results dir>/<inventory name>/``.
 STATE_NAME = "rollout-state.json"
-#: Environment variable naming the results root (``rocmfleet rollout --results-dir``'s default and
-#: where the deploy's guard looks).
+#: Environment variable naming the results root (default: ``rollout-results/`` beside the
+#: inventory); the rollout and the deploy's guard both read it.
 RESULTS_ENV = "ROCMFLEET_ROLLOUT_RESULTS"
 DEFAULT_RESULTS = "rollout-results"
 #: Set by the runner for its own deploys: the rollout id the deploy belongs to.
@@ -218,7 +221,9 @@ class RolloutState(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str
+    #: The run id (:func:`rocmfleet.bench.new_run_id`, ``YYYYMMDDTHHMMSSZ``): a directory name under
+    #: the results root, so never a path (``/``, ``..``) or empty.
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     kind: Literal["rollout", "restart"] = "rollout"
     inventory: str
     status: Status = "running"
@@ -326,12 +331,42 @@ def save_state(state: RolloutState, path: Path) -> None:
     """Write ``state`` atomically (a temporary file, fsync, rename): a reader sees the old or the new file."""
     state.updated = datetime.now(UTC).isoformat(timespec="seconds")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
-        out.write(state.model_dump_json(indent=2) + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")  # one per writer
+    try:
+        with open(fd, "w", encoding="utf-8") as out:
+            out.write(state.model_dump_json(indent=2) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def run_lock(path: Path) -> Iterator[None]:
+    """Hold the lock of the rollout state ``path`` (``<path>.lock``, ``flock``) for one process.
+
+    Two ``rocmfleet rollout``/``restart`` processes of one inventory (a ``--resume`` started twice,
+    a ``--rollback`` beside a running rollout) would both drive the same hosts and overwrite each
+    other's state. The kernel drops the lock when its process dies (SIGKILL included), so a
+    killed rollout never leaves it held; the rollout's deploys do not inherit it.
+
+    Raises:
+        RunLocked: another process holds it.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(path.name + ".lock")
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunLocked(f"another rollout or restart process holds {lock}: it is running now") from None
+        yield
+
+
+class RunLocked(Exception):
+    """Another process runs a rollout or restart of the same inventory (:func:`run_lock`)."""
 
 
 def _value(value: object) -> str:
@@ -386,12 +421,17 @@ def load_state(path: Path) -> RolloutState | None:
             file and lists every problem (:func:`state_problems`).
     """
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     except OSError as exc:  # a directory, no permission, a file where a directory belongs
-        raise ValueError(f"{path}: cannot read the rollout state: {exc.strerror or exc}") from None
-    state, problems = state_problems(text)
+        raise ValueError(f"{path}: cannot read the rollout state: {exc.strerror or exc}; nothing was done") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a rollout state file (not UTF-8: {exc}); nothing was done") from None
+    try:
+        state, problems = state_problems(text)
+    except RecursionError:  # JSON nested deeper than Python's stack ("[" * 100000)
+        state, problems = None, ["the JSON is nested too deeply to be a rollout state"]
     if state is None:
         listed = "".join(f"\n  - {p}" for p in problems)
         raise ValueError(

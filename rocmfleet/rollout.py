@@ -406,7 +406,7 @@ class WaitCommand:
     """What :func:`wait_or_roll_back_script` gives: shell to run on the host and what to send on its stdin.
 
     Attributes:
-        command: ``sh -c '<vllm-wait.sh>' vllm-wait.sh TIMEOUT_S ... PROBE WARMUP``; its size does
+        command: ``sh -c '<vllm-wait.sh>' vllm-wait.sh TIMEOUT_S ... PROBE WARMUP COUNT``; its size does
             not grow with the number of instances.
         stdin: the targets, one ``target NAME UNIT ...`` line each (words shell-quoted); pyinfra
             sends it with ``StringCommand(command, _stdin=stdin)``, :mod:`rocmfleet.connect` with
@@ -457,4 +457,5 @@ def wait_or_roll_back_script(
         words += [t.roll_back_to or "", t.files.directory, t.files.live["unit"], t.files.live["env"]]
         words.append(t.files.live["secrets"])
         lines.append(shlex.join(["target", *(str(w) for w in words)]) + "\n")
+    args.append(len(lines))  # the script refuses a stdin with fewer targets (cut short, empty)
     return WaitCommand(command=scripts.command("vllm-wait.sh", *args), stdin="".join(lines))

@@ -76,17 +76,23 @@ def bake_and_roll(
     """
     from rocmfleet.cachebake import BakeError
     from rocmfleet.connect import CommandTimeout, ConnectError
+    from rocmfleet.fleetrollout import deploy_refusal, parse_max_unavailable
     from rocmfleet.rolloutrun import CommandError
 
     steps = steps or BakeSteps.real()
     if error is None:
         from rocmfleet.rolloutrun import to_stderr as error
     try:
+        # a recorded rollout refuses this one: say so before the bake stops the canary's instance
+        if refusal := deploy_refusal(inventory, rollout_options.get("results_dir")):
+            raise CommandError(refusal)
         if canary < 1:
             raise CommandError(f"--bake --canary {canary}: the bake runs on the canary; give --canary 1 or more")
         targets = steps.load(inventory, limit)
         if not targets:
             raise CommandError(f"no hosts in {inventory}" + (f" for --limit {','.join(limit)}" if limit else ""))
+        if rollout_options.get("max_unavailable") is not None:  # the rollout's own check, before the bake
+            parse_max_unavailable(rollout_options["max_unavailable"], len(targets))
         host = next(iter(targets))
         target = targets[host]
         if image is not None:

@@ -307,7 +307,8 @@ class Runner:
                     after, errors = self.steps.bench(host, "after-again")
                     outcome = gate_decision(None, [], before, after, errors, self.steps.thresholds(host))
                     if not outcome.passed:
-                        outcome.reasons.insert(0, f"slower twice; first run: {first}")
+                        again = "slower twice" if outcome.regression_only else "slower, then the second run failed"
+                        outcome.reasons.insert(0, f"{again}; first run: {first}")
                 self._time(host, "gate", time.monotonic() - started)
                 self._set(host, None, bench=bench_numbers(before, after))
                 if not outcome.passed:
@@ -954,6 +955,24 @@ def run_rollout(
     from rocmfleet import fleetrollout as fr
 
     say_error = error or to_stderr
+    path = fr.state_path(fr.results_root(results_dir, inventory), inventory)
+    try:
+        with fr.run_lock(path):
+            return _run_rollout(
+                inventory, kind, image, canary, max_unavailable, force, resume, rollback, limit, results_dir,
+                emit, progress_factory, say_error,
+            )  # fmt: skip
+    except fr.RunLocked as exc:
+        say_error(f"rocmfleet: {exc}; nothing was done")
+        return 2
+
+
+def _run_rollout(
+    inventory, kind, image, canary, max_unavailable, force, resume, rollback, limit, results_dir, emit,
+    progress_factory, say_error,
+) -> int:  # fmt: skip
+    from rocmfleet import fleetrollout as fr
+
     root = fr.results_root(results_dir, inventory)
     path = fr.state_path(root, inventory)
     try:

@@ -1,8 +1,10 @@
 #!/bin/sh
 # rocmfleet: wait until vLLM instances are ready; roll back each one that is not by the deadline.
 #
-#   vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S INTERVAL_S LOG_LINES PROBE WARMUP <TARGETS
+#   vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S INTERVAL_S LOG_LINES PROBE WARMUP COUNT <TARGETS
 #
+# COUNT is how many targets stdin holds: fewer (an empty or cut-short stdin, a line that is not
+# a target) is an error (exit 2), never "all of them are ready".
 # PROBE and WARMUP are the texts of vllm-probe.sh and vllm-warmup.sh, carried once: they are
 # written to a directory of this run, $RF_SCRIPTS, and READY and BACK_READY call them from there
 # (`sh "$RF_SCRIPTS"/vllm-probe.sh ready ...`).
@@ -34,14 +36,14 @@
 set -u
 
 usage() {
-    echo "usage: vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S INTERVAL_S LOG_LINES PROBE WARMUP <TARGETS" \
+    echo "usage: vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S INTERVAL_S LOG_LINES PROBE WARMUP COUNT <TARGETS" \
         "(stdin: lines 'target NAME UNIT CONTAINER PORT IMAGE READY BACK_READY ROLL_BACK_TO SAVED" \
         "UNIT_PATH ENV_PATH SECRETS_PATH', shell-quoted)" >&2
     exit 2
 }
 
-[ $# -eq 6 ] || usage
-timeout_s=$1 rollback_timeout_s=$2 interval_s=$3 log_lines=$4 probe_text=$5 warmup_text=$6
+[ $# -eq 7 ] || usage
+timeout_s=$1 rollback_timeout_s=$2 interval_s=$3 log_lines=$4 probe_text=$5 warmup_text=$6 count=$7
 
 said=$(mktemp -d) || exit 1
 trap 'rm -rf "$said"' EXIT
@@ -69,6 +71,10 @@ target() {
 }
 # shellcheck source=/dev/null # the targets, written by rocmfleet/rollout.py
 . "$said/targets"
+if [ "$n" != "$count" ]; then
+    echo "vllm-wait.sh: $n target(s) on stdin, $count expected: not waiting on a partial list" >&2
+    exit 2
+fi
 
 # get I FIELD: the value of target I's FIELD.
 get() {

@@ -390,3 +390,23 @@ def test_warmup_script_sends_exact_token_counts(tmp_path):
     (bin_dir / "curl").write_text("#!/bin/sh\necho 503\n")
     failed = subprocess.run(["sh", script, "8000", '"m"', "1:1:1:2"], env=env, capture_output=True, text=True)
     assert failed.returncode == 1 and "2 failed" in failed.stdout
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "vllm_image_tag:\n  old\n",  # a value on the next line
+        "vllm_image_tag: >-\n  old\n",  # a block scalar
+        "vllm_image_tag: a\nvllm_image_tag: b\n",  # given twice
+        "a: [1\n",  # not YAML
+    ],
+)
+def test_cache_bake_write_refuses_a_file_it_cannot_edit_before_the_bake(tmp_path, monkeypatch, capsys, text):
+    from rocmfleet import cli, fleet
+
+    target = tmp_path / "lab.yml"
+    target.write_text(text)
+    monkeypatch.setattr(fleet, "load_fleet", lambda *a: pytest.fail("loaded the fleet: the bake would have run"))
+    assert cli.main(["cache", "bake", "inv.py", "--host", "h", "--write", str(target)]) == 2
+    assert str(target) in capsys.readouterr().err
+    assert target.read_text() == text

@@ -364,3 +364,53 @@ def test_a_corrupt_state_file_stops_a_deploy_with_every_problem(tmp_path):
     why = fr.deploy_refusal("inventories/prod.py", tmp_path)
     assert why.startswith(f"{path}: not a usable rollout state file (4 problem(s))")
     assert why.endswith("\nFix the file, or remove it, before deploying")
+
+
+def test_one_rollout_process_per_inventory_and_each_writer_its_own_temp_file(tmp_path):
+    import subprocess
+    import sys
+
+    from rocmfleet import rolloutrun
+
+    path = fr.state_path(tmp_path, "inventories/prod.py")
+    held = subprocess.Popen(  # another process holds the lock, as a running rollout does
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from rocmfleet import fleetrollout as fr\n"
+         "with fr.run_lock(Path(sys.argv[1])):\n print('held', flush=True); time.sleep(60)", str(path)],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    try:
+        assert held.stdout.readline().strip() == "held"
+        errors: list[str] = []
+        code = rolloutrun.run_rollout(
+            "inventories/prod.py", resume=True, results_dir=str(tmp_path), emit=print, error=errors.append
+        )
+        assert code == 2 and "another rollout or restart process holds" in errors[0], errors
+        assert "nothing was done" in errors[0]
+    finally:
+        held.kill()
+        held.wait()
+    with fr.run_lock(path):  # the kernel dropped the killed holder's lock
+        fr.save_state(_state(), path)
+    assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
+    assert fr.load_state(path).id == _state().id
+
+
+def test_a_state_file_nested_too_deep_or_not_utf8_is_one_clear_error(tmp_path):
+    path = fr.state_path(tmp_path, "inventories/prod.py")
+    path.parent.mkdir(parents=True)
+    for content, words in ((b"[" * 100000, "nested too deeply"), (b"\xff\xfe{", "not UTF-8")):
+        path.write_bytes(content)
+        with pytest.raises(ValueError, match=words) as raised:
+            fr.load_state(path)
+        assert str(path) in str(raised.value) and "nothing was done" in str(raised.value)
+
+
+@pytest.mark.parametrize("run_id", ["", "../../etc", "/tmp/x", ".hidden", "a/b"])
+def test_a_state_whose_id_is_a_path_is_refused(tmp_path, run_id):
+    path = fr.state_path(tmp_path, "inventories/prod.py")
+    path.parent.mkdir(parents=True)
+    data = json.loads(_state().model_dump_json())
+    data["id"] = run_id
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="id"):
+        fr.load_state(path)

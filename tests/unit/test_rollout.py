@@ -718,7 +718,8 @@ def test_the_wait_command_stays_small_for_many_instances(tmp_path, lab_config, c
     wait = rollout.wait_or_roll_back_script(targets(count), 1800, 1800)
     one = rollout.wait_or_roll_back_script(targets(1), 1800, 1800)
     assert len(shlex.quote(wait.command).encode()) < 128 * 1024 - 4096
-    assert wait.command == one.command  # the command does not grow with the instances
+    # the command does not grow with the instances: only the count at its end differs
+    assert wait.command.removesuffix(f" {count}") == one.command.removesuffix(" 1")
     assert len(wait.stdin.splitlines()) >= count and wait.stdin.count("\ntarget ") == count - 1
     marker = next(line for line in scripts.text("vllm-probe.sh").splitlines() if len(line) > 40 and "'" not in line)
     assert wait.command.count(marker) == 1  # the probe's text once, not per target
@@ -741,6 +742,20 @@ def test_many_targets_with_warm_ups_are_all_waited_for_from_stdin(host, tmp_path
     result = host(wait)
     assert result.returncode == 0, result.stderr[-2000:]
     assert sorted(calls(host)) == sorted(f"warmed i{i}" for i in range(64))
+
+
+@pytest.mark.parametrize("cut", ["empty", "one line lost", "not a target"])
+def test_a_stdin_with_fewer_targets_than_counted_fails_never_passes(host, tmp_path, cut):
+    targets = [target(instance_files(tmp_path, name), name, port, None) for name, port in (("a", 8000), ("b", 8001))]
+    for port in (8000, 8001):
+        (host.state / f"ready-{port}").touch()
+    wait = rollout.wait_or_roll_back_script(targets, 1, 1, 1)
+    first = wait.stdin.splitlines(keepends=True)[0]
+    stdin = {"empty": "", "one line lost": first, "not a target": first + "tarjet a b\n"}[cut]
+    result = host(rollout.WaitCommand(wait.command, stdin))
+    assert result.returncode == 2, result.stderr
+    assert "target(s) on stdin, 2 expected" in result.stderr
+    assert host(wait).returncode == 0  # the whole list: both ready
 
 
 def test_a_target_line_with_a_missing_word_says_how_to_call_the_wait(host, tmp_path):

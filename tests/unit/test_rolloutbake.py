@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import pytest
+
 from rocmfleet import fleetrollout as fr
 from rocmfleet.cachebake import BakeError
 from rocmfleet.rolloutbake import BakeSteps, bake_and_roll
@@ -158,3 +160,52 @@ def test_the_cli_flag_calls_bake_and_roll_with_the_rollout_options(monkeypatch, 
     assert options["max_unavailable"] == "3" and options["force"] is False
     assert cli.main(["rollout", "inv.py", "--bake", "--resume"]) == 2
     assert "--bake starts a new rollout" in capsys.readouterr().err
+
+
+def test_a_recorded_rollout_refuses_the_bake_before_it_stops_the_canary(tmp_path, monkeypatch):
+    from rocmfleet import fleetrollout as fr
+    from tests.unit.test_fleetrollout import _state
+
+    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
+    fr.save_state(_state(), fr.state_path(tmp_path, "inv.py"))
+    calls, lines = [], []
+    steps = _steps(calls)
+    assert bake_and_roll("inv.py", None, emit=lines.append, error=lines.append, steps=steps, results_dir=tmp_path) == 2
+    assert "is recorded as running" in lines[-1] and "--resume" in lines[-1]
+    assert not [c for c in calls if c[0] in ("bake", "rollout")]
+
+
+def test_bake_with_limit_and_cache_bake_during_a_rollout_are_refused(tmp_path, monkeypatch, capsys):
+    from rocmfleet import cachebake, cli, fleet
+    from rocmfleet import fleetrollout as fr
+    from tests.unit.test_fleetrollout import _state
+
+    assert cli.main(["rollout", "inv.py", "--bake", "--limit", "lab-1"]) == 2
+    assert "--bake with --limit" in capsys.readouterr().err
+    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
+    monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path))
+    fr.save_state(_state(), fr.state_path(tmp_path, "inv.py"))
+    monkeypatch.setattr(fleet, "load_fleet", lambda inventory, limit: ["lab-1"])
+    baked = []
+    monkeypatch.setattr(cachebake, "bake", lambda *a, **kw: baked.append(a))
+    assert cli.main(["cache", "bake", "inv.py", "--host", "lab-1"]) == 2
+    assert "is recorded as running" in capsys.readouterr().err and not baked
+
+
+@pytest.mark.parametrize("command", ["check", "bench", "rollout", "restart", "status"])
+@pytest.mark.parametrize("limit", ["--limit=", "--limit=,", "--limit= , "])
+def test_an_empty_limit_is_refused_not_every_host(command, limit, capsys):
+    from rocmfleet import cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, "inv.py", limit])
+    assert exited.value.code == 2
+    assert "names no host" in capsys.readouterr().err
+
+
+def test_a_bad_max_unavailable_is_refused_before_the_bake():
+    calls, lines = [], []
+    steps = _steps(calls)
+    assert bake_and_roll("inv.py", None, emit=lines.append, error=lines.append, steps=steps, max_unavailable="0") == 2
+    assert "--max-unavailable 0" in lines[-1]
+    assert not [c for c in calls if c[0] in ("bake", "rollout")]

@@ -529,6 +529,7 @@ class BenchingSteps(FakeSteps):
         data = json.loads(BENCH_EXAMPLE.read_text())
         data["output_throughput"] = self.throughput.get(label, self.throughput.get("after"))  # after-again: as after
         data["failed"] = getattr(self, "failed", 0) if label != "before" else 0
+        data["failed"] = getattr(self, "failed_in", {}).get(label, data["failed"])
         path = self.directory / f"{host}-{label}.json"
         path.write_text(json.dumps(data))
         return {"case": load_result(path)}, []
@@ -548,6 +549,12 @@ def test_a_regression_is_run_again_and_fails_the_gate_only_when_it_repeats(tmp_p
     error = fr.load_state(path).hosts["h1"].error
     assert error.startswith("benchmark gate failed: slower twice; first run: case: output_throughput: 100")
     assert "110.00 tok/s" in error
+    then_failing = BenchingSteps(tmp_path, {"before": 1000.0, "after": 100.0, "after-again": 1000.0})
+    then_failing.failed_in = {"after-again": 3}
+    runner, path = _runner(tmp_path, _plan(["h1"]), then_failing)
+    assert runner.run() == 1
+    error = fr.load_state(path).hosts["h1"].error
+    assert "slower, then the second run failed" in error and "failed: 3 requests" in error
     failing = BenchingSteps(tmp_path, {"before": 1000.0, "after": 1000.0})
     failing.failed = 2  # a failed request is not run again
     runner, path = _runner(tmp_path, _plan(["h1"]), failing)
