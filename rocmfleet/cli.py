@@ -354,9 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     exits = "exit status: 0 all passed; 1 a check or host failed; 2 the run could not happen (bad inventory or options)"
     c = sub.add_parser("check", help="run the compliance checks against every host of an inventory", epilog=exits)
     c.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    c.add_argument(
-        "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
-    )
+    c.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
     c.add_argument("--select", type=lambda v: v.split(","), help="check modules, e.g. rocm,tuning (default: all)")
     c.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override data, as pyinfra's")
     c.add_argument(
@@ -378,9 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench", help="run the smoke benchmark (vllm bench serve) on every host of an inventory", epilog=exits
     )
     b.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    b.add_argument(
-        "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
-    )
+    b.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
     b.add_argument("--results-dir", default="bench-results", help="results root (default ./bench-results)")
     b.add_argument(
         "--timeout-s", type=_positive(float), default=3600, help="deadline per host in seconds (default 3600)"
@@ -424,15 +420,11 @@ def main(argv: list[str] | None = None) -> int:
             if name == "rollout"
             else "refused: a restart changes no image (--resume finishes it)",
         )
-        ro.add_argument(
-            "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
-        )
+        ro.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
         ro.set_defaults(func=_rollout)
     st = sub.add_parser("status", help="per host and instance: unit state, image, ready, uptime, rollout step")
     st.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    st.add_argument(
-        "--limit", action="append", type=_limit_value, help="host, glob or group (repeatable, or comma-separated)"
-    )
+    st.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
     st.set_defaults(func=_status)
     k = sub.add_parser("cache", help="compile caches baked into images")

@@ -955,11 +955,12 @@ def run_rollout(
     from rocmfleet import fleetrollout as fr
 
     say_error = error or to_stderr
-    path = fr.state_path(fr.results_root(results_dir, inventory), inventory)
+    root = fr.results_root(results_dir, inventory)
+    path = fr.state_path(root, inventory)
     try:
         with fr.run_lock(path):
             return _run_rollout(
-                inventory, kind, image, canary, max_unavailable, force, resume, rollback, limit, results_dir,
+                inventory, kind, image, canary, max_unavailable, force, resume, rollback, limit, root, path,
                 emit, progress_factory, say_error,
             )  # fmt: skip
     except fr.RunLocked as exc:
@@ -968,13 +969,12 @@ def run_rollout(
 
 
 def _run_rollout(
-    inventory, kind, image, canary, max_unavailable, force, resume, rollback, limit, results_dir, emit,
+    inventory, kind, image, canary, max_unavailable, force, resume, rollback, limit, root, path, emit,
     progress_factory, say_error,
 ) -> int:  # fmt: skip
+    """:func:`run_rollout` with its run lock held; ``root`` and ``path``: the results root and state file."""
     from rocmfleet import fleetrollout as fr
 
-    root = fr.results_root(results_dir, inventory)
-    path = fr.state_path(root, inventory)
     try:
         if resume or rollback:
             given = {
