@@ -48,6 +48,20 @@ def probe_args(model: str, ready_probe: ReadyProbe | None = None) -> list[str]:
     return args
 
 
+def live_args(port: int, container: str, model: str) -> list[object]:
+    """Arguments of ``vllm-probe.sh live``: the port is ``container``'s, ``/health`` answers 200 and
+    ``/v1/models`` lists ``model`` (the served model name, any Unicode; passed as JSON with ``\\u``
+    escapes, as :func:`probe_args` does).
+
+    What a no-op converge asks of every instance (``rocmfleet.vllmplan.query``): no request that
+    makes the model generate, so a converge puts no load on serving instances. The known answer
+    (the profile's ``ready_probe``) is asked after every change (the wait), by ``rocmfleet check``
+    and by a rollout's gate. On the lab's CPU vLLM the two known-answer requests were 0.2 of the
+    0.34 CPU-seconds one full probe costs the host (issue 16).
+    """
+    return ["live", port, container, json.dumps(model)]
+
+
 def probe_script(port: int, model: str, container: str, ready_probe: ReadyProbe | None = None) -> str:
     """Shell that exits 0 when ``container``'s server on ``127.0.0.1:port`` is ready.
 

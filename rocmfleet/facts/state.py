@@ -85,7 +85,8 @@ class MarkedFile(BaseModel):
 
 
 class ReadyState(BaseModel):
-    """Exit status of ``vllm-probe.sh ready`` (0 ready, 1 not yet, 3 wrong answer)."""
+    """Exit status of ``vllm-probe.sh`` (``live``: 0 serving, 1 not; ``ready``: 0 ready, 1 not yet,
+    3 wrong answer)."""
 
     kind: Literal["ready"]
     key: str
@@ -231,8 +232,8 @@ def state_args(
 ) -> list[str]:
     """The arguments of ``state.sh`` for these items (see the script's header).
 
-    ``marked`` is ``(marker line, globs)``; ``ready`` is ``[(key, vllm-probe.sh ready arguments)]``
-    (``rocmfleet.readiness.probe_args`` after port and container); ``os`` asks for the OS and kernel;
+    ``marked`` is ``(marker line, globs)``; ``ready`` is ``[(key, vllm-probe.sh arguments)]``
+    (``rocmfleet.readiness.live_args``, or ``ready`` with its arguments); ``os`` asks for the OS and kernel;
     ``texts`` are files read whole; ``runs`` is ``[(name, shell script)]``, run under ``timeout 20``.
     """
     args: list[str] = ["os", "-"] if os else []

@@ -19,7 +19,8 @@
 #     run NAME         every line the script prints (`sh -c` under `timeout 20`), in order, then
 #                      its exit status, under NAME
 #   and one ITEM of three or more arguments:
-#     ready KEY N ARG1..ARGN   the exit status of `vllm-probe.sh ready ARG1..ARGN` under KEY
+#     ready KEY N ARG1..ARGN   the exit status of `vllm-probe.sh ARG1..ARGN` under KEY (ARG1 is
+#                              the probe's mode: `live` or `ready`)
 #
 # Prints one JSON object per line, then {"kind": "end"} (output without it was cut short);
 # exit 0. Nothing here changes the host.
@@ -28,6 +29,27 @@ set -u
 # A JSON string body: backslashes and quotes escaped, control characters dropped.
 js() {
     printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr -d '\000-\037'
+}
+
+# js's answer in $J, without starting a process for a string that needs no escaping (a path,
+# a unit, a mode, a user: nearly every string here; a host reads dozens per converge, issue 16).
+jsv() {
+    case $1 in
+        *[!A-Za-z0-9._/@:+=,%~\ -]*) J=$(js "$1") ;;
+        *) J=$1 ;;
+    esac
+}
+
+# One JSON object on a line: KIND, then NAME VALUE pairs (each value a JSON string).
+object() {
+    line="{\"kind\":\"$1\""
+    shift
+    while [ $# -ge 2 ]; do
+        jsv "$2"
+        line="$line,\"$1\":\"$J\""
+        shift 2
+    done
+    printf '%s}\n' "$line"
 }
 
 # Each line of stdin as {"kind":KIND,"key":KEY,"text":LINE}: tabs as \t, other control characters dropped.
@@ -39,6 +61,7 @@ json_lines() {
 
 path_item() {
     p=$1
+    jsv "$p"
     if [ -L "$p" ]; then
         kind='link'
     elif [ -d "$p" ]; then
@@ -48,19 +71,24 @@ path_item() {
     elif [ -e "$p" ]; then
         kind='other'
     else
-        printf '{"kind":"path","path":"%s","type":"missing"}\n' "$(js "$p")"
+        printf '{"kind":"path","path":"%s","type":"missing"}\n' "$J"
         return
     fi
+    pj=$J
     meta=$(stat -c '%a %U %G %g' "$p" 2>/dev/null) || meta="? ? ? ?"
-    # shellcheck disable=SC2086 # four words, split on purpose
-    set -- $meta
     sum=
     if [ "$kind" = file ]; then
         # From stdin: for a file name holding a backslash, sha256sum prefixes its line with one.
-        sum=$(sha256sum <"$p" 2>/dev/null | cut -d' ' -f1)
+        # Its line is the sum, then " -": the first word.
+        sum=$(sha256sum <"$p" 2>/dev/null) && sum=${sum%% *} || sum=
     fi
+    # shellcheck disable=SC2086 # four words, split on purpose
+    set -- $meta
+    jsv "$2"
+    user=$J
+    jsv "$3"
     printf '{"kind":"path","path":"%s","type":"%s","mode":"%s","user":"%s","group":"%s","gid":"%s","sha256":"%s"}\n' \
-        "$(js "$p")" "$kind" "$(js "$1")" "$(js "$2")" "$(js "$3")" "$(js "$4")" "$sum"
+        "$pj" "$kind" "$1" "$user" "$J" "$4" "$sum"
 }
 
 units=
@@ -103,7 +131,7 @@ while [ $# -ge 2 ]; do
             ;;
         image)
             if id=$(docker image inspect --format '{{.Id}}' "$value" 2>/dev/null); then
-                printf '{"kind":"image","image":"%s","id":"%s"}\n' "$(js "$value")" "$(js "$id")"
+                object image image "$value" id "$id"
             else
                 printf '{"kind":"image","image":"%s","id":null}\n' "$(js "$value")"
             fi
@@ -113,7 +141,7 @@ while [ $# -ge 2 ]; do
             for f in $value; do
                 [ -f "$f" ] || continue
                 case $(head -n 1 "$f") in
-                    *"$marker"*) printf '{"kind":"marked","glob":"%s","path":"%s"}\n' "$(js "$value")" "$(js "$f")" ;;
+                    *"$marker"*) object marked glob "$value" path "$f" ;;
                 esac
             done
             ;;
@@ -141,7 +169,7 @@ while [ $# -ge 2 ]; do
                     if [ "$i" -le "$count" ]; then set -- "$@" "$a"; fi
                 done
                 shift "$n"
-                sh -c "$probe" vllm-probe.sh ready "$@" >/dev/null 2>&1
+                sh -c "$probe" vllm-probe.sh "$@" >/dev/null 2>&1
                 rc=$?
                 printf '{"kind":"ready","key":"%s","rc":%d}\n' "$(js "$key")" "$rc"
             )
@@ -160,8 +188,7 @@ if [ -n "$units" ]; then
         id='' load='' active='' enabled=''
         emit() {
             if [ -n "$id" ]; then
-                printf '{"kind":"unit","unit":"%s","load":"%s","active":"%s","enabled":"%s"}\n' \
-                    "$(js "$id")" "$(js "$load")" "$(js "$active")" "$(js "$enabled")"
+                object unit unit "$id" load "$load" active "$active" enabled "$enabled"
             fi
             id='' load='' active='' enabled=''
         }
@@ -182,8 +209,7 @@ if [ -n "$packages" ]; then
     # shellcheck disable=SC2086 # package names, split on purpose
     dpkg-query -W -f '${Package}\t${db:Status-Abbrev}\t${Version}\n' $packages 2>/dev/null \
         | while IFS="$(printf '\t')" read -r name status version; do
-            printf '{"kind":"pkg","package":"%s","status":"%s","version":"%s"}\n' \
-                "$(js "$name")" "$(js "$status")" "$(js "$version")"
+            object pkg package "$name" status "$status" version "$version"
         done
 fi
 

@@ -14,6 +14,11 @@
 #       (vLLM's API: vllm/entrypoints/openai/api_server.py). Exit 3 when the server answered
 #       and the answer does not match (at temperature 0 that answer is final: waiting longer
 #       does not change it), exit 1 when it is not ready yet; the reason on stderr.
+#   vllm-probe.sh live PORT CONTAINER MODEL_JSON
+#       `ready` without the requests that make the model generate: the port is CONTAINER's,
+#       /health answers 200 and /v1/models lists MODEL_JSON. Exit 0, or 1 with the reason on
+#       stderr. A no-op converge asks this of every instance (rocmfleet.vllmplan): it puts no
+#       generation load on a serving instance, and costs about a third of `ready` (issue 16).
 #
 # Containers run with --network=host, so their listening sockets are the host's: `ss -ltnp`
 # (iproute2) names the processes holding the socket on PORT; it belongs to CONTAINER when one of
@@ -31,7 +36,7 @@
 set -u
 
 if [ $# -lt 3 ]; then
-    echo "usage: vllm-probe.sh owner PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
+    echo "usage: vllm-probe.sh owner PORT CONTAINER | live PORT CONTAINER MODEL_JSON | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
     exit 2
 fi
 mode=$1 port=$2 container=$3
@@ -65,50 +70,69 @@ owner() {
     echo "other $pid ${command:-(command unknown)}"
 }
 
-# check WHAT WANT_JSON < reply: exit 0 when the reply (JSON on stdin) is what WHAT needs:
-# "models": its data lists the id WANT; "completion"/"chat": the first choice's text (or the
-# chat message's content) matches the regular expression WANT. Else the reason on stderr, exit 1
-# (not ready yet: a curl that failed leaves stdin empty, not JSON), or exit 3 for an answer that
-# does not match.
+# check MODEL_JSON EXPECT_JSON CHAT_EXPECT_JSON < replies: the answers of /v1/models, of the
+# completion and (when CHAT_EXPECT_JSON is not empty) of the chat request, NUL-separated (a JSON
+# text never holds a raw NUL), judged in one `docker exec` (each costs about 50 ms and a process
+# in the container; a converge probes every instance, issue 16). Exit 0 when /v1/models lists the
+# id MODEL and, with EXPECT (a regular expression, empty: any answer), the first choice's text
+# matches it and, with CHAT_EXPECT, the chat message's content matches that. Else the reason on
+# stderr, exit 1 (not ready yet) or exit 3 for an answer that does not match.
 CHECK='
 import json, re, sys
-what, want = sys.argv[1], json.loads(sys.argv[2])
+model, expect, chat_expect = sys.argv[1], sys.argv[2], sys.argv[3]
 def say(text, status=1):
     print("vllm-probe: " + text, file=sys.stderr)
     sys.exit(status)
+def parse(what, raw):
+    try:
+        return json.loads(raw)
+    except ValueError:
+        say(what + ": no JSON answer")
+def matches(what, reply, want):
+    try:
+        choice = reply["choices"][0]
+        text = choice["text"] if what == "completion" else choice["message"]["content"]
+    except (KeyError, IndexError, TypeError) as exc:
+        say(what + ": unexpected answer " + json.dumps(reply)[:300] + " (" + repr(exc) + ")")
+    try:
+        found = isinstance(text, str) and re.search(want, text)
+    except re.error as exc:
+        say("the regular expression " + json.dumps(want) + " does not compile in the container: " + str(exc), 3)
+    if not found:
+        say(what + " answered " + json.dumps(text) + ", which does not match " + json.dumps(want), 3)
+replies = sys.stdin.buffer.read().decode("utf-8", "replace").split("\0")
+reply = parse("models", replies[0])
+want = json.loads(model)
 try:
-    reply = json.load(sys.stdin)
-except ValueError:
-    say(what + ": no JSON answer")
-try:
-    if what == "models":
-        ids = [entry["id"] for entry in reply["data"]]
-        if want not in ids:
-            say("/v1/models lists " + json.dumps(ids) + ", not " + json.dumps(want))
-        sys.exit(0)
-    choice = reply["choices"][0]
-    text = choice["text"] if what == "completion" else choice["message"]["content"]
+    ids = [entry["id"] for entry in reply["data"]]
 except (KeyError, IndexError, TypeError) as exc:
-    say(what + ": unexpected answer " + json.dumps(reply)[:300] + " (" + repr(exc) + ")")
-try:
-    found = isinstance(text, str) and re.search(want, text)
-except re.error as exc:
-    say("the regular expression " + json.dumps(want) + " does not compile in the container: " + str(exc), 3)
-if not found:
-    say(what + " answered " + json.dumps(text) + ", which does not match " + json.dumps(want), 3)
+    say("models: unexpected answer " + json.dumps(reply)[:300] + " (" + repr(exc) + ")")
+if want not in ids:
+    say("/v1/models lists " + json.dumps(ids) + ", not " + json.dumps(want))
+if expect:
+    matches("completion", parse("completion", replies[1] if len(replies) > 1 else ""), json.loads(expect))
+if chat_expect:
+    matches("chat", parse("chat", replies[2] if len(replies) > 2 else ""), json.loads(chat_expect))
 '
-
-check() {
-    docker exec -i "$container" python3 -c "$CHECK" "$1" "$2"
-    status=$?
-    # 3 only from the check itself; docker's own failures (125-127) mean "not yet".
-    [ $status -le 3 ] || status=1
-    return $status
-}
 
 case "$mode" in
 owner)
     owner
+    ;;
+live)
+    if [ $# -ne 4 ]; then
+        echo "usage: vllm-probe.sh live PORT CONTAINER MODEL_JSON" >&2
+        exit 2
+    fi
+    held=$(owner)
+    if [ "$held" != ours ]; then
+        echo "port $port: $held (not container $container)" >&2
+        exit 1
+    fi
+    curl -fsS -m 5 -o /dev/null "http://127.0.0.1:$port/health" || exit 1
+    models=$(curl -fsS -m 5 "http://127.0.0.1:$port/v1/models") || exit 1
+    # the check exits 0 or 1 here (nothing to match); docker's own failures (125-127) mean "not yet"
+    printf '%s' "$models" | docker exec -i "$container" python3 -c "$CHECK" "$4" "" "" || exit 1
     ;;
 ready)
     if [ $# -lt 5 ]; then
@@ -123,21 +147,23 @@ ready)
         exit 1
     fi
     curl -fsS -m 5 -o /dev/null "$base/health" || exit 1
-    curl -fsS -m 5 "$base/v1/models" | check models "$model" || exit 1
-    if [ -z "$expect" ]; then
-        curl -fsS -m 60 -o /dev/null -H 'content-type: application/json' -d "$body" "$base/v1/completions" || exit 1
-    else
-        # The pipeline's status is check's: 0, 1 (not yet) or 3 (a wrong answer).
-        curl -fsS -m 60 -H 'content-type: application/json' -d "$body" "$base/v1/completions" |
-            check completion "$expect" || exit
-    fi
+    models=$(curl -fsS -m 5 "$base/v1/models") || exit 1
+    completion=$(curl -fsS -m 60 -H 'content-type: application/json' -d "$body" "$base/v1/completions") || exit 1
+    answer=
     if [ -n "$chat" ]; then
-        curl -fsS -m 60 -H 'content-type: application/json' -d "$chat" "$base/v1/chat/completions" |
-            check chat "$chat_expect" || exit
+        answer=$(curl -fsS -m 60 -H 'content-type: application/json' -d "$chat" "$base/v1/chat/completions") || exit 1
+    else
+        chat_expect=
     fi
+    printf '%s\0%s\0%s' "$models" "$completion" "$answer" |
+        docker exec -i "$container" python3 -c "$CHECK" "$model" "$expect" "$chat_expect"
+    status=$?
+    # 3 only from the check itself; docker's own failures (125-127) mean "not yet".
+    [ $status -le 3 ] || status=1
+    exit $status
     ;;
 *)
-    echo "usage: vllm-probe.sh owner PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
+    echo "usage: vllm-probe.sh owner PORT CONTAINER | live PORT CONTAINER MODEL_JSON | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
     exit 2
     ;;
 esac

@@ -108,11 +108,23 @@ def test_the_script_quotes_odd_paths_and_passes_probe_arguments_whole(tmp_path):
     odd.write_text("x")
     seen = tmp_path / "args"
     probe = f'printf "%s|" "$@" > {seen}; exit 3'
-    lines = run_script("path", str(odd), "probe", probe, "ready", "a", "2", "8000", "two words", "path", str(odd))
+    probe_args = ["ready", "a", "3", "live", "8000", "two words"]
+    lines = run_script("path", str(odd), "probe", probe, *probe_args, "path", str(odd))
     got = parse_state(lines)
     assert got.paths[str(odd)].type == "file"
     assert got.ready == {"a": 3}
-    assert seen.read_text() == "ready|8000|two words|"
+    assert seen.read_text() == "live|8000|two words|"
+
+
+@pytest.mark.parametrize("name", ["plain-1.2_x", "with space", "ünïcode", "a,b=c:d@e+f%g~h"])
+def test_names_read_without_a_process_are_the_same_as_escaped_ones(tmp_path, name):
+    # state.sh escapes a string with sed only when it holds a character outside its plain set
+    path = tmp_path / name
+    path.write_text("x")
+    got = parse_state(run_script("path", str(path), "marker", "x", "marked", str(tmp_path / "*")))
+    assert got.paths[str(path)].type == "file"
+    assert got.paths[str(path)].sha256 == hashlib.sha256(b"x").hexdigest()
+    assert got.marked == {str(tmp_path / "*"): [str(path)]}
 
 
 def test_an_unknown_unit_or_package_is_unknown_not_clean():

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from pyinfra.api import FunctionCommand
 
-from rocmfleet import readiness, rollout, vllm
+from rocmfleet import readiness, rollout, scripts, vllm
 from rocmfleet.profiles import ReadyProbe
 from tests.unit.conftest import TOPOLOGY
 
@@ -155,6 +155,7 @@ STUBS = {
     "curl": """
         for a in "$@"; do case $a in http://*) url=$a;; esac; done
         port=${url#http://127.0.0.1:}; port=${port%%/*}
+        echo "$url" >> "$STATE/urls"
         [ -e "$STATE/ready-$port" ] || exit 7
         case $url in
             */v1/models) if [ -e "$STATE/models-$port" ]; then cat "$STATE/models-$port";
@@ -472,6 +473,30 @@ def test_a_non_ascii_served_name_is_listed_escaped_or_raw(host):
     result = ready(host, "tiny-llama-e", None)
     assert result.returncode == 1
     assert result.stderr == 'vllm-probe: /v1/models lists ["tiny-llama-\\u00e9"], not "tiny-llama-e"\n'
+
+
+def live(host, model: str = "tiny") -> subprocess.CompletedProcess:
+    return host(scripts.command("vllm-probe.sh", *readiness.live_args(8000, "vllm-a", model)))
+
+
+def test_live_asks_the_port_health_and_models_but_makes_the_model_generate_nothing(host):
+    (host.state / "ready-8000").touch()
+    (host.state / "completions-8000").write_text(answer(" Berlin"))  # a wrong answer: not asked
+    result = live(host)
+    assert (result.returncode, result.stderr) == (0, "")
+    urls = (host.state / "urls").read_text().split()
+    assert urls == ["http://127.0.0.1:8000/health", "http://127.0.0.1:8000/v1/models"]
+
+
+def test_live_is_not_serving_for_another_model_a_silent_port_or_a_broken_listing(host):
+    assert live(host).returncode == 1  # nothing listens
+    (host.state / "ready-8000").touch()
+    result = live(host, "tiny-llama-é")
+    assert result.returncode == 1
+    assert result.stderr == 'vllm-probe: /v1/models lists ["tiny"], not "tiny-llama-\\u00e9"\n'
+    for listing in ("", "{", '{"data": 3}', "[]"):
+        (host.state / "models-8000").write_text(listing)
+        assert live(host).returncode == 1, listing
 
 
 def test_a_wrong_answer_rolls_back_at_once_and_the_old_version_is_not_asked_it(host, tmp_path):
