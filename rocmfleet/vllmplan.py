@@ -4,10 +4,10 @@ The role reads the GPU topology and then, in one command, every file, unit, imag
 probe it manages (:func:`query`); :func:`plan` says which of them differ from what the host's
 data wants. An instance is *clean* when its environment file, unit, secrets file, last good copies
 and ``serve.json`` hold what this run would write, its unit is active and enabled and it is
-serving (``vllm-probe.sh live``: its container holds the port, ``/health`` answers 200 and
-``/v1/models`` lists the served name; the known answer is asked after a change, not at every
-converge: :func:`rocmfleet.readiness.live_args`): the role then calls no operation for it. An
-instance that is not serving goes through the operations, whose wait asks the full ready probe.
+serving (``vllm-probe.sh live``: its container holds the port and ``/health`` answers 200; the
+known answer is asked after a change, not at every converge:
+:func:`rocmfleet.readiness.live_args`): the role then calls no operation for it. An instance that
+is not serving goes through the operations, whose wait asks the full ready probe.
 Anything not proven clean (no topology yet, a placement that fails, an item the read could not
 see) goes through the role's operations, which read and decide at execution as before.
 """
@@ -114,8 +114,7 @@ def query(config: HostConfig) -> dict[str, object]:
         paths += [*files.live.values(), *(files.saved(n) for n in files.live), files.serve_json]
     units = [vllm.files_of(i).unit for i in config.instances()]
     ready = [
-        (i.name, readiness.live_args(i.port, vllm.files_of(i).container, config.profile.served_model_name))
-        for i in config.instances()
+(i.name, readiness.live_args(i.port, vllm.files_of(i).container)) for i in config.instances()
     ]
     return {
         "paths": [*paths, vllm.KFD],

@@ -14,11 +14,12 @@
 #       (vLLM's API: vllm/entrypoints/openai/api_server.py). Exit 3 when the server answered
 #       and the answer does not match (at temperature 0 that answer is final: waiting longer
 #       does not change it), exit 1 when it is not ready yet; the reason on stderr.
-#   vllm-probe.sh live PORT CONTAINER MODEL_JSON
-#       `ready` without the requests that make the model generate: the port is CONTAINER's,
-#       /health answers 200 and /v1/models lists MODEL_JSON. Exit 0, or 1 with the reason on
-#       stderr. A no-op converge asks this of every instance (rocmfleet.vllmplan): it puts no
-#       generation load on a serving instance, and costs about a third of `ready` (issue 16).
+#   vllm-probe.sh live PORT CONTAINER
+#       the port is CONTAINER's and its /health answers 200: exit 0, else 1 with the reason on
+#       stderr. A no-op converge asks this of every instance (rocmfleet.vllmplan), where the
+#       unit file, serve.json and an active unit already prove what the server was started
+#       with: no request that makes the model generate, no `docker exec`; about a sixth of
+#       what `ready` costs the host (issue 16).
 #
 # Containers run with --network=host, so their listening sockets are the host's: `ss -ltnp`
 # (iproute2) names the processes holding the socket on PORT; it belongs to CONTAINER when one of
@@ -36,7 +37,7 @@
 set -u
 
 if [ $# -lt 3 ]; then
-    echo "usage: vllm-probe.sh owner PORT CONTAINER | live PORT CONTAINER MODEL_JSON | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
+    echo "usage: vllm-probe.sh owner PORT CONTAINER | live PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
     exit 2
 fi
 mode=$1 port=$2 container=$3
@@ -120,8 +121,8 @@ owner)
     owner
     ;;
 live)
-    if [ $# -ne 4 ]; then
-        echo "usage: vllm-probe.sh live PORT CONTAINER MODEL_JSON" >&2
+    if [ $# -ne 3 ]; then
+        echo "usage: vllm-probe.sh live PORT CONTAINER" >&2
         exit 2
     fi
     held=$(owner)
@@ -130,9 +131,6 @@ live)
         exit 1
     fi
     curl -fsS -m 5 -o /dev/null "http://127.0.0.1:$port/health" || exit 1
-    models=$(curl -fsS -m 5 "http://127.0.0.1:$port/v1/models") || exit 1
-    # the check exits 0 or 1 here (nothing to match); docker's own failures (125-127) mean "not yet"
-    printf '%s' "$models" | docker exec -i "$container" python3 -c "$CHECK" "$4" "" "" || exit 1
     ;;
 ready)
     if [ $# -lt 5 ]; then
@@ -163,7 +161,7 @@ ready)
     exit $status
     ;;
 *)
-    echo "usage: vllm-probe.sh owner PORT CONTAINER | live PORT CONTAINER MODEL_JSON | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
+    echo "usage: vllm-probe.sh owner PORT CONTAINER | live PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
     exit 2
     ;;
 esac
