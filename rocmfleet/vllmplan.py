@@ -113,9 +113,7 @@ def query(config: HostConfig) -> dict[str, object]:
         files = last_good_of(instance)
         paths += [*files.live.values(), *(files.saved(n) for n in files.live), files.serve_json]
     units = [vllm.files_of(i).unit for i in config.instances()]
-    ready = [
-(i.name, readiness.live_args(i.port, vllm.files_of(i).container)) for i in config.instances()
-    ]
+    ready = [(i.name, readiness.live_args(i.port, vllm.files_of(i).container)) for i in config.instances()]
     return {
         "paths": [*paths, vllm.KFD],
         "globs": [DEVICE_GLOB],

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from rocmfleet import cachedirs, cachekey, vllm
+from rocmfleet import cachedirs, cachekey, docker, vllm
+from rocmfleet.checks import expect
 from rocmfleet.errors import CannotCheck
 
 
@@ -31,15 +32,15 @@ def test_no_writable_cache_shared(host, config, docker_running):
     writers: dict[str, list[str]] = {}
     for instance in config.instances():
         container = vllm.files_of(instance).container
-        result = host.run(f"docker inspect --format '{{{{json .Mounts}}}}' {container}")
+        result = expect.container_inspect(host, container)
         if result.rc != 0:
             if "No such" in result.stderr:
                 continue  # not running: the vllm checks report it
             raise CannotCheck(f"docker inspect {container} exited {result.rc}: {result.stderr.strip()[-300:]}")
         try:
-            mounts = json.loads(result.stdout)
-        except ValueError:
-            raise CannotCheck(f"docker inspect {container}: not JSON: {result.stdout[:200]!r}") from None
+            mounts = docker.parse_inspect(result.stdout, container).get("Mounts")
+        except ValueError as exc:
+            raise CannotCheck(str(exc)) from None
         for mount in mounts or []:
             if mount.get("RW") and mount.get("Destination") in paths:
                 writers.setdefault(mount.get("Source", "?"), []).append(container)

@@ -8,6 +8,7 @@ from fnmatch import fnmatchcase
 import pytest
 
 from rocmfleet import docker
+from rocmfleet.checks import expect
 from rocmfleet.errors import CannotCheck
 
 
@@ -15,7 +16,7 @@ def test_docker_running(host):
     service = host.service("docker.service")
     assert service.is_running, "docker.service is not running"
     assert service.is_enabled, "docker.service is not enabled"
-    info = host.run("docker info --format '{{.ServerVersion}}'")
+    info = expect.docker_info(host)
     assert info.rc == 0, f"docker info failed: {info.stderr.strip()}"
 
 
@@ -51,9 +52,12 @@ def test_daemon_json_as_rendered(host, config):
 def test_live_restore_active(host, docker_running):
     """The running dockerd has live-restore on (not only daemon.json): the vLLM units rely on it so
     that a Docker restart or upgrade leaves the containers serving (README: the unit and the container)."""
-    info = host.run("docker info --format '{{.LiveRestoreEnabled}}'")
+    info = expect.docker_info(host)
     assert info.rc == 0, f"docker info failed: {info.stderr.strip()}"
-    assert info.stdout.strip() == "true", (
+    fields = info.stdout.split()
+    if len(fields) != 2 or fields[1] not in ("true", "false"):
+        raise CannotCheck(f"docker info gave {info.stdout.strip()[:200]!r}, not a version and true or false")
+    assert fields[1] == "true", (
         "dockerd runs without live-restore: a restart of docker.service would stop every vLLM container; "
         "deploy (daemon.json sets it) or `systemctl reload docker` once daemon.json has it"
     )

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from rocmfleet import docker, partitions, readiness, vllm
+from rocmfleet.checks import expect
 
 
 @pytest.fixture
@@ -19,13 +20,25 @@ def unit(host, instance, docker_running):
     return host.service(vllm.files_of(instance).unit)
 
 
+def _active(host, unit) -> bool:
+    """Whether ``unit`` is active, read once per host and unit (several checks' precondition)."""
+    return expect.once(host, f"active {unit.name}", lambda: unit.is_running)
+
+
+def _health(host, port: int):
+    """``GET /health`` on ``port`` (testinfra's result), once per host and port."""
+    return expect.once(
+        host, f"health {port}", lambda: host.run(f"curl -sS -m 5 -o /dev/null http://127.0.0.1:{port}/health")
+    )
+
+
 @pytest.fixture
 def container(host, instance, unit) -> dict:
-    """``docker inspect`` of the instance's running container."""
+    """``docker inspect`` of the instance's running container (read once: ``expect.container_inspect``)."""
     names = vllm.files_of(instance)
-    if not unit.is_running:
+    if not _active(host, unit):
         pytest.skip(f"{names.unit} is not active (reported by test_unit_enabled_and_active)")
-    result = host.run(f"docker inspect --type container {names.container}")
+    result = expect.container_inspect(host, names.container)
     assert result.rc == 0, f"{names.unit} is active but has no container {names.container}: {result.stderr.strip()}"
     return docker.parse_inspect(result.stdout, names.container)
 
@@ -87,16 +100,16 @@ def test_container_devices_and_cpus(host, placement, container):
 
 
 def test_port_answering(host, instance, unit):
-    if not unit.is_running:
+    if not _active(host, unit):
         pytest.skip(f"{unit.name} is not active (reported by test_unit_enabled_and_active)")
-    probe = host.run(f"curl -sS -m 5 -o /dev/null http://127.0.0.1:{instance.port}/health")
+    probe = _health(host, instance.port)
     assert probe.rc == 0, f"port {instance.port}: {probe.stderr.strip()}"
 
 
 def test_ready(host, config, instance, unit):
-    if not unit.is_running:
+    if not _active(host, unit):
         pytest.skip(f"{unit.name} is not active (reported by test_unit_enabled_and_active)")
-    if host.run(f"curl -sS -m 5 -o /dev/null http://127.0.0.1:{instance.port}/health").rc not in (0, 22):
+    if _health(host, instance.port).rc not in (0, 22):
         pytest.skip(f"port {instance.port} does not answer (reported by test_port_answering)")
     container = vllm.files_of(instance).container
     known = config.profile.ready_probe
