@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rocmfleet.connect import SshSettings
+from rocmfleet.errors import CannotCheck
 from rocmfleet.profiles import Image, Profile
 from rocmfleet.rocm import RocmSettings
 from rocmfleet.settings import HostConfig, HostSettings
@@ -184,6 +185,35 @@ def container_inspect(host, container: str) -> Any:
     instance and the cache check all read it (a ``docker`` command costs the host about 40 ms of
     CPU; issue 16)."""
     return once(host, f"docker inspect {container}", lambda: host.run(f"docker inspect --type container {container}"))
+
+
+def file_stat(host, path: str) -> tuple[str, int, int] | None:
+    """``(type, mode, size in bytes)`` of ``path`` in one ``stat`` (testinfra's ``host.file`` asks
+    each property with its own command); ``type`` as ``stat -c %F`` prints it (``regular file``,
+    ``directory``...). ``None``: the path does not exist.
+
+    Raises:
+        CannotCheck: ``stat`` failed for another reason or printed what it should not.
+    """
+    result = host.run("stat -c '%%F|%%a|%%s' -- %s", path)
+    if result.rc != 0:
+        if "No such file" in result.stderr:
+            return None
+        raise CannotCheck(f"stat {path} exited {result.rc}: {result.stderr.strip()[-300:]}")
+    fields = result.stdout.strip().split("|")
+    if len(fields) != 3 or not fields[1].isdigit() or not fields[2].isdigit():
+        raise CannotCheck(f"stat {path} printed {result.stdout.strip()[:200]!r}")
+    return fields[0], int(fields[1], 8), int(fields[2])
+
+
+def render_gid(host) -> int | None:
+    """The ``render`` group's GID (``None``: no such group), once per host."""
+
+    def read() -> int | None:
+        group = host.group("render")
+        return group.gid if group.exists else None
+
+    return once(host, "render gid", read)
 
 
 def docker_info(host) -> Any:

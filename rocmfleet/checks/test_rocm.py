@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rocmfleet import rocm, scripts
-from rocmfleet.checks.expect import in_container, rocm_settings
+from rocmfleet.checks.expect import file_stat, in_container, rocm_settings
 from rocmfleet.errors import CannotCheck
 from rocmfleet.facts.rocm import REBOOT_DIR
 
@@ -30,8 +30,12 @@ def _body(host, path: str) -> list[str]:
 
 
 def test_legacy_keyring_present(host):
-    key = host.file(rocm.LEGACY_KEYRING)
-    assert key.is_file and key.mode == 0o644 and key.size > 0
+    key = file_stat(host, rocm.LEGACY_KEYRING)
+    assert key is not None, f"{rocm.LEGACY_KEYRING} is missing"
+    kind, mode, size = key
+    assert (kind, mode) == ("regular file", 0o644) and size > 0, (
+        f"{rocm.LEGACY_KEYRING}: {kind}, mode {mode:o}, {size} bytes; want a non-empty regular file, mode 644"
+    )
 
 
 def test_current_keyring_only_with_current_userspace(host, settings):
@@ -72,12 +76,29 @@ def test_kernel_headers_for_running_kernel(host, target):
 
 
 def test_driver_packages_at_repository_version(host, settings):
+    installed = _installed(host, settings.rocm_driver_packages)
     for package in settings.rocm_driver_packages:
-        pkg = host.package(package)
-        assert pkg.is_installed, package
+        assert package in installed, f"{package} is not installed"
         madison = host.check_output("apt-cache madison %s", package)
         versions = [version for version, url in rocm.parse_madison(madison, package) if url == settings.driver_repo]
-        assert pkg.version in versions, f"{package} {pkg.version} is not the version of {settings.driver_repo}"
+        version = installed[package]
+        assert version in versions, f"{package} {version} is not the version of {settings.driver_repo}"
+
+
+def _installed(host, packages: list[str]) -> dict[str, str]:
+    """``{package: version}`` of those of ``packages`` dpkg has installed, in one ``dpkg-query``."""
+    quoted = " ".join(["%s"] * len(packages))
+    result = host.run(f"dpkg-query -W -f '${{Package}}|${{db:Status-Abbrev}}|${{Version}}\\n' {quoted}", *packages)
+    installed = {}
+    for line in result.stdout.splitlines():
+        fields = line.split("|")
+        if len(fields) != 3:
+            raise CannotCheck(f"dpkg-query printed {line[:200]!r}, not package|status|version")
+        if fields[1].startswith("ii"):
+            installed[fields[0]] = fields[2]
+    if result.rc not in (0, 1) or (result.rc == 1 and not result.stderr.strip()):
+        raise CannotCheck(f"dpkg-query exited {result.rc}: {result.stderr.strip()[-300:]}")
+    return installed
 
 
 def test_userspace_only_when_asked(host, settings):

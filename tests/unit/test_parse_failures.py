@@ -110,3 +110,58 @@ def test_an_unreadable_reboot_directory_is_an_error_not_a_pass(open_dir):
     (owed / "amdgpu").chmod(0o600)
     with pytest.raises(CannotCheck, match="exit 3"):
         _reboot_owed(str(owed))
+
+
+class _Result:
+    def __init__(self, rc: int, stdout: str, stderr: str = "") -> None:
+        self.rc, self.stdout, self.stderr = rc, stdout, stderr
+
+
+class _Host:
+    """A check's ``host`` whose every command answers ``result``."""
+
+    def __init__(self, result: _Result) -> None:
+        self.result = result
+
+    def run(self, command: str, *args: str) -> _Result:
+        return self.result
+
+
+def test_one_stat_reads_type_mode_and_size():
+    from rocmfleet.checks import expect
+
+    assert expect.file_stat(_Host(_Result(0, "regular file|644|1180\n")), "/k") == ("regular file", 0o644, 1180)
+    assert expect.file_stat(_Host(_Result(1, "", "stat: cannot statx '/k': No such file or directory")), "/k") is None
+
+
+@pytest.mark.parametrize(
+    "result",
+    [_Result(0, ""), _Result(0, "regular file|644"), _Result(0, "-rw-r--r-- 1 root root"), _Result(1, "", "denied")],
+    ids=["empty", "truncated", "unknown-format", "unreadable"],
+)
+def test_stat_output_empty_truncated_unknown_or_unreadable_is_an_error(result):
+    from rocmfleet.checks import expect
+
+    with pytest.raises(CannotCheck):
+        expect.file_stat(_Host(result), "/k")
+
+
+@pytest.mark.parametrize(
+    "result",
+    [_Result(0, "amdgpu-dkms|ii "), _Result(0, "amdgpu-dkms ii 1:6.14"), _Result(2, "", "dpkg-query: error"),
+     _Result(1, "")],
+    ids=["truncated", "unknown-format", "failed", "not-found-without-a-reason"],
+)  # fmt: skip
+def test_dpkg_query_output_truncated_unknown_or_failed_is_an_error(result):
+    from rocmfleet.checks.test_rocm import _installed
+
+    with pytest.raises(CannotCheck):
+        _installed(_Host(result), ["amdgpu-dkms"])
+
+
+def test_dpkg_query_names_installed_packages_only():
+    from rocmfleet.checks.test_rocm import _installed
+
+    out = "amdgpu-dkms|ii |1:6.14\namdgpu-dkms-firmware|rc |1:6.14\n"
+    assert _installed(_Host(_Result(0, out)), ["amdgpu-dkms", "amdgpu-dkms-firmware"]) == {"amdgpu-dkms": "1:6.14"}
+    assert _installed(_Host(_Result(0, "")), ["amdgpu-dkms"]) == {}  # nothing printed: none installed
