@@ -210,8 +210,13 @@ def render_gid(host) -> int | None:
     """The ``render`` group's GID (``None``: no such group), once per host."""
 
     def read() -> int | None:
-        group = host.group("render")
-        return group.gid if group.exists else None
+        result = host.run("getent group render")  # render:x:GID:members; exit 2: no such group
+        if result.rc == 2:
+            return None
+        fields = result.stdout.strip().split(":")
+        if result.rc != 0 or len(fields) < 3 or not fields[2].isdigit():
+            raise CannotCheck(f"getent group render: exit {result.rc}, {result.stdout.strip()[:200]!r}")
+        return int(fields[2])
 
     return once(host, "render gid", read)
 

@@ -17,12 +17,11 @@ def settings(host):
 
 @pytest.fixture(scope="module")
 def target(host):
-    info = host.system_info
+    """The host's :class:`rocmfleet.rocm.OsTarget` from ``/etc/os-release`` ``ID`` and ``VERSION_ID``
+    (one read; testinfra's ``system_info`` would run three more commands)."""
     release = host.file("/etc/os-release").content_string
-    version = next(
-        (line.split("=", 1)[1].strip('"') for line in release.splitlines() if line.startswith("VERSION_ID=")), ""
-    )
-    return rocm.os_target(info.distribution, version)
+    fields = dict(line.split("=", 1) for line in release.splitlines() if "=" in line)
+    return rocm.os_target(fields.get("ID", "").strip('"'), fields.get("VERSION_ID", "").strip('"'))
 
 
 def _body(host, path: str) -> list[str]:

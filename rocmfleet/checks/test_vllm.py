@@ -57,14 +57,15 @@ def test_gpu_partition_modes(config, topology):
     assert not problems, "; ".join(problems)
 
 
-def test_unit_enabled_and_active(unit):
+def test_unit_enabled_and_active(host, unit):
     assert unit.is_enabled, f"{unit.name} is not enabled"
-    assert unit.is_running, f"{unit.name} is not active"
+    assert _active(host, unit), f"{unit.name} is not active"
 
 
 def test_container_image_digest(host, config, container):
     wanted = f"{config.image.repository}@{config.image.digest}"
-    image = host.run(f"docker image inspect --format '{{{{json .RepoDigests}}}}' {container['Image']}")
+    command = f"docker image inspect --format '{{{{json .RepoDigests}}}}' {container['Image']}"
+    image = expect.once(host, command, lambda: host.run(command))  # instances share their image
     digests = json.loads(image.stdout) if image.rc == 0 and image.stdout.strip().startswith("[") else []
     assert wanted in digests, (
         f"{container['Name'].lstrip('/')} runs {container['Config']['Image']} "

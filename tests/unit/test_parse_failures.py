@@ -122,6 +122,7 @@ class _Host:
 
     def __init__(self, result: _Result) -> None:
         self.result = result
+        self.backend = type("Backend", (), {"hostname": "h"})()
 
     def run(self, command: str, *args: str) -> _Result:
         return self.result
@@ -165,3 +166,16 @@ def test_dpkg_query_names_installed_packages_only():
     out = "amdgpu-dkms|ii |1:6.14\namdgpu-dkms-firmware|rc |1:6.14\n"
     assert _installed(_Host(_Result(0, out)), ["amdgpu-dkms", "amdgpu-dkms-firmware"]) == {"amdgpu-dkms": "1:6.14"}
     assert _installed(_Host(_Result(0, "")), ["amdgpu-dkms"]) == {}  # nothing printed: none installed
+
+
+def test_render_gid_from_one_getent():
+    from rocmfleet.checks import expect
+
+    assert expect.render_gid(_Host(_Result(0, "render:x:992:\n"))) == 992
+    expect._memo.clear()
+    assert expect.render_gid(_Host(_Result(2, ""))) is None
+    expect._memo.clear()
+    for result in (_Result(0, ""), _Result(0, "render:x"), _Result(0, "render:x:abc:"), _Result(1, "", "boom")):
+        with pytest.raises(CannotCheck):
+            expect.render_gid(_Host(result))
+        expect._memo.clear()
