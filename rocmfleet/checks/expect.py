@@ -195,7 +195,7 @@ def file_stat(host, path: str) -> tuple[str, int, int] | None:
     Raises:
         CannotCheck: ``stat`` failed for another reason or printed what it should not.
     """
-    result = host.run("stat -c '%%F|%%a|%%s' -- %s", path)
+    result = host.run("LC_ALL=C stat -c '%%F|%%a|%%s' -- %s", path)  # C: the message below is English
     if result.rc != 0:
         if "No such file" in result.stderr:
             return None

@@ -21,7 +21,7 @@ def target(host):
     (one read; testinfra's ``system_info`` would run three more commands)."""
     release = host.file("/etc/os-release").content_string
     fields = dict(line.split("=", 1) for line in release.splitlines() if "=" in line)
-    return rocm.os_target(fields.get("ID", "").strip('"'), fields.get("VERSION_ID", "").strip('"'))
+    return rocm.os_target(*(fields.get(key, "").strip().strip("\"'") for key in ("ID", "VERSION_ID")))
 
 
 def _body(host, path: str) -> list[str]:
@@ -93,7 +93,7 @@ def _installed(host, packages: list[str]) -> dict[str, str]:
         fields = line.split("|")
         if len(fields) != 3:
             raise CannotCheck(f"dpkg-query printed {line[:200]!r}, not package|status|version")
-        if fields[1].startswith("ii"):
+        if fields[1][1:2] == "i":  # db:Status-Abbrev: desired (i install, h hold...), then status
             installed[fields[0]] = fields[2]
     if result.rc not in (0, 1) or (result.rc == 1 and not result.stderr.strip()):
         raise CannotCheck(f"dpkg-query exited {result.rc}: {result.stderr.strip()[-300:]}")

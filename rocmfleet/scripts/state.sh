@@ -75,7 +75,8 @@ path_item() {
         return
     fi
     pj=$J
-    meta=$(stat -c '%a %U %G %g' "$p" 2>/dev/null) || meta="? ? ? ?"
+    # "-": unknown (never a glob character: `set -- $meta` splits it before `set -f`)
+    meta=$(stat -c '%a %U %G %g' "$p" 2>/dev/null) || meta="- - - -"
     sum=
     if [ "$kind" = file ]; then
         # From stdin: for a file name holding a backslash, sha256sum prefixes its line with one.

@@ -74,10 +74,11 @@ owner() {
 # check MODEL_JSON EXPECT_JSON CHAT_EXPECT_JSON < replies: the answers of /v1/models, of the
 # completion and (when CHAT_EXPECT_JSON is not empty) of the chat request, NUL-separated (a JSON
 # text never holds a raw NUL), judged in one `docker exec` (each costs about 50 ms and a process
-# in the container; a converge probes every instance, issue 16). Exit 0 when /v1/models lists the
-# id MODEL and, with EXPECT (a regular expression, empty: any answer), the first choice's text
-# matches it and, with CHAT_EXPECT, the chat message's content matches that. Else the reason on
-# stderr, exit 1 (not ready yet) or exit 3 for an answer that does not match.
+# in the container; the wait after a change and `rocmfleet check` probe every instance, issue 16).
+# A failed request's answer is empty. In order: exit 0 when /v1/models lists the id MODEL and,
+# with EXPECT (a regular expression), the completion's first choice's text matches it, and, with
+# CHAT_EXPECT, the chat message's content matches that. Else the reason on stderr,
+# exit 1 (not ready yet) or exit 3 for an answer that does not match.
 CHECK='
 import json, re, sys
 model, expect, chat_expect = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -146,10 +147,18 @@ ready)
     fi
     curl -fsS -m 5 -o /dev/null "$base/health" || exit 1
     models=$(curl -fsS -m 5 "$base/v1/models") || exit 1
-    completion=$(curl -fsS -m 60 -H 'content-type: application/json' -d "$body" "$base/v1/completions") || exit 1
+    # A request that fails leaves its answer empty: the check judges the answers in order, so a
+    # wrong completion is exit 3 even when the chat request then fails (e.g. no chat template).
+    completion=
+    if [ -z "$expect" ]; then
+        # without a known answer the completion only has to succeed
+        curl -fsS -m 60 -o /dev/null -H 'content-type: application/json' -d "$body" "$base/v1/completions" || exit 1
+    else
+        completion=$(curl -fsS -m 60 -H 'content-type: application/json' -d "$body" "$base/v1/completions") || completion=
+    fi
     answer=
     if [ -n "$chat" ]; then
-        answer=$(curl -fsS -m 60 -H 'content-type: application/json' -d "$chat" "$base/v1/chat/completions") || exit 1
+        answer=$(curl -fsS -m 60 -H 'content-type: application/json' -d "$chat" "$base/v1/chat/completions") || answer=
     else
         chat_expect=
     fi

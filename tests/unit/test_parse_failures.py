@@ -163,8 +163,10 @@ def test_dpkg_query_output_truncated_unknown_or_failed_is_an_error(result):
 def test_dpkg_query_names_installed_packages_only():
     from rocmfleet.checks.test_rocm import _installed
 
-    out = "amdgpu-dkms|ii |1:6.14\namdgpu-dkms-firmware|rc |1:6.14\n"
-    assert _installed(_Host(_Result(0, out)), ["amdgpu-dkms", "amdgpu-dkms-firmware"]) == {"amdgpu-dkms": "1:6.14"}
+    out = "amdgpu-dkms|ii |1:6.14\namdgpu-dkms-firmware|rc |1:6.14\namdgpu-core|hi |1:6.14\n"
+    packages = ["amdgpu-dkms", "amdgpu-dkms-firmware", "amdgpu-core"]
+    # installed, removed with its configuration left, installed and held (apt-mark hold)
+    assert _installed(_Host(_Result(0, out)), packages) == {"amdgpu-dkms": "1:6.14", "amdgpu-core": "1:6.14"}
     assert _installed(_Host(_Result(0, "")), ["amdgpu-dkms"]) == {}  # nothing printed: none installed
 
 

@@ -445,6 +445,21 @@ def test_a_chat_request_that_fails_is_not_ready_yet(host):
     assert ready(host, ready_probe=PARIS.model_copy(update={"chat": False})).returncode == 0
 
 
+def test_a_wrong_answer_is_final_even_when_the_chat_request_then_fails(host):
+    (host.state / "ready-8000").touch()
+    (host.state / "completions-8000").write_text(answer(" Berlin"))  # and no chat answer (curl -f fails)
+    result = ready(host)
+    assert result.returncode == 3
+    assert 'vllm-probe: completion answered " Berlin"' in result.stderr
+
+
+def test_a_completion_that_fails_is_not_ready_yet_without_a_known_answer(host):
+    (host.state / "ready-8000").touch()
+    stub = host.state.parent / "bin" / "curl"
+    stub.write_text(stub.read_text().replace("*/v1/completions) [", "*/v1/completions) exit 22; ["))
+    assert ready(host, ready_probe=None).returncode == 1
+
+
 def test_the_requests_are_greedy_and_escaped():
     args = readiness.probe_args("tiny-llama-é", PARIS)
     assert all(arg.isascii() for arg in args)
