@@ -34,8 +34,8 @@ try:
 except ConfigError as exc:
     fail.failed(name="Validate this host's data", message=f"rocmfleet: {host.name}: {exc}".replace("\n", "; "))
 else:
-    # One read of everything the roles manage (files, units, packages, sysctls, the image, the
-    # instances' readiness); each role calls operations only for what differs from its data.
+    # One read of everything the roles manage (files, units, packages, sysctls, the image, whether
+    # each instance is serving); each role calls operations only for what differs from its data.
     got = host.get_fact(
         HostState,
         **hoststate.merge_queries(
