@@ -187,6 +187,23 @@ def container_inspect(host, container: str) -> Any:
     return once(host, f"docker inspect {container}", lambda: host.run(f"docker inspect --type container {container}"))
 
 
+def docker_server(host) -> tuple[str, bool]:
+    """The running dockerd's version and whether live-restore is on, from :func:`docker_info`
+    (``docker info``'s ``ServerVersion`` is ``docker version``'s ``Server.Version``: one command).
+
+    Raises:
+        CannotCheck: ``docker info`` failed or printed another format.
+    """
+    info = docker_info(host)
+    fields = info.stdout.split()
+    if info.rc != 0 or len(fields) != 2 or fields[1] not in ("true", "false"):
+        raise CannotCheck(
+            f"docker info gave {info.stdout.strip()[:200]!r} (exit {info.rc}: {info.stderr.strip()[-200:]}), "
+            "not a server version and true or false"
+        )
+    return fields[0], fields[1] == "true"
+
+
 def file_stat(host, path: str) -> tuple[str, int, int] | None:
     """``(type, mode, size in bytes)`` of ``path`` in one ``stat`` (testinfra's ``host.file`` asks
     each property with its own command); ``type`` as ``stat -c %F`` prints it (``regular file``,

@@ -25,10 +25,7 @@ def test_docker_version_pinned_and_held(host, config):
     version = config.settings.docker_version
     if not version:
         pytest.skip("docker_version is not set: Docker is not pinned")
-    running = host.run("docker version --format '{{.Server.Version}}'")
-    if running.rc != 0 or not running.stdout.strip():
-        raise CannotCheck(f"docker version gave no server version: {running.stderr.strip()[-300:]}")
-    server, wanted = running.stdout.strip(), docker.server_version_pattern(version)
+    server, wanted = expect.docker_server(host)[0], docker.server_version_pattern(version)
     assert fnmatchcase(server, wanted), f"Docker server {server} running, docker_version pins {version} ({wanted})"
     engine = docker.ENGINE_PACKAGES[config.settings.docker_source]
     held = host.run("apt-mark showhold " + " ".join(engine))
@@ -54,10 +51,7 @@ def test_live_restore_active(host, docker_running):
     that a Docker restart or upgrade leaves the containers serving (README: the unit and the container)."""
     info = expect.docker_info(host)
     assert info.rc == 0, f"docker info failed: {info.stderr.strip()}"
-    fields = info.stdout.split()
-    if len(fields) != 2 or fields[1] not in ("true", "false"):
-        raise CannotCheck(f"docker info gave {info.stdout.strip()[:200]!r}, not a version and true or false")
-    assert fields[1] == "true", (
+    assert expect.docker_server(host)[1], (
         "dockerd runs without live-restore: a restart of docker.service would stop every vLLM container; "
         "deploy (daemon.json sets it) or `systemctl reload docker` once daemon.json has it"
     )

@@ -181,3 +181,37 @@ def test_render_gid_from_one_getent():
         with pytest.raises(CannotCheck):
             expect.render_gid(_Host(result))
         expect._memo.clear()
+
+
+def test_one_madison_for_all_driver_packages():
+    from rocmfleet.checks.test_rocm import _madison
+
+    two = MADISON + MADISON.replace("amdgpu-dkms |", "amdgpu-dkms-firmware |")
+    got = _madison(two, ["amdgpu-dkms", "amdgpu-dkms-firmware"])
+    assert got["amdgpu-dkms-firmware"] == [
+        ("1:6.14.14.30300000-2278356.22.04", "https://repo.radeon.com/amdgpu/6.3/ubuntu")
+    ]
+    for text in ("", MADISON, two + "garbage\n", two[:40]):  # nothing, one package missing, unknown, cut short
+        with pytest.raises(ToolOutputError):
+            _madison(text, ["amdgpu-dkms", "amdgpu-dkms-firmware"])
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        _Result(0, ""),
+        _Result(0, "27.3.1"),
+        _Result(0, "27.3.1 yes"),
+        _Result(1, "", "Cannot connect to the Docker daemon"),
+    ],
+    ids=["empty", "truncated", "unknown-format", "daemon-down"],
+)
+def test_docker_info_output_empty_truncated_unknown_or_failed_is_an_error(result):
+    from rocmfleet.checks import expect
+
+    expect._memo.clear()
+    with pytest.raises(CannotCheck):
+        expect.docker_server(_Host(result))
+    expect._memo.clear()
+    assert expect.docker_server(_Host(_Result(0, "27.3.1 true\n"))) == ("27.3.1", True)
+    expect._memo.clear()
