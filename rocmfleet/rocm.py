@@ -630,6 +630,24 @@ def parse_madison(text: str, package: str) -> list[tuple[str, str]]:
     return found
 
 
+def parse_madison_packages(text: str, packages: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """``{package: [(version, repository URL)]}`` from one ``apt-cache madison P1 P2...``
+    (:func:`parse_madison` per package; one apt cache load instead of one per package).
+
+    Raises:
+        ToolOutputError: a line of none of ``packages``, or a package without any line.
+    """
+    lines: dict[str, list[str]] = {package: [] for package in packages}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name = line.split("|", 1)[0].strip()
+        if name not in lines:
+            raise ToolOutputError(f"apt-cache madison: a line of an unknown format: {line.strip()[:200]!r}")
+        lines[name].append(line)
+    return {package: parse_madison("\n".join(found), package) for package, found in lines.items()}
+
+
 def reboot_reasons(rc: int, stdout: str, stderr: str = "") -> list[str]:
     """The reasons a reboot is owed, from ``rocmfleet/scripts/reboot-owed.sh`` (exit status and output).
 

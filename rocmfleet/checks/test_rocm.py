@@ -6,7 +6,7 @@ import pytest
 
 from rocmfleet import rocm, scripts
 from rocmfleet.checks.expect import file_stat, in_container, rocm_settings
-from rocmfleet.errors import CannotCheck, ToolOutputError
+from rocmfleet.errors import CannotCheck
 from rocmfleet.facts.rocm import REBOOT_DIR
 
 
@@ -77,30 +77,13 @@ def test_kernel_headers_for_running_kernel(host, target):
 def test_driver_packages_at_repository_version(host, settings):
     packages = settings.rocm_driver_packages
     installed = _installed(host, packages)
-    madison = _madison(host.check_output("apt-cache madison " + " ".join(["%s"] * len(packages)), *packages), packages)
+    listed = host.check_output("apt-cache madison " + " ".join(["%s"] * len(packages)), *packages)
+    madison = rocm.parse_madison_packages(listed, packages)
     for package in packages:
         assert package in installed, f"{package} is not installed"
         versions = [version for version, url in madison[package] if url == settings.driver_repo]
         version = installed[package]
         assert version in versions, f"{package} {version} is not the version of {settings.driver_repo}"
-
-
-def _madison(text: str, packages: list[str]) -> dict[str, list[tuple[str, str]]]:
-    """``{package: [(version, repository URL)]}`` from one ``apt-cache madison P1 P2...``
-    (``rocm.parse_madison`` per package; one apt cache load instead of one per package).
-
-    Raises:
-        ToolOutputError: a line of none of ``packages``, or a package without any line.
-    """
-    lines: dict[str, list[str]] = {package: [] for package in packages}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        name = line.split("|", 1)[0].strip()
-        if name not in lines:
-            raise ToolOutputError(f"apt-cache madison: a line of an unknown format: {line.strip()[:200]!r}")
-        lines[name].append(line)
-    return {package: rocm.parse_madison("\n".join(found), package) for package, found in lines.items()}
 
 
 def _installed(host, packages: list[str]) -> dict[str, str]:

@@ -184,16 +184,14 @@ def test_render_gid_from_one_getent():
 
 
 def test_one_madison_for_all_driver_packages():
-    from rocmfleet.checks.test_rocm import _madison
-
     two = MADISON + MADISON.replace("amdgpu-dkms |", "amdgpu-dkms-firmware |")
-    got = _madison(two, ["amdgpu-dkms", "amdgpu-dkms-firmware"])
+    got = rocm.parse_madison_packages(two, ["amdgpu-dkms", "amdgpu-dkms-firmware"])
     assert got["amdgpu-dkms-firmware"] == [
         ("1:6.14.14.30300000-2278356.22.04", "https://repo.radeon.com/amdgpu/6.3/ubuntu")
     ]
     for text in ("", MADISON, two + "garbage\n", two[:40]):  # nothing, one package missing, unknown, cut short
         with pytest.raises(ToolOutputError):
-            _madison(text, ["amdgpu-dkms", "amdgpu-dkms-firmware"])
+            rocm.parse_madison_packages(text, ["amdgpu-dkms", "amdgpu-dkms-firmware"])
 
 
 @pytest.mark.parametrize(
