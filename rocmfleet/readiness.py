@@ -13,8 +13,10 @@ The port is bound before the engine is up, so connection refused only means "not
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
+from typing import Any
 
 from rocmfleet import scripts
 from rocmfleet.profiles import ReadyProbe
@@ -81,6 +83,57 @@ def probe_script(port: int, model: str, container: str, ready_probe: ReadyProbe 
         ready_probe: the profile's known-answer request, or ``None``.
     """
     return scripts.command("vllm-probe.sh", "ready", port, container, *probe_args(model, ready_probe))
+
+
+def answers_script(port: int, model: str, container: str, ready_probe: ReadyProbe | None = None) -> str:
+    """Shell that asks ``container``'s server what :func:`probe_script` asks, without judging the answers.
+
+    Runs ``rocmfleet/scripts/vllm-probe.sh answers``: exit 1 with the reason on stderr where
+    :func:`probe_script` would say "not ready yet" before any answer is judged (the port is not
+    ``container``'s, ``/health`` or ``/v1/models`` does not answer, or a completion without a
+    known answer fails); else exit 0 and the answers on stdout for :func:`judge`. ``rocmfleet
+    check`` asks this and judges locally: the judge in the container (``probe_script``) costs the
+    host a ``docker exec``, about 0.14 CPU-seconds of the probe's 0.34 on the lab (issue 16).
+
+    Example: ``judge(host.run(answers_script(8000, "tiny", "vllm-a", probe)).stdout_bytes, "tiny", probe)``.
+    """
+    return scripts.command("vllm-probe.sh", "answers", port, container, *probe_args(model, ready_probe))
+
+
+@functools.cache
+def _check() -> dict[str, Any]:
+    """The namespace of ``vllm-probe.sh``'s ``CHECK`` text (its ``judge`` and ``Verdict``), run once here."""
+    lines = scripts.text("vllm-probe.sh").splitlines()
+    start = lines.index("CHECK='") + 1
+    source = "\n".join(lines[start : lines.index("'", start)])
+    namespace: dict[str, Any] = {"__name__": "vllm_probe_check"}  # not __main__: no argv, no exit
+    exec(compile(source, "vllm-probe.sh (CHECK)", "exec"), namespace)  # noqa: S102 - our own file
+    return namespace
+
+
+def judge(answers: bytes, model: str, ready_probe: ReadyProbe | None = None) -> tuple[int, str]:
+    """Judge what :func:`answers_script` printed, as ``vllm-probe.sh ready`` does in the container.
+
+    The same Python text runs (the ``CHECK`` program of ``rocmfleet/scripts/vllm-probe.sh``, its
+    ``judge`` function), here in this process instead of the container's ``python3``.
+
+    Args:
+        answers: the script's stdout: the ``/v1/models``, completion and chat answers, NUL-separated.
+        model, ready_probe: as given to :func:`answers_script`.
+
+    Returns:
+        ``(0, "")`` when ready; else ``(1, reason)`` (not ready yet) or ``(3, reason)`` (a wrong
+        answer), the reason worded as the probe's stderr (``vllm-probe: ...``).
+    """
+    args = probe_args(model, ready_probe)
+    expect = args[2] if len(args) > 2 else ""
+    chat_expect = args[4] if len(args) > 4 else ""
+    check = _check()
+    try:
+        check["judge"](args[0], expect, chat_expect, answers)
+    except check["Verdict"] as verdict:
+        return verdict.status, "vllm-probe: " + verdict.text
+    return 0, ""
 
 
 def wait_script(

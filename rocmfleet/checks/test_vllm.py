@@ -114,9 +114,11 @@ def test_ready(host, config, instance, unit):
         pytest.skip(f"port {instance.port} does not answer (reported by test_port_answering)")
     container = vllm.files_of(instance).container
     known = config.profile.ready_probe
-    probe = host.run(readiness.probe_script(instance.port, config.profile.served_model_name, container, known))
-    assert probe.rc == 0, (
+    model = config.profile.served_model_name
+    # The host fetches the answers; they are judged here (readiness.judge), not in the container.
+    asked = host.run(readiness.answers_script(instance.port, model, container, known))
+    status, reason = readiness.judge(asked.stdout_bytes, model, known) if asked.rc == 0 else (asked.rc, asked.stderr)
+    assert status == 0, (
         f"port {instance.port} not ready (held by {container}, /health 200, /v1/models lists "
-        f"{config.profile.served_model_name!r}, one completion"
-        f"{', the known answer' if known else ''}): {probe.stderr.strip()[-400:]}"
+        f"{model!r}, one completion{', the known answer' if known else ''}): {reason.strip()[-400:]}"
     )

@@ -14,6 +14,14 @@
 #       (vLLM's API: vllm/entrypoints/openai/api_server.py). Exit 3 when the server answered
 #       and the answer does not match (at temperature 0 that answer is final: waiting longer
 #       does not change it), exit 1 when it is not ready yet; the reason on stderr.
+#   vllm-probe.sh answers PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]
+#       what `ready` asks, without judging it: exit 1 (the reason on stderr) as `ready` for a port
+#       that is not CONTAINER's, a /health or /v1/models that does not answer, or (without
+#       EXPECT_JSON) a completion that fails; else exit 0 and the answers of /v1/models, the
+#       completion and the chat request on stdout, NUL-separated (empty for a request that
+#       failed). The caller judges them with the `judge` function of CHECK below: `rocmfleet
+#       check` does, in its own Python (rocmfleet.readiness.judge), saving the host the
+#       `docker exec` (issue 16).
 #   vllm-probe.sh live PORT CONTAINER
 #       the port is CONTAINER's and its /health answers 200: exit 0, else 1 with the reason on
 #       stderr. A no-op converge asks this of every instance (rocmfleet.vllmplan), where the
@@ -37,7 +45,7 @@
 set -u
 
 if [ $# -lt 3 ]; then
-    echo "usage: vllm-probe.sh owner PORT CONTAINER | live PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
+    echo "usage: vllm-probe.sh owner PORT CONTAINER | live PORT CONTAINER | ready|answers PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
     exit 2
 fi
 mode=$1 port=$2 container=$3
@@ -71,50 +79,62 @@ owner() {
     echo "other $pid ${command:-(command unknown)}"
 }
 
-# check MODEL_JSON EXPECT_JSON CHAT_EXPECT_JSON < replies: the answers of /v1/models, of the
-# completion and (when CHAT_EXPECT_JSON is not empty) of the chat request, NUL-separated (a JSON
-# text never holds a raw NUL), judged in one `docker exec` (each costs about 50 ms and a process
-# in the container; the wait after a change and `rocmfleet check` probe every instance, issue 16).
-# A failed request's answer is empty. In order: exit 0 when /v1/models lists the id MODEL and,
-# with EXPECT (a regular expression), the completion's first choice's text matches it, and, with
-# CHAT_EXPECT, the chat message's content matches that. Else the reason on stderr,
-# exit 1 (not ready yet) or exit 3 for an answer that does not match.
+# CHECK: the judge of the answers, a Python program. `ready` runs it with the container's python3
+# (`python3 -c "$CHECK" MODEL_JSON EXPECT_JSON CHAT_EXPECT_JSON` with the answers of /v1/models,
+# the completion and (when CHAT_EXPECT_JSON is not empty) the chat request on stdin,
+# NUL-separated: a JSON text never holds a raw NUL), in one `docker exec` (each costs about 50 ms
+# and a process in the container; the wait after a change probes every instance, issue 16).
+# `rocmfleet check` runs the same text's `judge` in its own Python (rocmfleet.readiness.judge,
+# which reads it from this file between the lines CHECK=' and '). A failed request's answer is
+# empty. In order: ready when /v1/models lists the id MODEL and, with EXPECT (a regular
+# expression), the completion's first choice's text matches it, and, with CHAT_EXPECT, the chat
+# message's content matches that. Else the reason on stderr, exit 1 (not ready yet) or exit 3
+# for an answer that does not match. The text holds no single quote (it is a shell string).
 CHECK='
 import json, re, sys
-model, expect, chat_expect = sys.argv[1], sys.argv[2], sys.argv[3]
-def say(text, status=1):
-    print("vllm-probe: " + text, file=sys.stderr)
-    sys.exit(status)
+class Verdict(Exception):
+    """Not ready: TEXT says why; STATUS 1 (not yet) or 3 (a wrong answer, final)."""
+    def __init__(self, text, status=1):
+        super().__init__(text)
+        self.text, self.status = text, status
 def parse(what, raw):
     try:
         return json.loads(raw)
     except ValueError:
-        say(what + ": no JSON answer")
+        raise Verdict(what + ": no JSON answer")
 def matches(what, reply, want):
     try:
         choice = reply["choices"][0]
         text = choice["text"] if what == "completion" else choice["message"]["content"]
     except (KeyError, IndexError, TypeError) as exc:
-        say(what + ": unexpected answer " + json.dumps(reply)[:300] + " (" + repr(exc) + ")")
+        raise Verdict(what + ": unexpected answer " + json.dumps(reply)[:300] + " (" + repr(exc) + ")")
     try:
         found = isinstance(text, str) and re.search(want, text)
     except re.error as exc:
-        say("the regular expression " + json.dumps(want) + " does not compile in the container: " + str(exc), 3)
+        raise Verdict("the regular expression " + json.dumps(want) + " does not compile: " + str(exc), 3)
     if not found:
-        say(what + " answered " + json.dumps(text) + ", which does not match " + json.dumps(want), 3)
-replies = sys.stdin.buffer.read().decode("utf-8", "replace").split("\0")
-reply = parse("models", replies[0])
-want = json.loads(model)
-try:
-    ids = [entry["id"] for entry in reply["data"]]
-except (KeyError, IndexError, TypeError) as exc:
-    say("models: unexpected answer " + json.dumps(reply)[:300] + " (" + repr(exc) + ")")
-if want not in ids:
-    say("/v1/models lists " + json.dumps(ids) + ", not " + json.dumps(want))
-if expect:
-    matches("completion", parse("completion", replies[1] if len(replies) > 1 else ""), json.loads(expect))
-if chat_expect:
-    matches("chat", parse("chat", replies[2] if len(replies) > 2 else ""), json.loads(chat_expect))
+        raise Verdict(what + " answered " + json.dumps(text) + ", which does not match " + json.dumps(want), 3)
+def judge(model, expect, chat_expect, data):
+    """Raise Verdict unless the NUL-separated answers in DATA (bytes) are ready (see above)."""
+    replies = data.decode("utf-8", "replace").split("\0")
+    reply = parse("models", replies[0])
+    want = json.loads(model)
+    try:
+        ids = [entry["id"] for entry in reply["data"]]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise Verdict("models: unexpected answer " + json.dumps(reply)[:300] + " (" + repr(exc) + ")")
+    if want not in ids:
+        raise Verdict("/v1/models lists " + json.dumps(ids) + ", not " + json.dumps(want))
+    if expect:
+        matches("completion", parse("completion", replies[1] if len(replies) > 1 else ""), json.loads(expect))
+    if chat_expect:
+        matches("chat", parse("chat", replies[2] if len(replies) > 2 else ""), json.loads(chat_expect))
+if __name__ == "__main__":
+    try:
+        judge(sys.argv[1], sys.argv[2], sys.argv[3], sys.stdin.buffer.read())
+    except Verdict as verdict:
+        print("vllm-probe: " + verdict.text, file=sys.stderr)
+        sys.exit(verdict.status)
 '
 
 case "$mode" in
@@ -133,9 +153,9 @@ live)
     fi
     curl -fsS -m 5 -o /dev/null "http://127.0.0.1:$port/health" || exit 1
     ;;
-ready)
+ready | answers)
     if [ $# -lt 5 ]; then
-        echo "usage: vllm-probe.sh ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
+        echo "usage: vllm-probe.sh $mode PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
         exit 2
     fi
     model=$4 body=$5 expect=${6:-} chat=${7:-} chat_expect=${8:-\"\"}
@@ -159,7 +179,12 @@ ready)
     answer=
     if [ -n "$chat" ]; then
         answer=$(curl -fsS -m 60 -H 'content-type: application/json' -d "$chat" "$base/v1/chat/completions") || answer=
-    else
+    fi
+    if [ "$mode" = answers ]; then
+        printf '%s\0%s\0%s' "$models" "$completion" "$answer"
+        exit 0
+    fi
+    if [ -z "$chat" ]; then
         chat_expect=
     fi
     printf '%s\0%s\0%s' "$models" "$completion" "$answer" |
@@ -170,7 +195,7 @@ ready)
     exit $status
     ;;
 *)
-    echo "usage: vllm-probe.sh owner PORT CONTAINER | live PORT CONTAINER | ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
+    echo "usage: vllm-probe.sh owner PORT CONTAINER | live PORT CONTAINER | ready|answers PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]" >&2
     exit 2
     ;;
 esac

@@ -416,48 +416,62 @@ def answer(text: str, chat: bool = False, ensure_ascii: bool = True) -> str:
     return json.dumps({"choices": [choice]}, ensure_ascii=ensure_ascii)
 
 
-def ready(host, model: str = "tiny", ready_probe: ReadyProbe | None = PARIS) -> subprocess.CompletedProcess:
-    return host(readiness.probe_script(8000, model, "vllm-a", ready_probe))
+@pytest.fixture(params=["in the container", "by rocmfleet check"])
+def ready(request, host):
+    """``ready(model, ready_probe)``: the probe's exit status and stderr, judged as ``vllm-probe.sh
+    ready`` judges (the container's python3, here this machine's) or as ``rocmfleet check`` does
+    (``vllm-probe.sh answers``, then :func:`readiness.judge` in this process): the same outcomes."""
+
+    def run(model: str = "tiny", ready_probe: ReadyProbe | None = PARIS) -> subprocess.CompletedProcess:
+        if request.param == "in the container":
+            return host(readiness.probe_script(8000, model, "vllm-a", ready_probe))
+        asked = host(readiness.answers_script(8000, model, "vllm-a", ready_probe))
+        if asked.returncode != 0:
+            return asked
+        status, reason = readiness.judge(asked.stdout.encode(), model, ready_probe)
+        return subprocess.CompletedProcess(asked.args, status, "", reason + "\n" if reason else "")
+
+    return run
 
 
-def test_the_known_answer_is_read_as_json_escaped_or_raw(host):
+def test_the_known_answer_is_read_as_json_escaped_or_raw(host, ready):
     (host.state / "ready-8000").touch()
     for ensure_ascii in (True, False):  # "\u00e9" and "\"" escapes, or raw UTF-8
         (host.state / "completions-8000").write_text(answer(' Paris "é"\n', ensure_ascii=ensure_ascii))
         (host.state / "chat-8000").write_text(answer('Paris "é".', chat=True, ensure_ascii=ensure_ascii))
-        result = ready(host)
+        result = ready()
         assert (result.returncode, result.stderr) == (0, "")
 
 
-def test_a_wrong_answer_is_final_and_says_what_it_was(host):
+def test_a_wrong_answer_is_final_and_says_what_it_was(host, ready):
     (host.state / "ready-8000").touch()
     (host.state / "completions-8000").write_text(answer(" Berlin"))
-    result = ready(host)
+    result = ready()
     assert result.returncode == 3
     assert result.stderr == 'vllm-probe: completion answered " Berlin", which does not match "Paris \\"\\u00e9\\""\n'
 
 
-def test_a_chat_request_that_fails_is_not_ready_yet(host):
+def test_a_chat_request_that_fails_is_not_ready_yet(host, ready):
     (host.state / "ready-8000").touch()
     (host.state / "completions-8000").write_text(answer(' Paris "é"'))
     # no chat answer: e.g. HTTP 400 without a chat template (vLLM issue 39279), curl -f prints nothing
-    assert ready(host).returncode == 1
-    assert ready(host, ready_probe=PARIS.model_copy(update={"chat": False})).returncode == 0
+    assert ready().returncode == 1
+    assert ready(ready_probe=PARIS.model_copy(update={"chat": False})).returncode == 0
 
 
-def test_a_wrong_answer_is_final_even_when_the_chat_request_then_fails(host):
+def test_a_wrong_answer_is_final_even_when_the_chat_request_then_fails(host, ready):
     (host.state / "ready-8000").touch()
     (host.state / "completions-8000").write_text(answer(" Berlin"))  # and no chat answer (curl -f fails)
-    result = ready(host)
+    result = ready()
     assert result.returncode == 3
     assert 'vllm-probe: completion answered " Berlin"' in result.stderr
 
 
-def test_a_completion_that_fails_is_not_ready_yet_without_a_known_answer(host):
+def test_a_completion_that_fails_is_not_ready_yet_without_a_known_answer(host, ready):
     (host.state / "ready-8000").touch()
     stub = host.state.parent / "bin" / "curl"
     stub.write_text(stub.read_text().replace("*/v1/completions) [", "*/v1/completions) exit 22; ["))
-    assert ready(host, ready_probe=None).returncode == 1
+    assert ready(ready_probe=None).returncode == 1
 
 
 def test_the_requests_are_greedy_and_escaped():
@@ -469,25 +483,78 @@ def test_the_requests_are_greedy_and_escaped():
     assert chat["messages"] == [{"role": "user", "content": PARIS.prompt}] and chat["temperature"] == 0
 
 
-def test_the_chat_answer_may_have_its_own_expectation(host):
+def test_the_chat_answer_may_have_its_own_expectation(host, ready):
     (host.state / "ready-8000").touch()
     (host.state / "completions-8000").write_text(answer(' Paris "é"'))
     (host.state / "chat-8000").write_text(answer("It is Paris.", chat=True))
-    result = ready(host)
+    result = ready()
     assert result.returncode == 3
     assert result.stderr == 'vllm-probe: chat answered "It is Paris.", which does not match "Paris \\"\\u00e9\\""\n'
-    assert ready(host, ready_probe=PARIS.model_copy(update={"chat_expect_regex": "^It is Paris"})).returncode == 0
+    assert ready(ready_probe=PARIS.model_copy(update={"chat_expect_regex": "^It is Paris"})).returncode == 0
 
 
-def test_a_non_ascii_served_name_is_listed_escaped_or_raw(host):
+def test_a_non_ascii_served_name_is_listed_escaped_or_raw(host, ready):
     (host.state / "ready-8000").touch()
     for ensure_ascii in (True, False):
         listing = json.dumps({"data": [{"id": "tiny-llama-é"}]}, ensure_ascii=ensure_ascii)
         (host.state / "models-8000").write_text(listing)
-        assert ready(host, "tiny-llama-é", None).returncode == 0
-    result = ready(host, "tiny-llama-e", None)
+        assert ready("tiny-llama-é", None).returncode == 0
+    result = ready("tiny-llama-e", None)
     assert result.returncode == 1
     assert result.stderr == 'vllm-probe: /v1/models lists ["tiny-llama-\\u00e9"], not "tiny-llama-e"\n'
+
+
+def test_answers_are_asked_without_a_docker_exec_and_judged_here(host):
+    """``rocmfleet check``'s way: the host only fetches; the answers come back NUL-separated."""
+    (host.state / "ready-8000").touch()
+    (host.state / "completions-8000").write_text(answer(' Paris "é"'))
+    (host.state / "chat-8000").write_text(answer('Paris "é"', chat=True))
+    docker = host.state.parent / "bin" / "docker"
+    docker.write_text(docker.read_text().replace('[ "$1" = exec ] && {', '[ "$1" = exec ] && { exit 99;'))
+    asked = host(readiness.answers_script(8000, "tiny", "vllm-a", PARIS))
+    assert (asked.returncode, asked.stderr) == (0, "")
+    models, completion, chat = asked.stdout.split("\0")
+    assert json.loads(models) == {"data": [{"id": "tiny"}]} and json.loads(completion) == json.loads(
+        answer(' Paris "é"')
+    )
+    assert readiness.judge(asked.stdout.encode(), "tiny", PARIS) == (0, "")
+    assert host(readiness.probe_script(8000, "tiny", "vllm-a", PARIS)).returncode == 1  # docker exec 99: not yet
+
+
+def test_answers_from_a_port_held_by_another_process_are_not_asked(host):
+    (host.state / "ready-8000").touch()
+    (host.state.parent / "bin" / "docker").write_text("#!/bin/sh\nprintf 'PID\\n99\\n'\n")  # not pid 4242
+    asked = host(readiness.answers_script(8000, "tiny", "vllm-a", PARIS))
+    assert asked.returncode == 1 and asked.stdout == ""
+    assert "not container vllm-a" in asked.stderr
+    assert not (host.state / "urls").exists()  # not one request
+
+
+@pytest.mark.parametrize(
+    ("answers", "status", "reason"),
+    [
+        (b"", 1, "vllm-probe: models: no JSON answer"),
+        (b'{"data": [{"id": "tiny"}]}', 1, "vllm-probe: completion: no JSON answer"),  # cut short
+        (b'{"data": [{"id": "tiny"}]}\0{"choices": []}\0', 1, "vllm-probe: completion: unexpected answer"),
+        (
+            b'{"data": [{"id": "tiny"}]}\0{"choices": [{"text": " Paris \\"\xc3\xa9\\""}]}\0<html>',
+            1,
+            "vllm-probe: chat: no JSON answer",
+        ),
+        (b'{"data": {"id": "tiny"}}', 1, "vllm-probe: models: unexpected answer"),
+        (b'{"object": "error"}\0\0', 1, "vllm-probe: models: unexpected answer"),
+    ],
+)
+def test_the_judge_here_calls_empty_cut_short_or_foreign_answers_not_ready(answers, status, reason):
+    found = readiness.judge(answers, "tiny", PARIS)
+    assert found[0] == status and found[1].startswith(reason), found
+
+
+def test_a_regular_expression_that_does_not_compile_here_is_a_wrong_answer():
+    bad = PARIS.model_construct(**{**PARIS.model_dump(), "expect_regex": "(", "chat": False})
+    answers = b'{"data": [{"id": "tiny"}]}\0{"choices": [{"text": "x"}]}\0'
+    status, reason = readiness.judge(answers, "tiny", bad)
+    assert status == 3 and "does not compile" in reason
 
 
 def live(host) -> subprocess.CompletedProcess:
