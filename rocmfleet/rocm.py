@@ -684,25 +684,3 @@ def dkms_problems(entries: list[DkmsEntry], module: str, kernels: list[str]) -> 
             found = ", ".join(states) or "no entry"
             problems.append(f"{module} is not installed for kernel {kernel} (dkms status: {found})")
     return problems
-
-
-#: The command listing the GPU device nodes with their groups, one ``PATH GROUP`` line each
-#: (the render-node glob that matches nothing is dropped with stat's error).
-DEVICE_GROUPS_COMMAND = "stat -c '%n %G' /dev/kfd /dev/dri/renderD* 2>/dev/null"
-
-
-def parse_device_groups(text: str) -> dict[str, str]:
-    """``stat -c '%n %G'`` output (:data:`DEVICE_GROUPS_COMMAND`) as ``{device path: group name}``.
-
-    Raises:
-        ToolOutputError: empty output, or a line that is not ``/dev/... GROUP``.
-    """
-    groups = {}
-    for line in text.splitlines():
-        path, _, group = line.strip().rpartition(" ")
-        if not path.startswith("/dev/") or not group:
-            raise ToolOutputError(f"stat of the GPU device nodes: unexpected line {quoted(line)}")
-        groups[path] = group
-    if not groups:
-        raise ToolOutputError(f"stat of the GPU device nodes: {quoted(text)}")
-    return groups

@@ -17,10 +17,13 @@ import functools
 import json
 import os
 from collections.abc import Callable
+from fnmatch import fnmatchcase
 from typing import Any
 
+from rocmfleet import rocm, scripts, tuning, vllm
 from rocmfleet.connect import SshSettings
 from rocmfleet.errors import CannotCheck
+from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, state_args
 from rocmfleet.profiles import Image, Profile
 from rocmfleet.rocm import RocmSettings
 from rocmfleet.settings import HostConfig, HostSettings
@@ -204,38 +207,19 @@ def docker_server(host) -> tuple[str, bool]:
     return fields[0], fields[1] == "true"
 
 
-def file_stat(host, path: str) -> tuple[str, int, int] | None:
-    """``(type, mode, size in bytes)`` of ``path`` in one ``stat`` (testinfra's ``host.file`` asks
-    each property with its own command); ``type`` as ``stat -c %F`` prints it (``regular file``,
-    ``directory``...). ``None``: the path does not exist.
+def render_gid(host) -> int | None:
+    """The ``render`` group's GID (``None``: no such group), from :func:`gathered`'s ``getent``.
 
     Raises:
-        CannotCheck: ``stat`` failed for another reason or printed what it should not.
+        CannotCheck: ``getent`` failed otherwise or printed another format.
     """
-    result = host.run("LC_ALL=C stat -c '%%F|%%a|%%s' -- %s", path)  # C: the message below is English
-    if result.rc != 0:
-        if "No such file" in result.stderr:
-            return None
-        raise CannotCheck(f"stat {path} exited {result.rc}: {result.stderr.strip()[-300:]}")
-    fields = result.stdout.strip().split("|")
-    if len(fields) != 3 or not fields[1].isdigit() or not fields[2].isdigit():
-        raise CannotCheck(f"stat {path} printed {result.stdout.strip()[:200]!r}")
-    return fields[0], int(fields[1], 8), int(fields[2])
-
-
-def render_gid(host) -> int | None:
-    """The ``render`` group's GID (``None``: no such group), once per host."""
-
-    def read() -> int | None:
-        result = host.run("getent group render")  # render:x:GID:members; exit 2: no such group
-        if result.rc == 2:
-            return None
-        fields = result.stdout.strip().split(":")
-        if result.rc != 0 or len(fields) < 3 or not fields[2].isdigit():
-            raise CannotCheck(f"getent group render: exit {result.rc}, {result.stdout.strip()[:200]!r}")
-        return int(fields[2])
-
-    return once(host, "render gid", read)
+    rc, lines = ran(host, "render")  # render:x:GID:members; exit 2: no such group
+    if rc == 2:
+        return None
+    fields = lines[0].split(":") if len(lines) == 1 else []
+    if rc != 0 or len(fields) < 3 or not fields[2].isdigit():
+        raise CannotCheck(f"getent group render: exit {rc}, {' '.join(lines)[:200]!r}")
+    return int(fields[2])
 
 
 def docker_info(host) -> Any:
@@ -247,4 +231,141 @@ def docker_info(host) -> Any:
 
 def in_container(host) -> bool:
     """True on a container host: it shares another machine's kernel, CPUs and boot."""
-    return once(host, "in_container", lambda: host.run("systemd-detect-virt --container").rc == 0)
+    return ran(host, "virt")[0] == 0
+
+
+# -- one read of what the checks look at (issue 16) -----------------------------------------
+
+DOCKER_UNIT = "docker.service"
+DAEMON_JSON = "/etc/docker/daemon.json"
+GRUB_CFG = "/boot/grub/grub.cfg"
+#: Files the checks compare line by line: read whole by :func:`gathered`.
+TEXTS = (
+    rocm.AMDGPU_LIST,
+    rocm.ROCM_LIST,
+    rocm.PIN_FILE,
+    rocm.CURRENT_SOURCES,
+    rocm.UDEV_RULE,
+    tuning.SYSCTL_FILE,
+    tuning.GRUB_DEFAULTS,
+    GRUB_CFG,
+    "/proc/cmdline",
+    tuning.CPU_UNIT_PATH,
+    DAEMON_JSON,
+)
+#: Paths whose type and mode the checks test (and those of :data:`TEXTS`).
+PATHS = (*TEXTS, rocm.LEGACY_KEYRING, rocm.CURRENT_KEYRING, "/sys/module/amdgpu", "/dev/kfd", "/run/udev/control")
+#: Glob of the GPUs' render nodes, whose modes the device-access check tests.
+RENDER_NODES = "/dev/dri/renderD*"
+#: Small commands whose exit status and output :func:`gathered` carries (``state.sh``'s ``run``):
+#: ``systemd-detect-virt --container`` exits 0 in a container; ``getent`` exits 2 for no such group.
+RUNS = (("virt", "systemd-detect-virt --container"), ("render", "getent group render"))
+#: SHA-256 of an empty file (a keyring of 0 bytes is no keyring).
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def check_query(rocm_settings: RocmSettings, instances: list) -> dict[str, object]:
+    """The ``state.sh`` items of one host's checks (:func:`rocmfleet.facts.state.state_args`'
+    keyword arguments): the OS, :data:`PATHS`, :data:`TEXTS`, Docker's, the CPU tuning unit's and
+    each instance's unit, the driver and userspace packages, ``kernel.numa_balancing`` and :data:`RUNS`.
+
+    Args:
+        rocm_settings: the host's ``rocm_*`` settings (which packages to ask dpkg about).
+        instances: the host's vLLM instances (:meth:`HostConfig.instances`), for their units.
+    """
+    units = [DOCKER_UNIT, tuning.CPU_UNIT, *(vllm.files_of(i).unit for i in instances)]
+    packages = list(dict.fromkeys([*rocm_settings.rocm_driver_packages, *rocm_settings.userspace_packages]))
+    return {
+        "os": True,
+        "paths": list(PATHS),
+        "globs": [RENDER_NODES],
+        "texts": list(TEXTS),
+        "units": units,
+        "packages": packages,
+        "sysctls": ["kernel.numa_balancing"],
+        "runs": list(RUNS),
+    }
+
+
+def gathered(host) -> Gathered:
+    """What :func:`check_query` asks of ``host``, read in one ``state.sh`` command (the deploy's own
+    composite read, :class:`rocmfleet.facts.state.HostState`), once per host and process: the
+    checks used to run one command per file, unit and package, about 35 of a host's 60 (issue 16).
+
+    Raises:
+        CannotCheck: the command failed or its output was cut short or unknown (every check that
+            needs it is then an error, never a pass).
+    """
+
+    def read() -> Gathered:
+        query = check_query(rocm_settings(host), instances_of(host))
+        result = host.run(scripts.command("state.sh", *state_args(**query)))
+        if result.rc != 0:
+            raise CannotCheck(f"state.sh exited {result.rc}: {result.stderr.strip()[-300:]}")
+        try:
+            return parse_state(result.stdout.splitlines())
+        except ValueError as exc:
+            raise CannotCheck(str(exc)) from None
+
+    return once(host, "state", read)
+
+
+def path_state(host, path: str) -> PathState:
+    """``path``'s type (``file``, ``dir``, ``link``, ``other``, ``missing``), mode and SHA-256, from :func:`gathered`.
+
+    Raises:
+        CannotCheck: ``state.sh`` did not report it (not one of :data:`PATHS`, or the read failed).
+    """
+    found = gathered(host).paths.get(path)
+    if found is None:
+        raise CannotCheck(f"state.sh did not report {path}")
+    return found
+
+
+def exists(host, path: str) -> bool:
+    """Whether ``path`` (one of :data:`PATHS`) exists: a dangling link counts, as for ``test -L``."""
+    return path_state(host, path).type != "missing"
+
+
+def text(host, path: str) -> str | None:
+    """The content of ``path`` (one of :data:`TEXTS`): its lines, each ending in a newline; ``None``
+    for a missing path, ``""`` for an empty file or one that is not a file (a directory).
+
+    Raises:
+        CannotCheck: as :func:`path_state`.
+    """
+    if not exists(host, path):
+        return None
+    return "".join(line + "\n" for line in gathered(host).texts.get(path, []))
+
+
+def device_nodes(host) -> dict[str, PathState]:
+    """``/dev/kfd`` and every render node (:data:`RENDER_NODES`) that exists, by path, from :func:`gathered`."""
+    found = gathered(host).paths
+    return {path: found[path] for path in sorted(found) if path == "/dev/kfd" or fnmatchcase(path, RENDER_NODES)}
+
+
+def unit_state(host, unit: str) -> UnitState:
+    """``unit``'s ``ActiveState`` and ``UnitFileState`` (``active``, ``enabled``) from :func:`gathered`;
+    the deploy's rule is the check's: running is ``active``, enabled is ``enabled``
+    (:func:`rocmfleet.hoststate.unit_running_enabled`).
+
+    Raises:
+        CannotCheck: ``systemctl show`` did not report it (no systemd, or the read failed).
+    """
+    found = gathered(host).units.get(unit)
+    if found is None:
+        raise CannotCheck(f"systemctl show did not report {unit}")
+    return found
+
+
+def ran(host, name: str) -> tuple[int, list[str]]:
+    """Exit status and output lines of the :data:`RUNS` command ``name``, from :func:`gathered`.
+
+    Raises:
+        CannotCheck: it did not run (the read failed).
+    """
+    found = gathered(host).runs.get(name)
+    if found is None:
+        raise CannotCheck(f"state.sh did not run {name}")
+    return found

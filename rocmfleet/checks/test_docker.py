@@ -13,9 +13,9 @@ from rocmfleet.errors import CannotCheck
 
 
 def test_docker_running(host):
-    service = host.service("docker.service")
-    assert service.is_running, "docker.service is not running"
-    assert service.is_enabled, "docker.service is not enabled"
+    service = expect.unit_state(host, expect.DOCKER_UNIT)
+    assert service.active == "active", f"docker.service is {service.active}, not active"
+    assert service.enabled == "enabled", f"docker.service is {service.enabled}, not enabled"
     info = expect.docker_info(host)
     assert info.rc == 0, f"docker info failed: {info.stderr.strip()}"
 
@@ -36,9 +36,9 @@ def test_docker_version_pinned_and_held(host, config):
 
 
 def test_daemon_json_as_rendered(host, config):
-    path = host.file("/etc/docker/daemon.json")
-    assert path.is_file, "/etc/docker/daemon.json is missing"
-    live = docker.parse_daemon_json(path.content_string)
+    kind = expect.path_state(host, expect.DAEMON_JSON).type
+    assert kind == "file", f"{expect.DAEMON_JSON} is {kind}, not a regular file"
+    live = docker.parse_daemon_json(expect.text(host, expect.DAEMON_JSON))
     wanted = json.loads(docker.daemon_json(config.settings))
     differ = sorted(k for k in wanted.keys() | live.keys() if wanted.get(k) != live.get(k))
     assert not differ, "daemon.json differs in " + ", ".join(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rocmfleet import tuning
-from rocmfleet.checks.expect import in_container, tuning_settings
+from rocmfleet.checks.expect import exists, gathered, in_container, text, tuning_settings, unit_state
+from rocmfleet.errors import CannotCheck
 
 
 @pytest.fixture(scope="module")
@@ -14,45 +15,48 @@ def settings(host):
 
 
 def test_numa_balancing_persisted(host, settings):
-    conf = host.file(tuning.SYSCTL_FILE)
     if not settings.tuning_numa_balancing_off:
-        assert not conf.exists
+        assert not exists(host, tuning.SYSCTL_FILE), f"{tuning.SYSCTL_FILE} exists; tuning_numa_balancing_off is false"
         return
-    assert conf.contains(r"^kernel\.numa_balancing = 0$")
+    lines = (text(host, tuning.SYSCTL_FILE) or "").splitlines()
+    assert "kernel.numa_balancing = 0" in lines, f"{tuning.SYSCTL_FILE}: no line kernel.numa_balancing = 0"
 
 
 def test_numa_balancing_live(host, settings):
     if not settings.tuning_numa_balancing_off:
         pytest.skip("tuning_numa_balancing_off is false")
-    if not host.file("/proc/sys/kernel/numa_balancing").exists:
+    live = gathered(host).sysctls.get("kernel.numa_balancing")
+    if live is None:
+        raise CannotCheck("state.sh did not report kernel.numa_balancing")
+    if live.value is None:
         pytest.skip("this kernel has no automatic NUMA balancing")
     if in_container(host):
         pytest.skip("container host: /proc/sys is the machine's and read-only; the value is persisted")
-    assert host.sysctl("kernel.numa_balancing") == 0
+    assert live.value == "0", f"kernel.numa_balancing is {live.value}"
 
 
 def test_kernel_cmdline_persisted(host, settings):
-    params = tuning.grub_cmdline(host.file(tuning.GRUB_DEFAULTS).content_string)
+    params = tuning.grub_cmdline(text(host, tuning.GRUB_DEFAULTS) or "")
     assert set(settings.kernel_params) <= set(params), f"GRUB_CMDLINE_LINUX: {' '.join(params)}"
-    cfg = host.file("/boot/grub/grub.cfg")
-    assert cfg.exists, "update-grub never ran"
-    linux = tuning.grub_cfg_linux_lines(cfg.content_string)
+    cfg = text(host, "/boot/grub/grub.cfg")
+    assert cfg is not None, "update-grub never ran"
+    linux = tuning.grub_cfg_linux_lines(cfg)
     assert all(set(settings.kernel_params) <= set(words) for words in linux), "grub.cfg is stale"
 
 
 def test_kernel_cmdline_live(host, settings):
     if in_container(host):
         pytest.skip("container host: /proc/cmdline is the machine's kernel command line")
-    live = tuning.cmdline_params(host.file("/proc/cmdline").content_string)
+    live = tuning.cmdline_params(text(host, "/proc/cmdline") or "")
     assert set(settings.kernel_params) <= set(live), live
 
 
 def test_cpu_unit_enabled(host, settings):
-    unit = host.service(tuning.CPU_UNIT)
     if not settings.cpu_unit_needed:
-        assert not host.file(tuning.CPU_UNIT_PATH).exists
+        assert not exists(host, tuning.CPU_UNIT_PATH), f"{tuning.CPU_UNIT_PATH} exists; no CPU setting asks for it"
         return
-    assert unit.is_enabled
+    enabled = unit_state(host, tuning.CPU_UNIT).enabled
+    assert enabled == "enabled", f"{tuning.CPU_UNIT} is {enabled}, not enabled"
     assert host.exists("cpupower")
 
 
@@ -69,9 +73,9 @@ def test_c2_disabled_live(host, settings):
 
 
 def test_thp_and_governor_untouched_unless_asked(host, settings):
-    grub = host.file(tuning.GRUB_DEFAULTS).content_string
+    grub = text(host, tuning.GRUB_DEFAULTS) or ""
     if settings.tuning_transparent_hugepage is None:
         assert "transparent_hugepage=" not in grub
-    unit = host.file(tuning.CPU_UNIT_PATH)
-    if settings.tuning_cpu_governor is None and unit.exists:
-        assert "frequency-set" not in unit.content_string
+    unit = text(host, tuning.CPU_UNIT_PATH)
+    if settings.tuning_cpu_governor is None and unit is not None:
+        assert "frequency-set" not in unit

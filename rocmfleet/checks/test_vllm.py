@@ -16,13 +16,14 @@ from rocmfleet.checks import expect
 
 
 @pytest.fixture
-def unit(host, instance, docker_running):
-    return host.service(vllm.files_of(instance).unit)
+def unit(host, instance, docker_running) -> str:
+    """The instance's unit name (its state: :func:`rocmfleet.checks.expect.unit_state`)."""
+    return vllm.files_of(instance).unit
 
 
-def _active(host, unit) -> bool:
-    """Whether ``unit`` is active, read once per host and unit (several checks' precondition)."""
-    return expect.once(host, f"active {unit.name}", lambda: unit.is_running)
+def _active(host, unit: str) -> bool:
+    """Whether ``unit`` is active (several checks' precondition)."""
+    return expect.unit_state(host, unit).active == "active"
 
 
 def _health(host, port: int):
@@ -37,7 +38,7 @@ def container(host, instance, unit) -> dict:
     """``docker inspect`` of the instance's running container (read once: ``expect.container_inspect``)."""
     names = vllm.files_of(instance)
     if not _active(host, unit):
-        pytest.skip(f"{names.unit} is not active (reported by test_unit_enabled_and_active)")
+        pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     result = expect.container_inspect(host, names.container)
     assert result.rc == 0, f"{names.unit} is active but has no container {names.container}: {result.stderr.strip()}"
     return docker.parse_inspect(result.stdout, names.container)
@@ -58,8 +59,9 @@ def test_gpu_partition_modes(config, topology):
 
 
 def test_unit_enabled_and_active(host, unit):
-    assert unit.is_enabled, f"{unit.name} is not enabled"
-    assert _active(host, unit), f"{unit.name} is not active"
+    state = expect.unit_state(host, unit)
+    assert state.enabled == "enabled", f"{unit} is {state.enabled}, not enabled"
+    assert state.active == "active", f"{unit} is {state.active}, not active"
 
 
 def test_container_image_digest(host, config, container):
@@ -102,14 +104,14 @@ def test_container_devices_and_cpus(host, placement, container):
 
 def test_port_answering(host, instance, unit):
     if not _active(host, unit):
-        pytest.skip(f"{unit.name} is not active (reported by test_unit_enabled_and_active)")
+        pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     probe = _health(host, instance.port)
     assert probe.rc == 0, f"port {instance.port}: {probe.stderr.strip()}"
 
 
 def test_ready(host, config, instance, unit):
     if not _active(host, unit):
-        pytest.skip(f"{unit.name} is not active (reported by test_unit_enabled_and_active)")
+        pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     if _health(host, instance.port).rc not in (0, 22):
         pytest.skip(f"port {instance.port} does not answer (reported by test_port_answering)")
     container = vllm.files_of(instance).container

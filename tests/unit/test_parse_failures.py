@@ -128,58 +128,102 @@ class _Host:
         return self.result
 
 
-def test_one_stat_reads_type_mode_and_size():
+class _Sudoless:
+    """A check's ``host`` that runs each command with ``sh`` on this machine (no SSH)."""
+
+    backend = type("Backend", (), {"hostname": "local"})()
+
+    def run(self, command: str, *args: str) -> _Result:
+        proc = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
+        return _Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_the_checks_one_read_runs_and_parses_here():
+    """state.sh with every item the checks ask for: it runs (shellcheck-clean sh), ends with its end
+    line, and says for each path whether it exists; each unit, package and run is reported or
+    absent (then a check that needs it is an error)."""
     from rocmfleet.checks import expect
 
-    assert expect.file_stat(_Host(_Result(0, "regular file|644|1180\n")), "/k") == ("regular file", 0o644, 1180)
-    assert expect.file_stat(_Host(_Result(1, "", "stat: cannot statx '/k': No such file or directory")), "/k") is None
+    expect._memo.clear()
+    host = _Sudoless()
+    got = expect.gathered(host)
+    assert set(got.paths) >= set(expect.PATHS)
+    assert got.os is not None and got.os.kernel
+    assert set(got.runs) == {"virt", "render"}
+    assert expect.text(host, "/proc/cmdline") is not None  # every Linux has one
+    assert (expect.text(host, "/etc/docker/daemon.json") is None) == (not Path("/etc/docker/daemon.json").exists())
+    with pytest.raises(CannotCheck, match="did not report /etc/hostname"):
+        expect.path_state(host, "/etc/hostname")  # not asked for: an error, never "missing"
+    expect._memo.clear()
 
 
 @pytest.mark.parametrize(
     "result",
-    [_Result(0, ""), _Result(0, "regular file|644"), _Result(0, "-rw-r--r-- 1 root root"), _Result(1, "", "denied")],
-    ids=["empty", "truncated", "unknown-format", "unreadable"],
-)
-def test_stat_output_empty_truncated_unknown_or_unreadable_is_an_error(result):
-    from rocmfleet.checks import expect
-
-    with pytest.raises(CannotCheck):
-        expect.file_stat(_Host(result), "/k")
-
-
-@pytest.mark.parametrize(
-    "result",
-    [_Result(0, "amdgpu-dkms|ii "), _Result(0, "amdgpu-dkms ii 1:6.14"), _Result(2, "", "dpkg-query: error"),
-     _Result(1, "")],
-    ids=["truncated", "unknown-format", "failed", "not-found-without-a-reason"],
+    [_Result(0, ""), _Result(0, '{"kind":"os","id":"debian","version_id":"12","codename":"x","kernel":"6"}\n'),
+     _Result(0, '{"kind":"path","path":"/k"}\n{"kind":"end"}\n'), _Result(0, 'garbage\n{"kind":"end"}\n'),
+     _Result(1, "", "sudo: a password is required")],
+    ids=["empty", "truncated", "unknown-format", "garbage", "failed"],
 )  # fmt: skip
-def test_dpkg_query_output_truncated_unknown_or_failed_is_an_error(result):
-    from rocmfleet.checks.test_rocm import _installed
-
-    with pytest.raises(CannotCheck):
-        _installed(_Host(result), ["amdgpu-dkms"])
-
-
-def test_dpkg_query_names_installed_packages_only():
-    from rocmfleet.checks.test_rocm import _installed
-
-    out = "amdgpu-dkms|ii |1:6.14\namdgpu-dkms-firmware|rc |1:6.14\namdgpu-core|hi |1:6.14\n"
-    packages = ["amdgpu-dkms", "amdgpu-dkms-firmware", "amdgpu-core"]
-    # installed, removed with its configuration left, installed and held (apt-mark hold)
-    assert _installed(_Host(_Result(0, out)), packages) == {"amdgpu-dkms": "1:6.14", "amdgpu-core": "1:6.14"}
-    assert _installed(_Host(_Result(0, "")), ["amdgpu-dkms"]) == {}  # nothing printed: none installed
-
-
-def test_render_gid_from_one_getent():
+def test_the_checks_read_empty_truncated_unknown_or_failed_is_an_error(result):
     from rocmfleet.checks import expect
 
-    assert expect.render_gid(_Host(_Result(0, "render:x:992:\n"))) == 992
     expect._memo.clear()
-    assert expect.render_gid(_Host(_Result(2, ""))) is None
+    with pytest.raises(CannotCheck):
+        expect.gathered(_Host(result))
     expect._memo.clear()
-    for result in (_Result(0, ""), _Result(0, "render:x"), _Result(0, "render:x:abc:"), _Result(1, "", "boom")):
+
+
+def _read(*lines: str) -> _Host:
+    return _Host(_Result(0, "\n".join([*lines, '{"kind":"end"}']) + "\n"))
+
+
+def test_what_the_read_did_not_report_is_an_error_not_a_pass():
+    from rocmfleet.checks import expect
+
+    expect._memo.clear()
+    host = _read('{"kind":"path","path":"/dev/kfd","type":"missing"}')
+    assert expect.exists(host, "/dev/kfd") is False and expect.text(host, "/dev/kfd") is None
+    for read in (
+        lambda: expect.exists(host, expect.DAEMON_JSON),
+        lambda: expect.unit_state(host, "docker.service"),  # no systemd: systemctl show said nothing
+        lambda: expect.in_container(host),
+        lambda: expect.render_gid(host),
+    ):
         with pytest.raises(CannotCheck):
-            expect.render_gid(_Host(result))
+            read()
+    expect._memo.clear()
+
+
+def test_an_empty_file_is_empty_text_and_a_files_lines_come_back_whole():
+    from rocmfleet.checks import expect
+
+    expect._memo.clear()
+    host = _read(
+        '{"kind":"path","path":"/e","type":"file","mode":"644","sha256":"' + expect.EMPTY_SHA256 + '"}',
+        '{"kind":"path","path":"/g","type":"file","mode":"644","sha256":"x"}',
+        '{"kind":"text","key":"/g","text":"GRUB_CMDLINE_LINUX=\\"a\\tb\\""}',
+        '{"kind":"text","key":"/g","text":""}',
+    )
+    assert expect.text(host, "/e") == ""
+    assert expect.text(host, "/g") == 'GRUB_CMDLINE_LINUX="a\tb"\n\n'
+    expect._memo.clear()
+
+
+def test_render_gid_from_the_reads_getent():
+    from rocmfleet.checks import expect
+
+    def ran(rc: int, *lines: str) -> _Host:
+        out = [f'{{"kind":"run","key":"render","text":"{line}"}}' for line in lines]
+        return _read(*out, f'{{"kind":"ran","key":"render","rc":{rc}}}')
+
+    expect._memo.clear()
+    assert expect.render_gid(ran(0, "render:x:992:")) == 992
+    expect._memo.clear()
+    assert expect.render_gid(ran(2)) is None
+    expect._memo.clear()
+    for host in (ran(0), ran(0, "render:x"), ran(0, "render:x:abc:"), ran(1, "boom"), ran(0, "a:x:1:", "b:x:2:")):
+        with pytest.raises(CannotCheck):
+            expect.render_gid(host)
         expect._memo.clear()
 
 

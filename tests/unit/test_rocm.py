@@ -171,17 +171,3 @@ def test_dkms_problems_for_running_and_newest_kernel():
     assert rocm.dkms_problems(entries, "amdgpu", ["6.14.0-29-generic", "6.14.0-29-generic"]) == []
     problems = rocm.dkms_problems(entries, "amdgpu", ["6.14.0-29-generic", "6.14.0-33-generic"])
     assert problems == ["amdgpu is not installed for kernel 6.14.0-33-generic (dkms status: built)"]
-
-
-def test_device_groups_from_one_stat():
-    from rocmfleet.errors import CannotCheck
-
-    text = "/dev/kfd render\n/dev/dri/renderD128 render\n/dev/dri/renderD129 nogroup\n"
-    assert rocm.parse_device_groups(text) == {
-        "/dev/kfd": "render",
-        "/dev/dri/renderD128": "render",
-        "/dev/dri/renderD129": "nogroup",
-    }
-    for bad in ("", "\n", "stat: cannot stat '/dev/kfd': Permission denied\n", "/dev/kfd\n"):
-        with pytest.raises(CannotCheck, match="stat of the GPU device nodes"):
-            rocm.parse_device_groups(bad)
