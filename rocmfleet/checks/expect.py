@@ -332,11 +332,19 @@ def text(host, path: str) -> str | None:
     for a missing path, ``""`` for an empty file or one that is not a file (a directory).
 
     Raises:
-        CannotCheck: as :func:`path_state`.
+        CannotCheck: as :func:`path_state`, or a file (or link) with no line whose content is not
+            empty: it could not be read (never an empty text that a "does not contain" passes).
     """
-    if not exists(host, path):
+    found = path_state(host, path)
+    if found.type == "missing":
         return None
-    return "".join(line + "\n" for line in gathered(host).texts.get(path, []))
+    lines = gathered(host).texts.get(path)
+    if lines is None:
+        # no line: an empty file (its SHA-256 says so), or one the read could not open
+        if found.type == "link" or (found.type == "file" and found.sha256 != EMPTY_SHA256):
+            raise CannotCheck(f"{path} could not be read")
+        return ""
+    return "".join(line + "\n" for line in lines)
 
 
 def device_nodes(host) -> dict[str, PathState]:

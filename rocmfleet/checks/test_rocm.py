@@ -98,6 +98,8 @@ def test_driver_packages_at_repository_version(host, settings):
 
 def test_userspace_only_when_asked(host, settings):
     got = gathered(host)
+    if not got.packages:  # not even the driver's: dpkg-query failed, and "none installed" would pass
+        raise CannotCheck("dpkg-query reported none of the ROCm packages asked for")
     for package in settings.userspace_packages:
         assert hoststate.packages_installed(got, [package]) == settings.rocm_userspace, package
 

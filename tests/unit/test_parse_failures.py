@@ -194,7 +194,7 @@ def test_what_the_read_did_not_report_is_an_error_not_a_pass():
     expect._memo.clear()
 
 
-def test_an_empty_file_is_empty_text_and_a_files_lines_come_back_whole():
+def test_an_empty_file_is_empty_text_an_unreadable_one_an_error_and_lines_come_back_whole():
     from rocmfleet.checks import expect
 
     expect._memo.clear()
@@ -206,6 +206,10 @@ def test_an_empty_file_is_empty_text_and_a_files_lines_come_back_whole():
     )
     assert expect.text(host, "/e") == ""
     assert expect.text(host, "/g") == 'GRUB_CMDLINE_LINUX="a\tb"\n\n'
+    expect._memo.clear()
+    unreadable = _read('{"kind":"path","path":"/g","type":"file","mode":"600","sha256":""}')
+    with pytest.raises(CannotCheck, match="/g could not be read"):
+        expect.text(unreadable, "/g")  # not "": a "does not contain" check would pass on it
     expect._memo.clear()
 
 
