@@ -9,6 +9,12 @@ Secret values never leave the parent: the file holds the secrets' names (``vllm_
 keys, registry user names) with empty values, which is all the checks compare. Without the file
 (testinfra run by hand) the checks expect a default deploy: AMD's defaults for the ROCm and
 tuning keys, and no vLLM instances.
+
+What the host has is read here too, once per host and process (:func:`once`): the files, units,
+packages, sysctl, OS and small commands of every check in one ``state.sh`` command
+(:func:`gathered`, the deploy's own composite read), and the ``docker`` answers several checks
+share (:func:`container_inspect`, :func:`docker_info`). What a check could not read is an error
+(:class:`rocmfleet.errors.CannotCheck`), never an empty answer that a check could pass on.
 """
 
 from __future__ import annotations
