@@ -93,5 +93,5 @@ def _read_topology(host) -> Topology:
 @pytest.fixture(scope="module")
 def docker_running(host) -> None:
     """Skip (the Docker check reports it) when Docker is not running."""
-    if expect.unit_state(host, expect.DOCKER_UNIT).active != "active":
+    if not expect.running(host, expect.DOCKER_UNIT):
         pytest.skip("Docker is not running (reported by test_docker_running)")

@@ -359,10 +359,21 @@ def device_nodes(host) -> dict[str, PathState]:
     return {path: found[path] for path in sorted(found) if path == "/dev/kfd" or fnmatchcase(path, RENDER_NODES)}
 
 
+#: ``ActiveState`` values of a running unit: ``systemctl is-active`` exits 0 for both (a unit
+#: being reloaded keeps running).
+RUNNING = ("active", "reloading")
+
+
+def running(host, unit: str) -> bool:
+    """Whether ``unit`` runs (:data:`RUNNING`), from :func:`unit_state`."""
+    return unit_state(host, unit).active in RUNNING
+
+
 def unit_state(host, unit: str) -> UnitState:
-    """``unit``'s ``ActiveState`` and ``UnitFileState`` (``active``, ``enabled``) from :func:`gathered`;
-    the deploy's rule is the check's: running is ``active``, enabled is ``enabled``
-    (:func:`rocmfleet.hoststate.unit_running_enabled`).
+    """``unit``'s ``ActiveState`` and ``UnitFileState`` (``active``, ``enabled``) from :func:`gathered`.
+    Enabled is ``enabled``, the deploy's rule (:func:`rocmfleet.hoststate.unit_enabled`): a unit
+    the deploy enables is never ``static`` or ``indirect``, which ``systemctl is-enabled`` would
+    also accept.
 
     Raises:
         CannotCheck: ``systemctl show`` did not report it (no systemd, or the read failed).

@@ -14,7 +14,7 @@ from rocmfleet.errors import CannotCheck
 
 def test_docker_running(host):
     service = expect.unit_state(host, expect.DOCKER_UNIT)
-    assert service.active == "active", f"docker.service is {service.active}, not active"
+    assert service.active in expect.RUNNING, f"docker.service is {service.active}, not active"
     assert service.enabled == "enabled", f"docker.service is {service.enabled}, not enabled"
     info = expect.docker_info(host)
     assert info.rc == 0, f"docker info failed: {info.stderr.strip()}"

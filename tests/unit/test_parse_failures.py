@@ -261,3 +261,17 @@ def test_docker_info_output_empty_truncated_unknown_or_failed_is_an_error(result
     expect._memo.clear()
     assert expect.docker_server(_Host(_Result(0, "27.3.1 true\n"))) == ("27.3.1", True)
     expect._memo.clear()
+
+
+def test_a_unit_being_reloaded_runs_and_only_enabled_is_enabled():
+    from rocmfleet.checks import expect
+
+    expect._memo.clear()
+    host = _read(
+        '{"kind":"unit","unit":"docker.service","load":"loaded","active":"reloading","enabled":"enabled"}',
+        '{"kind":"unit","unit":"vllm-a.service","load":"loaded","active":"failed","enabled":"static"}',
+    )
+    assert expect.running(host, "docker.service") is True
+    assert expect.running(host, "vllm-a.service") is False
+    assert expect.unit_state(host, "vllm-a.service").enabled != "enabled"  # static: not enabled by the deploy
+    expect._memo.clear()
