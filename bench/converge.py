@@ -12,10 +12,11 @@ Per N and command: the median wall time and its spread (min..max) over ``--repea
 control side's CPU (user + system of the command and its children, from ``getrusage``) per host.
 Commands per host come from one extra converge with pyinfra's ``--debug`` (its
 ``Running command on HOST`` lines), attributed to the fact being gathered or the operation being
-run ("by source": what to cut first). ``rocmfleet validate`` runs on ``--validate-names``
-generated hosts (1,000 by default; no connection). Before the runs, sshd on each lab host is
-given ``MaxStartups``/``MaxSessions`` for this many connections (as ``tests/lab/rootfs.py`` gives
-new lab hosts).
+run ("by source": what to cut first), and for ``check`` from one extra run with
+``ROCMFLEET_COMMAND_LOG`` (``rocmfleet.connect`` logs each command; :func:`count_check_commands`).
+``rocmfleet validate`` runs on ``--validate-names`` generated hosts (1,000 by default; no
+connection). Before the runs, sshd on each lab host is given ``MaxStartups``/``MaxSessions``
+for this many connections (as ``tests/lab/rootfs.py`` gives new lab hosts).
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ def _commands(kind: str, names: int, out: Path) -> list[str]:
     }[kind]
 
 
-def _run(argv: list[str], names: int, log: Path | None = None) -> dict:
-    env = dict(os.environ, ROCMFLEET_BENCH_NAMES=str(names), PYINFRA_PROGRESS="off")
+def _run(argv: list[str], names: int, log: Path | None = None, env_extra: dict | None = None) -> dict:
+    env = dict(os.environ, ROCMFLEET_BENCH_NAMES=str(names), PYINFRA_PROGRESS="off", **(env_extra or {}))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -109,6 +110,23 @@ def count_commands(debug_output: str) -> dict:
             per_host[host] += 1
             by_source[last_op.get(host, last_fact) if host in last_op else last_fact] += 1
     return {"per_host": dict(per_host), "by_source": dict(by_source.most_common())}
+
+
+def count_check_commands(kind: str, names: int, out: Path) -> dict:
+    """Commands per host of one more ``rocmfleet check`` run, from the command log that
+    ``rocmfleet.connect`` writes with ``ROCMFLEET_COMMAND_LOG`` (one JSON line per command, with
+    its SSH session). The log names addresses, not inventory names (N names share the lab's
+    3), so per host is the mean: all commands over ``names`` (each name's reachability probe and
+    checks); ``commands_per_session_max`` is the largest one session ran (one host's checks)."""
+    log = out / f"check-{names}-commands.jsonl"
+    log.unlink(missing_ok=True)
+    _run(_commands(kind, names, out), names, out / f"check-{names}-counted.log", {"ROCMFLEET_COMMAND_LOG": str(log)})
+    lines = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    sessions = collections.Counter(line["session"] for line in lines)
+    return {
+        "commands_per_host_mean": round(len(lines) / names, 1),
+        "commands_per_session_max": max(sessions.values(), default=0),
+    }
 
 
 def raise_sshd_limits() -> None:
@@ -184,6 +202,8 @@ def measure(
                 row["commands_by_source"] = counts["by_source"] if names == min(debug_sizes) else {}
                 changed = [ln for ln in runs[-1]["output"].splitlines() if "Changed" in ln or "changed" in ln]
                 row["changes_line"] = changed[-3:]
+            if kind == "check" and names in debug_sizes:
+                row.update(count_check_commands(kind, names, out))
             result["rows"].append(row)
     path = RESULTS / f"converge-{label}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
@@ -197,7 +217,7 @@ def table(result: dict) -> str:
         f"{'command':9} {'names':>5} {'median s':>9} {'min..max s':>13} {'CPU s/host':>10} {'cmds/host':>9} rc",
     ]
     for r in result["rows"]:
-        cmds = str(r.get("commands_per_host_max", ""))
+        cmds = str(r.get("commands_per_host_max", r.get("commands_per_host_mean", "")))
         lines.append(
             f"{r['command']:9} {r['names']:>5} {r['wall_median_s']:>9.2f} "
             f"{r['wall_min_s']:>6.2f}..{r['wall_max_s']:<6.2f} {r['cpu_per_host_s']:>10.3f} {cmds:>9} {r['rc']}"
@@ -216,7 +236,11 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--validate-names", type=int, default=1000)
     p.add_argument("--label", default="run")
-    p.add_argument("--debug-names", default="1,10", help="sizes whose commands are counted (one more --debug converge)")
+    p.add_argument(
+        "--debug-names",
+        default="1,10",
+        help="sizes whose commands are counted (one more converge with --debug, or check with the command log)",
+    )
     p.add_argument("--no-warm", action="store_true", help="skip the converge of inventories/lab.py before timing")
     p.add_argument("--check-args", default="", help="extra `rocmfleet check` options, e.g. '--parallel 20'")
     p.add_argument("--compare", nargs="+", metavar="JSON", help="print the tables of earlier runs")

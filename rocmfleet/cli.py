@@ -355,7 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="run the compliance checks against every host of an inventory", epilog=exits)
     c.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     c.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
-    c.add_argument("--select", type=lambda v: v.split(","), help="check modules, e.g. rocm,tuning (default: all)")
+    c.add_argument(
+        "--select",
+        type=lambda v: v.split(","),
+        help="check modules, comma-separated: rocm, tuning, docker, vllm, cache, cvs (default: all)",
+    )
     c.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override data, as pyinfra's")
     c.add_argument(
         "--timeout-s",

@@ -31,6 +31,7 @@ What is decided here, once:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -52,6 +53,13 @@ KEEPALIVE_S = 15
 USER_TIMEOUT_S = 45
 #: pyinfra's ``ssh_strict_host_key_checking`` values (OpenSSH's ``StrictHostKeyChecking``).
 STRICT_VALUES = ("yes", "ask", "accept-new", "no", "off")
+
+#: Environment variable naming a file to which every command run through a :class:`Session` is
+#: appended, one JSON line each (``bench/converge.py`` counts a check's commands per host with
+#: it). Commands carry no secrets (those go on stdin), and each line holds at most the first
+#: :data:`LOG_COMMAND_CHARS` characters of one.
+COMMAND_LOG_ENV = "ROCMFLEET_COMMAND_LOG"
+LOG_COMMAND_CHARS = 120
 
 _READ_CHUNK = 65536
 _POLL_S = 0.2
@@ -277,11 +285,36 @@ class Session:
                 shell's ``-c``, at most 128 KiB on Linux (``MAX_ARG_STRLEN``). Without it the
                 command's stdin ends at once, so one that reads it never waits.
 
+        With :data:`COMMAND_LOG_ENV` set, the command is logged there once it ends (or fails).
+
         Raises:
             CommandTimeout: the command did not end within ``timeout_s`` (its channel is closed;
                 a remote process that ignores the hangup may live on).
             paramiko.SSHException, OSError: the connection broke.
         """
+        started = time.monotonic()
+        result: Result | None = None
+        try:
+            result = self._run(command, timeout_s, sudo, stdin)
+            return result
+        finally:
+            if os.environ.get(COMMAND_LOG_ENV):
+                self._log(command, time.monotonic() - started, result)
+
+    def _log(self, command: str, took_s: float, result: Result | None) -> None:
+        """Append one :data:`COMMAND_LOG_ENV` line: session, host, seconds, exit status, command."""
+        line = {
+            "session": f"{os.getpid()}-{id(self):x}",
+            "where": self.settings.where,
+            "s": round(took_s, 4),
+            "exit": result.exit_status if result else None,
+            "command": command[:LOG_COMMAND_CHARS],
+        }
+        fd = os.open(os.environ[COMMAND_LOG_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as out:  # one write per line: O_APPEND keeps lines whole
+            out.write(json.dumps(line) + "\n")
+
+    def _run(self, command: str, timeout_s: float, sudo: bool | None, stdin: str | bytes | None) -> Result:
         deadline = time.monotonic() + timeout_s
         transport = self.client.get_transport()
         if transport is None or not transport.is_active():

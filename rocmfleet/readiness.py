@@ -93,7 +93,8 @@ def answers_script(port: int, model: str, container: str, ready_probe: ReadyProb
     ``container``'s, ``/health`` or ``/v1/models`` does not answer, or a completion without a
     known answer fails); else exit 0 and the answers on stdout for :func:`judge`. ``rocmfleet
     check`` asks this and judges locally: the judge in the container (``probe_script``) costs the
-    host a ``docker exec``, about 0.14 CPU-seconds of the probe's 0.34 on the lab (issue 16).
+    host a ``docker exec`` (on the lab, one probe at a time: 0.14 of the full probe's 0.34
+    CPU-seconds, the host's and the container's together; issue 16).
 
     Example: ``judge(host.run(answers_script(8000, "tiny", "vllm-a", probe)).stdout_bytes, "tiny", probe)``.
     """

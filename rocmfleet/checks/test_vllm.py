@@ -27,9 +27,10 @@ def _active(host, unit: str) -> bool:
 
 
 def _health(host, port: int):
-    """``GET /health`` on ``port`` (testinfra's result), once per host and port."""
+    """``GET /health`` on ``port`` (testinfra's result), once per host and port: exit 0 for 200,
+    22 for another HTTP status (``curl -f``: 503 once the engine is dead), 7 when nothing listens."""
     return expect.once(
-        host, f"health {port}", lambda: host.run(f"curl -sS -m 5 -o /dev/null http://127.0.0.1:{port}/health")
+        host, f"health {port}", lambda: host.run(f"curl -fsS -m 5 -o /dev/null http://127.0.0.1:{port}/health")
     )
 
 

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from rocmfleet import readiness, tuning
-from tests.conftest import lab_command, lab_ssh, rocmfleet_cli
+from tests.conftest import ROOT, lab_command, lab_ssh, rocmfleet_cli
 
 pytestmark = pytest.mark.lab
 
@@ -111,6 +111,29 @@ def test_device_node_group_changed(lab, tmp_path):
         assert "/dev/dri/renderD129 nogroup" in output
     finally:
         ssh_ok(lab, "lab-3", "chgrp render /dev/dri/renderD129")
+
+
+def test_a_known_answer_the_model_does_not_give_fails_readiness(lab, tmp_path):
+    """The check judges the known-answer replies itself (``vllm-probe.sh answers``, then
+    ``readiness.judge``): with an ``expect_regex`` the lab's model does not answer, every
+    instance's readiness fails with the answer it gave, and nothing else does. Only group data
+    changes (the check reads it); no host is touched."""
+    profile = ROOT / "group_vars" / "profiles" / "lab-tiny-llama.yml"
+    text = profile.read_text()
+    wrong = text.replace('expect_regex: "^ pole pole pole pole"', 'expect_regex: "^ Paris"')
+    assert wrong != text, "the lab profile's expect_regex moved: update this test"
+    profile.write_text(wrong)
+    try:
+        rc, report, output = check(tmp_path, "--select", "vllm")
+        assert rc == 1, output[-4000:]
+        instances = [("lab-1", "tiny-llama-a"), ("lab-1", "tiny-llama-b"), ("lab-2", "lab-tiny-llama-0")]
+        instances.append(("lab-3", "lab-tiny-llama-0"))
+        assert failures(report) == {(host, f"vllm::ready[{name}]") for host, name in instances}
+        said = [r["message"] + r["detail"] for r in report["results"] if r["outcome"] == "failed"]
+        assert all('completion answered " pole pole pole pole' in text for text in said), said
+        assert all('which does not match "^ Paris"' in text for text in said), said
+    finally:
+        profile.write_text(text)
 
 
 def test_docker_stopped(lab, tmp_path):

@@ -389,3 +389,12 @@ def test_expectations_hold_each_hosts_data_and_no_secret(lab_data, tmp_path, mon
     finally:
         for cache in (expect._load, expect._config):
             cache.cache_clear()
+
+
+def test_check_help_names_every_module(capsys):
+    from rocmfleet import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["check", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(f" {name}," in text or f" {name} (" in text for name in compliance.MODULES), text

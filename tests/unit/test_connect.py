@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -112,6 +113,26 @@ def test_a_command_past_its_deadline_raises(server):
             session.run("sleep 5", timeout_s=1)
         assert time.monotonic() - started < 3
         assert session.run("echo still usable").stdout == "still usable\n"
+
+
+def test_with_the_command_log_set_each_command_is_one_line_there(server, tmp_path, monkeypatch):
+    log = tmp_path / "commands.jsonl"
+    monkeypatch.setenv(connect.COMMAND_LOG_ENV, str(log))
+    with Session.open(settings_for(server)) as session:
+        session.run("exit 3")
+        with pytest.raises(CommandTimeout):
+            session.run("sleep 5; " + "x" * 300, timeout_s=1)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(line["exit"], line["command"]) for line in lines] == [
+        (3, "exit 3"),
+        (None, ("sleep 5; " + "x" * 300)[:120]),
+    ]
+    assert len({line["session"] for line in lines}) == 1 and lines[1]["s"] >= 1
+    assert oct(log.stat().st_mode & 0o777) == "0o600"
+    monkeypatch.delenv(connect.COMMAND_LOG_ENV)
+    with Session.open(settings_for(server)) as session:
+        session.run("true")
+    assert len(log.read_text().splitlines()) == 2  # unset: nothing more
 
 
 def test_unknown_and_changed_host_keys_are_refused(server, tmp_path):
