@@ -109,6 +109,7 @@ def _check() -> dict[str, Any]:
     source = "\n".join(lines[start : lines.index("'", start)])
     namespace: dict[str, Any] = {"__name__": "vllm_probe_check"}  # not __main__: no argv, no exit
     exec(compile(source, "vllm-probe.sh (CHECK)", "exec"), namespace)  # noqa: S102 - our own file
+    namespace["WHERE"] = "in rocmfleet check"
     return namespace
 
 

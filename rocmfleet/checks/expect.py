@@ -303,17 +303,23 @@ def gathered(host) -> Gathered:
             needs it is then an error, never a pass).
     """
 
-    def read() -> Gathered:
+    def read() -> Gathered | CannotCheck:
         query = check_query(rocm_settings(host), instances_of(host))
-        result = host.run(scripts.command("state.sh", *state_args(**query)))
-        if result.rc != 0:
-            raise CannotCheck(f"state.sh exited {result.rc}: {result.stderr.strip()[-300:]}")
         try:
-            return parse_state(result.stdout.splitlines())
+            result = host.run(scripts.command("state.sh", *state_args(**query)))
+        except CannotCheck as exc:  # sudo refused, the host's budget spent
+            return exc
+        if result.rc != 0:
+            return CannotCheck(f"state.sh exited {result.rc}: {result.stderr.strip()[-300:]}")
+        try:  # a file's stray byte is one U+FFFD in its own text, not every check's error
+            return parse_state(result.stdout_bytes.decode("utf-8", "replace").splitlines())
         except ValueError as exc:
-            raise CannotCheck(str(exc)) from None
+            return CannotCheck(str(exc))
 
-    return once(host, "state", read)
+    found = once(host, "state", read)  # a failure too: one read per host, not one per check
+    if isinstance(found, CannotCheck):
+        raise found
+    return found
 
 
 def path_state(host, path: str) -> PathState:
@@ -334,16 +340,20 @@ def exists(host, path: str) -> bool:
 
 
 def text(host, path: str) -> str | None:
-    """The content of ``path`` (one of :data:`TEXTS`): its lines, each ending in a newline; ``None``
-    for a missing path, ``""`` for an empty file or one that is not a file (a directory).
+    """The content of ``path`` (one of :data:`TEXTS`): its lines, each ending in a newline (as
+    ``state.sh`` reads them: control characters but tabs dropped, a stray byte U+FFFD); ``None``
+    for a missing path, ``""`` for an empty file.
 
     Raises:
-        CannotCheck: as :func:`path_state`, or a file (or link) with no line whose content is not
-            empty: it could not be read (never an empty text that a "does not contain" passes).
+        CannotCheck: as :func:`path_state`; a directory or another non-file; or a file (or link)
+            with no line whose content is not empty: it could not be read (never an empty text
+            that a "does not contain" check passes on).
     """
     found = path_state(host, path)
     if found.type == "missing":
         return None
+    if found.type in ("dir", "other"):
+        raise CannotCheck(f"{path} is not a file ({found.type})")
     lines = gathered(host).texts.get(path)
     if lines is None:
         # no line: an empty file (its SHA-256 says so), or one the read could not open
@@ -351,6 +361,23 @@ def text(host, path: str) -> str | None:
             raise CannotCheck(f"{path} could not be read")
         return ""
     return "".join(line + "\n" for line in lines)
+
+
+def installed(host, name: str) -> bool:
+    """Whether dpkg has ``name`` installed (status ``ii`` or ``hi``, the deploy's rule:
+    :func:`rocmfleet.hoststate.packages_installed`), from :func:`gathered`. ``name`` may carry an
+    architecture (``rocm-core:amd64``: dpkg reports the bare name) or be a dpkg pattern
+    (``amdrocm*``: any installed package it matches).
+
+    Raises:
+        CannotCheck: dpkg reported none of the packages asked for (``dpkg-query`` failed, and
+            "none installed" would pass a check that wants them absent).
+    """
+    found = gathered(host).packages
+    if not found:
+        raise CannotCheck("dpkg-query reported none of the ROCm packages asked for")
+    bare = name.split(":", 1)[0]
+    return any(p.status[1:2] == "i" for n, p in found.items() if fnmatchcase(n, bare))
 
 
 def device_nodes(host) -> dict[str, PathState]:

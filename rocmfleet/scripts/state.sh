@@ -53,7 +53,7 @@ object() {
 }
 
 # json_lines KIND KEY: each line of stdin as {"kind":KIND,"key":KEY,"text":LINE}: backslashes and quotes escaped,
-# tabs as \t, other control characters dropped; a last line without a newline ends like the others.
+# tabs as \t, other control characters (NUL and newline included) dropped; a last line without a newline ends like the others.
 # One awk process (a file read per item costs the host a process, not six: issue 16). Replacements
 # are made by split and join, not gsub, whose backslashes in the replacement differ between mawk
 # and gawk.
@@ -67,7 +67,7 @@ json_lines() {
         }
         function esc(s) {
             s = rep(rep(rep(s, "\\", "\\\\"), "\"", "\\\""), "\t", "\\t")
-            gsub(/[\001-\010\013-\037]/, "", s)
+            gsub(/[\000-\010\012-\037]/, "", s)
             return s
         }
         BEGIN { head = "{\"kind\":\"" ENVIRON["RF_KIND"] "\",\"key\":\"" esc(ENVIRON["RF_KEY"]) "\",\"text\":\"" }

@@ -92,6 +92,7 @@ owner() {
 # for an answer that does not match. The text holds no single quote (it is a shell string).
 CHECK='
 import json, re, sys
+WHERE = "in the container"  # where the regular expression is compiled (rocmfleet check: there)
 class Verdict(Exception):
     """Not ready: TEXT says why; STATUS 1 (not yet) or 3 (a wrong answer, final)."""
     def __init__(self, text, status=1):
@@ -100,7 +101,7 @@ class Verdict(Exception):
 def parse(what, raw):
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise Verdict(what + ": no JSON answer")
 def matches(what, reply, want):
     try:
@@ -111,7 +112,7 @@ def matches(what, reply, want):
     try:
         found = isinstance(text, str) and re.search(want, text)
     except re.error as exc:
-        raise Verdict("the regular expression " + json.dumps(want) + " does not compile: " + str(exc), 3)
+        raise Verdict("the regular expression " + json.dumps(want) + " does not compile " + WHERE + ": " + str(exc), 3)
     if not found:
         raise Verdict(what + " answered " + json.dumps(text) + ", which does not match " + json.dumps(want), 3)
 def judge(model, expect, chat_expect, data):

@@ -275,3 +275,20 @@ def test_the_topology_from_the_read_or_unknown():
     assert vllmplan.topology_of(parse_state(cut)) == "unknown"
     no_kfd = [json.dumps({"kind": "run", "key": vllmplan.TOPOLOGY_RUN, "text": t}) for t in (TOPOLOGY[0], "@@no-kfd")]
     assert vllmplan.topology_of(parse_state([*no_kfd, ran, '{"kind":"end"}'])) is None
+
+
+def test_text_lines_lose_control_characters_nul_included_and_keep_tabs_and_stray_bytes(tmp_path):
+    """A NUL (a file half-written at a power loss) or another control character is dropped, a tab
+    kept, a CR dropped; a byte that is not UTF-8 reaches the parser, which decodes it as it can:
+    one damaged file is never the whole read's error (the deploy's and the check's)."""
+    grub = tmp_path / "grub"
+    grub.write_bytes(b'GRUB_DEFAULT=0\x00\nGRUB_CMDLINE_LINUX="a\tb"\x01\r\n# caf\xe9\nlast')
+    args = ["sh", "-c", scripts.command("state.sh", *state_args(texts=[str(grub)]))]
+    out = subprocess.run(args, capture_output=True, check=True).stdout
+    got = parse_state(out.decode("utf-8", "replace").splitlines())
+    assert got.texts[str(grub)] == ["GRUB_DEFAULT=0", 'GRUB_CMDLINE_LINUX="a\tb"', "# caf\ufffd", "last"]
+
+
+def test_a_newline_in_a_run_name_is_dropped_not_a_broken_line():
+    got = parse_state(run_script(*state_args(runs=[("two\nlines", "echo x")])))
+    assert got.runs == {"twolines": (0, ["x"])}  # its output lines and its status under one key

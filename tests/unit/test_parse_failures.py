@@ -113,18 +113,21 @@ def test_an_unreadable_reboot_directory_is_an_error_not_a_pass(open_dir):
 
 
 class _Result:
-    def __init__(self, rc: int, stdout: str, stderr: str = "") -> None:
-        self.rc, self.stdout, self.stderr = rc, stdout, stderr
+    def __init__(self, rc: int, stdout: str | bytes, stderr: str = "") -> None:
+        self.stdout_bytes = stdout if isinstance(stdout, bytes) else stdout.encode()
+        self.rc, self.stdout, self.stderr = rc, self.stdout_bytes.decode("utf-8", "replace"), stderr
 
 
 class _Host:
-    """A check's ``host`` whose every command answers ``result``."""
+    """A check's ``host`` whose every command answers ``result`` (``runs``: how many it ran)."""
 
     def __init__(self, result: _Result) -> None:
         self.result = result
+        self.runs = 0
         self.backend = type("Backend", (), {"hostname": "h"})()
 
     def run(self, command: str, *args: str) -> _Result:
+        self.runs += 1
         return self.result
 
 
@@ -168,8 +171,20 @@ def test_the_checks_read_empty_truncated_unknown_or_failed_is_an_error(result):
     from rocmfleet.checks import expect
 
     expect._memo.clear()
-    with pytest.raises(CannotCheck):
-        expect.gathered(_Host(result))
+    host = _Host(result)
+    for _ in range(3):  # each check that needs it errors; the host is asked once
+        with pytest.raises(CannotCheck):
+            expect.gathered(host)
+    assert host.runs == 1
+    expect._memo.clear()
+
+
+def test_a_stray_byte_in_one_file_is_that_files_text_not_every_checks_error():
+    from rocmfleet.checks import expect
+
+    expect._memo.clear()
+    host = _Host(_Result(0, b'{"kind":"text","key":"/g","text":"# caf\xe9"}\n{"kind":"end"}\n'))
+    assert expect.gathered(host).texts == {"/g": ["# caf\ufffd"]}
     expect._memo.clear()
 
 
@@ -210,6 +225,14 @@ def test_an_empty_file_is_empty_text_an_unreadable_one_an_error_and_lines_come_b
     unreadable = _read('{"kind":"path","path":"/g","type":"file","mode":"600","sha256":""}')
     with pytest.raises(CannotCheck, match="/g could not be read"):
         expect.text(unreadable, "/g")  # not "": a "does not contain" check would pass on it
+    expect._memo.clear()
+    dangling = _read('{"kind":"path","path":"/g","type":"link","mode":"777"}')
+    with pytest.raises(CannotCheck, match="/g could not be read"):
+        expect.text(dangling, "/g")
+    expect._memo.clear()
+    directory = _read('{"kind":"path","path":"/g","type":"dir","mode":"755"}')
+    with pytest.raises(CannotCheck, match="/g is not a file"):
+        expect.text(directory, "/g")
     expect._memo.clear()
 
 
@@ -274,4 +297,23 @@ def test_a_unit_being_reloaded_runs_and_only_enabled_is_enabled():
     assert expect.running(host, "docker.service") is True
     assert expect.running(host, "vllm-a.service") is False
     assert expect.unit_state(host, "vllm-a.service").enabled != "enabled"  # static: not enabled by the deploy
+    expect._memo.clear()
+
+
+def test_installed_reads_bare_arch_qualified_and_pattern_names_and_nothing_reported_is_an_error():
+    from rocmfleet.checks import expect
+
+    expect._memo.clear()
+    host = _read(
+        '{"kind":"pkg","package":"rocm-core","status":"ii ","version":"7.0"}',
+        '{"kind":"pkg","package":"amdrocm-core","status":"rc ","version":"7.0"}',
+        '{"kind":"pkg","package":"amdgpu-dkms","status":"hi ","version":"1:6.14"}',
+    )
+    assert expect.installed(host, "rocm-core") and expect.installed(host, "rocm-core:amd64")
+    assert expect.installed(host, "amdgpu-dkms")  # held
+    assert not expect.installed(host, "amdrocm*")  # removed, its configuration left: not installed
+    assert expect.installed(host, "rocm*") and not expect.installed(host, "hip-runtime-amd")
+    expect._memo.clear()
+    with pytest.raises(CannotCheck, match="dpkg-query reported none"):
+        expect.installed(_read(), "rocm-core")  # never "not installed" when dpkg said nothing
     expect._memo.clear()

@@ -554,7 +554,11 @@ def test_a_regular_expression_that_does_not_compile_here_is_a_wrong_answer():
     bad = PARIS.model_construct(**{**PARIS.model_dump(), "expect_regex": "(", "chat": False})
     answers = b'{"data": [{"id": "tiny"}]}\0{"choices": [{"text": "x"}]}\0'
     status, reason = readiness.judge(answers, "tiny", bad)
-    assert status == 3 and "does not compile" in reason
+    assert status == 3 and "does not compile in rocmfleet check" in reason
+
+
+def test_an_answer_nested_too_deep_to_parse_is_not_ready_here_as_in_the_container():
+    assert readiness.judge(b"[" * 100000, "tiny", PARIS) == (1, "vllm-probe: models: no JSON answer")
 
 
 def live(host) -> subprocess.CompletedProcess:
