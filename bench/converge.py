@@ -230,12 +230,14 @@ def table(result: dict) -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0].replace("``", "`"), formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--names", default="1,10,50,100", help="inventory sizes (comma-separated)")
-    p.add_argument("--commands", default="converge,dry,check,validate", help="which to time")
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--validate-names", type=int, default=1000)
-    p.add_argument("--label", default="run")
+    p.add_argument("--commands", default="converge,dry,check,validate", help="which to time (comma-separated)")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each command and size (median and spread)")
+    p.add_argument("--validate-names", type=int, default=1000, help="generated hosts for validate")
+    p.add_argument("--label", default="run", help="names bench/results/converge-LABEL.json and its log folder")
     p.add_argument(
         "--debug-names",
         default="1,10",
