@@ -26,7 +26,7 @@ from collections.abc import Callable
 from fnmatch import fnmatchcase
 from typing import Any
 
-from rocmfleet import rocm, scripts, tuning, vllm
+from rocmfleet import hoststate, rocm, scripts, tuning, vllm
 from rocmfleet.connect import SshSettings
 from rocmfleet.errors import CannotCheck
 from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, state_args
@@ -373,11 +373,11 @@ def installed(host, name: str) -> bool:
         CannotCheck: dpkg reported none of the packages asked for (``dpkg-query`` failed, and
             "none installed" would pass a check that wants them absent).
     """
-    found = gathered(host).packages
-    if not found:
+    got = gathered(host)
+    if not got.packages:
         raise CannotCheck("dpkg-query reported none of the ROCm packages asked for")
     bare = name.split(":", 1)[0]
-    return any(p.status[1:2] == "i" for n, p in found.items() if fnmatchcase(n, bare))
+    return any(hoststate.packages_installed(got, [n]) for n in got.packages if fnmatchcase(n, bare))
 
 
 def device_nodes(host) -> dict[str, PathState]:

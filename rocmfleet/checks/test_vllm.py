@@ -21,11 +21,6 @@ def unit(host, instance, docker_running) -> str:
     return vllm.files_of(instance).unit
 
 
-def _active(host, unit: str) -> bool:
-    """Whether ``unit`` is active (several checks' precondition)."""
-    return expect.running(host, unit)
-
-
 def _health(host, port: int):
     """``GET /health`` on ``port`` (testinfra's result), once per host and port: exit 0 for 200,
     22 for another HTTP status (``curl -f``: 503 once the engine is dead), 7 when nothing listens."""
@@ -38,7 +33,7 @@ def _health(host, port: int):
 def container(host, instance, unit) -> dict:
     """``docker inspect`` of the instance's running container (read once: ``expect.container_inspect``)."""
     names = vllm.files_of(instance)
-    if not _active(host, unit):
+    if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     result = expect.container_inspect(host, names.container)
     assert result.rc == 0, f"{names.unit} is active but has no container {names.container}: {result.stderr.strip()}"
@@ -104,14 +99,14 @@ def test_container_devices_and_cpus(host, placement, container):
 
 
 def test_port_answering(host, instance, unit):
-    if not _active(host, unit):
+    if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     probe = _health(host, instance.port)
     assert probe.rc == 0, f"port {instance.port}: {probe.stderr.strip()}"
 
 
 def test_ready(host, config, instance, unit):
-    if not _active(host, unit):
+    if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     if _health(host, instance.port).rc not in (0, 22):
         pytest.skip(f"port {instance.port} does not answer (reported by test_port_answering)")

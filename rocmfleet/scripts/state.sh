@@ -52,11 +52,11 @@ object() {
     printf '%s}\n' "$line"
 }
 
-# json_lines KIND KEY: each line of stdin as {"kind":KIND,"key":KEY,"text":LINE}: backslashes and quotes escaped,
-# tabs as \t, other control characters (NUL and newline included) dropped; a last line without a newline ends like the others.
-# One awk process (a file read per item costs the host a process, not six: issue 16). Replacements
-# are made by split and join, not gsub, whose backslashes in the replacement differ between mawk
-# and gawk.
+# json_lines KIND KEY: each line of stdin as {"kind":KIND,"key":KEY,"text":LINE}: backslashes
+# and quotes escaped, tabs as \t, other control characters (NUL and newline included) dropped; a
+# last line without a newline ends like the others. One awk process (a file read per item costs
+# the host a process, not six: issue 16). Replacements are made by split and join, not gsub,
+# whose backslashes in the replacement differ between mawk and gawk.
 json_lines() {
     RF_KIND=$1 RF_KEY=$2 awk '
         function rep(s, from, to,    n, parts, i, out) {
