@@ -8,7 +8,7 @@ execution time, after the reboot (``roles/vllm``), not while pyinfra prepares th
 Every per-host problem fails that host alone, through pyinfra's own error path
 (:mod:`rocmfleet.operations.fail`): the other hosts converge and pyinfra exits non-zero naming
 the failed hosts. The inventory already validated every host before connecting
-(``rocmfleet.validate.check_on_load``); a host whose data is still what was validated there
+(``rocmfleet.config.validate.check_on_load``); a host whose data is still what was validated there
 uses that config, one changed by ``--data`` overrides is validated again here.
 """
 
@@ -19,11 +19,13 @@ import roles.docker
 import roles.rocm
 import roles.tuning
 import roles.vllm
-from rocmfleet import groupvars, hoststate, vllm, vllmplan
+from rocmfleet.config import groupvars
+from rocmfleet.config.settings import ConfigError, host_config
+from rocmfleet.config.validate import validated_config
+from rocmfleet.domain import vllm
 from rocmfleet.facts.state import HostState
 from rocmfleet.operations import fail
-from rocmfleet.settings import ConfigError, host_config
-from rocmfleet.validate import validated_config
+from rocmfleet.plan import hoststate, vllmplan
 
 try:
     # Group files that could not be read (an inventory without check_on_load still loads them).

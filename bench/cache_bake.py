@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rocmfleet import cachedirs, readiness, vllm  # noqa: E402
-from rocmfleet.connect import Session  # noqa: E402
-from rocmfleet.fleet import load_fleet  # noqa: E402
+from rocmfleet.domain import cachedirs, readiness, vllm  # noqa: E402
+from rocmfleet.fleet.connect import Session  # noqa: E402
+from rocmfleet.fleet.inventory import load_fleet  # noqa: E402
 
 STEADY = 5
 

@@ -5,7 +5,7 @@ Not a test: a measurement for issue 15, run on a machine with a GPU, PyTorch and
     python3 bench/cache_gpu.py --runs 5 --out results/
 
 Each run is a fresh Python process (no in-memory cache survives) that points the compilers at the
-directories of :data:`rocmfleet.cachedirs.LAYOUT` (``TRITON_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR``,
+directories of :data:`rocmfleet.domain.cachedirs.LAYOUT` (``TRITON_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR``,
 ``VLLM_CACHE_ROOT``, ``AITER_JIT_DIR``; ``TRITON_CACHE_AUTOTUNING=1`` as vLLM sets it) and then
 
 * compiles and runs a set of Triton kernels (elementwise, fused softmax, RMSNorm, SiLU-and-mul, and
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rocmfleet import cachedirs  # noqa: E402 - stdlib only; the device has no rocmfleet deps
+from rocmfleet.domain import cachedirs  # noqa: E402 - stdlib only; the device has no rocmfleet deps
 
 SCRIPT = ROOT / "rocmfleet" / "scripts" / "cache-bake.sh"
 PHASES = ("import_s", "triton_s", "compile_first_s", "steady_s", "process_s")

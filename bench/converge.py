@@ -13,7 +13,7 @@ control side's CPU (user + system of the command and its children, from ``getrus
 Commands per host come from one extra converge with pyinfra's ``--debug`` (its
 ``Running command on HOST`` lines), attributed to the fact being gathered or the operation being
 run ("by source": what to cut first), and for ``check`` from one extra run with
-``ROCMFLEET_COMMAND_LOG`` (``rocmfleet.connect`` logs each command; :func:`count_check_commands`).
+``ROCMFLEET_COMMAND_LOG`` (``rocmfleet.fleet.connect`` logs each command; :func:`count_check_commands`).
 ``rocmfleet validate`` runs on ``--validate-names`` generated hosts (1,000 by default; no
 connection). Before the runs, sshd on each lab host is given ``MaxStartups``/``MaxSessions``
 for this many connections (as ``tests/lab/rootfs.py`` gives new lab hosts).
@@ -114,7 +114,7 @@ def count_commands(debug_output: str) -> dict:
 
 def count_check_commands(kind: str, names: int, out: Path) -> dict:
     """Commands per host of one more ``rocmfleet check`` run, from the command log that
-    ``rocmfleet.connect`` writes with ``ROCMFLEET_COMMAND_LOG`` (one JSON line per command, with
+    ``rocmfleet.fleet.connect`` writes with ``ROCMFLEET_COMMAND_LOG`` (one JSON line per command, with
     its SSH session). The log names addresses, not inventory names (N names share the lab's
     3), so per host is the mean: all commands over ``names`` (each name's reachability probe and
     checks); ``commands_per_session_max`` is the largest one session ran (one host's checks)."""

@@ -10,7 +10,7 @@ state the lab already has (a no-op). Group data is ``inventories/lab.py``'s.
 import os as _os
 
 from inventories import lab as _lab
-from rocmfleet.validate import check_on_load as _check
+from rocmfleet.config.validate import check_on_load as _check
 
 _count = int(_os.environ.get("ROCMFLEET_BENCH_NAMES", "1"))
 _hosts = _lab.all[0]  # (name, {"ssh_hostname": address, ...}) of each lab host

@@ -7,8 +7,8 @@ what changes from one lab run to the next (addresses, proxy, registry, image dig
 
 import os as _os
 
-from rocmfleet.groupvars import load_group_vars as _load
-from rocmfleet.validate import check_on_load as _check
+from rocmfleet.config.groupvars import load_group_vars as _load
+from rocmfleet.config.validate import check_on_load as _check
 from tests.lab.config import LabState as _LabState
 
 # The lab's vault password (a test value, committed on purpose); a real fleet's is never in git.

@@ -6,8 +6,8 @@ over its groups, a later group over an earlier one, and every group over ``all``
 line validates every host before pyinfra connects to any (``rocmfleet validate`` does the same).
 """
 
-from rocmfleet.groupvars import load_group_vars as _load
-from rocmfleet.validate import check_on_load as _check
+from rocmfleet.config.groupvars import load_group_vars as _load
+from rocmfleet.config.validate import check_on_load as _check
 
 all = (  # noqa: A001 - pyinfra's name for the group of every host
     [

@@ -20,11 +20,11 @@ import getpass
 import sys
 from pathlib import Path
 
-from rocmfleet import vault
+from rocmfleet.config import vault
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from rocmfleet.validate import EXIT_INVALID, InventoryError, report, validate_inventory
+    from rocmfleet.config.validate import EXIT_INVALID, InventoryError, report, validate_inventory
 
     try:
         configs, problems = validate_inventory(args.inventory)
@@ -96,8 +96,8 @@ def _positive(kind: type):
 
 
 def _check(args: argparse.Namespace) -> int:
-    from rocmfleet import compliance
-    from rocmfleet.fleet import FleetError, load_fleet
+    from rocmfleet.fleet.check import compliance
+    from rocmfleet.fleet.inventory import FleetError, load_fleet
 
     try:
         overrides = _data_overrides(args.data)
@@ -125,8 +125,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from rocmfleet import benchrun
-    from rocmfleet.fleet import FleetError, load_fleet
+    from rocmfleet.fleet.bench import benchrun
+    from rocmfleet.fleet.inventory import FleetError, load_fleet
 
     try:
         targets = load_fleet(args.inventory, _limit(args.limit))
@@ -143,7 +143,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _rollout(args: argparse.Namespace) -> int:
     import rich.console
 
-    from rocmfleet import rolloutrun
+    from rocmfleet.fleet.rollout import rolloutrun
 
     console = rich.console.Console(stderr=True)
 
@@ -166,7 +166,7 @@ def _rollout(args: argparse.Namespace) -> int:
         if args.resume or args.rollback:
             print("rocmfleet: --bake starts a new rollout; not with --resume or --rollback", file=sys.stderr)
             return 2
-        from rocmfleet import rolloutbake
+        from rocmfleet.fleet.rollout import rolloutbake
 
         return rolloutbake.bake_and_roll(
             args.inventory,
@@ -196,8 +196,8 @@ def _rollout(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from rocmfleet import rolloutrun
-    from rocmfleet.fleetrollout import status_json
+    from rocmfleet.fleet.rollout import rolloutrun
+    from rocmfleet.fleet.rollout.fleetrollout import status_json
 
     try:
         rows, state = rolloutrun.status(args.inventory, _limit(args.limit))
@@ -226,9 +226,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _cache_bake(args: argparse.Namespace) -> int:
-    from rocmfleet import cachebake
-    from rocmfleet.connect import CommandTimeout, ConnectError
-    from rocmfleet.fleet import FleetError, load_fleet
+    from rocmfleet.fleet.cache import cachebake
+    from rocmfleet.fleet.connect import CommandTimeout, ConnectError
+    from rocmfleet.fleet.inventory import FleetError, load_fleet
 
     try:
         _writable(args.write, "--write")
@@ -241,7 +241,7 @@ def _cache_bake(args: argparse.Namespace) -> int:
     if len(targets) != 1:
         print(f"rocmfleet: --host {args.host} matches {len(targets)} hosts; name one", file=sys.stderr)
         return 2
-    from rocmfleet.fleetrollout import deploy_refusal
+    from rocmfleet.fleet.rollout.fleetrollout import deploy_refusal
 
     if refusal := deploy_refusal(args.inventory):  # the bake stops an instance: not under a rollout
         print(f"rocmfleet: {refusal}", file=sys.stderr)
@@ -338,7 +338,7 @@ def _rekey(args: argparse.Namespace) -> int:
 
 
 def _schema(_args: argparse.Namespace) -> int:
-    from rocmfleet.reference import json_schema
+    from rocmfleet.config.reference import json_schema
 
     print(json_schema(), end="")
     return 0

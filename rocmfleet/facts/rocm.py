@@ -6,7 +6,8 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from rocmfleet import rocm, scripts
+from rocmfleet import scripts
+from rocmfleet.domain import rocm
 
 #: Reasons a reboot is owed live here, one file each. ``/run`` is emptied by every boot, so a
 #: reason lasts exactly until the next reboot, also across a deploy that failed before it.
@@ -126,7 +127,7 @@ class SecureBoot(FactBase[dict]):
 
 class RocmOnHost(FactBase[rocm.HostRocm]):
     """What a host has of AMD's two ROCm streams (apt files, keyrings, packages):
-    :class:`rocmfleet.rocm.HostRocm`, from ``rocmfleet/scripts/rocm-state.sh``."""
+    :class:`rocmfleet.domain.rocm.HostRocm`, from ``rocmfleet/scripts/rocm-state.sh``."""
 
     def command(self) -> str:
         return scripts.command("rocm-state.sh", *rocm.WATCHED_FILES)

@@ -3,7 +3,7 @@
 A no-op converge costs one SSH command per fact read (about 10 ms of control-side CPU each in
 paramiko, issue 16), so a role reads the state of everything it manages in one command,
 ``rocmfleet/scripts/state.sh``, and calls pyinfra's operations only for the items that differ
-(:mod:`rocmfleet.hoststate`). The script prints one JSON object per line, parsed here with
+(:mod:`rocmfleet.plan.hoststate`). The script prints one JSON object per line, parsed here with
 pydantic.
 """
 
@@ -233,7 +233,7 @@ def state_args(
     """The arguments of ``state.sh`` for these items (see the script's header).
 
     ``marked`` is ``(marker line, globs)``; ``ready`` is ``[(key, vllm-probe.sh arguments)]``
-    (``rocmfleet.readiness.live_args``, or ``ready`` with its arguments); ``os`` asks for the OS and kernel;
+    (``rocmfleet.domain.readiness.live_args``, or ``ready`` with its arguments); ``os`` asks for the OS and kernel;
     ``texts`` are files read whole; ``runs`` is ``[(name, shell script)]``, run under ``timeout 20``.
     """
     args: list[str] = ["os", "-"] if os else []

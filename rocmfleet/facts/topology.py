@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
-from rocmfleet.topology import KfdTree, PciSysfs, Topology, TopologyParseError, build_topology
+from rocmfleet.domain.topology import KfdTree, PciSysfs, Topology, TopologyParseError, build_topology
 
 # Section markers. A line starting with "@@" cannot come from the files read: KFD properties
 # are "name value" lines, lscpu lines start with a label, meminfo lines with "Node".
@@ -17,7 +17,7 @@ TIMEOUT_S = 20
 
 # One shell command, run under `timeout` so a hung sysfs read or lscpu fails the fact (exit 124)
 # instead of hanging the deploy. No single quotes inside: it is wrapped in sh -c '…'. The deploy
-# runs it inside its one HostState read (rocmfleet.vllmplan.query).
+# runs it inside its one HostState read (rocmfleet.plan.vllmplan.query).
 SCRIPT = r"""
 echo "@@rocmfleet-gpu-topology 1"
 T=/sys/class/kfd/kfd/topology/nodes
@@ -50,7 +50,7 @@ class GpuTopology(FactBase[Topology | None]):
     nodes (CPUs, memory). ``None`` where there is no KFD (amdgpu not loaded, or no GPU driver).
 
     NUMA node per GPU: the PCI device's sysfs ``numa_node`` (read here for every device bound to
-    amdgpu), else the KFD io_link to a CPU node; see ``rocmfleet.topology.parse_kfd_topology``.
+    amdgpu), else the KFD io_link to a CPU node; see ``rocmfleet.domain.topology.parse_kfd_topology``.
 
     .. code:: python
 

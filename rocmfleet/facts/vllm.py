@@ -7,8 +7,8 @@ import shlex
 from pyinfra.api import FactBase
 
 from rocmfleet import scripts
-from rocmfleet.profiles import ReadyProbe
-from rocmfleet.readiness import probe_script
+from rocmfleet.config.profiles import ReadyProbe
+from rocmfleet.domain.readiness import probe_script
 
 #: First line of every unit rocmfleet renders (``templates/vllm/vllm.service.j2``): the mark that
 #: makes a ``vllm-*.service`` ours to remove when the data no longer lists it.
@@ -18,14 +18,14 @@ UNIT_MARKER = "# Managed by rocmfleet (roles/vllm)."
 class VllmReady(FactBase[bool]):
     """
     Whether the vLLM server of ``container`` on ``127.0.0.1:port`` is ready to serve ``model`` (see
-    :mod:`rocmfleet.readiness` for what ready means: a server answering on the port that is not
+    :mod:`rocmfleet.domain.readiness` for what ready means: a server answering on the port that is not
     the container's own never counts).
 
     .. code:: python
 
         host.get_fact(VllmReady, port=8000, model="tiny-llama", container="vllm-a")  # True
 
-    ``ready_probe``: the profile's known-answer request (:class:`rocmfleet.profiles.ReadyProbe`),
+    ``ready_probe``: the profile's known-answer request (:class:`rocmfleet.config.profiles.ReadyProbe`),
     or ``None``; with one, a server that answers it wrongly is not ready.
     """
 

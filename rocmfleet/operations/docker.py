@@ -6,7 +6,7 @@ most ``docker_restart_parallel`` hosts at a time (pyinfra's ``_parallel``), each
 vLLM containers answer again, and once a restart failed in this run no further host restarts.
 pyinfra marks the hosts of a failed ``_parallel`` batch failed only after *all* batches ran
 (``pyinfra/api/operations.py`` ``_run_single_op``), so the gate is kept here, per run. A change
-of keys dockerd reloads (``rocmfleet.docker.RELOADABLE``) is applied with a reload instead.
+of keys dockerd reloads (``rocmfleet.domain.docker.RELOADABLE``) is applied with a reload instead.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.operations import files as file_ops
 
-from rocmfleet import docker, scripts
+from rocmfleet import scripts
+from rocmfleet.domain import docker
 from rocmfleet.facts.docker import PathExists
 from rocmfleet.operations import this_run
 
@@ -44,7 +45,7 @@ def daemon_json(content: str, path: str = "/etc/docker/daemon.json"):
     """
     Write ``daemon.json``, validated by the host's own ``dockerd`` before it replaces the old one.
 
-    + content: the file's text (``rocmfleet.docker.daemon_json``)
+    + content: the file's text (``rocmfleet.domain.docker.daemon_json``)
     + path: where dockerd reads it
 
     A no-op when the file already has this content (SHA-256). Otherwise the text goes to
@@ -94,7 +95,7 @@ def restart(instances: Sequence[tuple[str, int]], timeout_s: int = 300):
     """
     Restart Docker, then wait until dockerd and the host's vLLM containers answer again; or only
     reload it when :func:`daemon_json` found that every key it changed is one dockerd reloads
-    (``rocmfleet.docker.RELOADABLE``: registries, mirrors, download limits...).
+    (``rocmfleet.domain.docker.RELOADABLE``: registries, mirrors, download limits...).
 
     + instances: ``(container, port)`` of the host's vLLM instances (those not running are skipped)
     + timeout_s: seconds for dockerd and every container that ran before to answer again

@@ -9,7 +9,7 @@ from pyinfra.api import StringCommand, operation
 from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.server import LinuxDistribution
 
-from rocmfleet import rocm
+from rocmfleet.domain import rocm
 from rocmfleet.facts.rocm import (
     REBOOT_DIR,
     AmdgpuLoaded,
@@ -58,7 +58,7 @@ def preflight(
     """
     Stop this host before anything changes when ROCm cannot be deployed on it as configured.
 
-    + settings: the host's :class:`rocmfleet.rocm.RocmSettings`
+    + settings: the host's :class:`rocmfleet.domain.rocm.RocmSettings`
     + release: ``(ID, VERSION_ID, running kernel)`` of the host when the deploy read them already
       (``rocmfleet.facts.state.HostState``; this is the deploy's first operation, so they have
       not changed since); read here otherwise
@@ -70,9 +70,9 @@ def preflight(
     - its OS or kernel is not supported: Ubuntu 24.04, Ubuntu 22.04 and Debian 12 (reference
       §2.2, §2.3), with a kernel matching ``rocm_supported_kernels``;
     - Secure Boot is on and DKMS has no enrolled key to sign amdgpu with
-      (:func:`rocmfleet.rocm.secure_boot_problem`): the module would not load after the reboot;
+      (:func:`rocmfleet.domain.rocm.secure_boot_problem`): the module would not load after the reboot;
     - the data moves the host to an older release within its stream and
-      ``rocm_allow_downgrade`` is off (:func:`rocmfleet.rocm.downgrade_problem`).
+      ``rocm_allow_downgrade`` is off (:func:`rocmfleet.domain.rocm.downgrade_problem`).
 
     A host with none of these is a no-op.
     """
@@ -140,14 +140,14 @@ def remove_other_stream(settings: rocm.RocmSettings):
     Remove what the host has of the other ROCm stream, in the order AMD documents, before the
     configured stream is installed.
 
-    + settings: the host's :class:`rocmfleet.rocm.RocmSettings`
+    + settings: the host's :class:`rocmfleet.domain.rocm.RocmSettings`
 
     AMD: "If you have ROCm 7.2.4 or older installed, please uninstall it before proceeding"
     (reference §2.1 [R6]); the uninstall is the meta package, then ``rocm-core`` (each with
     ``apt autoremove``), then the repository files, then a cleared apt cache and a restart
     [R1 "Uninstalling"]. Here: one ``apt-get purge --auto-remove`` per step of
-    :data:`rocmfleet.rocm.STREAM_PACKAGES`, then the stream's source, pin and keyring
-    (:data:`rocmfleet.rocm.STREAM_FILES`), then ``apt-get clean``, and a recorded reboot reason
+    :data:`rocmfleet.domain.rocm.STREAM_PACKAGES`, then the stream's source, pin and keyring
+    (:data:`rocmfleet.domain.rocm.STREAM_FILES`), then ``apt-get clean``, and a recorded reboot reason
     (the one reboot of the run). The driver packages have the same names in both streams and
     are replaced in place by the new stream's (:func:`packages_from_repo`). ``--dry`` says what
     would be removed. A host with nothing of the other stream is a no-op.
@@ -170,9 +170,9 @@ def remove_other_stream(settings: rocm.RocmSettings):
 def remove_userspace(settings: rocm.RocmSettings):
     """
     Purge the configured stream's userspace when ``rocm_userspace`` is off (containers bring
-    their own), in AMD's uninstall order (:data:`rocmfleet.rocm.STREAM_PACKAGES`).
+    their own), in AMD's uninstall order (:data:`rocmfleet.domain.rocm.STREAM_PACKAGES`).
 
-    + settings: the host's :class:`rocmfleet.rocm.RocmSettings`
+    + settings: the host's :class:`rocmfleet.domain.rocm.RocmSettings`
 
     Its source file and keyring go with the role's other files. No reboot: the kernel driver
     stays. A no-op when the userspace is wanted or absent.

@@ -11,7 +11,7 @@ from pyinfra.api.command import FileUploadCommand
 from pyinfra.facts.files import Sha256File
 from pyinfra.operations import files
 
-from rocmfleet.vault import Secret
+from rocmfleet.config.vault import Secret
 
 
 @operation()
@@ -21,7 +21,7 @@ def secret_file(path: str, content: Secret, user: str = "root", group: str = "ro
 
     + path: file on the host; keep it in a directory of mode 0700 (the upload lands before the
       mode is set)
-    + content: the whole file, as a :class:`rocmfleet.vault.Secret` (never printed)
+    + content: the whole file, as a :class:`rocmfleet.config.vault.Secret` (never printed)
     + user, group, mode: ownership and mode (default root, root, 0600)
 
     Unlike ``files.put``/``files.template`` this never shows the content, also not with

@@ -10,7 +10,7 @@ from pyinfra.api import StringCommand, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
-from rocmfleet import tuning
+from rocmfleet.domain import tuning
 from rocmfleet.facts.tuning import SysctlLive
 from rocmfleet.operations.fail import host_failure
 
@@ -23,7 +23,7 @@ def grub_cmdline(params: list[str], path: str = tuning.GRUB_DEFAULTS):
     + params: kernel parameters that must be there (``iommu=pt``, ``pci=realloc=off``)
     + path: the GRUB defaults file
 
-    Only parameters rocmfleet manages are ever removed (:func:`rocmfleet.tuning.edit_grub_defaults`);
+    Only parameters rocmfleet manages are ever removed (:func:`rocmfleet.domain.tuning.edit_grub_defaults`);
     run ``update-grub`` and a reboot after a change (reference §1.1 rows 1-2 [A1]). A host
     without the file fails: rocmfleet sets the kernel command line through GRUB only.
     """

@@ -2,7 +2,7 @@
 swap, roll back, last good versions.
 
 The order that keeps a failed new version from leaving an instance broken is in
-:mod:`rocmfleet.rollout`; ``roles/vllm`` calls these operations in that order.
+:mod:`rocmfleet.fleet.rollout.rollout`; ``roles/vllm`` calls these operations in that order.
 
 Placement needs the host's GPU topology, which a bare host only has after the driver is
 installed and the host rebooted, later in the same run. So nothing is placed while pyinfra
@@ -24,16 +24,17 @@ from pyinfra.api import StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files as file_ops
 
-from rocmfleet import cachedirs, cachekey, rollout, vllm
+from rocmfleet.config.settings import HostConfig, Instance
+from rocmfleet.domain import cachedirs, cachekey, vllm
+from rocmfleet.domain.placement import Placement, PlacementError
 from rocmfleet.facts.devices import DeviceGroupIds
 from rocmfleet.facts.docker import ImageLabels
 from rocmfleet.facts.rollout import LastGood
 from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.facts.vllm import ManagedInstances, PortOwner, VllmReady
+from rocmfleet.fleet.rollout import rollout
 from rocmfleet.operations import this_run
 from rocmfleet.operations.fail import host_failure
-from rocmfleet.placement import Placement, PlacementError
-from rocmfleet.settings import HostConfig, Instance
 
 #: Why a host that shows no KFD topology when the vllm role runs (after any reboot) fails.
 NO_KFD = (
@@ -47,7 +48,7 @@ class HostPlacement:
     """Where each instance of a host runs, from the topology the host shows at execution.
 
     Attributes:
-        placements: ``{instance name: Placement}`` (:func:`rocmfleet.vllm.placements`).
+        placements: ``{instance name: Placement}`` (:func:`rocmfleet.domain.vllm.placements`).
         device_gids: numeric group ids owning ``/dev/kfd`` and the render nodes (``DeviceGroupIds``).
     """
 
@@ -131,8 +132,8 @@ def instance_files(config: HostConfig, instance: str, unit_path: str):
     Both files come from ``templates/vllm/`` (``files.template``), rendered at execution with
     the placement :func:`host_placement` computed, so that a bare host gets the topology it
     shows after the driver's reboot. A no-op when both files are up to date. The unit runs
-    ``rocmfleet.vllm.UNIT_SCRIPT`` (installed by ``roles/vllm``) with the GPUs' PCI addresses for
-    the GPU memory check and the timings of ``rocmfleet.vllm.unit_timings``.
+    ``rocmfleet.domain.vllm.UNIT_SCRIPT`` (installed by ``roles/vllm``) with the GPUs' PCI addresses for
+    the GPU memory check and the timings of ``rocmfleet.domain.vllm.unit_timings``.
     """
     placed = host_placement(config)
     if not isinstance(placed, HostPlacement):
@@ -244,15 +245,15 @@ def serve_args_check(config: HostConfig, instance: str, last_good: rollout.LastG
     rejects them.
 
     + config: the host's validated configuration: the image the instance is about to run (pulled
-      already; by digest), its ``vllm serve`` arguments (``rocmfleet.vllm.serve_args``)
+      already; by digest), its ``vllm serve`` arguments (``rocmfleet.domain.vllm.serve_args``)
     + instance: instance name (for messages and the check container's label)
-    + last_good: its files (``rocmfleet.rollout.last_good_files``)
+    + last_good: its files (``rocmfleet.fleet.rollout.rollout.last_good_files``)
 
-    The container environment without secrets (``rocmfleet.vllm.container_env``) depends on the
+    The container environment without secrets (``rocmfleet.domain.vllm.container_env``) depends on the
     placement, so the check runs once the host's topology is known (:func:`host_placement`).
 
     Runs ``python3`` in a throw-away container of ``image`` without devices or network
-    (``rocmfleet.rollout.serve_args_check_argv``): argparse's ``error: ...`` or vLLM's failed check
+    (``rocmfleet.fleet.rollout.rollout.serve_args_check_argv``): argparse's ``error: ...`` or vLLM's failed check
     fails the host before the running container is touched. A no-op when the instance's last good
     version (``serve.json``) already ran exactly this image, these arguments and this environment.
 
@@ -286,7 +287,7 @@ def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1
     """
     Wait until every instance is ready; roll back each one that is not by the deadline, and fail the host.
 
-    + targets: the host's instances (``rocmfleet.rollout.WaitTarget``; ``roll_back_to`` is
+    + targets: the host's instances (``rocmfleet.fleet.rollout.rollout.WaitTarget``; ``roll_back_to`` is
       filled in here, from the host)
     + timeout_s: deadline for new versions, seconds (model load and compilation take minutes)
     + rollback_timeout_s: deadline for a restored version to be ready again, seconds
@@ -296,7 +297,7 @@ def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1
     known-answer request wrongly, whose live files differ from a complete last good version gets those files
     back, a ``daemon-reload`` and a restart, and the operation waits for it to be ready again. The
     host fails in either case, with the new container's last log lines and, for each instance
-    rolled back, which image it went back to (``rocmfleet.rollout.wait_or_roll_back_script``).
+    rolled back, which image it went back to (``rocmfleet.fleet.rollout.rollout.wait_or_roll_back_script``).
     Wait for all instances in one operation: a failed operation stops the host, so a per-instance
     operation would leave the instances after the first failure unrolled.
 
@@ -339,7 +340,7 @@ def last_good(config: HostConfig, instance: str, files: rollout.LastGoodFiles):
     + config: the host's validated configuration (what the instance runs: image, ``vllm serve``
       arguments, environment; its port and served model name, to confirm it is ready)
     + instance: instance name
-    + files: its live files and last good directory (``rocmfleet.rollout.last_good_files``)
+    + files: its live files and last good directory (``rocmfleet.fleet.rollout.rollout.last_good_files``)
 
     Run it after the instance was found ready (``ready_or_roll_back``). A no-op when the copies
     and ``serve.json`` already match. The copies are made on the host (secrets are never printed).
@@ -383,7 +384,7 @@ def baked_cache_matches(config: HostConfig):
     + config: the host's validated configuration (the image, after it was pulled)
 
     A no-op for an image that is not baked (its tag has no ``-rfcache-`` key) and for a baked one
-    whose key matches (``rocmfleet.cachekey.refusal``, with the GPU architecture of this host's
+    whose key matches (``rocmfleet.domain.cachekey.refusal``, with the GPU architecture of this host's
     placement). Runs before any file is written, so a mismatched cache never reaches a unit.
     """
     if not cachedirs.is_baked(config):

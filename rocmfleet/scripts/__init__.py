@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import shlex
 from functools import cache
+from importlib import resources
 from pathlib import Path
 
-DIR = Path(__file__).resolve().parent
+#: The scripts' folder (package data, ``importlib.resources``; a plain folder for a wheel or a checkout).
+DIR = Path(str(resources.files(__package__)))
 
 
 @cache
 def text(name: str) -> str:
     """The text of ``rocmfleet/scripts/<name>`` (e.g. ``vllm-probe.sh``)."""
-    return (DIR / name).read_text()
+    return resources.files(__package__).joinpath(name).read_text()
 
 
 def command(name: str, *args: object) -> str:

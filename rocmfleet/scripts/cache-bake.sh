@@ -1,5 +1,5 @@
 #!/bin/sh
-# rocmfleet: host-side steps of `rocmfleet cache bake` (rocmfleet/cachebake.py drives them).
+# rocmfleet: host-side steps of `rocmfleet cache bake` (rocmfleet/fleet/cache/cachebake.py drives them).
 #
 #   cache-bake.sh prepare DIR NAME...
 #       remove DIR and create DIR/NAME for each NAME, empty (the caches the bake container fills).

@@ -20,11 +20,11 @@
 #       EXPECT_JSON) a completion that fails; else exit 0 and the answers of /v1/models, the
 #       completion and the chat request on stdout, NUL-separated (empty for a request that
 #       failed). The caller judges them with the `judge` function of CHECK below: `rocmfleet
-#       check` does, in its own Python (rocmfleet.readiness.judge), saving the host the
+#       check` does, in its own Python (rocmfleet.domain.readiness.judge), saving the host the
 #       `docker exec` (issue 16).
 #   vllm-probe.sh live PORT CONTAINER
 #       the port is CONTAINER's and its /health answers 200: exit 0, else 1 with the reason on
-#       stderr. A no-op converge asks this of every instance (rocmfleet.vllmplan), where the
+#       stderr. A no-op converge asks this of every instance (rocmfleet.plan.vllmplan), where the
 #       unit file, serve.json and an active unit already prove what the server was started
 #       with: no request that makes the model generate, no `docker exec`; about a sixth of
 #       what `ready` costs the host (issue 16).
@@ -38,9 +38,9 @@
 # name or an answer in raw UTF-8 or with \u escapes as its encoder likes, and an answer may hold
 # quotes, backslashes or newlines. Hosts have no python3 or jq (the deploy installs neither), but
 # the instance's own container runs vLLM, a Python program: the parser is its python3, through
-# `docker exec` (the same python3 the argument check runs, rocmfleet/rollout.py), and the regular
+# `docker exec` (the same python3 the argument check runs, rocmfleet/fleet/rollout/rollout.py), and the regular
 # expression is matched by Python's `re`, the engine the profile's expect_regex is validated with
-# (rocmfleet/profiles.py). MODEL_JSON and EXPECT_JSON are JSON with \u escapes, so the
+# (rocmfleet/config/profiles.py). MODEL_JSON and EXPECT_JSON are JSON with \u escapes, so the
 # arguments are ASCII whatever the container's locale.
 set -u
 
@@ -84,7 +84,7 @@ owner() {
 # the completion and (when CHAT_EXPECT_JSON is not empty) the chat request on stdin,
 # NUL-separated: a JSON text never holds a raw NUL), in one `docker exec` (each costs about 50 ms
 # and a process in the container; the wait after a change probes every instance, issue 16).
-# `rocmfleet check` runs the same text's `judge` in its own Python (rocmfleet.readiness.judge,
+# `rocmfleet check` runs the same text's `judge` in its own Python (rocmfleet.domain.readiness.judge,
 # which reads it from this file between the lines CHECK=' and '). A failed request's answer is
 # empty. In order: ready when /v1/models lists the id MODEL and, with EXPECT (a regular
 # expression), the completion's first choice's text matches it, and, with CHAT_EXPECT, the chat

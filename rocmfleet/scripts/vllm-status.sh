@@ -6,7 +6,7 @@
 #       instance  unit ActiveState  unit SubState  image reference  container StartedAt (RFC 3339)
 #       An absent container prints "-" for the image and the start; exit 0.
 #
-# Unit vllm-<instance>.service runs container vllm-<instance> (rocmfleet/vllm.py); the image
+# Unit vllm-<instance>.service runs container vllm-<instance> (rocmfleet/domain/vllm.py); the image
 # reference is the container's Config.Image, which the unit pins as repository:tag@digest.
 set -u
 

@@ -7,7 +7,7 @@
 #       http://127.0.0.1:PORT/v1/completions for MODEL (the served name, JSON-quoted), and wait for all of them.
 #       A step of CONCURRENCY c with c requests makes the engine run a batch of c: the batch
 #       sizes vLLM captures CUDA/HIP graphs for, and the smoke benchmark's shapes
-#       (rocmfleet/warmup.py plans them). The prompt is token ids (vLLM's completions API accepts
+#       (rocmfleet/domain/warmup.py plans them). The prompt is token ids (vLLM's completions API accepts
 #       a list of ints), so its length is exact whatever the tokenizer.
 #       Prints one line per step (its wall time); exits 1 if any request failed.
 set -u

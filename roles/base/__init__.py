@@ -6,10 +6,10 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files
 
-from rocmfleet import hoststate
+from rocmfleet.config.settings import HostSettings as DeploySettings
 from rocmfleet.facts.state import Gathered, HostState
-from rocmfleet.hoststate import WantedFile
-from rocmfleet.settings import HostSettings as DeploySettings
+from rocmfleet.plan import hoststate
+from rocmfleet.plan.hoststate import WantedFile
 
 APT_PROXY_FILE = "/etc/apt/apt.conf.d/80rocmfleet-proxy"
 APT_LOCK_FILE = "/etc/apt/apt.conf.d/80rocmfleet-lock-timeout"

@@ -8,11 +8,12 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import apt, systemd
 
-from rocmfleet import docker, hoststate
+from rocmfleet.config.settings import HostSettings as DeploySettings
+from rocmfleet.domain import docker
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import docker as docker_ops
 from rocmfleet.operations import packages as package_ops
-from rocmfleet.settings import HostSettings as DeploySettings
+from rocmfleet.plan import hoststate
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 UNIT = "docker.service"

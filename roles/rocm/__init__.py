@@ -1,7 +1,7 @@
 """ROCm role: AMD's apt repositories, the amdgpu kernel driver (DKMS), device access, reboots.
 
 Follows AMD's install pages as ``../shared/reference/mi300x.md`` §2 records them; the logic
-(files, versions, support matrix) is :mod:`rocmfleet.rocm`. Three entry points, in deploy order:
+(files, versions, support matrix) is :mod:`rocmfleet.domain.rocm`. Three entry points, in deploy order:
 :func:`preflight` (before anything changes), :func:`apply`, and :func:`reboot` (after the
 tuning role, so one reboot covers the driver and the kernel command line).
 """
@@ -16,12 +16,13 @@ from pyinfra.facts.server import LinuxDistribution, OsVersion
 from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
-from rocmfleet import hoststate, rocm
+from rocmfleet.domain import rocm
 from rocmfleet.facts.rocm import InstalledVersions, RocmOnHost
 from rocmfleet.facts.state import Gathered, HostState
-from rocmfleet.hoststate import WantedFile
 from rocmfleet.operations import reboot as reboot_ops
 from rocmfleet.operations import rocm as rocm_ops
+from rocmfleet.plan import hoststate
+from rocmfleet.plan.hoststate import WantedFile
 
 
 def _target(got: Gathered | None = None) -> rocm.OsTarget | None:

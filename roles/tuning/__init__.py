@@ -2,7 +2,7 @@
 
 NUMA balancing off (sysctl.d, live where the kernel allows), the kernel command line through
 ``/etc/default/grub`` and ``update-grub`` (the rocm role's reboot applies it), and C2 disabled
-at every boot by a systemd oneshot. Logic in :mod:`rocmfleet.tuning`. What the role manages is
+at every boot by a systemd oneshot. Logic in :mod:`rocmfleet.domain.tuning`. What the role manages is
 read in the host's one ``HostState`` read (:func:`query`) plus ``/etc/default/grub``'s text;
 operations run only for what differs.
 """
@@ -15,11 +15,12 @@ from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution, OsVersion
 from pyinfra.operations import apt, files, server, systemd
 
-from rocmfleet import hoststate, tuning
+from rocmfleet.domain import tuning
 from rocmfleet.facts.state import Gathered, HostState
-from rocmfleet.hoststate import WantedFile
 from rocmfleet.operations import reboot as reboot_ops
 from rocmfleet.operations import tuning as tuning_ops
+from rocmfleet.plan import hoststate
+from rocmfleet.plan.hoststate import WantedFile
 
 NUMA_BALANCING = "kernel.numa_balancing"
 

@@ -1,10 +1,10 @@
 """vLLM role: image by digest, placement, argument check, per-instance files and systemd unit,
-orphans removed, readiness with roll back to the last good version (the order: :mod:`rocmfleet.rollout`).
+orphans removed, readiness with roll back to the last good version (the order: :mod:`rocmfleet.fleet.rollout.rollout`).
 
 Placement reads the host's GPU topology when the operations execute, after the rocm role's
 reboot (:func:`rocmfleet.operations.vllm.host_placement`): a bare host gets its driver, reboots
 and is placed in the same run. A converged host costs no command of its own: the deploy's one
-``HostState`` read holds the topology and everything the role manages (:mod:`rocmfleet.vllmplan`).
+``HostState`` read holds the topology and everything the role manages (:mod:`rocmfleet.plan.vllmplan`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 
-from rocmfleet import rollout, scripts, vllm, vllmplan
+from rocmfleet import scripts
+from rocmfleet.config.settings import HostConfig, HostSettings, Instance
+from rocmfleet.domain import vllm
+from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.facts.topology import GpuTopology
+from rocmfleet.fleet.rollout import rollout
 from rocmfleet.operations import secrets
 from rocmfleet.operations import vllm as vllm_ops
-from rocmfleet.settings import HostConfig, HostSettings, Instance
-from rocmfleet.topology import Topology
+from rocmfleet.plan import vllmplan
 
 #: A restored version waits at least the default readiness deadline (``vllm_ready_timeout_s``):
 #: a short deadline set to fail a new version fast must not cut short the wait for the old one.
@@ -62,7 +65,7 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
     what is ready as the last good version.
 
     Reads the topology and then everything the role manages in one ``HostState`` fact
-    (:mod:`rocmfleet.vllmplan`); operations run only for what differs, and an instance whose
+    (:mod:`rocmfleet.plan.vllmplan`); operations run only for what differs, and an instance whose
     files, unit, last good version and readiness are all as wanted gets none. ``rebooted``: the
     rocm role's reboot operation; when it reboots the host, the instances are waited for again.
     ``got``: the host's ``HostState`` read with (at least) ``vllmplan.query``'s items; read here

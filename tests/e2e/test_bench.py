@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet.bench import Case, load_run, parse_result, result_path, shape_for, sweep_for
-from rocmfleet.profiles import PROFILES_DIR, load_profile
+from rocmfleet.config.profiles import PROFILES_DIR, load_profile
+from rocmfleet.fleet.bench.bench import Case, load_run, parse_result, result_path, shape_for, sweep_for
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.lab

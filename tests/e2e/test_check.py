@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from rocmfleet import readiness, tuning
+from rocmfleet.domain import readiness, tuning
 from tests.conftest import ROOT, lab_command, lab_ssh, rocmfleet_cli
 
 pytestmark = pytest.mark.lab

@@ -1,4 +1,4 @@
-"""``rocmfleet check`` through rocmfleet.connect on the deployed lab: long names, non-root users, sudo (issue 16).
+"""``rocmfleet check`` through rocmfleet.fleet.connect on the deployed lab: long names, non-root users, sudo (issue 16).
 
 Runs after test_check.py, on the converged lab. Each case writes an inventory that reuses
 ``inventories/lab.py``'s group data for lab-2 under another name or SSH user, and compares the
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.lab
 
 HOST = "lab-2"
 #: A 60-character inventory name (OpenSSH multiplexing used to break from 47 with the host name
-#: in the control path; rocmfleet.connect has no control path at all).
+#: in the control path; rocmfleet.fleet.connect has no control path at all).
 LONG_NAME = "gpu-node-0042.rack-17.row-c.west.datacenter.example-corp.net"
 USER = "rocmfleet-ops"
 

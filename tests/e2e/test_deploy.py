@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from rocmfleet.topology import parse_id_list
+from rocmfleet.domain.topology import parse_id_list
 from tests.conftest import connect, lab_command, pyinfra_json
 
 pytestmark = pytest.mark.lab
@@ -159,7 +159,7 @@ print(json.dumps(out))
 
 
 def test_rendered_arguments_pass_vllms_own_parser(lab, first_deploy, ssh_config):
-    from rocmfleet.profiles import load_profiles
+    from rocmfleet.config.profiles import load_profiles
 
     version = "0.32.0"  # the lab image's vLLM; every shipped profile rendered for it
     argvs = {name: [p.model, *p.render(version).args] for name, p in load_profiles().items()}

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import rollout
+from rocmfleet.fleet.rollout import rollout
 from tests.conftest import ROOT, connect, pyinfra_json
 from tests.e2e.test_deploy import complete, pyinfra_deploy
 

@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
-from rocmfleet.placement import InstanceShape, place
-from rocmfleet.settings import host_config
-from rocmfleet.topology import Gpu, NumaNode, Topology
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain.placement import InstanceShape, place
+from rocmfleet.domain.topology import Gpu, NumaNode, Topology
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -66,7 +66,7 @@ def lab_placements(lab_config):
 @pytest.fixture(autouse=True)
 def _forget_loaded_group_files():
     """Each test starts with no group file loaded: profiles are found beside loaded files."""
-    from rocmfleet import groupvars
+    from rocmfleet.config import groupvars
 
     groupvars.reset()
     yield

@@ -20,8 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from rocmfleet import benchrun
-from rocmfleet.bench import (
+from rocmfleet.config.profiles import PROFILES_DIR, load_profile
+from rocmfleet.config.settings import host_config
+from rocmfleet.config.vault import Secret
+from rocmfleet.fleet.bench import benchrun
+from rocmfleet.fleet.bench.bench import (
     AMD_PAIRS,
     KILL_AFTER_S,
     BenchParseError,
@@ -48,12 +51,9 @@ from rocmfleet.bench import (
     target_name,
     verdict_passed,
 )
-from rocmfleet.bench_report import case_line, markdown_summary, plots
-from rocmfleet.connect import SshSettings
-from rocmfleet.fleet import Target
-from rocmfleet.profiles import PROFILES_DIR, load_profile
-from rocmfleet.settings import host_config
-from rocmfleet.vault import Secret
+from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
+from rocmfleet.fleet.connect import SshSettings
+from rocmfleet.fleet.inventory import Target
 from tests.unit.conftest import DIGEST
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
@@ -620,7 +620,7 @@ def test_profile_bench_section_shapes_the_sweep_and_sets_thresholds() -> None:
 def test_profile_bench_section_refuses_typos(tmp_path: Path, section: dict[str, Any], key: str) -> None:
     import yaml
 
-    from rocmfleet.profiles import ProfileError
+    from rocmfleet.config.profiles import ProfileError
 
     data = yaml.safe_load((PROFILES_DIR / "lab-tiny-llama.yml").read_text())
     path = tmp_path / "lab-tiny-llama.yml"
@@ -697,7 +697,7 @@ def test_markdown_summary_names_hosts_without_results(raw: dict[str, Any]) -> No
 
 
 class FakeHost:
-    """Stands in for an opened :class:`rocmfleet.connect.Session`: answers the runner's ``docker exec`` commands.
+    """Stands in for an opened :class:`rocmfleet.fleet.connect.Session`: answers the runner's ``docker exec`` commands.
 
     ``vllm bench serve`` "writes" the fixture's JSON (no failed request, this case's shape,
     ``throughput`` tok/s) where ``--result-dir``/``--result-filename`` say; ``cat`` and ``rm -rf``

@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocmfleet import cachebake, cachedirs, cachekey, readiness, scripts, vllm, warmup
-from rocmfleet.cachekey import CacheKey, ImageFacts
-from rocmfleet.settings import host_config
+from rocmfleet import scripts
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain import cachedirs, cachekey, readiness, vllm, warmup
+from rocmfleet.domain.cachekey import CacheKey, ImageFacts
+from rocmfleet.fleet.cache import cachebake
 
 from .conftest import DIGEST
 
@@ -62,7 +64,7 @@ def _changed(tmp_path, lab_data, where, name, value):
     """Host data (and a profiles directory) with one input changed."""
     import yaml
 
-    from rocmfleet.profiles import PROFILES_DIR
+    from rocmfleet.config.profiles import PROFILES_DIR
 
     profile = yaml.safe_load((PROFILES_DIR / "lab-tiny-llama.yml").read_text())
     data = dict(lab_data)
@@ -402,7 +404,8 @@ def test_warmup_script_sends_exact_token_counts(tmp_path):
     ],
 )
 def test_cache_bake_write_refuses_a_file_it_cannot_edit_before_the_bake(tmp_path, monkeypatch, capsys, text):
-    from rocmfleet import cli, fleet
+    from rocmfleet import cli
+    from rocmfleet.fleet import inventory as fleet
 
     target = tmp_path / "lab.yml"
     target.write_text(text)

@@ -9,10 +9,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from rocmfleet import compliance, cvs
-from rocmfleet.compliance import CheckResult
-from rocmfleet.errors import CannotCheck
-from rocmfleet.fleet import FleetError, load_fleet
+from rocmfleet.config.errors import CannotCheck
+from rocmfleet.fleet.check import compliance, cvs
+from rocmfleet.fleet.check.compliance import CheckResult
+from rocmfleet.fleet.inventory import FleetError, load_fleet
 from tests.unit.test_topology import FIXTURES
 
 
@@ -94,12 +94,12 @@ def test_report_plugin_records_each_check_once(tmp_path):
         "def test_fixture(broken):\n    pass\n"
         "def test_parse():\n    int('banana')\n"
         "def test_unreadable():\n"
-        "    from rocmfleet.errors import CannotCheck\n"
+        "    from rocmfleet.config.errors import CannotCheck\n"
         "    raise CannotCheck('journal unreadable')\n"
     )
     out = tmp_path / "report.jsonl"
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "rocmfleet.checks.report"]
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "rocmfleet.fleet.check.report"]
         + [
             f"--rocmfleet-report={out}",
             "--rootdir",
@@ -347,7 +347,7 @@ def test_a_check_without_a_host_counts_for_every_host_of_its_process():
 
 
 def test_each_host_runs_only_its_own_instances():
-    from rocmfleet.checks.conftest import instance_names, runs_here
+    from rocmfleet.fleet.check.conftest import instance_names, runs_here
 
     per_host = {"gpu-1": ["a", "b"], "gpu-2": ["solo", "a"], "gpu-3": []}
     assert instance_names(per_host) == ["a", "b", "solo"]
@@ -357,17 +357,17 @@ def test_each_host_runs_only_its_own_instances():
 
 
 def test_each_hosts_last_check_is_found_in_run_order():
-    from rocmfleet.checks.report import last_items
+    from rocmfleet.fleet.check.report import last_items
 
     assert last_items(["gpu-1", "gpu-2", None, "gpu-1", "gpu-2", "gpu-3"]) == {3: "gpu-1", 4: "gpu-2", 5: "gpu-3"}
     assert last_items([None, None]) == {}
 
 
 def test_expectations_hold_each_hosts_data_and_no_secret(lab_data, tmp_path, monkeypatch):
-    from rocmfleet.checks import expect
-    from rocmfleet.connect import SshSettings
-    from rocmfleet.settings import host_config
-    from rocmfleet.vault import Secret
+    from rocmfleet.config.settings import host_config
+    from rocmfleet.config.vault import Secret
+    from rocmfleet.fleet.check import expect
+    from rocmfleet.fleet.connect import SshSettings
 
     one = host_config({**lab_data, "vllm_secret_env": {"HF_TOKEN": Secret("hf_neverShown")}})
     two = host_config({**lab_data, "vllm_instances": [{"name": "solo", "port": 9000, "gpus": [0]}]})

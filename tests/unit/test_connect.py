@@ -1,4 +1,4 @@
-"""rocmfleet.connect and the checks' testinfra backend, against a loopback SSH server (no lab)."""
+"""rocmfleet.fleet.connect and the checks' testinfra backend, against a loopback SSH server (no lab)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import paramiko
 import pytest
 import testinfra.host
 
-from rocmfleet import connect
-from rocmfleet.checks.backend import SessionBackend
-from rocmfleet.connect import CommandTimeout, ConnectError, Session, SshSettings
-from rocmfleet.errors import CannotCheck
+from rocmfleet.config.errors import CannotCheck
+from rocmfleet.fleet import connect
+from rocmfleet.fleet.check.backend import SessionBackend
+from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session, SshSettings
 from tests.unit.sshserver import LoopbackSshServer
 
 #: Each test starts a loopback SSH server (paramiko, 127.0.0.1, throwaway keys): seconds, no lab.
@@ -213,8 +213,8 @@ def test_key_files_are_never_key_material(server):
 # --- rocmfleet check's host runner, end to end over the loopback server -----------------------
 
 SAMPLE_CHECKS = """
-from rocmfleet.checks import expect
-from rocmfleet.errors import CannotCheck
+from rocmfleet.fleet.check import expect
+from rocmfleet.config.errors import CannotCheck
 
 
 def test_sees_its_expectations(host):
@@ -239,10 +239,10 @@ def test_cannot_read(host):
 
 
 def test_run_host_checks_a_long_named_host_with_its_own_expectations(tmp_path, lab_data):
-    from rocmfleet import compliance
-    from rocmfleet.fleet import Target
-    from rocmfleet.settings import host_config
-    from rocmfleet.vault import Secret
+    from rocmfleet.config.settings import host_config
+    from rocmfleet.config.vault import Secret
+    from rocmfleet.fleet.check import compliance
+    from rocmfleet.fleet.inventory import Target
 
     server = _server(tmp_path)
     checks = tmp_path / "test_sample.py"
@@ -267,9 +267,9 @@ def test_run_host_checks_a_long_named_host_with_its_own_expectations(tmp_path, l
 
 
 def test_run_host_without_sudo_rights_makes_every_host_check_an_error(tmp_path, lab_data):
-    from rocmfleet import compliance
-    from rocmfleet.fleet import Target
-    from rocmfleet.settings import host_config
+    from rocmfleet.config.settings import host_config
+    from rocmfleet.fleet.check import compliance
+    from rocmfleet.fleet.inventory import Target
 
     server = _server(tmp_path, sudo_mode="refuse")
     checks = tmp_path / "test_sample.py"
@@ -296,14 +296,14 @@ def test_stdin_reaches_the_command_and_its_end_is_sent(server):
 
 
 #: Checks of several hosts in one process: the ``instance`` parameter and the per-host fixtures
-#: come from the packaged suite's conftest, as in rocmfleet/checks/.
-GROUP_CONFTEST = "from rocmfleet.checks.conftest import *  # noqa: F403\n"
+#: come from the packaged suite's conftest, as in rocmfleet/fleet/check/.
+GROUP_CONFTEST = "from rocmfleet.fleet.check.conftest import *  # noqa: F403\n"
 GROUP_CHECKS = """
 import os
 
 import pytest
 
-from rocmfleet.checks import expect
+from rocmfleet.fleet.check import expect
 
 
 def test_process(host):
@@ -331,9 +331,9 @@ def test_only_second_differs(host):
 
 
 def test_one_process_checks_several_hosts_each_with_its_own_data_and_deadline(tmp_path, lab_data):
-    from rocmfleet import compliance
-    from rocmfleet.fleet import Target
-    from rocmfleet.settings import host_config
+    from rocmfleet.config.settings import host_config
+    from rocmfleet.fleet.check import compliance
+    from rocmfleet.fleet.inventory import Target
 
     server = _server(tmp_path)
     (tmp_path / "conftest.py").write_text(GROUP_CONFTEST)

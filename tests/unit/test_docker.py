@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from rocmfleet import docker
-from rocmfleet.docker import daemon_json
-from rocmfleet.settings import ConfigError, host_config
+from rocmfleet.config.settings import ConfigError, host_config
+from rocmfleet.domain import docker
+from rocmfleet.domain.docker import daemon_json
 
 
 def test_daemon_json_merges_defaults_overrides_and_registries(lab_data):
@@ -84,7 +84,7 @@ def test_key_types_read_as_docker_documents_them():
 
 
 def test_settings_dump_docker_daemon_as_docker_spells_it_and_validate_again(lab_data):
-    from rocmfleet.settings import HostSettings
+    from rocmfleet.config.settings import HostSettings
 
     lab_data["docker_daemon"] = {"log-opts": {"max-file": "5"}, "ipv6": False}
     settings = host_config(lab_data).settings

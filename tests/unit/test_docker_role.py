@@ -11,8 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from rocmfleet.docker import daemon_json
-from rocmfleet.settings import host_config
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain.docker import daemon_json
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = {
@@ -44,7 +44,7 @@ def run_role(
             import sys
             sys.path.insert(0, {str(ROOT)!r})
             import roles.docker
-            from rocmfleet.settings import host_config
+            from rocmfleet.config.settings import host_config
             config = host_config({data!r})
             roles.docker.apply(config.settings, instances=[(f"vllm-{{i.name}}", i.port) for i in config.instances()])
             """

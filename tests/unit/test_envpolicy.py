@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from rocmfleet import envpolicy, vllm
-from rocmfleet.errors import ConfigError
-from rocmfleet.placement import Placement
-from rocmfleet.profiles import ProfileError, load_profile, load_profiles
-from rocmfleet.settings import host_config
+from rocmfleet.config.errors import ConfigError
+from rocmfleet.config.profiles import ProfileError, load_profile, load_profiles
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain import envpolicy, vllm
+from rocmfleet.domain.placement import Placement
 from tests.unit.conftest import TOPOLOGY
 from tests.unit.test_partitions import PROFILES, _config
 

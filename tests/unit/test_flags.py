@@ -1,4 +1,4 @@
-"""The flag table and its renderer (rocmfleet/flags.py); facts from ../shared/reference/mi300x.md §4."""
+"""The flag table and its renderer (rocmfleet/domain/flags.py); facts from ../shared/reference/mi300x.md §4."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from packaging.version import Version
 from pydantic import ValidationError
 
-from rocmfleet.flags import ANY, FLAGS, REMOVED, FlagError, ServingSettings, render
+from rocmfleet.domain.flags import ANY, FLAGS, REMOVED, FlagError, ServingSettings, render
 
 #: Every release the bounds were read from, plus versions between them.
 VERSIONS = [

@@ -1,4 +1,7 @@
-"""Fleet rollouts: planning, state file, group data rewrite, gate decision (rocmfleet.fleetrollout, groupdata_edit)."""
+"""Fleet rollouts: planning, state file, group data rewrite, gate decision.
+
+(rocmfleet.fleet.rollout.fleetrollout, rocmfleet.config.groupdata_edit)
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rocmfleet import fleetrollout as fr
-from rocmfleet.bench import Thresholds
-from rocmfleet.groupdata_edit import EditError, holders, parse, set_keys, unified_diff, unset_keys
+from rocmfleet.config.groupdata_edit import EditError, holders, parse, set_keys, unified_diff, unset_keys
+from rocmfleet.fleet.bench.bench import Thresholds
+from rocmfleet.fleet.rollout import fleetrollout as fr
 from tests.unit.test_bench import raw, result_from  # noqa: F401 - the fixture is used by name
 
 OLD = fr.ImageRef(repository="reg:5000/vllm", tag="0.32.0-lab.1", digest="sha256:" + "a" * 64)
@@ -122,7 +125,7 @@ def test_a_recorded_rollout_refuses_plain_deploys_but_not_its_own(tmp_path, monk
 
 
 def test_check_on_load_stops_a_deploy_during_a_rollout(tmp_path, monkeypatch, capsys):
-    from rocmfleet import validate
+    from rocmfleet.config import validate
 
     monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
     monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path))
@@ -370,11 +373,12 @@ def test_one_rollout_process_per_inventory_and_each_writer_its_own_temp_file(tmp
     import subprocess
     import sys
 
-    from rocmfleet import rolloutrun
+    from rocmfleet.fleet.rollout import rolloutrun
 
     path = fr.state_path(tmp_path, "inventories/prod.py")
     held = subprocess.Popen(  # another process holds the lock, as a running rollout does
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from rocmfleet import fleetrollout as fr\n"
+        [sys.executable, "-c", "import sys, time; from pathlib import Path\n"
+         "from rocmfleet.fleet.rollout import fleetrollout as fr\n"
          "with fr.run_lock(Path(sys.argv[1])):\n print('held', flush=True); time.sleep(60)", str(path)],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],
     )  # fmt: skip

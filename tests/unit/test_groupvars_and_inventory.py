@@ -5,9 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rocmfleet import groupvars
+from rocmfleet.config import groupvars
+from rocmfleet.config.groupvars import load_group_vars
 from rocmfleet.facts.devices import DeviceGroupIds
-from rocmfleet.groupvars import load_group_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def test_group_files_are_found_beside_the_inventory(tmp_path, monkeypatch):
     namespace = {"__file__": str(tmp_path / "inv" / "fleet.py")}
     groupvars.reset()
     monkeypatch.chdir("/")
-    exec("from rocmfleet.groupvars import load_group_vars\ndata = load_group_vars('g')", namespace)  # noqa: S102
+    exec("from rocmfleet.config.groupvars import load_group_vars\ndata = load_group_vars('g')", namespace)  # noqa: S102
     assert namespace["data"] == {"vllm_profile": "x"}
     assert groupvars.LOADED[-1].path == tmp_path / "group_vars" / "g.yml"
 
@@ -80,7 +80,7 @@ def test_prod_inventory_loads_and_every_host_validates():
     )  # fmt: skip
     hosts = json.loads(out.stdout)
     assert [h["name"] for h in hosts] == ["mi300x-a01", "mi300x-a02", "mi300x-a03"]
-    from rocmfleet.settings import host_config
+    from rocmfleet.config.settings import host_config
 
     for h in hosts:
         assert host_config(h["data"]).image.tag == "v0.33.0"

@@ -1,5 +1,5 @@
 """The composite ``HostState`` fact (``rocmfleet/scripts/state.sh``), its parsing, and the pure
-comparisons roles make with it (:mod:`rocmfleet.hoststate`, :mod:`rocmfleet.vllmplan`)."""
+comparisons roles make with it (:mod:`rocmfleet.plan.hoststate`, :mod:`rocmfleet.plan.vllmplan`)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ import subprocess
 
 import pytest
 
-from rocmfleet import hoststate, rollout, scripts, vllm, vllmplan
+from rocmfleet import scripts
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain import vllm
 from rocmfleet.facts.state import HostState, parse_state, state_args
 from rocmfleet.facts.topology import parse_fact_output
-from rocmfleet.hoststate import WantedFile
-from rocmfleet.settings import host_config
+from rocmfleet.fleet.rollout import rollout
+from rocmfleet.plan import hoststate, vllmplan
+from rocmfleet.plan.hoststate import WantedFile
 from tests.unit.test_vllm_role import DATA, TOPOLOGY, changed, run_role
 
 # Output of state.sh on a Debian 12 host (one line per item, then the end line).

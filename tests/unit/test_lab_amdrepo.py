@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import rocm
-from rocmfleet.settings import host_config
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain import rocm
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("apt-get", "apt-ftparchive", "dpkg-deb", "gpg")),

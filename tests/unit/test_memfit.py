@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rocmfleet import memfit
-from rocmfleet.profiles import Profile, ProfileError, load_profile, load_profiles
+from rocmfleet.config.profiles import Profile, ProfileError, load_profile, load_profiles
+from rocmfleet.domain import memfit
 
 DIGEST = "sha256:" + "0" * 64
 

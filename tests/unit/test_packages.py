@@ -6,7 +6,7 @@ import pytest
 from pyinfra.api import FunctionCommand
 from pyinfra.facts.apt import noninteractive_apt
 
-from rocmfleet import docker
+from rocmfleet.domain import docker
 from rocmfleet.facts.packages import HeldPackages
 from rocmfleet.facts.rocm import AptRepoVersions, InstalledVersions
 

@@ -1,5 +1,5 @@
 """Every parser a check relies on refuses empty, truncated and unknown output (issue 16):
-the check is then an error (:class:`~rocmfleet.errors.CannotCheck`), never a pass."""
+the check is then an error (:class:`~rocmfleet.config.errors.CannotCheck`), never a pass."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import docker, rocm, scripts, tuning
-from rocmfleet.errors import CannotCheck, ToolOutputError
+from rocmfleet import scripts
+from rocmfleet.config.errors import CannotCheck, ToolOutputError
+from rocmfleet.domain import docker, rocm, tuning
 
 DKMS = "amdgpu/6.14.14-2204008.24.04, 6.14.0-29-generic, x86_64: installed\n"
 MADISON = "amdgpu-dkms | 1:6.14.14.30300000-2278356.22.04 | https://repo.radeon.com/amdgpu/6.3/ubuntu jammy/main\n"
@@ -145,7 +146,7 @@ def test_the_checks_one_read_runs_and_parses_here():
     """state.sh with every item the checks ask for: it runs (shellcheck-clean sh), ends with its end
     line, and says for each path whether it exists; each unit, package and run is reported or
     absent (then a check that needs it is an error)."""
-    from rocmfleet.checks import expect
+    from rocmfleet.fleet.check import expect
 
     expect._memo.clear()
     host = _Sudoless()
@@ -168,7 +169,7 @@ def test_the_checks_one_read_runs_and_parses_here():
     ids=["empty", "truncated", "unknown-format", "garbage", "failed"],
 )  # fmt: skip
 def test_the_checks_read_empty_truncated_unknown_or_failed_is_an_error(result):
-    from rocmfleet.checks import expect
+    from rocmfleet.fleet.check import expect
 
     expect._memo.clear()
     host = _Host(result)
@@ -180,7 +181,7 @@ def test_the_checks_read_empty_truncated_unknown_or_failed_is_an_error(result):
 
 
 def test_a_stray_byte_in_one_file_is_that_files_text_not_every_checks_error():
-    from rocmfleet.checks import expect
+    from rocmfleet.fleet.check import expect
 
     expect._memo.clear()
     host = _Host(_Result(0, b'{"kind":"text","key":"/g","text":"# caf\xe9"}\n{"kind":"end"}\n'))
@@ -193,7 +194,7 @@ def _read(*lines: str) -> _Host:
 
 
 def test_what_the_read_did_not_report_is_an_error_not_a_pass():
-    from rocmfleet.checks import expect
+    from rocmfleet.fleet.check import expect
 
     expect._memo.clear()
     host = _read('{"kind":"path","path":"/dev/kfd","type":"missing"}')
@@ -210,7 +211,7 @@ def test_what_the_read_did_not_report_is_an_error_not_a_pass():
 
 
 def test_an_empty_file_is_empty_text_an_unreadable_one_an_error_and_lines_come_back_whole():
-    from rocmfleet.checks import expect
+    from rocmfleet.fleet.check import expect
 
     expect._memo.clear()
     host = _read(
@@ -237,7 +238,7 @@ def test_an_empty_file_is_empty_text_an_unreadable_one_an_error_and_lines_come_b
 
 
 def test_render_gid_from_the_reads_getent():
-    from rocmfleet.checks import expect
+    from rocmfleet.fleet.check import expect
 
     def ran(rc: int, *lines: str) -> _Host:
         out = [f'{{"kind":"run","key":"render","text":"{line}"}}' for line in lines]
@@ -276,7 +277,7 @@ def test_one_madison_for_all_driver_packages():
     ids=["empty", "truncated", "unknown-format", "daemon-down"],
 )
 def test_docker_info_output_empty_truncated_unknown_or_failed_is_an_error(result):
-    from rocmfleet.checks import expect
+    from rocmfleet.fleet.check import expect
 
     expect._memo.clear()
     with pytest.raises(CannotCheck):
@@ -287,7 +288,7 @@ def test_docker_info_output_empty_truncated_unknown_or_failed_is_an_error(result
 
 
 def test_a_unit_being_reloaded_runs_and_only_enabled_is_enabled():
-    from rocmfleet.checks import expect
+    from rocmfleet.fleet.check import expect
 
     expect._memo.clear()
     host = _read(
@@ -301,7 +302,7 @@ def test_a_unit_being_reloaded_runs_and_only_enabled_is_enabled():
 
 
 def test_installed_reads_bare_arch_qualified_and_pattern_names_and_nothing_reported_is_an_error():
-    from rocmfleet.checks import expect
+    from rocmfleet.fleet.check import expect
 
     expect._memo.clear()
     host = _read(

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rocmfleet import partitions, vllm
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain import partitions, vllm
+from rocmfleet.domain.partitions import PartitionPolicy, mode_problems, spread
+from rocmfleet.domain.placement import PlacementError
+from rocmfleet.domain.topology import PciSysfs, Topology, build_topology, read_kfd_tree
 from rocmfleet.facts.topology import GpuTopology
-from rocmfleet.partitions import PartitionPolicy, mode_problems, spread
-from rocmfleet.placement import PlacementError
-from rocmfleet.settings import host_config
-from rocmfleet.topology import PciSysfs, Topology, build_topology, read_kfd_tree
 from tests.unit.test_topology import fact_lines
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet.placement import InstanceShape, Placement, PlacementError, place
-from rocmfleet.topology import (
+from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
+from rocmfleet.domain.topology import (
     NumaNode,
     Topology,
     parse_kfd_topology,

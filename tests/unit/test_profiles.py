@@ -1,4 +1,4 @@
-"""Shipped model profiles render AMD's published configurations (rocmfleet/profiles.py, flags.py)."""
+"""Shipped model profiles render AMD's published configurations (rocmfleet/config/profiles.py, flags.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from rocmfleet.profiles import PROFILES_DIR, Profile, ProfileError, load_profile, load_profiles
+from rocmfleet.config.profiles import PROFILES_DIR, Profile, ProfileError, load_profile, load_profiles
 
 # AMD's published Llama 4 command: ROCm blog "Accelerated LLM Inference on AMD Instinct GPUs with
 # vLLM 0.9.x and ROCm" (28 Jun 2025), "Step 3: Run the vLLM Server":

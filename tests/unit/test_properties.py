@@ -8,11 +8,11 @@ from typing import get_args
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocmfleet import flags
-from rocmfleet.placement import InstanceShape, PlacementError, place
-from rocmfleet.settings import ConfigError, host_config
-from rocmfleet.systemd import exec_line
-from rocmfleet.topology import Gpu, NumaNode, Topology
+from rocmfleet.config.settings import ConfigError, host_config
+from rocmfleet.domain import flags
+from rocmfleet.domain.placement import InstanceShape, PlacementError, place
+from rocmfleet.domain.systemd import exec_line
+from rocmfleet.domain.topology import Gpu, NumaNode, Topology
 
 
 @st.composite

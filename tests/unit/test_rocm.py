@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import rocm
-from rocmfleet.errors import ConfigError
-from rocmfleet.settings import host_config
+from rocmfleet.config.errors import ConfigError
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain import rocm
 
 REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "mi300x.md"
 OSES = sorted(rocm.OS_TARGETS.values(), key=lambda t: t.key)

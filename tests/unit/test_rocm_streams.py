@@ -11,10 +11,11 @@ import pytest
 from pyinfra.api import FunctionCommand
 from pyinfra.facts.apt import noninteractive_apt
 
-from rocmfleet import rocm, scripts
-from rocmfleet.errors import ConfigError
+from rocmfleet import scripts
+from rocmfleet.config.errors import ConfigError
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain import rocm
 from rocmfleet.facts.rocm import RocmOnHost, SecureBoot
-from rocmfleet.settings import host_config
 
 STANDIN = Path(__file__).resolve().parents[1] / "lab" / "standin"
 

@@ -11,8 +11,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from rocmfleet import hoststate, tuning
-from rocmfleet.settings import host_config
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain import tuning
+from rocmfleet.plan import hoststate
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = {"vllm_profile": "lab-tiny-llama", "apt_proxy": "http://10.213.0.1:8888"}
@@ -31,7 +32,7 @@ def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None, dr
             import sys
             sys.path.insert(0, {str(ROOT)!r})
             import roles.base, roles.rocm, roles.tuning
-            from rocmfleet.settings import host_config
+            from rocmfleet.config.settings import host_config
             config = host_config({{**{DATA!r}, **{data or {}!r}}})
             {call}
             """
@@ -180,7 +181,7 @@ def test_tuning_reads_grub_from_the_one_read(tmp_path):
 
 def rocm_state(amdgpu_list: str | None = "as-rendered") -> dict[str, list[str]]:
     """A fake HostState answer for roles/rocm: Debian 12, its files as the role renders them."""
-    from rocmfleet import rocm
+    from rocmfleet.domain import rocm
 
     settings = host_config(DATA).rocm
     target = rocm.OS_TARGETS[("debian", "12")]

@@ -1,4 +1,4 @@
-"""rocmfleet.rollout: the argument check, the last good copies, wait and roll back.
+"""rocmfleet.fleet.rollout.rollout: the argument check, the last good copies, wait and roll back.
 
 The shell is run for real (``sh``) in a temporary directory, with stand-ins for ``curl``,
 ``docker``, ``systemctl``, ``journalctl`` and ``install`` (without ``-o``/``-g``) on ``PATH``.
@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 from pyinfra.api import FunctionCommand
 
-from rocmfleet import readiness, rollout, scripts, vllm
-from rocmfleet.profiles import ReadyProbe
+from rocmfleet import scripts
+from rocmfleet.config.profiles import ReadyProbe
+from rocmfleet.domain import readiness, vllm
+from rocmfleet.fleet.rollout import rollout
 from tests.unit.conftest import TOPOLOGY
 
 IMAGE = "reg:5000/vllm:new@sha256:" + "ab" * 32
@@ -694,7 +696,7 @@ def test_a_host_without_gpus_at_execution_fails_alone_with_the_reason(ops, lab_c
 
 
 def test_instances_that_do_not_fit_fail_the_host_with_the_placement_problem(ops, lab_data):
-    from rocmfleet.settings import host_config
+    from rocmfleet.config.settings import host_config
 
     # valid for a 16-GPU host (vllm_gpu_count); the topology has 8
     config = host_config(
@@ -803,7 +805,8 @@ def test_the_wait_command_stays_small_for_many_instances(tmp_path, lab_config, c
     # the whole command as one (`sh -c '...'`): the probe's and warm-up's texts travel once, not per
     # target (8 instances with a text per target made 137 KB and failed with E2BIG), and the targets
     # travel on stdin (64 instances with a warm-up each made about 180 KB of arguments).
-    from rocmfleet import scripts, warmup
+    from rocmfleet import scripts
+    from rocmfleet.domain import warmup
 
     def targets(n: int) -> list[rollout.WaitTarget]:
         files = instance_files(tmp_path, "a")
@@ -878,9 +881,9 @@ def test_a_target_line_with_a_missing_word_says_how_to_call_the_wait(host, tmp_p
 
 def restart_steps(host, lab_data, monkeypatch, **data):
     """rolloutrun.HostSteps for one host whose commands run under ``host`` (the stand-ins)."""
-    from rocmfleet import rolloutrun
-    from rocmfleet.connect import Result
-    from rocmfleet.settings import host_config
+    from rocmfleet.config.settings import host_config
+    from rocmfleet.fleet.connect import Result
+    from rocmfleet.fleet.rollout import rolloutrun
 
     config = host_config({**lab_data, **data})
     sent: list[tuple[str, str | None]] = []
@@ -901,7 +904,7 @@ def restart_steps(host, lab_data, monkeypatch, **data):
 
 
 def test_a_rolling_restart_waits_with_the_deploys_wait_and_its_targets_on_stdin(host, lab_data, monkeypatch):
-    from rocmfleet import rolloutrun
+    from rocmfleet.fleet.rollout import rolloutrun
 
     steps, config, sent = restart_steps(host, lab_data, monkeypatch, vllm_ready_timeout_s=30)
     times = steps.switch("gpu-1", None)
@@ -913,7 +916,7 @@ def test_a_rolling_restart_waits_with_the_deploys_wait_and_its_targets_on_stdin(
 
 
 def test_a_rolling_restart_gives_up_at_once_on_a_failed_unit(host, lab_data, monkeypatch):
-    from rocmfleet.rolloutrun import StepError
+    from rocmfleet.fleet.rollout.rolloutrun import StepError
 
     steps, config, _sent = restart_steps(host, lab_data, monkeypatch, vllm_ready_timeout_s=50)
     first = config.instances()[0]

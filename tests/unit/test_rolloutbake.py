@@ -1,4 +1,4 @@
-"""``rocmfleet rollout --bake`` (rocmfleet/rolloutbake.py) with stand-in steps: the bake runs on the
+"""``rocmfleet rollout --bake`` (rocmfleet/fleet/rollout/rolloutbake.py) with stand-in steps: the bake runs on the
 canary from the base image, and the rollout gets the baked image; failures stop before the rollout."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from rocmfleet import fleetrollout as fr
-from rocmfleet.cachebake import BakeError
-from rocmfleet.rolloutbake import BakeSteps, bake_and_roll
-from rocmfleet.rolloutrun import CommandError
+from rocmfleet.fleet.cache.cachebake import BakeError
+from rocmfleet.fleet.rollout import fleetrollout as fr
+from rocmfleet.fleet.rollout.rolloutbake import BakeSteps, bake_and_roll
+from rocmfleet.fleet.rollout.rolloutrun import CommandError
 
 BASE = fr.ImageRef(repository="reg:5000/vllm", tag="lab.2", digest="sha256:" + "b" * 64)
 BAKED_TAG = "lab.2-rfcache-0123456789ab"
@@ -149,7 +149,8 @@ def test_a_registry_digest_other_than_the_pushed_one_stops_the_rollout():
 
 
 def test_the_cli_flag_calls_bake_and_roll_with_the_rollout_options(monkeypatch, capsys):
-    from rocmfleet import cli, rolloutbake
+    from rocmfleet import cli
+    from rocmfleet.fleet.rollout import rolloutbake
 
     seen = []
     monkeypatch.setattr(rolloutbake, "bake_and_roll", lambda *a, **kw: seen.append((a, kw)) or 0)
@@ -163,7 +164,7 @@ def test_the_cli_flag_calls_bake_and_roll_with_the_rollout_options(monkeypatch, 
 
 
 def test_a_recorded_rollout_refuses_the_bake_before_it_stops_the_canary(tmp_path, monkeypatch):
-    from rocmfleet import fleetrollout as fr
+    from rocmfleet.fleet.rollout import fleetrollout as fr
     from tests.unit.test_fleetrollout import _state
 
     monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
@@ -176,8 +177,10 @@ def test_a_recorded_rollout_refuses_the_bake_before_it_stops_the_canary(tmp_path
 
 
 def test_bake_with_limit_and_cache_bake_during_a_rollout_are_refused(tmp_path, monkeypatch, capsys):
-    from rocmfleet import cachebake, cli, fleet
-    from rocmfleet import fleetrollout as fr
+    from rocmfleet import cli
+    from rocmfleet.fleet import inventory as fleet
+    from rocmfleet.fleet.cache import cachebake
+    from rocmfleet.fleet.rollout import fleetrollout as fr
     from tests.unit.test_fleetrollout import _state
 
     assert cli.main(["rollout", "inv.py", "--bake", "--limit", "lab-1"]) == 2

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import fleetrollout as fr
-from rocmfleet import registry, scripts
-from rocmfleet.bench import Thresholds
-from rocmfleet.rolloutrun import (
+from rocmfleet import scripts
+from rocmfleet.fleet import registry
+from rocmfleet.fleet.bench.bench import Thresholds
+from rocmfleet.fleet.rollout import fleetrollout as fr
+from rocmfleet.fleet.rollout.rolloutrun import (
     InstanceStatus,
     LineProgress,
     Runner,
@@ -436,13 +437,13 @@ def test_restart_rollback_is_refused_and_resume_of_a_failed_restart_retries(reco
 
 class _Target:
     def __init__(self, port: int) -> None:
-        from rocmfleet.connect import SshSettings
+        from rocmfleet.fleet.connect import SshSettings
 
         self.ssh = SshSettings(hostname="127.0.0.1", port=port, connect_timeout_s=2)
 
 
 def test_a_deploy_whose_host_stops_answering_is_stopped_and_reported(monkeypatch):
-    from rocmfleet import rolloutrun
+    from rocmfleet.fleet.rollout import rolloutrun
 
     monkeypatch.setattr(rolloutrun, "HEARTBEAT_S", 0.5)
     steps = rolloutrun.HostSteps("inv.py", {"gone": _Target(1)}, None, "id")  # nothing listens on port 1
@@ -456,7 +457,7 @@ def test_a_deploy_whose_host_stops_answering_is_stopped_and_reported(monkeypatch
 
 
 def test_a_deploy_that_ends_is_returned_with_its_output(monkeypatch):
-    from rocmfleet import rolloutrun
+    from rocmfleet.fleet.rollout import rolloutrun
 
     steps = rolloutrun.HostSteps("inv.py", {"h": _Target(1)}, None, "id")
     script = "echo out; echo err >&2; exit 3"
@@ -473,7 +474,7 @@ def test_a_deploy_dies_with_the_rollout_process(tmp_path):
             sys.executable,
             "-c",
             "import subprocess, sys, time\n"
-            "from rocmfleet.rolloutrun import _die_with_parent\n"
+            "from rocmfleet.fleet.rollout.rolloutrun import _die_with_parent\n"
             "p = subprocess.Popen(['sleep', '60'], preexec_fn=_die_with_parent)\n"
             f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
             "time.sleep(60)\n",
@@ -501,7 +502,8 @@ def test_a_deploy_dies_with_the_rollout_process(tmp_path):
 
 
 def test_image_pins_go_to_the_group_file_that_holds_them(tmp_path, monkeypatch):
-    from rocmfleet import groupvars, rolloutrun
+    from rocmfleet.config import groupvars
+    from rocmfleet.fleet.rollout import rolloutrun
 
     monkeypatch.setattr(groupvars, "LOADED", [])
     all_yml, lab_yml = tmp_path / "all.yml", tmp_path / "lab.yml"
@@ -523,7 +525,7 @@ class BenchingSteps(FakeSteps):
         self.directory, self.throughput = directory, throughput
 
     def bench(self, host, label):
-        from rocmfleet.bench import load_result
+        from rocmfleet.fleet.bench.bench import load_result
 
         self._do(f"bench-{label}", host)
         data = json.loads(BENCH_EXAMPLE.read_text())

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocmfleet.settings import ConfigError, Instance, host_config
+from rocmfleet.config.settings import ConfigError, Instance, host_config
 from tests.unit.conftest import DIGEST
 
 
@@ -59,8 +59,8 @@ def test_host_and_ports_of_pyinfra_are_checked_too(lab_data):
 
 def test_a_newline_in_an_environment_value_is_refused(lab_data):
     # it would add lines (other variables) to the env file, e.g. override the placement's devices
-    from rocmfleet.errors import ConfigError
-    from rocmfleet.settings import host_config
+    from rocmfleet.config.errors import ConfigError
+    from rocmfleet.config.settings import host_config
 
     with pytest.raises(ConfigError, match="values of ZZ hold a newline or another control character"):
         host_config({**lab_data, "vllm_env": {"ZZ": "x\nCUDA_VISIBLE_DEVICES=0,1"}})

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocmfleet.systemd import exec_line, quote_word
+from rocmfleet.domain.systemd import exec_line, quote_word
 
 
 @pytest.mark.parametrize(

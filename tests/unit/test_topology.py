@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from pyinfra.api.exceptions import FactProcessError
 
-from rocmfleet.facts.topology import END, HEADER, GpuTopology, parse_fact_output
-from rocmfleet.topology import (
+from rocmfleet.domain.topology import (
     Gpu,
     KfdTree,
     NumaNode,
@@ -30,6 +29,7 @@ from rocmfleet.topology import (
     read_kfd_tree,
     with_gpu_numa,
 )
+from rocmfleet.facts.topology import END, HEADER, GpuTopology, parse_fact_output
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 MI308X = FIXTURES / "kfd-topology" / "mi308x-8gpu-cpx" / "topology"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rocmfleet import tuning
-from rocmfleet.errors import ConfigError
-from rocmfleet.settings import host_config
+from rocmfleet.config.errors import ConfigError
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain import tuning
 
 DEBIAN_GRUB = """GRUB_DEFAULT=0
 GRUB_TIMEOUT=5

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rocmfleet import groupvars, vault
+from rocmfleet.config import groupvars, vault
 
 PASSWORD = b"unit-test-password"
 TOKEN = "hf_UNITtestTOKEN0123456789"
@@ -34,7 +34,7 @@ def test_pyinfra_debug_inventory_shows_the_mask(tmp_path):
     )
     (tmp_path / "pw").write_bytes(PASSWORD)
     inventory.write_text(
-        "from pathlib import Path\nfrom rocmfleet.groupvars import load_group_vars\n"
+        "from pathlib import Path\nfrom rocmfleet.config.groupvars import load_group_vars\n"
         f"web = (['h1'], load_group_vars('g', Path({str(tmp_path)!r})))\n"
     )
     env = {**os.environ, "ROCMFLEET_VAULT_PASSWORD_FILE": str(tmp_path / "pw")}
@@ -63,7 +63,7 @@ def test_whole_file_vault_decrypts_values_to_secrets(tmp_path, password_file):
 
 
 def test_whole_file_vault_holds_secrets_at_any_depth_and_only_secrets(tmp_path, password_file):
-    from rocmfleet.settings import ConfigError, host_config
+    from rocmfleet.config.settings import ConfigError, host_config
 
     (tmp_path / "g.yml").write_text(vault.encrypt(f"vllm_secret_env:\n  HF_TOKEN: {TOKEN}\n", PASSWORD))
     secrets = groupvars.load_group_vars("g", tmp_path)

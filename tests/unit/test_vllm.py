@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from rocmfleet import cachedirs, vllm
-from rocmfleet.settings import host_config
-from rocmfleet.vault import Secret
+from rocmfleet.config.settings import host_config
+from rocmfleet.config.vault import Secret
+from rocmfleet.domain import cachedirs, vllm
 from tests.unit.conftest import DIGEST
 
 

@@ -14,11 +14,12 @@ import sys
 import textwrap
 from pathlib import Path
 
-from rocmfleet import rollout, vllm
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain import vllm
+from rocmfleet.domain.placement import InstanceShape, place
 from rocmfleet.facts.topology import parse_fact_output
+from rocmfleet.fleet.rollout import rollout
 from rocmfleet.operations.vllm import NO_KFD
-from rocmfleet.placement import InstanceShape, place
-from rocmfleet.settings import host_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = {
@@ -68,7 +69,7 @@ def run_role(tmp_path: Path, responses: dict, rc: int = 0, others: dict | None =
             import sys
             sys.path.insert(0, {str(ROOT)!r})
             import roles.vllm
-            from rocmfleet.settings import host_config
+            from rocmfleet.config.settings import host_config
             roles.vllm.apply(host_config({DATA!r}))
             """
         )

@@ -9,11 +9,11 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from rocmfleet import vllm
+from rocmfleet.config.settings import host_config
+from rocmfleet.config.vault import Secret
+from rocmfleet.domain import vllm
 from rocmfleet.facts.vllm import UNIT_MARKER
 from rocmfleet.scripts import gpu_free
-from rocmfleet.settings import host_config
-from rocmfleet.vault import Secret
 
 ROOT = Path(__file__).resolve().parents[2]
 BDFS = ["0000:05:00.0"]

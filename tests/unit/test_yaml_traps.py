@@ -7,9 +7,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocmfleet import groupvars
-from rocmfleet.errors import ConfigError
-from rocmfleet.settings import host_config
+from rocmfleet.config import groupvars
+from rocmfleet.config.errors import ConfigError
+from rocmfleet.config.settings import host_config
 
 PROFILES = Path(__file__).resolve().parents[2] / "group_vars" / "profiles"
 #: Integer keys and their bounds (the models' ge/le).

@@ -3,8 +3,8 @@
 import os as _os
 from pathlib import Path as _Path
 
-from rocmfleet.groupvars import load_group_vars as _load
-from rocmfleet.validate import check_on_load as _check
+from rocmfleet.config.groupvars import load_group_vars as _load
+from rocmfleet.config.validate import check_on_load as _check
 
 _here = _Path(__file__).parent / "group_vars"
 # tests/unit/test_corpus.py listens on a free port and names it here, to see any connection attempt.

@@ -2,8 +2,8 @@
 
 import os as _os
 
-from rocmfleet.groupvars import load_group_vars as _load
-from rocmfleet.validate import check_on_load as _check
+from rocmfleet.config.groupvars import load_group_vars as _load
+from rocmfleet.config.validate import check_on_load as _check
 
 # tests/unit/test_corpus.py listens on a free port and names it here, to see any connection attempt.
 _port = int(_os.environ.get("ROCMFLEET_CORPUS_SSH_PORT", "9"))

@@ -1,0 +1,313 @@
+"""Model profiles: what a host serves and in what shape, as group data (``group_vars/profiles/``).
+
+A profile names the model, the image (tag and digest), the vLLM version inside the image, how
+many instances run per host on how many GPUs each, and the serving settings of
+:mod:`rocmfleet.domain.flags`, which renders them for that vLLM version. Loading a profile validates it
+completely, including that its settings render for its own vLLM version.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rocmfleet import project
+from rocmfleet.config import yamlfile
+from rocmfleet.domain import envpolicy, imageref, memfit
+from rocmfleet.domain.flags import FlagError, Rendered, ServingSettings, parse_version, render
+from rocmfleet.domain.memfit import ModelMemory
+from rocmfleet.domain.partitions import (
+    MI300X_MEMORY_GIB,
+    ComputePartition,
+    MemoryPartition,
+    PartitionPolicy,
+    policy_problems,
+)
+from rocmfleet.fleet.bench.bench import BenchSettings
+
+#: This repository's profiles (``group_vars/profiles/``), for its tests and tools; deploys and
+#: ``validate`` find the profiles beside the inventory's group files (:mod:`rocmfleet.config.groupvars`).
+PROFILES_DIR = project.PROFILES_DIR
+
+
+def _checked(check):  # noqa: ANN001, ANN202
+    def validate(value: str) -> str:
+        problem = check(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(validate)
+
+
+#: A repository name by Docker's reference grammar (:mod:`rocmfleet.domain.imageref`).
+ImageName = Annotated[str, _checked(imageref.name_problem)]
+#: An image tag by Docker's reference grammar.
+ImageTag = Annotated[str, _checked(imageref.tag_problem)]
+#: A sha256 image digest.
+ImageDigest = Annotated[str, _checked(imageref.digest_problem)]
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be used; the message names the file and every problem.
+
+    ``problems`` holds ``(key, message, value)`` for each, ``value`` as ``repr`` or ``""``.
+    """
+
+    def __init__(self, message: str, problems: list[tuple[str, str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or [("(profile)", message, "")]
+
+
+class Image(BaseModel):
+    """The container image; units run it by digest, the tag says what it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repository: ImageName = Field(description="e.g. `docker.io/vllm/vllm-openai-rocm` (no tag, no digest)")
+    tag: ImageTag
+    digest: ImageDigest = Field(description="manifest digest, `sha256:` and 64 hex")
+
+    @property
+    def reference(self) -> str:
+        """``repository:tag@digest``."""
+        return f"{self.repository}:{self.tag}@{self.digest}"
+
+
+class ReadyProbe(BaseModel):
+    """A known-answer request for readiness: sent at temperature 0 after ``/health`` and ``/v1/models``;
+    an answer not matching ``expect_regex`` means not ready (vLLM issue 45562: FP8 KV cache on MI300X
+    answering HTTP 200 with garbage)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(min_length=1, description="completion prompt")
+    expect_regex: str = Field(
+        min_length=1,
+        description="Python regular expression the greedy answer must contain (re.search; anchor with ^ for a prefix)",
+    )
+    max_tokens: int = Field(default=16, ge=1, le=4096)
+    chat: bool = Field(
+        default=False, description="also send the prompt to /v1/chat/completions (served to chat clients)"
+    )
+    chat_expect_regex: str | None = Field(
+        default=None,
+        min_length=1,
+        description="chat answer's regex when it differs from expect_regex (the chat template wraps the prompt)",
+    )
+
+    @field_validator("expect_regex", "chat_expect_regex")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        if compiled.search(""):
+            # ``x*``, ``|``, ``(?i)``: every answer, garbage included, would match.
+            raise ValueError("matches an empty answer, so any answer would pass; give text the answer must contain")
+        return value
+
+
+class Profile(ServingSettings):
+    """One model served on a host: ``instances_per_host`` vLLM servers of the same shape.
+
+    GPUs are given either as a count per instance (``gpus_per_instance``; placement picks
+    them from the host's topology) or as explicit GPU index lists (``instance_gpus``).
+    """
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$")
+    # No control characters: both reach the unit file (a newline would add a line to it).
+    model: str = Field(
+        min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$", description="Hugging Face id (or a path inside the container)"
+    )
+    served_model_name: str = Field(min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$")
+    image: Image
+    vllm_version: str = Field(description="vLLM version inside the image; flags are rendered for it")
+    instances_per_host: int = Field(ge=1, le=64, description="at most 64: one per GPU partition of a CPX host")
+    tensor_parallel_size: int = Field(ge=1, le=64, description="at most 64: the GPUs one host can show (CPX)")
+    gpus_per_instance: int | None = Field(default=None, ge=1, le=64, description="at most 64 (a CPX host's GPUs)")
+    instance_gpus: list[list[int]] | None = Field(default=None, description="GPU indices of each instance")
+    base_port: int = Field(ge=1, le=65535, description="port of instance 0; instance i listens on base_port + i")
+    attention_heads: int | None = Field(
+        default=None, ge=1, le=4096, description="to check TP divisibility; at most 4096 (Llama 4 has 40, DeepSeek 128)"
+    )
+    bench: BenchSettings = Field(
+        default_factory=BenchSettings, description="smoke benchmark (`rocmfleet bench`): cases and thresholds"
+    )
+    compute_partition: ComputePartition = Field(
+        default="SPX",
+        description="compute partition mode the GPUs must be in (SPX, DPX, QPX, CPX); hosts in another are refused",
+    )
+    memory_partition: MemoryPartition = Field(
+        default="NPS1", description="memory partition (NPS) mode the GPUs must be in (NPS1, NPS2, NPS4)"
+    )
+    tp_on_one_gpu: bool = Field(
+        default=False, description="allow the ranks of one TP group on partitions of the same physical GPU"
+    )
+    env_sets: list[str] = Field(
+        default_factory=list, description="named environment sets (`rocmfleet.domain.envpolicy.ENV_SETS`)"
+    )
+    gpu_memory_gib: float = Field(default=MI300X_MEMORY_GIB, gt=0, description="memory of one physical GPU, GiB")
+    model_memory: ModelMemory | None = Field(
+        default=None, description="weights and KV-cache shape, to check that the model fits before deploy"
+    )
+    warmup_at_start: bool = Field(
+        default=False,
+        description=(
+            "after the server is up, send the warm-up requests (the bench shapes and every CUDA/HIP-graph batch "
+            "size, `rocmfleet/domain/warmup.py`) before the instance counts as ready: for images without a baked cache"
+        ),
+    )
+    ready_probe: ReadyProbe | None = Field(
+        default=None, description="known-answer request the readiness check sends (temperature 0)"
+    )
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        parse_version(value)  # FlagError is a ValueError: pydantic reports it on this field
+        return value
+
+    @model_validator(mode="after")
+    def _shape(self) -> Profile:
+        problems = []
+        if (self.gpus_per_instance is None) == (self.instance_gpus is None):
+            problems.append("give exactly one of gpus_per_instance and instance_gpus")
+        counts = [self.gpus_per_instance] * self.instances_per_host if self.gpus_per_instance else []
+        if self.instance_gpus is not None:
+            counts = [len(gpus) for gpus in self.instance_gpus]
+            flat = [gpu for gpus in self.instance_gpus for gpu in gpus]
+            if len(self.instance_gpus) != self.instances_per_host:
+                problems.append(
+                    f"instance_gpus has {len(self.instance_gpus)} lists for {self.instances_per_host} instances"
+                )
+            if any(not gpus for gpus in self.instance_gpus) or any(gpu < 0 for gpu in flat):
+                problems.append("instance_gpus: every instance needs GPU indices >= 0")
+            if len(set(flat)) != len(flat):
+                problems.append(f"instance_gpus: a GPU is given to two instances: {self.instance_gpus}")
+        for i, count in enumerate(counts):
+            if count and count % self.tensor_parallel_size:
+                problems.append(
+                    f"tensor_parallel_size {self.tensor_parallel_size} does not divide the {count} GPUs of instance {i}"
+                )
+        if self.attention_heads and self.attention_heads % self.tensor_parallel_size:
+            problems.append(
+                f"attention_heads {self.attention_heads} is not divisible by tensor_parallel_size "
+                f"{self.tensor_parallel_size}"
+            )
+        if self.base_port + self.instances_per_host - 1 > 65535:
+            problems.append(f"ports {self.base_port}..{self.base_port + self.instances_per_host - 1} exceed 65535")
+        try:
+            self.render()
+        except FlagError as exc:
+            problems += [f"does not render for vLLM {self.vllm_version}: {p}" for p in exc.problems]
+        policy = PartitionPolicy(self.compute_partition, self.memory_partition, self.tp_on_one_gpu)
+        problems += policy_problems(policy) + envpolicy.profile_problems(self) + memfit.problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def ports(self) -> list[int]:
+        """The API port of each instance."""
+        return [self.base_port + i for i in range(self.instances_per_host)]
+
+    def render(self, vllm_version: str | None = None) -> Rendered:
+        """Environment and ``vllm serve`` args for ``vllm_version`` (default: the profile's)."""
+        settings = ServingSettings.model_validate(self.model_dump(include=set(ServingSettings.model_fields)))
+        return render(settings, vllm_version or self.vllm_version)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate one profile YAML file (YAML 1.2, :mod:`rocmfleet.config.yamlfile`); ``name`` must be its stem.
+
+    Raises:
+        ProfileError: unreadable file or YAML, or one problem per invalid field (key, message,
+            value): a duplicate key or a YAML 1.1 scalar, an unknown key (with a "did you mean"),
+            a bad value.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read: {exc.strerror}") from None
+    # Every host of a fleet reads the same few profiles: parse each file's text once per process
+    # (issue 16: parsing was 90% of validating 1,000 hosts). A copy each, as callers may change it.
+    key = (str(path), raw)
+    if key not in _PARSED:
+        try:
+            _PARSED[key] = _parse(path, raw)
+        except ProfileError as exc:
+            _PARSED[key] = exc
+    parsed = _PARSED[key]
+    if isinstance(parsed, ProfileError):
+        raise ProfileError(str(parsed), parsed.problems)
+    return parsed.model_copy(deep=True)
+
+
+#: ``{(path, file bytes): Profile or the ProfileError it gives}`` for :func:`load_profile`.
+_PARSED: dict[tuple[str, bytes], Any] = {}
+
+
+def _parse(path: Path, raw: bytes) -> Profile:
+    text, bad = yamlfile.decode(raw)
+    if text is None:
+        assert bad is not None
+        raise ProfileError(f"{path}: line {bad.line}: {bad.message}", [("", f"line {bad.line}: {bad.message}", "")])
+    doc = yamlfile.load(text)
+    problems = [(p.key, f"line {p.line}: {p.message}" if p.line else p.message, "") for p in doc.problems]
+    data: Any = doc.data
+    if doc.fatal:
+        raise ProfileError(f"{path}: {problems[0][1]}", problems)
+    if not isinstance(data, dict):
+        message = f"top level must be a mapping, got {type(data).__name__}"
+        raise ProfileError(f"{path}: {message}", [*problems, ("", message, "")])
+    try:
+        profile = Profile.model_validate(data)
+    except ValidationError as exc:
+        problems += [_problem(err, doc.lines) for err in exc.errors()]
+        profile = None
+    if profile is not None and profile.name != path.stem:
+        problems.append(("name", f"must match the file name {path.stem!r}", repr(profile.name)))
+    if problems:
+        lines = [f"{path}: invalid profile ({len(problems)} problem(s)):"]
+        lines += [f"  {key}: {message}" + (f" (got {value})" if value else "") for key, message, value in problems]
+        raise ProfileError("\n".join(lines), problems)
+    assert profile is not None
+    return profile
+
+
+def _problem(err: Any, lines: dict[str, int]) -> tuple[str, str, str]:
+    key = ".".join(str(p) for p in err["loc"]) or "(profile)"
+    value = "" if err["type"] == "missing" or not err["loc"] else repr(err.get("input"))
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        near = difflib.get_close_matches(str(err["loc"][-1]), _known_keys(err["loc"][:-1]), n=1)
+        message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
+        value = ""
+    elif err["type"] == "string_type" and isinstance(err.get("input"), bool | int | float):
+        what = "a boolean" if isinstance(err["input"], bool) else "a number (30.30 becomes 30.3)"
+        message += f"; quote it: unquoted, YAML reads it as {what}"
+    return key, message, value
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = Profile
+    for part in loc:
+        field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
+        model = getattr(field, "annotation", None) if field else None
+        if model is None:
+            return []
+    return list(model.model_fields) if hasattr(model, "model_fields") else []
+
+
+def load_profiles(directory: Path = PROFILES_DIR) -> dict[str, Profile]:
+    """Every ``*.yml`` profile in ``directory``, by name."""
+    return {p.name: p for p in map(load_profile, sorted(directory.glob("*.yml")))}

@@ -1,0 +1,616 @@
+"""The data a deploy, check, bench or rollout reads for one host, validated with pydantic.
+
+Keys are flat (``docker_source``, ``vllm_profile``) so that pyinfra's precedence (host data,
+then groups in inventory order, the later winning, then ``all``) applies key by key. Units are
+in the names (``*_s``, ``*_gib``). Keys that start with one of :data:`OWN_PREFIXES` belong to
+rocmfleet: an unknown one is an error, with a "did you mean" for near misses; other keys
+(``ssh_*``, pyinfra's own) are left alone.
+
+The serving shape comes from a profile, ``group_vars/profiles/<vllm_profile>.yml``
+(:mod:`rocmfleet.config.profiles`); host data may pin another image (``vllm_image_*``), which is how
+a rollout moves hosts to a new tag and digest.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+    field_serializer,
+    field_validator,
+)
+from pydantic.functional_validators import AfterValidator, PlainValidator
+
+from rocmfleet.config import groupvars
+from rocmfleet.config.errors import ConfigError, Problem
+from rocmfleet.config.profiles import Image, ImageDigest, ImageName, ImageTag, Profile, ProfileError, load_profile
+from rocmfleet.config.vault import Secret
+from rocmfleet.domain import docker, envpolicy
+from rocmfleet.domain.docker import DockerDaemon
+from rocmfleet.domain.rocm import PREFIX as ROCM_PREFIX
+from rocmfleet.domain.rocm import RocmSettings
+from rocmfleet.domain.tuning import PREFIX as TUNING_PREFIX
+from rocmfleet.domain.tuning import TuningSettings
+
+#: Key prefixes of :class:`HostSettings`; ``rocm_*`` and ``tuning_*`` belong to the rocm and
+#: tuning roles' models (:mod:`rocmfleet.domain.rocm`, :mod:`rocmfleet.domain.tuning`).
+OWN_PREFIXES = ("apt_", "base_", "docker_", "vllm_")
+#: pyinfra's own host data: connector settings and global-argument defaults (``_sudo``).
+PYINFRA_PREFIXES = ("ssh_", "_", "fake_", "chroot_", "vagrant_", "terraform_", "podman_", "dockerssh_")
+PYINFRA_KEYS = frozenset({"docker_identifier", "docker_platform", "docker_architecture", "docker_container_id"})
+
+
+#: The most GPUs one host can show: 8 MI300X, each split into 8 in CPX compute partition mode
+#: (AMD Instinct MI300X compute partitioning: SPX 1, DPX 2, QPX 4, CPX 8 per GPU).
+MAX_GPUS = 64
+
+
+def path_problem(value: str) -> str | None:
+    """Why ``value`` is not a host directory Docker can bind-mount with ``-v PATH:...``, or None."""
+    if not value.startswith("/"):
+        return "must be an absolute host path (a relative one becomes a Docker named volume)"
+    if any(c.isspace() or c in ":," for c in value):
+        return "must not hold white space, ':' or ',' (Docker's -v/--mount separators)"
+    return None
+
+
+def _host_path(value: str) -> str:
+    problem = path_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+#: An absolute host path for a bind mount.
+HostPath = Annotated[str, AfterValidator(_host_path)]
+
+
+def address_problem(value: str) -> str | None:
+    """Why ``value`` is not something SSH can connect to (a host name or an IP address), or None.
+
+    Host names follow RFC 1123 (letters, digits, '-', dot-separated labels of at most 63);
+    IPv6 addresses are checked by :mod:`ipaddress`.
+    """
+    import ipaddress
+
+    if any(c.isspace() for c in value) or not value:
+        return "must be a host name or IP address: it holds white space"
+    try:
+        ipaddress.ip_address(value.strip("[]"))
+        return None
+    except ValueError:
+        pass
+    label = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
+    if len(value) > 253 or not re.fullmatch(rf"{label}(?:\.{label})*\.?", value):
+        return "must be a host name (letters, digits, '-', '.') or an IP address"
+    return None
+
+
+def _secret(value: Any) -> Secret:
+    if isinstance(value, Secret):
+        return value
+    raise ValueError(
+        "must be an ansible-vault value (`!vault |`), not plain text: run `rocmfleet vault encrypt-string`"
+    )
+
+
+#: A value that must come from ansible-vault; never printed.
+VaultSecret = Annotated[
+    Secret,
+    PlainValidator(_secret),
+    PlainSerializer(lambda s: repr(s), return_type=str),
+    WithJsonSchema({"type": "string", "description": "an ansible-vault `!vault |` value"}),
+]
+
+
+class RegistryAuth(BaseModel):
+    """Credentials Docker uses to pull from one registry (written by ``docker login``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    registry: str = Field(description="Registry host[:port], e.g. `registry.example.com`.")
+    username: str
+    password: VaultSecret
+
+
+class InstanceOverride(BaseModel):
+    """An explicit instance in host data, replacing the profile's ``instances_per_host`` layout."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$", description="Unit `vllm-<name>.service`.")
+    port: int = Field(ge=1, le=65535, description="API port on the host (TCP ports end at 65535).")
+    gpus: list[int] = Field(
+        min_length=1,
+        max_length=MAX_GPUS,
+        description="Host GPU indices (KFD order) the instance gets; each below `vllm_gpu_count`.",
+    )
+
+
+class ConnectionSettings(BaseModel):
+    """pyinfra's SSH keys that rocmfleet checks early (pyinfra would only fail at connect time)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    ssh_port: int = Field(default=22, ge=1, le=65535, description="SSH port (an integer, not a string).")
+    ssh_user: str | None = Field(default=None, description="SSH user (pyinfra's; default: the local user).")
+    ssh_hostname: str | None = Field(default=None, description="Address to connect to (default: the host's name).")
+
+    @field_validator("ssh_hostname")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        problem = None if value is None else address_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    ssh_strict_host_key_checking: Literal["yes", "no", "ask", "accept-new", "off"] | None = Field(
+        default=None,
+        description="OpenSSH's StrictHostKeyChecking, as pyinfra reads it; `rocmfleet check`/`bench` never ask.",
+    )
+
+
+class HostSettings(BaseModel):
+    """Everything the roles read for one host."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    apt_proxy: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(:\d+)?/?$",
+        description="HTTP proxy for apt, e.g. `http://10.0.0.1:3128`; null for none.",
+    )
+    apt_lock_timeout_s: int = Field(
+        default=600,
+        ge=0,
+        le=3600,
+        description=(
+            "Seconds apt waits for the dpkg lock held by another apt (unattended-upgrades or apt-daily on a first "
+            "boot) before the host fails naming the holder (apt's `DPkg::Lock::Timeout`). Up to an hour: "
+            "a longer hold is a stuck apt, not a busy one."
+        ),
+    )
+    base_packages: list[str] = Field(
+        default=["ca-certificates", "curl", "gnupg", "iproute2"],
+        description="Debian packages every host gets (curl and iproute2's `ss`: the vLLM readiness probe).",
+    )
+
+    docker_source: Literal["docker", "debian"] = Field(
+        default="docker",
+        description="`docker`: Docker's own apt repository (docker-ce); `debian`: the distribution's docker.io.",
+    )
+    docker_repo_url: str = Field(
+        default="https://download.docker.com/linux/debian", description="Docker apt repository base URL."
+    )
+    docker_key_url: str = Field(
+        default="https://download.docker.com/linux/debian/gpg", description="Docker apt signing key URL."
+    )
+    docker_version: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[0-9A-Za-z.+~:*?-]+$",
+        description=(
+            "apt version (or glob) of the Docker engine packages: `docker-ce`/`docker-ce-cli` for "
+            "`docker_source: docker` (e.g. `5:27.5.1-1~debian.12~bookworm`), `docker.io` for `debian` "
+            "(e.g. `20.10.24+dfsg1-*`). Installed at the newest matching version and held; "
+            "`rocmfleet check` compares the running server with it. Null: the newest, not held."
+        ),
+    )
+    docker_daemon: DockerDaemon = Field(
+        default_factory=DockerDaemon,
+        description=(
+            "Keys of `/etc/docker/daemon.json` with Docker's types (`live-restore` a boolean, `log-opts` an object "
+            "of strings...), merged over rocmfleet's (`log-opts` key by key). The keys known are those of the "
+            "daemon.json reference (`rocmfleet.domain.docker.DockerDaemon`); others go in `docker_daemon_extra`."
+        ),
+    )
+    docker_daemon_extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Escape hatch: daemon.json keys rocmfleet does not type, written as given (Docker checks them, with "
+            "`dockerd --validate` on the host before the file is replaced where Docker has it)."
+        ),
+    )
+    docker_restart_parallel: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description=(
+            "How many hosts restart Docker at a time when a daemon.json change needs a restart (a change of "
+            "keys dockerd reloads, such as registries or mirrors, is a `systemctl reload docker` instead); each "
+            "waits until its vLLM instances answer again before the next host restarts, and a failed restart "
+            "stops the roll."
+        ),
+    )
+    docker_restart_timeout_s: int = Field(
+        default=300,
+        ge=10,
+        le=3600,
+        description="How long a Docker restart may take until dockerd and every vLLM container that ran before answer.",
+    )
+    docker_insecure_registries: list[str] = Field(
+        default_factory=list, description="`host:port` registries Docker may use over plain HTTP."
+    )
+    docker_registry_auth: list[RegistryAuth] = Field(
+        default_factory=list, description="Registry credentials; `password` must be a vault value."
+    )
+
+    vllm_profile: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$",
+        description="Model profile: `group_vars/profiles/<name>.yml` (model, image, serving shape, flags).",
+    )
+    vllm_image_repository: ImageName | None = Field(
+        default=None, description="Overrides the profile's image repository (no tag, no digest)."
+    )
+    vllm_image_tag: ImageTag | None = Field(default=None, description="Overrides the profile's image tag.")
+    vllm_image_digest: ImageDigest | None = Field(
+        default=None,
+        description="Overrides the profile's digest; required with `vllm_image_tag` (a tag alone is never run).",
+    )
+    vllm_instances: list[InstanceOverride] | None = Field(
+        default=None,
+        description="Explicit instances (name, port, GPUs) instead of the profile's `instances_per_host` layout.",
+    )
+    vllm_env: dict[str, str] = Field(default_factory=dict, description="Container environment (not secrets).")
+    vllm_secret_env: dict[str, VaultSecret] = Field(
+        default_factory=dict,
+        description="Secret container environment (e.g. `HF_TOKEN`): vault values, written only to a 0600 file.",
+    )
+    vllm_shm_size_gib: int = Field(
+        default=16,
+        ge=1,
+        le=1024,
+        description="Container `/dev/shm` size (AMD MAD uses 16G); at most 1024: it is host RAM, and MI300X "
+        "platforms have 1.5 to 3 TiB.",
+    )
+    vllm_ready_timeout_s: int = Field(
+        default=1800,
+        ge=10,
+        le=86400,
+        description=(
+            "How long the deploy waits for a new container to be ready; also vLLM's own engine start deadline "
+            "(`VLLM_ENGINE_READY_TIMEOUT_S`, vLLM >= 0.14), so that a slow cold start is not killed at vLLM's "
+            "600 s. At most a day (a 671B model's first load and compile takes well under that)."
+        ),
+    )
+    vllm_stop_grace_s: int = Field(
+        default=90,
+        ge=10,
+        le=3600,
+        description=(
+            "Seconds `docker stop` gives vLLM to finish in-flight requests after SIGTERM before SIGKILL "
+            "(the unit's stop and the container's `--stop-timeout`)."
+        ),
+    )
+    vllm_drain_command: str | None = Field(
+        default=None,
+        description=(
+            "Shell command run on the host (over SSH, with the inventory's sudo) before a rollout or rolling restart "
+            "switches it, to take it out of the load balancer; a non-zero exit stops the rollout before the host is "
+            "touched. `ROCMFLEET_HOST` and `ROCMFLEET_PORTS` (comma-separated API ports) are set for it."
+        ),
+    )
+    vllm_undrain_command: str | None = Field(
+        default=None,
+        description="Shell command run on the host after the rollout's gate passed (or it rolled back).",
+    )
+    vllm_drain_timeout_s: int = Field(
+        default=300, ge=1, le=3600, description="Seconds a drain or undrain command may take (at most an hour)."
+    )
+    vllm_cache_dir: HostPath = Field(
+        default="/var/cache/vllm",
+        description="Host directory of the instances' compiler caches: `<dir>/<instance>/{vllm,inductor,triton,"
+        "aiter}`, each instance its own (none for a baked image: its caches are in the image); absolute: a relative "
+        "one would be a Docker named volume.",
+    )
+    vllm_hf_cache_dir: HostPath = Field(
+        default="/var/cache/huggingface",
+        description="Host directory mounted as `/root/.cache/huggingface` (absolute).",
+    )
+    vllm_gpu_count: int = Field(
+        default=8,
+        ge=1,
+        le=MAX_GPUS,
+        description="GPUs the host shows (KFD nodes): 8 on MI300X platforms, 64 in CPX compute partition mode "
+        "(8 per GPU, the most there can be). `validate` checks `vllm_instances` against it; the deploy checks "
+        "the real topology.",
+    )
+
+    @field_serializer("docker_daemon")
+    def _daemon_as_docker_writes_it(self, daemon: DockerDaemon) -> dict[str, Any]:
+        """Docker's spelling, without unset keys: a dump validates again (``rocmfleet check`` ships it)."""
+        return daemon.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    @field_validator("vllm_env", "vllm_secret_env")
+    @classmethod
+    def _env_names(cls, env: dict[str, Any]) -> dict[str, Any]:
+        bad = [name for name in env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)]
+        if bad:
+            raise ValueError(f"not environment variable names: {', '.join(bad)}")
+        # One NAME=value line each in Docker's --env-file and systemd's EnvironmentFile: a newline
+        # (or another control character) in a value would add lines, i.e. other variables.
+        controls = sorted(name for name, value in env.items() if re.search(r"[\x00-\x1f\x7f]", _text(value)))
+        if controls:
+            raise ValueError(
+                f"values of {', '.join(controls)} hold a newline or another control character: each variable is "
+                "one line of an environment file"
+            )
+        return env
+
+
+def _text(value: Any) -> str:
+    """A value as the environment file gets it (a secret's revealed text, only to be checked)."""
+    reveal = getattr(value, "reveal", None)
+    return reveal() if callable(reveal) else str(value)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One vLLM server of a host: unit ``vllm-<name>.service``, container ``vllm-<name>``."""
+
+    name: str
+    port: int
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """A host's validated settings with its profile loaded and its image resolved."""
+
+    settings: HostSettings
+    profile: Profile
+    image: Image
+    rocm: RocmSettings
+    tuning: TuningSettings
+
+    def instances(self) -> list[Instance]:
+        """``vllm_instances`` if given, else ``<profile>-<i>`` on ``base_port + i`` with the profile's GPUs."""
+        if self.settings.vllm_instances is not None:
+            return [Instance(i.name, i.port, tuple(i.gpus)) for i in self.settings.vllm_instances]
+        return _profile_instances(self.profile)
+
+
+def _all_fields() -> list[str]:
+    from rocmfleet.domain.rocm import RocmSettings
+    from rocmfleet.domain.tuning import TuningSettings
+
+    return [*HostSettings.model_fields, *RocmSettings.model_fields, *TuningSettings.model_fields]
+
+
+def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
+    problems = []
+    for err in exc.errors():
+        key = prefix + ".".join(str(p) for p in err["loc"])
+        message = err["msg"].removeprefix("Value error, ")
+        value = "" if err["type"] == "missing" else repr(err.get("input"))
+        if not key:  # a model-level rule: name the first key its message is about
+            named = [f for f in _all_fields() if f in message]
+            key = min(named, key=message.index) if named else "(top level)"
+            inputs = err.get("input")
+            value = repr(inputs.get(key)) if isinstance(inputs, dict) and key in inputs else ""
+        if err["loc"][:1] == ("docker_daemon",) and len(err["loc"]) >= 2 and err["type"] != "extra_forbidden":
+            wanted = docker.key_type(str(err["loc"][1]))
+            if wanted:
+                message += f"; Docker's daemon.json type for {err['loc'][1]} is {wanted}"
+        if isinstance(err.get("input"), Secret) and err["type"] != "extra_forbidden":
+            message = "is a vault secret here, but this key is not a secret: a wholly encrypted file holds secrets only"
+            message += " (move the key to a plain group_vars file)"
+            value = "*MASKED*"
+        if any(word in str(part) for part in err["loc"] for word in ("secret", "password")):
+            value = "" if not value else "*MASKED*"  # a plain-text secret is still a secret
+        if err["type"] == "extra_forbidden" and err["loc"][0] == "docker_daemon" and len(err["loc"]) == 2:
+            near = difflib.get_close_matches(str(err["loc"][-1]), docker.known_keys(), n=1)
+            message = (
+                "not a daemon.json key rocmfleet types"
+                + (f"; did you mean {near[0]!r}?" if near else "")
+                + " A key Docker has that rocmfleet does not type goes in docker_daemon_extra"
+            )
+            value = ""
+        elif err["type"] == "extra_forbidden":
+            near = difflib.get_close_matches(str(err["loc"][-1]), _all_fields(), n=1)
+            message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
+            value = ""
+        elif err["type"] in ("string_type", "literal_error") and type(err.get("input")) in (bool, int, float):
+            what = "a boolean" if isinstance(err["input"], bool) else "a number (30.30 becomes 30.3)"
+            message += f"; quote it: unquoted, YAML reads it as {what}"
+        problems.append(Problem(key, message, value))
+    return problems
+
+
+def _partial(model: type[BaseModel], own: dict[str, Any]) -> tuple[BaseModel | None, list[Problem]]:
+    """``own`` validated by ``model``; when invalid, also the model without the offending keys.
+
+    Later stages (profile, image, instances) run on that partial model, so that one run reports
+    the problems of every stage, not only the first stage's.
+    """
+    try:
+        return model.model_validate(own), []
+    except ValidationError as exc:
+        problems = _problems(exc)
+        bad = {err["loc"][0] for err in exc.errors() if err["loc"]}
+        if not bad:
+            return None, problems
+        try:
+            return model.model_validate({k: v for k, v in own.items() if k not in bad}), problems
+        except ValidationError:
+            return None, problems
+
+
+def known_profiles(directory: Path) -> list[str]:
+    """Names of the profiles in ``directory``."""
+    return sorted(p.stem for p in directory.glob("*.yml"))
+
+
+def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) -> HostConfig:
+    """Validate one host's merged data (``host.data.dict()``) and load its profile.
+
+    Every stage runs, each on what the earlier ones could validate: the settings models, the
+    profile, the image after host overrides (re-validated: ``model_copy`` does not), and the
+    instances (names, ports, GPUs against ``vllm_gpu_count``, TP against the GPUs).
+
+    Args:
+        data: the host's data, keys as in ``group_vars``.
+        profiles_dir: where ``<vllm_profile>.yml`` is; default :func:`rocmfleet.config.groupvars.profiles_dir`
+            (``profiles/`` beside the inventory's group files).
+
+    Raises:
+        ConfigError: every problem at once (key, message, bad value; a problem in a profile
+            file carries that file; the files of host data are added by :mod:`rocmfleet.config.validate`,
+            which knows the inventory).
+    """
+    directory = Path(profiles_dir) if profiles_dir is not None else groupvars.profiles_dir()
+    problems: list[Problem] = []
+    foreign = [
+        k
+        for k in data
+        if not k.startswith((*OWN_PREFIXES, ROCM_PREFIX, TUNING_PREFIX, *PYINFRA_PREFIXES)) and k not in PYINFRA_KEYS
+    ]
+    for key in sorted(foreign):
+        near = difflib.get_close_matches(key, _all_fields(), n=1)
+        problems.append(Problem(key, "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")))
+    validated: dict[str, Any] = {}
+    for name, model, prefixes in (
+        ("connection", ConnectionSettings, None),
+        ("settings", HostSettings, OWN_PREFIXES),
+        ("rocm", RocmSettings, (ROCM_PREFIX,)),
+        ("tuning", TuningSettings, (TUNING_PREFIX,)),
+    ):
+        own = data if prefixes is None else {k: v for k, v in data.items() if k.startswith(prefixes)}
+        validated[name], found = _partial(model, own)
+        problems += found
+    settings: HostSettings | None = validated["settings"]
+    profile = _profile(settings, directory, problems) if settings else None
+    image = _image(settings, profile, directory, data, problems) if settings else None
+    instances: list[Instance] | None = None
+    if settings and settings.vllm_instances is not None:
+        instances = [Instance(i.name, i.port, tuple(i.gpus)) for i in settings.vllm_instances]
+    elif profile is not None:
+        instances = _profile_instances(profile)
+    if instances is not None and settings is not None:
+        key = "vllm_instances" if settings.vllm_instances is not None else "vllm_profile"
+        problems += instance_problems(instances, profile, settings.vllm_gpu_count, key)
+    if settings is not None and profile is not None:
+        problems += [Problem(*p) for p in envpolicy.host_problems(profile, settings.vllm_env)]
+    if settings is not None:
+        problems += [Problem(*p) for p in docker.daemon_problems(settings)]
+    if problems:
+        raise ConfigError(problems)
+    assert settings is not None and profile is not None and image is not None
+    return HostConfig(settings, profile, image, validated["rocm"], validated["tuning"])
+
+
+def _profile(settings: HostSettings, directory: Path, problems: list[Problem]) -> Profile | None:
+    path = directory / f"{settings.vllm_profile}.yml"
+    if not path.exists():
+        known = known_profiles(directory)
+        near = difflib.get_close_matches(settings.vllm_profile, known, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        where = groupvars.display(directory)
+        problems.append(
+            Problem(
+                "vllm_profile",
+                f"no profile {groupvars.display(path)}; {hint}known profiles: {', '.join(known) or f'none in {where}'}",
+                repr(settings.vllm_profile),
+            )
+        )
+        return None
+    try:
+        return load_profile(path)
+    except ProfileError as exc:
+        problems += [Problem(key, message, value, file=groupvars.display(path)) for key, message, value in exc.problems]
+        return None
+
+
+def _image(
+    settings: HostSettings, profile: Profile | None, directory: Path, data: dict[str, Any], problems: list[Problem]
+) -> Image | None:
+    overrides = {
+        "repository": settings.vllm_image_repository,
+        "tag": settings.vllm_image_tag,
+        "digest": settings.vllm_image_digest,
+    }
+    if data.get("vllm_image_tag") and not data.get("vllm_image_digest"):
+        problems.append(
+            Problem(
+                "vllm_image_tag",
+                "a tag needs its digest (vllm_image_digest): a tag alone is never deployed",
+                repr(data["vllm_image_tag"]),
+            )
+        )
+    if profile is None:
+        return None
+    merged = {**profile.image.model_dump(), **{k: v for k, v in overrides.items() if v}}
+    try:
+        return Image.model_validate(merged)  # after the overrides: model_copy(update=...) would not validate
+    except ValidationError as exc:
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "repository"
+            key = f"vllm_image_{field}" if overrides.get(field) else f"image.{field}"
+            file = "" if overrides.get(field) else groupvars.display(directory / f"{profile.name}.yml")
+            problems.append(Problem(key, err["msg"].removeprefix("Value error, "), repr(err.get("input")), file))
+        return None
+
+
+def _profile_instances(profile: Profile) -> list[Instance]:
+    if profile.instance_gpus is not None:
+        groups = [tuple(g) for g in profile.instance_gpus]
+    else:
+        n = profile.gpus_per_instance or 1
+        groups = [tuple(range(i * n, (i + 1) * n)) for i in range(profile.instances_per_host)]
+    return [Instance(f"{profile.name}-{i}", port, groups[i]) for i, port in enumerate(profile.ports)]
+
+
+def instance_problems(
+    instances: list[Instance], profile: Profile | None = None, gpu_count: int = 8, key: str = "vllm_instances"
+) -> list[Problem]:
+    """Rules on a host's instances: unique names and ports; GPUs unique and below ``gpu_count``; TP divides the GPUs.
+
+    Args:
+        instances: the host's instances (``vllm_instances`` or the profile's layout).
+        profile: the host's profile, for ``tensor_parallel_size``; None when it is invalid
+            (the rules that need it are skipped).
+        gpu_count: the host's GPUs (``vllm_gpu_count``; the deploy checks the real topology).
+        key: the key the instances come from, for the messages.
+    """
+    problems = []
+    for attr, what in (("name", "name"), ("port", "port")):
+        values = [getattr(i, attr) for i in instances]
+        for dup in sorted({v for v in values if values.count(v) > 1}, key=str):
+            owners = [i.name for i in instances if getattr(i, attr) == dup]
+            problems.append(Problem(key, f"{what} {dup} used by more than one instance: {owners}"))
+    claims: dict[int, list[str]] = {}
+    for instance in instances:
+        outside = [gpu for gpu in instance.gpus if not 0 <= gpu < gpu_count]
+        if outside:
+            problems.append(
+                Problem(
+                    key,
+                    f"instance {instance.name}: GPU index(es) {outside} out of range: the host has {gpu_count} GPUs "
+                    f"(0 to {gpu_count - 1}; vllm_gpu_count)",
+                )
+            )
+        for gpu in instance.gpus:
+            claims.setdefault(gpu, []).append(instance.name)
+        if profile is not None and len(instance.gpus) % profile.tensor_parallel_size:
+            problems.append(
+                Problem(
+                    key,
+                    f"instance {instance.name}: tensor_parallel_size {profile.tensor_parallel_size} (profile "
+                    f"{profile.name}) does not divide its {len(instance.gpus)} GPU(s) {list(instance.gpus)}",
+                )
+            )
+    for gpu, owners in sorted(claims.items()):
+        if len(owners) > 1:
+            problems.append(Problem(key, f"GPU {gpu} claimed by more than one instance: {owners}"))
+    return problems

@@ -1,0 +1,233 @@
+"""Validate a whole pyinfra inventory before any host is contacted.
+
+``rocmfleet validate INVENTORY`` runs :func:`validate_inventory`; inventory files call
+:func:`check_on_load` as their last statement, so ``pyinfra INVENTORY deploy.py`` stops with the
+same report (exit status 2) before it connects to anything. Problems are grouped: one line per
+file, key, message and value, listing the hosts it applies to.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rocmfleet.config import groupvars
+from rocmfleet.config.settings import ConfigError, HostConfig, Problem, host_config
+
+#: Exit status for invalid configuration (``rocmfleet validate``, and pyinfra through
+#: :func:`check_on_load`); 1 stays "hosts failed".
+EXIT_INVALID = 2
+
+_loading = False  # True while validate_inventory executes an inventory file
+
+#: What :func:`check_on_load` validated in this process: ``{host name: (its data, its config)}``.
+#: ``deploy.py`` takes a host's config from here when its data is the same (no ``--data``
+#: override changed it), so a host is validated once per run (issue 16).
+_VALIDATED: dict[str, tuple[dict, HostConfig]] = {}
+
+
+class InventoryError(ValueError):
+    """The inventory itself cannot be loaded (syntax error, not UTF-8, no hosts)."""
+
+
+def _load(inventory: str, overrides: dict | None = None):
+    """pyinfra's inventory for ``inventory``, and the groups as the file wrote them (before pyinfra merges them)."""
+    import pyinfra_cli.inventory as cli_inventory
+    from pyinfra.api import State
+    from pyinfra.context import ctx_state
+
+    global _loading
+    if str(Path.cwd()) not in sys.path:  # as pyinfra's CLI: the inventory may import local modules
+        sys.path.append(str(Path.cwd()))
+    raw: dict = {}
+    original = cli_inventory._get_groups_from_filename
+
+    def capture(filename: str):  # noqa: ANN202 - pyinfra 3.10's own helper, wrapped to see duplicate hosts
+        groups = original(filename)
+        raw.update(groups)
+        return groups
+
+    _loading = True
+    cli_inventory._get_groups_from_filename = capture
+    try:
+        with ctx_state.use(State()):
+            return cli_inventory.make_inventory(inventory, override_data=overrides, cwd=str(Path.cwd())), raw
+    except UnicodeDecodeError as exc:
+        raise InventoryError(f"{inventory}: not UTF-8 text (byte offset {exc.start}): save the file as UTF-8") from None
+    except Exception as exc:  # noqa: BLE001 - pyinfra wraps errors in user code (UnexpectedExternalError)
+        cause = getattr(exc, "exception", exc)
+        raise InventoryError(f"{inventory}: cannot load the inventory: {type(cause).__name__}: {cause}") from None
+    finally:
+        _loading = False
+        cli_inventory._get_groups_from_filename = original
+
+
+def _names(hosts) -> list[str]:  # noqa: ANN001 - pyinfra's group lists: names or (name, data)
+    return [h[0] if isinstance(h, tuple) else h for h in hosts]
+
+
+def inventory_problems(raw: dict, inventory: str) -> list[Problem]:
+    """Rules on the inventory's own lists: no host listed twice in a group; host names without white space.
+
+    pyinfra merges a host listed twice (its second entry's data wins), and a name with a space
+    is used as the SSH target: both are refused here.
+    """
+    problems: list[Problem] = []
+    seen_bad: set[str] = set()
+    for group, value in raw.items():
+        hosts = value[0] if isinstance(value, tuple) else value
+        names = _names(hosts)
+        for name in sorted({n for n in names if names.count(n) > 1}, key=str):
+            problems.append(
+                Problem(
+                    "(host)",
+                    f"listed {names.count(name)} times in group {group}: pyinfra keeps one entry; list it once",
+                    "",
+                    inventory,
+                    [str(name)],
+                )
+            )
+        for name in names:
+            if not isinstance(name, str) or name in seen_bad:
+                continue
+            if not name or any(c.isspace() for c in name):
+                seen_bad.add(name)
+                problems.append(
+                    Problem(
+                        "(host)",
+                        "host name holds white space: pyinfra would use it as the SSH target",
+                        repr(name),
+                        inventory,
+                    )
+                )
+    return problems
+
+
+def validate_inventory(inventory: str, with_hosts: bool = False, overrides: dict | None = None):
+    """Load ``inventory`` as pyinfra does (``overrides`` as its ``--data``) and validate every host's data.
+
+    Every problem is reported at once: the group files' own (not UTF-8, invalid YAML, a key
+    given twice, a YAML 1.1 scalar, a vault value that does not decrypt, a missing file), the
+    inventory's (a host listed twice, a name with white space), and each host's settings,
+    profile, image and instances, each against the file and key it comes from. When a group
+    file cannot be read at all, the hosts are not validated further (their data is unknown).
+
+    Returns:
+        The valid hosts' configurations by host name, and every problem, grouped across hosts;
+        with ``with_hosts``, also pyinfra's ``Host`` objects (for their ``ssh_*`` data), in
+        inventory order.
+
+    Raises:
+        InventoryError: the inventory file cannot be loaded at all, or has no hosts.
+    """
+    if not Path(inventory).is_file():
+        raise InventoryError(f"{inventory}: no such inventory file")
+    groupvars.reset()
+    inv, raw = _load(inventory, overrides)
+    configs: dict[str, HostConfig] = {}
+    grouped: dict[tuple[str, str, str, str], Problem] = {}
+
+    def add(problem: Problem, host: str | None = None) -> None:
+        key = (problem.file, problem.key, problem.message, problem.value)
+        entry = grouped.setdefault(key, Problem(problem.key, problem.message, problem.value, problem.file))
+        for name in problem.hosts if host is None else [host]:
+            if name not in entry.hosts:
+                entry.hosts.append(name)
+
+    for problem in groupvars.problems() + inventory_problems(raw, inventory):
+        add(problem)
+    hosts = list(inv)
+    if not hosts:
+        raise InventoryError(f"{inventory}: no hosts")
+    unreadable = any(loaded.fatal for loaded in groupvars.LOADED)
+    for host in hosts:
+        data = host.data.dict()
+        if not [group for group in host.groups if group != Path(inventory).stem]:
+            add(Problem("(host)", "is in no group: add it to a group such as gpu_nodes", "", inventory), host.name)
+            continue
+        if unreadable:
+            continue
+        try:
+            configs[host.name] = host_config(data, groupvars.profiles_dir())
+            _VALIDATED[host.name] = (data, configs[host.name])
+        except ConfigError as exc:
+            for problem in exc.problems:
+                top = problem.key.split(".")[0]
+                if problem.file:
+                    file, message = problem.file, problem.message
+                elif overrides and top in overrides:
+                    file, message = "--data", problem.message
+                else:
+                    file, message = _blame(top, problem.message, host, inv, inventory)
+                add(Problem(problem.key, message, problem.value, file), host.name)
+    if with_hosts:
+        return configs, list(grouped.values()), hosts
+    return configs, list(grouped.values())
+
+
+def _blame(key: str, message: str, host, inv, inventory: str) -> tuple[str, str]:  # noqa: ANN001
+    """The file that gives ``key`` to ``host`` (pyinfra's precedence), and the message to say there.
+
+    Host data is the inventory's; then the groups, the last one first, then ``all``: the group
+    file holding the key, else the inventory (inline group data). A missing key is blamed on
+    the most specific group file the host reads, saying so when that file is empty.
+    """
+    if key in inv.get_host_data(host.name):
+        return inventory, message
+    groups = [g for g in reversed(list(host.groups)) if g != "all"] + ["all"]
+    for group in groups:
+        group_data = inv.get_data() if group == "all" else inv.get_group_data(group)
+        if key in group_data:
+            files = [f for f in groupvars.files_of_group(group, group_data) if key in f.data]
+            return (groupvars.display(files[-1].path), message) if files else (inventory, message)
+    for group in groups:  # not given anywhere: the most specific group file this host reads
+        group_data = inv.get_data() if group == "all" else inv.get_group_data(group)
+        files = groupvars.files_of_group(group, group_data)
+        if files:
+            loaded = files[-1]
+            if loaded.empty:
+                message += " (this file is empty or holds only comments)"
+            return groupvars.display(loaded.path), message
+    return inventory, message
+
+
+def validated_config(name: str, data: dict) -> HostConfig | None:
+    """The config the inventory's own validation (:func:`check_on_load`) made for host ``name``
+    from exactly ``data`` (pyinfra's ``host.data.dict()``), or ``None``: validate it then."""
+    seen = _VALIDATED.get(name)
+    return seen[1] if seen is not None and seen[0] == data else None
+
+
+def report(problems: list[Problem]) -> str:
+    """The text people read: one line per problem."""
+    return f"invalid configuration ({len(problems)} problem(s)):\n" + "\n".join(f"  {p}" for p in problems)
+
+
+def check_on_load(inventory_file: str) -> None:
+    """Validate the inventory being loaded; print the report and exit 2 if it is invalid.
+
+    Call it as the last statement of an inventory file (``check_on_load(__file__)``), so that
+    pyinfra stops before it connects to any host. A no-op while this module loads the file.
+    It also stops, with the same exit status, a deploy started while a rollout of this
+    inventory is recorded as in progress (:func:`rocmfleet.fleet.rollout.fleetrollout.deploy_refusal`),
+    unless it is that rollout's own deploy.
+    """
+    if _loading:
+        return
+    from rocmfleet.fleet.rollout.fleetrollout import deploy_refusal
+
+    path = Path(inventory_file).resolve()
+    if path.is_relative_to(Path.cwd()):
+        path = path.relative_to(Path.cwd())
+    refusal = deploy_refusal(path)
+    if refusal:  # a rollout is recorded: only its own deploys may run (rocmfleet.fleet.rollout.fleetrollout)
+        print(f"rocmfleet: {refusal}", file=sys.stderr)
+        raise SystemExit(EXIT_INVALID)
+    try:
+        _configs, problems = validate_inventory(str(path))
+    except InventoryError as exc:
+        print(f"rocmfleet: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_INVALID) from None
+    if problems:
+        print(f"rocmfleet: {report(problems)}", file=sys.stderr)
+        raise SystemExit(EXIT_INVALID)

@@ -1,0 +1,181 @@
+"""Where compilers keep their caches in a vLLM container, and which host directory backs each.
+
+Four caches make a cold vLLM start slow on ROCm (``../shared/reference/mi300x.md`` §6):
+
+========  ===========================  ======================  =====================================
+name      variable                     container path          written by
+========  ===========================  ======================  =====================================
+vllm      ``VLLM_CACHE_ROOT``          ``/root/.cache/vllm``   vLLM: ``torch_compile_cache/<hash10>/``
+                                                               (Dynamo/AOT artifacts; vLLM puts
+                                                               inductor's and Triton's caches in it
+                                                               unless told otherwise), model info
+inductor  ``TORCHINDUCTOR_CACHE_DIR``  ``/root/.cache/inductor``  TorchInductor: FX graphs, autotuning
+triton    ``TRITON_CACHE_DIR``         ``/root/.triton/cache`` Triton: compiled kernels (its default
+                                                               path), autotuning results
+aiter     ``AITER_JIT_DIR``            ``/root/.aiter/jit``    AITER: JIT-built modules (``build/``)
+========  ===========================  ======================  =====================================
+
+Setting ``TRITON_CACHE_DIR`` explicitly makes vLLM leave it alone (vLLM only sets it when the user
+has not, ``vllm/compilation/compiler_interface.py``), so every Triton kernel, vLLM's own and
+inductor's, lands in one directory the bake can attribute.
+
+**Never two compilers on one writable cache** (aiter issue 3635: a persisted AITER JIT directory
+shared between starting containers hung startup). Two layouts, chosen per image:
+
+* a **baked** image (its tag ends in ``-rfcache-<key>``, :func:`rocmfleet.domain.cachekey.baked_key_of`)
+  carries the caches in an image layer at the container paths; nothing is mounted over them, so
+  what a container adds goes to its own copy-on-write layer and dies with it;
+* any other image gets **per-instance** host directories,
+  ``<vllm_cache_dir>/<instance>/<name>``, mounted read-write: an instance's caches survive its
+  restarts, and no other instance ever writes them (instance names are unique on a host).
+
+**AITER's prebuilt modules**: with ``AITER_JIT_DIR`` set, AITER looks for its modules in that
+directory only (ROCm/aiter ``aiter/jit/core.py``), not in the package's ``aiter/jit/`` where an
+image ships them prebuilt; an empty per-instance directory would have AITER build them again.
+So the unit seeds it from the image before each start (:func:`aiter_seed_dir`,
+``rocmfleet/scripts/vllm-unit.sh seed-aiter``: once per image; another image's modules go), and
+the bake seeds its directory the same way, so a baked layer holds the prebuilt modules and what
+the warm-up built. Not setting ``AITER_JIT_DIR`` would keep the prebuilt ones in reach, but AITER
+would then write its builds into the image's package directory, in each container's own
+throw-away layer: never persisted across restarts, never captured by a bake.
+
+Pure functions only; the ``docker run`` line uses :func:`volume_args` and :func:`env`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # this module imports nothing of rocmfleet's: bench/cache_gpu.py runs it without deps
+    from rocmfleet.config.settings import HostConfig, Instance
+
+#: A baked image's tag: ``<base tag>-rfcache-<first 12 hex of its cache key hash>``.
+BAKED_TAG = re.compile(r"^(?P<base>\w[\w.-]*)-rfcache-(?P<key>[0-9a-f]{12})$")
+#: Docker's tag length limit (``[\w][\w.-]{0,127}``, distribution/reference).
+TAG_MAX = 128
+
+
+@dataclass(frozen=True)
+class CacheDir:
+    """One compiler cache: its short ``name``, the variable that points at it, its container path."""
+
+    name: str
+    variable: str
+    path: str
+    writer: str
+
+
+#: The container layout (module docstring). The order is the order of mounts and layer entries.
+LAYOUT: tuple[CacheDir, ...] = (
+    CacheDir("vllm", "VLLM_CACHE_ROOT", "/root/.cache/vllm", "vLLM torch.compile (Dynamo, AOT artifacts)"),
+    CacheDir("inductor", "TORCHINDUCTOR_CACHE_DIR", "/root/.cache/inductor", "TorchInductor"),
+    CacheDir("triton", "TRITON_CACHE_DIR", "/root/.triton/cache", "Triton"),
+    CacheDir("aiter", "AITER_JIT_DIR", "/root/.aiter/jit", "AITER JIT"),
+)
+#: The variables of :data:`LAYOUT`: owned by rocmfleet, never taken from ``vllm_env``.
+VARIABLES = frozenset(d.variable for d in LAYOUT)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount: ``host`` directory at ``container`` path, writable unless ``read_only``."""
+
+    host: str
+    container: str
+    read_only: bool = False
+
+    def arg(self) -> str:
+        """``HOST:CONTAINER[:ro]`` for ``docker run --volume``."""
+        return f"{self.host}:{self.container}" + (":ro" if self.read_only else "")
+
+
+def env() -> dict[str, str]:
+    """The container environment that points each compiler at its :data:`LAYOUT` path.
+
+    The same for every instance and for baked and unbaked images: what differs is what backs
+    the paths (:func:`mounts`).
+    """
+    return {d.variable: d.path for d in LAYOUT}
+
+
+def baked_key_of(tag: str) -> str | None:
+    """The 12-hex key a baked image's tag names (:data:`BAKED_TAG`); ``None`` for any other tag."""
+    match = BAKED_TAG.fullmatch(tag)
+    return match["key"] if match else None
+
+
+def baked_tag(base_tag: str, key_short: str) -> str:
+    """The tag of the image baked from ``base_tag`` with cache key ``key_short`` (12 hex).
+
+    The base tag is shortened from the right when needed, so the result stays within Docker's
+    128 characters; a base tag that is itself baked is replaced, not extended.
+
+    Raises:
+        ValueError: ``key_short`` is not 12 lowercase hex digits.
+    """
+    if not re.fullmatch(r"[0-9a-f]{12}", key_short):
+        raise ValueError(f"cache key {key_short!r}: expected 12 lowercase hex digits")
+    match = BAKED_TAG.fullmatch(base_tag)
+    base = match["base"] if match else base_tag
+    suffix = f"-rfcache-{key_short}"
+    return base[: TAG_MAX - len(suffix)] + suffix
+
+
+def is_baked(config: HostConfig) -> bool:
+    """Whether the host runs a baked image (its tag names a cache key)."""
+    return baked_key_of(config.image.tag) is not None
+
+
+def instance_root(config: HostConfig, instance: Instance) -> str:
+    """``<vllm_cache_dir>/<instance name>``: the host directory of one instance's caches."""
+    return f"{config.settings.vllm_cache_dir.rstrip('/')}/{instance.name}"
+
+
+def mounts(config: HostConfig, instance: Instance) -> list[Mount]:
+    """The cache mounts of ``instance``: none for a baked image, else one writable host directory
+    per :data:`LAYOUT` entry under :func:`instance_root` (Docker creates missing ones, as root).
+    """
+    if is_baked(config):
+        return []
+    root = instance_root(config, instance)
+    return [Mount(f"{root}/{d.name}", d.path) for d in LAYOUT]
+
+
+def aiter_seed_dir(config: HostConfig, instance: Instance) -> str | None:
+    """The host directory behind ``instance``'s ``AITER_JIT_DIR`` that its unit seeds with the
+    image's prebuilt AITER modules before each start (``rocmfleet/scripts/vllm-unit.sh seed-aiter``);
+    ``None`` for a baked image (its layer holds them: the bake seeds its directory the same way).
+
+    Why: with ``AITER_JIT_DIR`` set, AITER imports modules from that directory only
+    (ROCm/aiter ``aiter/jit/core.py``: ``get_user_jit_dir`` returns it, ``get_module_custom_op``
+    imports the bare module name from ``sys.path``), so the ``*.so`` an image ships prebuilt in
+    ``aiter/jit/`` would be built again, minutes each, in an empty per-instance directory.
+    """
+    if is_baked(config):
+        return None
+    return f"{instance_root(config, instance)}/aiter"
+
+
+def volume_args(config: HostConfig, instance: Instance) -> list[str]:
+    """``--volume`` arguments of :func:`mounts`, for ``docker run``."""
+    return [arg for m in mounts(config, instance) for arg in ("--volume", m.arg())]
+
+
+def writable_sharing(config: HostConfig) -> list[str]:
+    """Writable cache directories that two instances of the host would share (one line each).
+
+    A directory is shared when two instances mount the same host path writable, or one mounts a
+    directory inside another's. Empty for every configuration :func:`mounts` produces; kept as
+    the check the tests and ``rocmfleet check`` run.
+    """
+    owners = [
+        (m.host.rstrip("/") + "/", i.name) for i in config.instances() for m in mounts(config, i) if not m.read_only
+    ]
+    problems = []
+    for index, (path, owner) in enumerate(owners):
+        for other_path, other in owners[index + 1 :]:
+            if other != owner and (path.startswith(other_path) or other_path.startswith(path)):
+                problems.append(f"instances {owner} and {other} share writable cache {path.rstrip('/')}")
+    return problems

@@ -1,0 +1,171 @@
+"""Does the model fit? Weights per GPU plus the KV cache of one full-length sequence, against the
+memory vLLM may use, checked before anything is deployed.
+
+vLLM refuses to start when the KV cache left after loading the weights cannot hold one sequence of
+``max_model_len`` tokens (``check_enough_kv_cache_memory``, vllm/v1/core/kv_cache_utils.py);
+the 128B-at-TP-1 case of vLLM recipes PR 490 failed there, on the host. This module does the same
+arithmetic from the profile: a lower bound (activations, CUDA graphs and the non-torch memory
+vLLM also reserves are not counted), so a refusal is certain and a pass is necessary, not
+sufficient.
+
+Per GPU, in GiB (2**30 bytes):
+
+- weights: ``weights_gib / TP`` (tensor parallelism shards the weights; vLLM replicates a few
+  small ones, ignored here);
+- KV cache per token: for attention with KV heads, ``layers × 2 (K and V) × kv_heads_per_gpu ×
+  head_dim × bytes``, where ``kv_heads_per_gpu = max(1, kv_heads // TP)`` (vLLM
+  ``ModelConfig.get_num_kv_heads``: heads are split across TP ranks, replicated when fewer than
+  TP); for MLA (DeepSeek-V2/V3/R1), ``layers × (kv_lora_rank + qk_rope_head_dim) × bytes``,
+  the same on every TP rank (the latent cache is not split by heads);
+- bytes per element: 1 for ``kv_cache_dtype`` fp8*, else the model's ``dtype`` (4 for
+  float32, 2 otherwise, including ``auto`` for BF16/FP16 checkpoints);
+- budget: GPU memory × ``gpu_memory_utilization`` (vLLM's default 0.9, vllm/config/cache.py),
+  where GPU memory is ``gpu_memory_gib`` (192 per MI300X) divided by the partitions per GPU
+  (:data:`rocmfleet.domain.partitions.PARTITIONS_PER_GPU`: 24 GiB per CPX partition).
+
+The profile's ``model_memory`` comes from the model's ``config.json`` (``num_hidden_layers``,
+``num_key_value_heads``, ``head_dim`` or ``hidden_size / num_attention_heads``, ``kv_lora_rank``,
+``qk_rope_head_dim``) and ``model.safetensors.index.json`` (``metadata.total_size`` in bytes /
+2**30 = ``weights_gib``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rocmfleet.domain.partitions import PARTITIONS_PER_GPU
+
+if TYPE_CHECKING:
+    from rocmfleet.config.profiles import Profile
+
+GIB = 2**30
+#: vLLM's default ``gpu_memory_utilization`` (vllm-0.33.0 vllm/config/cache.py; 0.9 since 0.9.x).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+#: TP sizes tried for "the smallest TP that fits" (GPUs per MI300X host: 8).
+TP_CANDIDATES = (1, 2, 4, 8)
+
+
+class ModelMemory(BaseModel):
+    """What the model needs in memory: weight size and the attention shape its KV cache has."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weights_gib: float = Field(gt=0, description="`metadata.total_size` of model.safetensors.index.json / 2**30")
+    num_hidden_layers: int = Field(ge=1, description="config.json `num_hidden_layers`")
+    num_key_value_heads: int | None = Field(default=None, ge=1, description="config.json (GQA/MHA)")
+    head_dim: int | None = Field(default=None, ge=1, description="config.json, or hidden_size / num_attention_heads")
+    kv_lora_rank: int | None = Field(default=None, ge=1, description="config.json (MLA: DeepSeek)")
+    qk_rope_head_dim: int | None = Field(default=None, ge=0, description="config.json (MLA)")
+    max_position_embeddings: int | None = Field(
+        default=None, ge=1, description="config.json; the sequence length when the profile sets no max_model_len"
+    )
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> ModelMemory:
+        heads = self.num_key_value_heads is not None and self.head_dim is not None
+        mla = self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+        if heads == mla:
+            raise ValueError(
+                "give either num_key_value_heads and head_dim (attention with KV heads) "
+                "or kv_lora_rank and qk_rope_head_dim (MLA), not both or neither"
+            )
+        return self
+
+    def kv_bytes_per_token(self, tp: int, element_bytes: int) -> int:
+        """KV-cache bytes one token takes on one GPU at tensor parallel size ``tp``."""
+        if self.kv_lora_rank is not None:
+            return self.num_hidden_layers * (self.kv_lora_rank + (self.qk_rope_head_dim or 0)) * element_bytes
+        heads = max(1, (self.num_key_value_heads or 1) // tp)
+        return self.num_hidden_layers * 2 * heads * (self.head_dim or 0) * element_bytes
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The arithmetic at one TP size, in GiB per GPU."""
+
+    tp: int
+    weights_gib: float
+    kv_gib: float
+    tokens: int
+    kv_bytes_per_token: int
+    device_gib: float
+    utilization: float
+
+    @property
+    def need_gib(self) -> float:
+        return self.weights_gib + self.kv_gib
+
+    @property
+    def budget_gib(self) -> float:
+        return self.device_gib * self.utilization
+
+    @property
+    def fits(self) -> bool:
+        return self.need_gib <= self.budget_gib
+
+
+def element_bytes(kv_cache_dtype: str | None, dtype: str | None) -> int:
+    """Bytes per KV-cache element: 1 for fp8 KV caches, 4 for float32 models, else 2."""
+    if kv_cache_dtype and kv_cache_dtype.startswith("fp8"):
+        return 1
+    return 4 if dtype in ("float", "float32") else 2
+
+
+def fit(profile: Profile, tp: int | None = None) -> Fit | None:
+    """The per-GPU arithmetic for ``profile`` at ``tp`` (default: its own), or ``None`` without
+    ``model_memory``. Tokens: ``max_model_len``, else ``max_position_embeddings``, else 0 (weights only)."""
+    mem = profile.model_memory
+    if mem is None:
+        return None
+    tp = tp or profile.tensor_parallel_size
+    tokens = profile.max_model_len or mem.max_position_embeddings or 0
+    per_token = mem.kv_bytes_per_token(tp, element_bytes(profile.kv_cache_dtype, profile.dtype))
+    return Fit(
+        tp=tp,
+        weights_gib=mem.weights_gib / tp,
+        kv_gib=per_token * tokens / GIB,
+        tokens=tokens,
+        kv_bytes_per_token=per_token,
+        device_gib=profile.gpu_memory_gib / PARTITIONS_PER_GPU[profile.compute_partition],
+        utilization=profile.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+    )
+
+
+def smallest_tp(profile: Profile) -> int | None:
+    """The smallest TP of :data:`TP_CANDIDATES` at which the profile fits (and that divides its
+    ``attention_heads`` when given), or ``None``."""
+    for tp in TP_CANDIDATES:
+        if profile.attention_heads and profile.attention_heads % tp:
+            continue
+        result = fit(profile, tp)
+        if result is not None and result.fits:
+            return tp
+    return None
+
+
+def problems(profile: Profile) -> list[str]:
+    """One line when the profile does not fit at its TP, with the numbers and the smallest TP that fits."""
+    result = fit(profile)
+    if result is None or result.fits:
+        return []
+    device = f"{result.device_gib:g} GiB" + (
+        f" (one {profile.compute_partition} partition of {profile.gpu_memory_gib:g} GiB)"
+        if profile.compute_partition != "SPX"
+        else ""
+    )
+    smallest = smallest_tp(profile)
+    advice = (
+        f"the smallest tensor_parallel_size that fits is {smallest}"
+        if smallest
+        else f"it fits at no tensor_parallel_size up to {TP_CANDIDATES[-1]}"
+    )
+    return [
+        f"model_memory: does not fit at tensor_parallel_size {result.tp}: each GPU needs "
+        f"{result.weights_gib:.1f} GiB of weights ({profile.model_memory.weights_gib:g} GiB / TP {result.tp}) + "
+        f"{result.kv_gib:.2f} GiB of KV cache for one sequence of {result.tokens} tokens "
+        f"({result.kv_bytes_per_token} bytes/token) = {result.need_gib:.1f} GiB, more than {device} x "
+        f"gpu_memory_utilization {result.utilization:g} = {result.budget_gib:.1f} GiB; {advice}"
+    ]

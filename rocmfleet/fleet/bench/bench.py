@@ -1,0 +1,817 @@
+"""Smoke benchmark groundwork: the ``vllm bench serve`` command, its saved JSON, thresholds, baselines.
+
+Everything here is pure (no SSH, no container): the cases of a sweep, the argv that runs one
+case inside a host's container, the parser of the JSON vLLM writes with ``--save-result``, the
+verdict against a profile's thresholds and the host's previous result, and the directory layout
+that keeps results for later runs and for the rollout.
+
+Sources: ``../shared/reference/mi300x.md`` §5.1 (flags of vLLM 0.33.0 ``vllm/benchmarks/serve.py``)
+and §5.2 (keys of the saved JSON, and which of them older versions lack); AMD's published sweep
+as issue 6 lists it.
+
+Units: latencies in milliseconds (vLLM's ``*_ms`` keys; its per-request lists are in seconds and
+are converted), durations in seconds, throughputs per second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePath, PurePosixPath
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:  # profiles.py imports BenchSettings from here
+    from rocmfleet.config.profiles import Profile
+
+#: AMD's published ISL/OSL pairs (input tokens, output tokens), run at concurrency 64 (issue 6).
+AMD_PAIRS: tuple[tuple[int, int], ...] = ((2000, 150), (1000, 1000), (5000, 1000), (10000, 1000), (3200, 800))
+AMD_CONCURRENCY = 64
+#: Bounds of the benchmark's numbers: the longest served context (as ``max_model_len`` in
+#: :mod:`rocmfleet.domain.flags`) and the largest ``max_num_seqs`` it accepts.
+MAX_TOKENS = 10_485_760
+MAX_CONCURRENCY = 65_536
+#: Latency metrics the command asks for (``--percentile-metrics``) and the percentiles of each.
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
+METRIC_PERCENTILES = (50, 90, 99)
+#: Metrics every result must carry: vLLM writes them for generative models by default (§5.2, 0.9.2 too).
+REQUIRED_METRICS = ("ttft", "tpot")
+#: Metrics compared with the baseline: name, key, unit, True when higher is better. Central values
+#: (not p99) so that a short smoke run does not flap; p99 has absolute limits in :class:`Thresholds`.
+REGRESSION_METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("output_throughput", "tok/s", True),
+    ("median_ttft_ms", "ms", False),
+    ("median_tpot_ms", "ms", False),
+)
+
+_CASE_NAME = re.compile(r"^(\d+)x(\d+)-c(\d+)$")
+_STAT_KEY = re.compile(r"^(mean|median|std)_(.+)_ms$")
+_PERCENTILE_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(.+)_ms$")
+
+
+# --- cases and the command -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class Case:
+    """One benchmark point: random prompts of ``isl`` tokens asking for ``osl`` tokens each."""
+
+    isl: int
+    osl: int
+    concurrency: int
+    num_prompts: int = field(default=0, compare=False)
+
+    @property
+    def name(self) -> str:
+        """``<isl>x<osl>-c<concurrency>``: the result file's stem."""
+        return f"{self.isl}x{self.osl}-c{self.concurrency}"
+
+    @classmethod
+    def from_name(cls, name: str) -> Case:
+        """The case a result file's stem names (``num_prompts`` unknown: 0).
+
+        Raises:
+            ValueError: ``name`` is not ``<isl>x<osl>-c<concurrency>``.
+        """
+        match = _CASE_NAME.fullmatch(name)
+        if not match:
+            raise ValueError(f"not a case name (<isl>x<osl>-c<concurrency>): {name!r}")
+        return cls(*(int(g) for g in match.groups()))
+
+
+class BenchShape(BaseModel):
+    """What a profile benchmarks: AMD's sweep by default, scaled down for small setups.
+
+    Lengths are multiplied by ``length_scale``, then shrunk together (keeping their ratio) so
+    that ``isl + osl <= max_model_len - reserve_tokens``, since vLLM refuses a request whose
+    prompt plus ``max_tokens`` exceeds ``--max-model-len``. Concurrencies are multiplied by
+    ``concurrency_scale`` and capped at ``max_concurrency``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Upper bounds: a smoke benchmark runs between deploys, so its cases stay few and bounded by
+    # what a server can take: lengths by the longest served context (10M tokens, the same bound as
+    # max_model_len in rocmfleet.domain.flags), concurrency by vLLM's largest max_num_seqs bound (65536).
+    pairs: list[tuple[Annotated[int, Field(le=MAX_TOKENS)], Annotated[int, Field(le=MAX_TOKENS)]]] = Field(
+        default=list(AMD_PAIRS),
+        min_length=1,
+        max_length=64,
+        description="(input tokens, output tokens) of each case; at most 64 cases",
+    )
+    concurrencies: list[Annotated[int, Field(le=MAX_CONCURRENCY)]] = Field(
+        default=[AMD_CONCURRENCY],
+        min_length=1,
+        max_length=64,
+        description="`--max-concurrency` values; several: a sweep (at most 64)",
+    )
+    length_scale: float = Field(default=1.0, gt=0, le=1)
+    concurrency_scale: float = Field(default=1.0, gt=0, le=1)
+    max_model_len: int | None = Field(
+        default=None, ge=8, le=MAX_TOKENS, description="the served `--max-model-len`, tokens"
+    )
+    max_concurrency: int | None = Field(
+        default=None, ge=1, le=MAX_CONCURRENCY, description="cap, e.g. the served `--max-num-seqs`"
+    )
+    prompts_per_slot: int = Field(
+        default=4,
+        ge=1,
+        le=100,
+        description="`--num-prompts` = concurrency x this (rocmfleet's choice: ~4 waves; at most 100 waves)",
+    )
+    reserve_tokens: int = Field(
+        default=16,
+        ge=0,
+        le=4096,
+        description="kept free below max_model_len: a random prompt can re-tokenize longer (at most 4096)",
+    )
+
+    @model_validator(mode="after")
+    def _positive(self) -> BenchShape:
+        bad = [p for p in self.pairs if p[0] < 1 or p[1] < 1] + [c for c in self.concurrencies if c < 1]
+        if bad:
+            raise ValueError(f"lengths and concurrencies must be >= 1: {bad}")
+        if self.max_model_len is not None and self.max_model_len - self.reserve_tokens < 3:
+            raise ValueError(f"max_model_len {self.max_model_len} leaves no room after reserve_tokens")
+        return self
+
+
+def shape_for(profile: Profile, **overrides: Any) -> BenchShape:
+    """A :class:`BenchShape` capped by ``profile``'s ``max_model_len`` and ``max_num_seqs``.
+
+    The keys the profile's ``bench:`` section sets (:class:`BenchSettings`) win over those caps
+    and AMD's defaults; ``overrides`` win over everything.
+    """
+    own = profile.bench.model_dump(exclude_unset=True, exclude={"thresholds"})
+    return BenchShape.model_validate(
+        {"max_model_len": profile.max_model_len, "max_concurrency": profile.max_num_seqs, **own, **overrides}
+    )
+
+
+def _fit(isl: int, osl: int, shape: BenchShape) -> tuple[int, int]:
+    """Scaled lengths; shrunk proportionally to fit the model's context. At least 1 in, 2 out (TPOT)."""
+    isl, osl = max(1, round(isl * shape.length_scale)), max(2, round(osl * shape.length_scale))
+    if shape.max_model_len is not None:
+        room = shape.max_model_len - shape.reserve_tokens
+        if isl + osl > room:
+            factor = room / (isl + osl)
+            osl = max(2, math.floor(osl * factor))
+            isl = max(1, min(math.floor(isl * factor), room - osl))
+    return isl, osl
+
+
+def sweep_for(shape: BenchShape | None = None) -> list[Case]:
+    """The cases of ``shape`` (default: AMD's sweep unscaled), in order, without duplicates."""
+    shape = shape or BenchShape()
+    cases: list[Case] = []
+    for concurrency in shape.concurrencies:
+        conc = max(1, round(concurrency * shape.concurrency_scale))
+        if shape.max_concurrency is not None:
+            conc = min(conc, shape.max_concurrency)
+        for isl, osl in shape.pairs:
+            case = Case(*_fit(isl, osl, shape), conc, conc * shape.prompts_per_slot)
+            if case not in cases:
+                cases.append(case)
+    return cases
+
+
+def bench_command(
+    case: Case,
+    port: int,
+    model: str,
+    result_path: str | PurePath,
+    *,
+    served_model_name: str | None = None,
+    host: str = "127.0.0.1",
+    save_detailed: bool = False,
+    metadata: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The ``vllm bench serve`` argv of one case against the server on ``host:port``.
+
+    Flags as vLLM 0.33.0 names them (reference §5.1); all exist in 0.9.2 as well.
+    ``--backend vllm`` is valid in both (0.33 defaults to ``openai``, 0.9.2 to ``vllm``; both
+    post to ``/v1/completions``). ``model`` is what the tokenizer loads (the profile's model, a
+    path inside the container); ``served_model_name`` is the name requests use (vLLM's
+    ``--served-model-name``, needed when the server serves the model under another name).
+    ``result_path`` is where the JSON lands, as the command sees it (inside the container).
+    ``save_detailed`` keeps per-request TTFTs and ITLs (large: one float per output token).
+    ``metadata`` becomes extra top-level keys of the JSON (``--metadata KEY=VALUE``).
+    """
+    if case.num_prompts < 1:
+        raise ValueError(f"case {case.name}: num_prompts must be >= 1 (cases from sweep_for have it)")
+    path = PurePosixPath(result_path)
+    argv = [
+        "vllm", "bench", "serve",
+        "--backend", "vllm",
+        "--host", host,
+        "--port", str(port),
+        "--model", model,
+    ]  # fmt: skip
+    if served_model_name:
+        argv += ["--served-model-name", served_model_name]
+    argv += [
+        "--dataset-name", "random",
+        "--random-input-len", str(case.isl),
+        "--random-output-len", str(case.osl),
+        "--max-concurrency", str(case.concurrency),
+        "--num-prompts", str(case.num_prompts),
+        "--ignore-eos",
+        "--percentile-metrics", ",".join(PERCENTILE_METRICS),
+        "--metric-percentiles", ",".join(map(str, METRIC_PERCENTILES)),
+        "--save-result",
+        "--result-dir", str(path.parent),
+        "--result-filename", path.name,
+    ]  # fmt: skip
+    if save_detailed:
+        argv.append("--save-detailed")
+    if metadata:
+        bad = [k for k in metadata if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        if bad:
+            raise ValueError(f"metadata keys must be identifiers: {bad}")
+        argv += ["--metadata", *(f"{k}={v}" for k, v in metadata.items())]  # nargs="*": kept last
+    return argv
+
+
+# --- the saved JSON --------------------------------------------------------------------------
+
+
+class BenchParseError(ValueError):
+    """A result that is not vLLM's ``--save-result`` JSON as rocmfleet knows it.
+
+    ``problems`` holds ``(key, expected, got)`` for each, ``got`` as ``repr`` or ``"missing"``;
+    the message names the source and every problem.
+    """
+
+    def __init__(self, source: str, problems: list[tuple[str, str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = [f"  {key}: expected {expected}, got {got}" for key, expected, got in problems]
+        super().__init__(f"{source}: cannot read it as a `vllm bench serve --save-result` result:\n" + "\n".join(lines))
+
+
+@dataclass(frozen=True)
+class Latency:
+    """One latency metric of a run, in ms: vLLM's ``mean_/median_/std_/p{P}_<metric>_ms`` keys."""
+
+    mean_ms: float
+    median_ms: float
+    std_ms: float | None = None
+    percentiles_ms: dict[float, float] = field(default_factory=dict)
+
+    def p(self, percentile: float) -> float | None:
+        """The ``percentile``-th percentile in ms, or ``None`` when the run did not compute it."""
+        return self.percentiles_ms.get(float(percentile))
+
+    @property
+    def p99_ms(self) -> float | None:
+        return self.p(99)
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One ``vllm bench serve`` run as saved with ``--save-result`` (reference §5.2).
+
+    ``samples_ms`` holds per-request values of successful requests, when the JSON has them:
+    ``e2el`` from ``latencies`` (0.33 keeps it), ``ttft`` and ``tpot`` only with
+    ``--save-detailed`` (``ttfts``, ``output_lens``).
+    """
+
+    source: str
+    duration_s: float
+    completed: int
+    failed: int | None  # None: neither ``failed`` nor ``num_prompts`` in the JSON
+    request_throughput: float  # requests/s
+    output_throughput: float  # output tokens/s
+    total_token_throughput: float  # input + output tokens/s
+    metrics: dict[str, Latency]  # "ttft", "tpot", "itl", "e2el", ... as the run selected
+    date: str | None = None  # vLLM's YYYYMMDD-HHMMSS, local time of the client
+    backend: str | None = None
+    model_id: str | None = None
+    num_prompts: int | None = None
+    request_rate: float | None = None  # requests/s; inf: all sent at once
+    max_concurrency: int | None = None
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    max_output_tokens_per_s: float | None = None
+    max_concurrent_requests: int | None = None
+    samples_ms: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    @property
+    def ttft(self) -> Latency:
+        return self.metrics["ttft"]
+
+    @property
+    def tpot(self) -> Latency:
+        return self.metrics["tpot"]
+
+    @property
+    def itl(self) -> Latency | None:
+        return self.metrics.get("itl")
+
+    @property
+    def e2el(self) -> Latency | None:
+        return self.metrics.get("e2el")
+
+    def value(self, key: str) -> float | None:
+        """A number by its JSON key: ``output_throughput``, ``median_ttft_ms``, ``p99_tpot_ms``..."""
+        if key in ("output_throughput", "request_throughput", "total_token_throughput"):
+            return getattr(self, key)
+        if m := _STAT_KEY.fullmatch(key):
+            latency = self.metrics.get(m[2])
+            return None if latency is None else getattr(latency, f"{m[1]}_ms")
+        if m := _PERCENTILE_KEY.fullmatch(key):
+            latency = self.metrics.get(m[2])
+            return None if latency is None else latency.p(float(m[1]))
+        raise KeyError(key)
+
+
+class _Reader:
+    """Reads typed values from one JSON object, collecting every problem instead of stopping."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data = data
+        self.problems: list[tuple[str, str, str]] = []
+
+    def bad(self, key: str, expected: str, value: Any = None, missing: bool = False) -> None:
+        got = "missing" if missing else _show(value)
+        self.problems.append((key, expected, got))
+
+    def number(self, key: str, expected: str, required: bool = True) -> float | None:
+        if key not in self.data or (not required and self.data[key] is None):
+            if required:
+                self.bad(key, expected, missing=True)
+            return None
+        value = self.data[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            self.bad(key, expected, value)
+            return None
+        return float(value)
+
+    def integer(self, key: str, expected: str, required: bool = True) -> int | None:
+        if key not in self.data or (not required and self.data[key] is None):
+            if required:
+                self.bad(key, expected, missing=True)
+            return None
+        value = self.data[key]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            self.bad(key, expected, value)
+            return None
+        return value
+
+    def text(self, key: str) -> str | None:
+        value = self.data.get(key)
+        if value is not None and not isinstance(value, str):
+            self.bad(key, "a string or null", value)
+            return None
+        return value
+
+    def numbers(self, key: str) -> list[float] | None:
+        """An optional per-request list of numbers (``None`` entries, vLLM's failed requests: 0)."""
+        value = self.data.get(key)
+        if value is None:
+            return None
+        ok = isinstance(value, list) and all(
+            v is None or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)) for v in value
+        )
+        if not ok:
+            self.bad(key, "a list of numbers (one per request)", value)
+            return None
+        return [0.0 if v is None else float(v) for v in value]
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _request_rate(reader: _Reader) -> float | None:
+    value = reader.data.get("request_rate")
+    if value is None:
+        return None
+    if value == "inf" or (isinstance(value, float) and value == math.inf):
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or math.isnan(value):
+        reader.bad("request_rate", 'a positive number or the string "inf"', value)
+        return None
+    return float(value)
+
+
+def _latencies(reader: _Reader) -> dict[str, Latency]:
+    data = reader.data
+    names = {m[2] for key in data if (m := _STAT_KEY.fullmatch(key))} | {
+        m[2] for key in data if (m := _PERCENTILE_KEY.fullmatch(key))
+    }
+    metrics = {}
+    for name in sorted(names | set(REQUIRED_METRICS)):
+        what = f"{name.upper()} in ms (a finite number >= 0)"
+        mean = reader.number(f"mean_{name}_ms", f"the mean {what}")
+        median = reader.number(f"median_{name}_ms", f"the median {what}")
+        std = reader.number(f"std_{name}_ms", f"the standard deviation of {what}", required=False)
+        percentiles = {}
+        for key in data:
+            m = _PERCENTILE_KEY.fullmatch(key)
+            if m and m[2] == name:
+                value = reader.number(key, f"the {m[1]}th percentile of {what}")
+                if value is not None:
+                    percentiles[float(m[1])] = value
+        if mean is not None and median is not None:
+            metrics[name] = Latency(mean, median, std, dict(sorted(percentiles.items())))
+    return metrics
+
+
+def _samples(reader: _Reader) -> dict[str, tuple[float, ...]]:
+    """Per-request values in ms of the successful requests (vLLM's lists are in seconds).
+
+    Success: an empty ``errors`` entry when the list is there (``--save-detailed``), else a
+    latency above 0 (vLLM leaves a failed request's latency and TTFT at 0.0). TPOT is vLLM's:
+    ``(latency - ttft) / (output_len - 1)`` for requests with more than one output token.
+    """
+    lists = {key: reader.numbers(key) for key in ("latencies", "ttfts", "output_lens")}
+    errors = reader.data.get("errors")
+    present = {key: v for key, v in lists.items() if v is not None}
+    if errors is not None:
+        if not isinstance(errors, list) or not all(e is None or isinstance(e, str) for e in errors):
+            reader.bad("errors", "a list of strings (one per request)", errors)
+            return {}
+        present["errors"] = errors
+    if len({len(v) for v in present.values()}) > 1:
+        sizes = ", ".join(f"{k} {len(v)}" for k, v in present.items())
+        reader.bad(" / ".join(present), "per-request lists of one length", sizes)
+        return {}
+    latencies, ttfts, output_lens = lists["latencies"], lists["ttfts"], lists["output_lens"]
+    n = len(next(iter(present.values()), []))
+    if errors is not None:
+        ok = [not e for e in errors]
+    else:
+        ref = latencies if latencies is not None else ttfts
+        ok = [v > 0 for v in ref] if ref is not None else []
+    samples: dict[str, tuple[float, ...]] = {}
+    if latencies is not None:
+        samples["e2el"] = tuple(latencies[i] * 1000 for i in range(n) if ok[i])
+    if ttfts is not None:
+        samples["ttft"] = tuple(ttfts[i] * 1000 for i in range(n) if ok[i])
+    if latencies is not None and ttfts is not None and output_lens is not None:
+        samples["tpot"] = tuple(
+            (latencies[i] - ttfts[i]) / (output_lens[i] - 1) * 1000 for i in range(n) if ok[i] and output_lens[i] > 1
+        )
+    return {k: v for k, v in samples.items() if v}
+
+
+def parse_result(data: str | bytes | Mapping[str, Any], source: str) -> BenchResult:
+    """Read one result: the file's text, or the object already decoded.
+
+    Keys per reference §5.2. Required: ``duration``, ``completed``, the three throughputs and
+    ``mean_/median_`` of TTFT and TPOT (in every version's output); the rest is optional
+    (0.9.2 has no ``backend``, ``failed`` or ``max_*``). A missing ``failed`` is
+    ``num_prompts - completed``.
+
+    Args:
+        data: JSON text (one object), or a mapping.
+        source: what to name in errors, e.g. the file's path.
+
+    Raises:
+        BenchParseError: not JSON, several objects (use :func:`parse_results`), or missing or
+            mistyped keys; it lists every problem.
+    """
+    if isinstance(data, str | bytes):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            if exc.msg == "Extra data":
+                raise BenchParseError(
+                    source,
+                    [("(file)", "one JSON object (several, from --append-result: use parse_results)", exc.msg)],
+                ) from None
+            got = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+            raise BenchParseError(source, [("(file)", "JSON text", got)]) from None
+        except UnicodeDecodeError as exc:
+            raise BenchParseError(source, [("(file)", "UTF-8 JSON text", str(exc))]) from None
+    if not isinstance(data, Mapping):
+        raise BenchParseError(source, [("(top level)", "a JSON object", type(data).__name__)])
+    r = _Reader(data)
+    duration = r.number("duration", "the benchmark duration in seconds (a number >= 0)")
+    completed = r.integer("completed", "the count of successful requests (an integer >= 0)")
+    num_prompts = r.integer("num_prompts", "the count of prompts (an integer >= 0)", required=False)
+    failed = r.integer("failed", "the count of failed requests (an integer >= 0)", required=False)
+    if "failed" not in data and num_prompts is not None and completed is not None:
+        if num_prompts < completed:
+            r.bad("failed", f"the key, or num_prompts ({num_prompts}) >= completed ({completed})", missing=True)
+        else:
+            failed = num_prompts - completed
+    request_tp = r.number("request_throughput", "requests/s (a number >= 0)")
+    output_tp = r.number("output_throughput", "output tokens/s (a number >= 0)")
+    total_tp = r.number("total_token_throughput", "input + output tokens/s (a number >= 0)")
+    optional = dict(
+        date=r.text("date"),
+        backend=r.text("backend") or r.text("endpoint_type"),
+        model_id=r.text("model_id"),
+        num_prompts=num_prompts,
+        request_rate=_request_rate(r),
+        max_concurrency=r.integer("max_concurrency", "an integer >= 1 or null", required=False),
+        total_input_tokens=r.integer("total_input_tokens", "an integer >= 0", required=False),
+        total_output_tokens=r.integer("total_output_tokens", "an integer >= 0", required=False),
+        max_output_tokens_per_s=r.number("max_output_tokens_per_s", "a number >= 0", required=False),
+        max_concurrent_requests=r.integer("max_concurrent_requests", "an integer >= 0", required=False),
+        samples_ms=_samples(r),
+    )
+    metrics = _latencies(r)
+    if r.problems:
+        raise BenchParseError(source, r.problems)
+    assert duration is not None and completed is not None  # else a problem was recorded
+    assert request_tp is not None and output_tp is not None and total_tp is not None
+    return BenchResult(source, duration, completed, failed, request_tp, output_tp, total_tp, metrics, **optional)
+
+
+def parse_results(text: str, source: str) -> list[BenchResult]:
+    """Every result of a file written with ``--append-result`` (one JSON object per line)."""
+    return [
+        parse_result(line, f"{source}:{number}")
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip()
+    ]
+
+
+def load_result(path: str | Path) -> BenchResult:
+    """:func:`parse_result` of a file; an unreadable file is a :class:`BenchParseError` too."""
+    try:
+        text = Path(path).read_bytes()
+    except OSError as exc:
+        raise BenchParseError(str(path), [("(file)", "a readable file", exc.strerror or str(exc))]) from None
+    return parse_result(text, str(path))
+
+
+# --- thresholds and verdicts -----------------------------------------------------------------
+
+
+class Thresholds(BaseModel):
+    """Pass/fail limits of a profile's smoke benchmark; ``None``: that limit is not checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Upper bounds: a request slower than an hour is a hung server, not a threshold; 10M tokens/s is
+    # far above any single server's output throughput.
+    ttft_p99_ms: float | None = Field(
+        default=None, gt=0, le=3_600_000, description="highest p99 time to first token, ms (at most an hour)"
+    )
+    tpot_p99_ms: float | None = Field(
+        default=None, gt=0, le=3_600_000, description="highest p99 time per output token, ms (at most an hour)"
+    )
+    min_output_throughput_tok_s: float | None = Field(
+        default=None, ge=0, le=10_000_000, description="lowest output token throughput, tokens/s"
+    )
+    max_failed: int = Field(default=0, ge=0, le=1_000_000, description="most failed requests")
+    regression_tolerance: float = Field(
+        default=0.10, ge=0, lt=1, description="how much worse than the baseline a metric may be, as a fraction"
+    )
+
+
+class BenchSettings(BenchShape):
+    """A profile's ``bench:`` section: its cases (:class:`BenchShape` keys) and :class:`Thresholds`.
+
+    Every key is optional: an empty section runs AMD's sweep (capped by the profile's
+    ``max_model_len`` and ``max_num_seqs``, :func:`shape_for`) with the default thresholds
+    (no failed request; 10% regression tolerance). Example, a small lab:
+
+    .. code:: yaml
+
+        bench:
+          pairs: [[2000, 150]]
+          length_scale: 0.05
+          concurrencies: [4]
+          thresholds: {regression_tolerance: 0.5}
+    """
+
+    thresholds: Thresholds = Field(default_factory=Thresholds, description="pass/fail limits of each case")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``passed`` unless a limit was broken; ``reasons`` says which (metric, value, limit).
+
+    ``notes`` says what was not compared and why (no baseline, a baseline of another shape).
+    """
+
+    passed: bool
+    reasons: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _f(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _comparable(result: BenchResult, baseline: BenchResult) -> str | None:
+    """Why ``baseline`` cannot be compared with ``result``, or ``None``."""
+    for key in ("max_concurrency", "num_prompts", "model_id"):
+        mine, theirs = getattr(result, key), getattr(baseline, key)
+        if mine is not None and theirs is not None and mine != theirs:
+            return f"baseline {baseline.source} has {key} {theirs!r}, this run {mine!r}: not compared"
+    return None
+
+
+def judge(result: BenchResult, thresholds: Thresholds, baseline: BenchResult | None = None) -> Verdict:
+    """Check ``result`` against ``thresholds`` and, when given, the host's previous ``baseline``.
+
+    A result fails when: no request completed; more than ``max_failed`` requests failed (or
+    the count is unknown); p99 TTFT or TPOT is over its limit or was not computed; output
+    throughput is under its minimum; or one of :data:`REGRESSION_METRICS` is worse than the
+    baseline's by more than ``regression_tolerance``. Each reason names the metric (its JSON
+    key), the value and the limit.
+    """
+    reasons: list[str] = []
+    notes: list[str] = []
+    if result.completed == 0:
+        reasons.append("completed: 0 requests succeeded")
+    if result.failed is None:
+        reasons.append(f"failed: unknown (no `failed` or `num_prompts` in the result), limit {thresholds.max_failed}")
+    elif result.failed > thresholds.max_failed:
+        reasons.append(f"failed: {result.failed} requests > limit {thresholds.max_failed}")
+    for key, limit in (("p99_ttft_ms", thresholds.ttft_p99_ms), ("p99_tpot_ms", thresholds.tpot_p99_ms)):
+        if limit is None:
+            continue
+        value = result.value(key)
+        if value is None:
+            reasons.append(
+                f"{key}: not in the result (run with --metric-percentiles including 99), limit {_f(limit)} ms"
+            )
+        elif value > limit:
+            reasons.append(f"{key}: {_f(value)} ms > limit {_f(limit)} ms")
+    limit = thresholds.min_output_throughput_tok_s
+    if limit is not None and result.output_throughput < limit:
+        reasons.append(f"output_throughput: {_f(result.output_throughput)} tok/s < limit {_f(limit)} tok/s")
+    if baseline is None:
+        notes.append("no baseline: regression not checked")
+    elif why := _comparable(result, baseline):
+        notes.append(why)
+    else:
+        tolerance = thresholds.regression_tolerance
+        for key, unit, higher_is_better in REGRESSION_METRICS:
+            value, base = result.value(key), baseline.value(key)
+            if value is None or base is None or base <= 0:
+                notes.append(f"{key}: not compared (missing or zero in this run or the baseline)")
+                continue
+            limit = base * (1 - tolerance) if higher_is_better else base * (1 + tolerance)
+            worse = value < limit if higher_is_better else value > limit
+            if worse:
+                change = abs(value - base) / base
+                reasons.append(
+                    f"{key}: {_f(value)} {unit} is {change:.1%} {'below' if higher_is_better else 'above'} the "
+                    f"baseline {_f(base)} {unit} (limit {_f(limit)} {unit} at tolerance {tolerance:.0%}; "
+                    f"baseline {baseline.source})"
+                )
+    return Verdict(not reasons, reasons, notes)
+
+
+# --- result layout ---------------------------------------------------------------------------
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A run id: the UTC time, ``YYYYMMDDTHHMMSSZ``, so that string order is time order."""
+    return (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _segment(kind: str, value: str) -> str:
+    if not value or value in (".", "..") or any(c in value for c in "/\\\0"):
+        raise ValueError(f"{kind} {value!r} cannot be a directory name")
+    return value
+
+
+def result_path(root: str | Path, run_id: str, host: str, case: Case, instance: str | None = None) -> Path:
+    """``<root>/<run_id>/<host>[/<instance>]/<isl>x<osl>-c<concurrency>.json``.
+
+    ``instance``: for hosts that serve several vLLM instances, each gets its own directory.
+    The run's Markdown and plots go in ``<root>/<run_id>/`` beside the host directories.
+    """
+    path = Path(root) / _segment("run id", run_id) / _segment("host", host)
+    if instance is not None:
+        path /= _segment("instance", instance)
+    return path / f"{case.name}.json"
+
+
+def load_run(root: str | Path, run_id: str) -> dict[str, list[tuple[Case, BenchResult]]]:
+    """Every result of a run by target (``host`` or ``host/instance``), cases in sweep order.
+
+    Raises:
+        BenchParseError: a result file that cannot be read.
+    """
+    run_dir = Path(root) / _segment("run id", run_id)
+    run: dict[str, list[tuple[Case, BenchResult]]] = {}
+    for path in sorted(run_dir.rglob("*.json")):
+        if not _CASE_NAME.fullmatch(path.stem):
+            continue
+        target = path.parent.relative_to(run_dir).as_posix()
+        run.setdefault(target, []).append((Case.from_name(path.stem), load_result(path)))
+    for results in run.values():
+        results.sort(key=lambda item: (item[0].concurrency, item[0].isl, item[0].osl))
+    return dict(sorted(run.items()))
+
+
+def latest_baseline(
+    root: str | Path,
+    host: str,
+    case: Case,
+    before_run_id: str | None,
+    instance: str | None = None,
+    like: BenchResult | None = None,
+) -> BenchResult | None:
+    """The host's newest result of ``case`` from a run before ``before_run_id`` (any, if ``None``).
+
+    Skipped: unreadable files, runs where no request completed or any failed, and results whose
+    saved verdict (:func:`save_verdict`) failed, so that neither a broken nor a slow run becomes
+    the bar to meet (a regression that failed once would otherwise pass the next time). With
+    ``like``, results it cannot be compared with (another model, concurrency or prompt count)
+    are skipped too, so a profile change does not end regression checks. Run ids compare as
+    strings (:func:`new_run_id`).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    runs = sorted((p.name for p in root.iterdir() if p.is_dir()), reverse=True)
+    for run_id in runs:
+        if before_run_id is not None and run_id >= before_run_id:
+            continue
+        path = result_path(root, run_id, host, case, instance)
+        if not path.is_file():
+            continue
+        try:
+            result = load_result(path)
+        except BenchParseError:
+            continue
+        comparable = like is None or _comparable(like, result) is None
+        if result.completed > 0 and result.failed == 0 and verdict_passed(path) is not False and comparable:
+            return result
+    return None
+
+
+def verdict_path(result: str | Path) -> Path:
+    """``<case>.verdict.json`` beside a result's ``<case>.json``."""
+    result = Path(result)
+    return result.with_name(result.stem + ".verdict.json")
+
+
+def save_verdict(result: str | Path, verdict: Verdict) -> Path:
+    """Write ``verdict`` beside the result it judged; returns the file written."""
+    path = verdict_path(result)
+    body = {"passed": verdict.passed, "reasons": verdict.reasons, "notes": verdict.notes}
+    path.write_text(json.dumps(body, indent=2) + "\n")
+    return path
+
+
+def verdict_passed(result: str | Path) -> bool | None:
+    """The saved verdict of a result: ``True``/``False``, ``None`` when none was saved or it is unreadable."""
+    try:
+        return bool(json.loads(verdict_path(result).read_text())["passed"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# --- running it on a host --------------------------------------------------------------------
+
+#: Where a case's JSON lands inside the container (``/tmp`` of the container, not the host);
+#: the runner copies it out and removes ``<root>/<run_id>`` afterwards.
+CONTAINER_RESULT_ROOT = PurePosixPath("/tmp/rocmfleet-bench")
+#: Seconds coreutils ``timeout`` waits after SIGTERM before it sends SIGKILL.
+KILL_AFTER_S = 10
+
+
+def container_result_path(run_id: str, case: Case) -> PurePosixPath:
+    """``/tmp/rocmfleet-bench/<run_id>/<case>.json``: the ``--result-dir``/``--result-filename`` of a case."""
+    return CONTAINER_RESULT_ROOT / _segment("run id", run_id) / f"{case.name}.json"
+
+
+def instance_dir(instance_names: Sequence[str], name: str) -> str | None:
+    """The ``instance`` argument of :func:`result_path` for instance ``name`` of a host.
+
+    ``None`` (results directly under the host) when the host serves one instance, the
+    instance's name when it serves several: the layout :func:`load_run` reads.
+    """
+    if name not in instance_names:
+        raise ValueError(f"instance {name!r} is not one of {list(instance_names)}")
+    return None if len(instance_names) == 1 else name
+
+
+def target_name(host: str, instance: str | None = None) -> str:
+    """``host`` or ``host/instance``: how :func:`load_run` and the reports name a result's source."""
+    return host if instance is None else f"{host}/{instance}"
+
+
+def docker_exec(container: str, argv: Sequence[str], timeout_s: float | None = None) -> str:
+    """The shell command that runs ``argv`` in ``container`` (``docker exec``), quoted for ``sh``.
+
+    With ``timeout_s`` (seconds, rounded up), coreutils ``timeout`` runs *inside* the container,
+    so the process itself is stopped (SIGTERM, then SIGKILL after :data:`KILL_AFTER_S`); killing
+    the ``docker exec`` client would leave it running. ``timeout`` exits 124 when time ran out.
+    """
+    if timeout_s is not None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        argv = ["timeout", f"--kill-after={KILL_AFTER_S}", str(math.ceil(timeout_s)), *argv]
+    return shlex.join(["docker", "exec", container, *argv])

@@ -1,0 +1,425 @@
+"""What the checks expect of each host under check, as the parent ``rocmfleet check`` validated it.
+
+``rocmfleet check`` loads and validates the inventory once, in its own process, and gives each
+of its pytest processes one JSON file (``ROCMFLEET_CHECK_FILE``, mode 0600 in a 0700 directory)
+holding the SSH settings and validated configuration of the hosts that process checks, and only
+those (:func:`expectations_json`): a check process never loads the inventory again. The checks
+look their host's data up by inventory name (``host.backend.hostname``, :func:`host_name`).
+Secret values never leave the parent: the file holds the secrets' names (``vllm_secret_env``
+keys, registry user names) with empty values, which is all the checks compare. Without the file
+(testinfra run by hand) the checks expect a default deploy: AMD's defaults for the ROCm and
+tuning keys, and no vLLM instances.
+
+What the host has is read here too, once per host and process (:func:`once`): the files, units,
+packages, sysctl, OS and small commands of every check in one ``state.sh`` command
+(:func:`gathered`, the deploy's own composite read), and the ``docker`` answers several checks
+share (:func:`container_inspect`, :func:`docker_info`). What a check could not read is an error
+(:class:`rocmfleet.config.errors.CannotCheck`), never an empty answer that a check could pass on.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable
+from fnmatch import fnmatchcase
+from typing import Any
+
+from rocmfleet import scripts
+from rocmfleet.config.errors import CannotCheck
+from rocmfleet.config.profiles import Image, Profile
+from rocmfleet.config.settings import HostConfig, HostSettings
+from rocmfleet.config.vault import Secret
+from rocmfleet.domain import rocm, tuning, vllm
+from rocmfleet.domain.rocm import RocmSettings
+from rocmfleet.domain.tuning import TuningSettings
+from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, state_args
+from rocmfleet.fleet.connect import SshSettings
+from rocmfleet.plan import hoststate
+
+FILE_ENV = "ROCMFLEET_CHECK_FILE"
+
+
+class ExpectationError(RuntimeError):
+    """The expectations file is missing, unreadable or not what :func:`expectations_json` writes."""
+
+
+def host_expectations(ssh: SshSettings, config: HostConfig) -> dict[str, Any]:
+    """One host's expectations: ``{"ssh", "config"}``, JSON-ready, secrets reduced to their names."""
+    settings = config.settings.model_dump(mode="json")
+    settings["vllm_secret_env"] = dict.fromkeys(settings["vllm_secret_env"], "")
+    for auth in settings["docker_registry_auth"]:
+        auth["password"] = ""
+    return {
+        "ssh": ssh.to_dict(),
+        "config": {
+            "settings": settings,
+            "profile": config.profile.model_dump(mode="json"),
+            "image": config.image.model_dump(mode="json"),
+            "rocm": config.rocm.model_dump(mode="json"),
+            "tuning": config.tuning.model_dump(mode="json"),
+        },
+    }
+
+
+def expectations_json(hosts: dict[str, tuple[SshSettings, HostConfig]]) -> str:
+    """The expectations file of one check process: ``{"hosts": {NAME: host_expectations(...)}}``.
+
+    Args:
+        hosts: inventory name -> (SSH settings, validated configuration), in inventory order.
+    """
+    return json.dumps({"hosts": {name: host_expectations(ssh, config) for name, (ssh, config) in hosts.items()}})
+
+
+def config_from_dict(data: dict[str, Any]) -> HostConfig:
+    """The :class:`HostConfig` of :func:`expectations_json`'s ``config`` (secrets empty).
+
+    Raises:
+        pydantic.ValidationError, KeyError: ``data`` is not what :func:`expectations_json` wrote.
+    """
+    settings = dict(data["settings"])
+    settings["vllm_secret_env"] = {k: Secret("") for k in settings.get("vllm_secret_env", {})}
+    settings["docker_registry_auth"] = [
+        {**auth, "password": Secret("")} for auth in settings.get("docker_registry_auth", [])
+    ]
+    return HostConfig(
+        HostSettings.model_validate(settings),
+        Profile.model_validate(data["profile"]),
+        Image.model_validate(data["image"]),
+        RocmSettings.model_validate(data["rocm"]),
+        TuningSettings.model_validate(data["tuning"]),
+    )
+
+
+@functools.cache
+def _load() -> dict[str, Any] | None:
+    path = os.environ.get(FILE_ENV)
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
+    except (OSError, ValueError) as exc:
+        raise ExpectationError(f"{FILE_ENV}={path}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("hosts"), dict):
+        raise ExpectationError(f"{path}: not a rocmfleet expectations file (no hosts mapping)")
+    return data["hosts"]
+
+
+def host_name(host: Any) -> str:
+    """The inventory name of ``host``: a testinfra ``Host`` (its backend's host name) or a name."""
+    return host if isinstance(host, str) else host.backend.hostname
+
+
+def host_names() -> list[str]:
+    """The hosts of the expectations file, in its order (empty without one)."""
+    return list(_load() or {})
+
+
+def _entry(name: str) -> dict[str, Any] | None:
+    hosts = _load()
+    if hosts is None:
+        return None
+    if name not in hosts:
+        raise ExpectationError(f"{os.environ.get(FILE_ENV)}: no expectations for host {name!r}")
+    return hosts[name]
+
+
+def ssh_settings(host: Any) -> SshSettings | None:
+    """The SSH settings of ``host`` (a name or testinfra ``Host``); ``None`` without a file.
+
+    Raises:
+        ExpectationError: the file does not name this host.
+    """
+    entry = _entry(host_name(host))
+    return SshSettings.from_dict(entry["ssh"]) if entry else None
+
+
+@functools.cache
+def _config(name: str) -> HostConfig | None:
+    entry = _entry(name)
+    if entry is None:
+        return None
+    try:
+        return config_from_dict(entry["config"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ExpectationError(f"{os.environ.get(FILE_ENV)}: not a rocmfleet expectations file: {exc}") from None
+
+
+def host_config(host: Any) -> HostConfig | None:
+    """The validated configuration of ``host`` (a name or testinfra ``Host``); ``None`` without a file.
+
+    Raises:
+        ExpectationError: the file does not name this host, or is not what :func:`expectations_json` writes.
+    """
+    return _config(host_name(host))
+
+
+def instances_of(host: Any) -> list:
+    """The vLLM instances ``host`` runs (:meth:`HostConfig.instances`); none without a file."""
+    config = host_config(host)
+    return config.instances() if config else []
+
+
+def rocm_settings(host: Any) -> RocmSettings:
+    """The ``rocm_*`` settings of ``host`` (AMD's defaults without an inventory)."""
+    config = host_config(host)
+    return config.rocm if config else RocmSettings()
+
+
+def tuning_settings(host: Any) -> TuningSettings:
+    """The ``tuning_*`` settings of ``host`` (AMD's defaults without an inventory)."""
+    config = host_config(host)
+    return config.tuning if config else TuningSettings()
+
+
+_memo: dict[tuple[str, str], Any] = {}
+
+
+def once(host: Any, what: str, read: Callable[[], Any]) -> Any:
+    """``read()`` the first time ``what`` is asked of ``host`` in this process, the same value after.
+
+    For what several check modules need and does not change during a run (the topology, whether
+    Docker runs, a container host): read once per host, not once per module. An exception is not
+    remembered (the next module reads again, and reports its own error).
+    """
+    key = (host_name(host), what)
+    if key not in _memo:
+        _memo[key] = read()
+    return _memo[key]
+
+
+def container_inspect(host, container: str) -> Any:
+    """``docker inspect --type container CONTAINER`` (testinfra's result: ``rc``, ``stdout``,
+    ``stderr``), run once per host and container in this process: the vllm checks of one
+    instance and the cache check all read it (a ``docker`` command costs the host about 40 ms of
+    CPU; issue 16)."""
+    return once(host, f"docker inspect {container}", lambda: host.run(f"docker inspect --type container {container}"))
+
+
+def docker_server(host) -> tuple[str, bool]:
+    """The running dockerd's version and whether live-restore is on, from :func:`docker_info`
+    (``docker info``'s ``ServerVersion`` is ``docker version``'s ``Server.Version``: one command).
+
+    Raises:
+        CannotCheck: ``docker info`` failed or printed another format.
+    """
+    info = docker_info(host)
+    fields = info.stdout.split()
+    if info.rc != 0 or len(fields) != 2 or fields[1] not in ("true", "false"):
+        raise CannotCheck(
+            f"docker info gave {info.stdout.strip()[:200]!r} (exit {info.rc}: {info.stderr.strip()[-200:]}), "
+            "not a server version and true or false"
+        )
+    return fields[0], fields[1] == "true"
+
+
+def render_gid(host) -> int | None:
+    """The ``render`` group's GID (``None``: no such group), from :func:`gathered`'s ``getent``.
+
+    Raises:
+        CannotCheck: ``getent`` failed otherwise or printed another format.
+    """
+    rc, lines = ran(host, "render")  # render:x:GID:members; exit 2: no such group
+    if rc == 2:
+        return None
+    fields = lines[0].split(":") if len(lines) == 1 else []
+    if rc != 0 or len(fields) < 3 or not fields[2].isdigit():
+        raise CannotCheck(f"getent group render: exit {rc}, {' '.join(lines)[:200]!r}")
+    return int(fields[2])
+
+
+def docker_info(host) -> Any:
+    """``docker info`` as ``SERVER_VERSION LIVE_RESTORE`` (testinfra's result), once per host."""
+    return once(
+        host, "docker info", lambda: host.run("docker info --format '{{.ServerVersion}} {{.LiveRestoreEnabled}}'")
+    )
+
+
+def in_container(host) -> bool:
+    """True on a container host: it shares another machine's kernel, CPUs and boot."""
+    return ran(host, "virt")[0] == 0
+
+
+# -- one read of what the checks look at (issue 16) -----------------------------------------
+
+DOCKER_UNIT = "docker.service"
+DAEMON_JSON = "/etc/docker/daemon.json"
+GRUB_CFG = "/boot/grub/grub.cfg"
+#: Files the checks compare line by line: read whole by :func:`gathered`.
+TEXTS = (
+    rocm.AMDGPU_LIST,
+    rocm.ROCM_LIST,
+    rocm.PIN_FILE,
+    rocm.CURRENT_SOURCES,
+    rocm.UDEV_RULE,
+    tuning.SYSCTL_FILE,
+    tuning.GRUB_DEFAULTS,
+    GRUB_CFG,
+    "/proc/cmdline",
+    tuning.CPU_UNIT_PATH,
+    DAEMON_JSON,
+)
+#: Paths whose type and mode the checks test (and those of :data:`TEXTS`).
+PATHS = (*TEXTS, rocm.LEGACY_KEYRING, rocm.CURRENT_KEYRING, "/sys/module/amdgpu", "/dev/kfd", "/run/udev/control")
+#: Glob of the GPUs' render nodes, whose modes the device-access check tests.
+RENDER_NODES = "/dev/dri/renderD*"
+#: Small commands whose exit status and output :func:`gathered` carries (``state.sh``'s ``run``):
+#: ``systemd-detect-virt --container`` exits 0 in a container; ``getent`` exits 2 for no such group.
+RUNS = (("virt", "systemd-detect-virt --container"), ("render", "getent group render"))
+#: SHA-256 of an empty file (a keyring of 0 bytes is no keyring).
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def check_query(rocm_settings: RocmSettings, instances: list) -> dict[str, object]:
+    """The ``state.sh`` items of one host's checks (:func:`rocmfleet.facts.state.state_args`'
+    keyword arguments): the OS, :data:`PATHS`, :data:`TEXTS`, Docker's, the CPU tuning unit's and
+    each instance's unit, the driver and userspace packages, ``kernel.numa_balancing`` and :data:`RUNS`.
+
+    Args:
+        rocm_settings: the host's ``rocm_*`` settings (which packages to ask dpkg about).
+        instances: the host's vLLM instances (:meth:`HostConfig.instances`), for their units.
+    """
+    units = [DOCKER_UNIT, tuning.CPU_UNIT, *(vllm.files_of(i).unit for i in instances)]
+    packages = list(dict.fromkeys([*rocm_settings.rocm_driver_packages, *rocm_settings.userspace_packages]))
+    return {
+        "os": True,
+        "paths": list(PATHS),
+        "globs": [RENDER_NODES],
+        "texts": list(TEXTS),
+        "units": units,
+        "packages": packages,
+        "sysctls": ["kernel.numa_balancing"],
+        "runs": list(RUNS),
+    }
+
+
+def gathered(host) -> Gathered:
+    """What :func:`check_query` asks of ``host``, read in one ``state.sh`` command (the deploy's own
+    composite read, :class:`rocmfleet.facts.state.HostState`), once per host and process: the
+    checks used to run one command per file, unit and package, about 35 of a host's 60 (issue 16).
+
+    Raises:
+        CannotCheck: the command failed or its output was cut short or unknown (every check that
+            needs it is then an error, never a pass).
+    """
+
+    def read() -> Gathered | CannotCheck:
+        query = check_query(rocm_settings(host), instances_of(host))
+        try:
+            result = host.run(scripts.command("state.sh", *state_args(**query)))
+        except CannotCheck as exc:  # sudo refused, the host's budget spent
+            return exc
+        if result.rc != 0:
+            return CannotCheck(f"state.sh exited {result.rc}: {result.stderr.strip()[-300:]}")
+        try:  # a file's stray byte is one U+FFFD in its own text, not every check's error
+            return parse_state(result.stdout_bytes.decode("utf-8", "replace").splitlines())
+        except ValueError as exc:
+            return CannotCheck(str(exc))
+
+    found = once(host, "state", read)  # a failure too: one read per host, not one per check
+    if isinstance(found, CannotCheck):
+        raise found
+    return found
+
+
+def path_state(host, path: str) -> PathState:
+    """``path``'s type (``file``, ``dir``, ``link``, ``other``, ``missing``), mode and SHA-256, from :func:`gathered`.
+
+    Raises:
+        CannotCheck: ``state.sh`` did not report it (not one of :data:`PATHS`, or the read failed).
+    """
+    found = gathered(host).paths.get(path)
+    if found is None:
+        raise CannotCheck(f"state.sh did not report {path}")
+    return found
+
+
+def exists(host, path: str) -> bool:
+    """Whether ``path`` (one of :data:`PATHS`) exists: a dangling link counts, as for ``test -L``."""
+    return path_state(host, path).type != "missing"
+
+
+def text(host, path: str) -> str | None:
+    """The content of ``path`` (one of :data:`TEXTS`): its lines, each ending in a newline (as
+    ``state.sh`` reads them: control characters but tabs dropped, a stray byte U+FFFD); ``None``
+    for a missing path, ``""`` for an empty file.
+
+    Raises:
+        CannotCheck: as :func:`path_state`; a directory or another non-file; or a file (or link)
+            with no line whose content is not empty: it could not be read (never an empty text
+            that a "does not contain" check passes on).
+    """
+    found = path_state(host, path)
+    if found.type == "missing":
+        return None
+    if found.type in ("dir", "other"):
+        raise CannotCheck(f"{path} is not a file ({found.type})")
+    lines = gathered(host).texts.get(path)
+    if lines is None:
+        # no line: an empty file (its SHA-256 says so), or one the read could not open
+        if found.type == "link" or (found.type == "file" and found.sha256 != EMPTY_SHA256):
+            raise CannotCheck(f"{path} could not be read")
+        return ""
+    return "".join(line + "\n" for line in lines)
+
+
+def installed(host, name: str) -> bool:
+    """Whether dpkg has ``name`` installed (status ``ii`` or ``hi``, the deploy's rule:
+    :func:`rocmfleet.plan.hoststate.packages_installed`), from :func:`gathered`. ``name`` may carry an
+    architecture (``rocm-core:amd64``: dpkg reports the bare name) or be a dpkg pattern
+    (``amdrocm*``: any installed package it matches).
+
+    Raises:
+        CannotCheck: dpkg reported none of the packages asked for (``dpkg-query`` failed, and
+            "none installed" would pass a check that wants them absent).
+    """
+    got = gathered(host)
+    if not got.packages:
+        raise CannotCheck("dpkg-query reported none of the ROCm packages asked for")
+    bare = name.split(":", 1)[0]
+    return any(hoststate.packages_installed(got, [n]) for n in got.packages if fnmatchcase(n, bare))
+
+
+def device_nodes(host) -> dict[str, PathState]:
+    """``/dev/kfd`` and every render node (:data:`RENDER_NODES`) that exists, by path, from :func:`gathered`."""
+    found = gathered(host).paths
+    return {path: found[path] for path in sorted(found) if path == "/dev/kfd" or fnmatchcase(path, RENDER_NODES)}
+
+
+#: ``ActiveState`` values of a running unit: ``systemctl is-active`` exits 0 for both (a unit
+#: being reloaded keeps running).
+RUNNING = ("active", "reloading")
+
+
+def running(host, unit: str) -> bool:
+    """Whether ``unit`` runs (:data:`RUNNING`), from :func:`unit_state`."""
+    return unit_state(host, unit).active in RUNNING
+
+
+def unit_state(host, unit: str) -> UnitState:
+    """``unit``'s ``ActiveState`` and ``UnitFileState`` (``active``, ``enabled``) from :func:`gathered`.
+    Enabled is ``enabled``, the deploy's rule (:func:`rocmfleet.plan.hoststate.unit_enabled`): a unit
+    the deploy enables is never ``static`` or ``indirect``, which ``systemctl is-enabled`` would
+    also accept.
+
+    Raises:
+        CannotCheck: ``systemctl show`` did not report it (no systemd, or the read failed).
+    """
+    found = gathered(host).units.get(unit)
+    if found is None:
+        raise CannotCheck(f"systemctl show did not report {unit}")
+    return found
+
+
+def ran(host, name: str) -> tuple[int, list[str]]:
+    """Exit status and output lines of the :data:`RUNS` command ``name``, from :func:`gathered`.
+
+    Raises:
+        CannotCheck: it did not run (the read failed).
+    """
+    found = gathered(host).runs.get(name)
+    if found is None:
+        raise CannotCheck(f"state.sh did not run {name}")
+    return found

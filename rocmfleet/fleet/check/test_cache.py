@@ -1,0 +1,50 @@
+"""Compile caches: a baked image is valid for the instances that run it; no writable cache is shared."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rocmfleet.config.errors import CannotCheck
+from rocmfleet.domain import cachedirs, cachekey, docker, vllm
+from rocmfleet.fleet.check import expect
+
+
+def test_baked_image_matches_instances(host, config, topology, docker_running):
+    """A baked image (tag ``...-rfcache-<key>``) runs only where its cache key is the instance's:
+    same architecture, TP, model, settings; the failure names the differing field."""
+    if not cachedirs.is_baked(config):
+        pytest.skip(f"{config.image.reference} is not a baked image")
+    ref = f"{config.image.repository}@{config.image.digest}"
+    result = host.run(f"docker image inspect --format '{{{{json .Config.Labels}}}}' {ref}")
+    labels = json.loads(result.stdout) if result.rc == 0 and result.stdout.strip().startswith("{") else None
+    archs = {g.gfx_arch for g in topology.gpus}
+    assert len(archs) == 1, f"GPUs of more than one architecture: {sorted(archs)}"
+    problems = cachekey.refusal(config.image.reference, labels, config, archs.pop())
+    assert not problems, "; ".join(problems)
+
+
+def test_no_writable_cache_shared(host, config, docker_running):
+    """No two running instances mount the same writable compiler cache (aiter issue 3635: a
+    shared JIT directory hung startup), as Docker reports their mounts."""
+    paths = {d.path for d in cachedirs.LAYOUT}
+    writers: dict[str, list[str]] = {}
+    for instance in config.instances():
+        container = vllm.files_of(instance).container
+        result = expect.container_inspect(host, container)
+        if result.rc != 0:
+            if "No such" in result.stderr:
+                continue  # not running: the vllm checks report it
+            raise CannotCheck(f"docker inspect {container} exited {result.rc}: {result.stderr.strip()[-300:]}")
+        try:
+            mounts = docker.parse_inspect(result.stdout, container).get("Mounts")
+        except ValueError as exc:
+            raise CannotCheck(str(exc)) from None
+        for mount in mounts or []:
+            if mount.get("RW") and mount.get("Destination") in paths:
+                writers.setdefault(mount.get("Source", "?"), []).append(container)
+    shared = {source: names for source, names in writers.items() if len(names) > 1}
+    assert not shared, "; ".join(
+        f"{source} is mounted writable by {', '.join(names)}" for source, names in shared.items()
+    )

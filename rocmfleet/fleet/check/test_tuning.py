@@ -1,0 +1,81 @@
+"""Compliance of the tuning role: each AMD MI300X setting live *and* persisted (reference §1.1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocmfleet.config.errors import CannotCheck
+from rocmfleet.domain import tuning
+from rocmfleet.fleet.check.expect import exists, gathered, in_container, text, tuning_settings, unit_state
+
+
+@pytest.fixture(scope="module")
+def settings(host):
+    return tuning_settings(host)
+
+
+def test_numa_balancing_persisted(host, settings):
+    if not settings.tuning_numa_balancing_off:
+        assert not exists(host, tuning.SYSCTL_FILE), f"{tuning.SYSCTL_FILE} exists; tuning_numa_balancing_off is false"
+        return
+    lines = (text(host, tuning.SYSCTL_FILE) or "").splitlines()
+    assert "kernel.numa_balancing = 0" in lines, f"{tuning.SYSCTL_FILE}: no line kernel.numa_balancing = 0"
+
+
+def test_numa_balancing_live(host, settings):
+    if not settings.tuning_numa_balancing_off:
+        pytest.skip("tuning_numa_balancing_off is false")
+    live = gathered(host).sysctls.get("kernel.numa_balancing")
+    if live is None:
+        raise CannotCheck("state.sh did not report kernel.numa_balancing")
+    if live.value is None:
+        pytest.skip("this kernel has no automatic NUMA balancing")
+    if in_container(host):
+        pytest.skip("container host: /proc/sys is the machine's and read-only; the value is persisted")
+    assert live.value == "0", f"kernel.numa_balancing is {live.value}"
+
+
+def test_kernel_cmdline_persisted(host, settings):
+    params = tuning.grub_cmdline(text(host, tuning.GRUB_DEFAULTS) or "")
+    assert set(settings.kernel_params) <= set(params), f"GRUB_CMDLINE_LINUX: {' '.join(params)}"
+    cfg = text(host, "/boot/grub/grub.cfg")
+    assert cfg is not None, "update-grub never ran"
+    linux = tuning.grub_cfg_linux_lines(cfg)
+    assert all(set(settings.kernel_params) <= set(words) for words in linux), "grub.cfg is stale"
+
+
+def test_kernel_cmdline_live(host, settings):
+    if in_container(host):
+        pytest.skip("container host: /proc/cmdline is the machine's kernel command line")
+    live = tuning.cmdline_params(text(host, "/proc/cmdline") or "")
+    assert set(settings.kernel_params) <= set(live), live
+
+
+def test_cpu_unit_enabled(host, settings):
+    if not settings.cpu_unit_needed:
+        assert not exists(host, tuning.CPU_UNIT_PATH), f"{tuning.CPU_UNIT_PATH} exists; no CPU setting asks for it"
+        return
+    enabled = unit_state(host, tuning.CPU_UNIT).enabled
+    assert enabled == "enabled", f"{tuning.CPU_UNIT} is {enabled}, not enabled"
+    assert host.exists("cpupower")
+
+
+def test_c2_disabled_live(host, settings):
+    if not settings.tuning_disable_c2:
+        pytest.skip("tuning_disable_c2 is false")
+    if in_container(host):
+        pytest.skip("container host: CPU idle states belong to the machine it runs on")
+    states = host.run("ls -d /sys/devices/system/cpu/cpu*/cpuidle/state2 2>/dev/null").stdout.split()
+    if not states:
+        pytest.skip("this machine has no idle state 2")
+    for state in states:
+        assert host.file(f"{state}/disable").content_string.strip() == "1", state
+
+
+def test_thp_and_governor_untouched_unless_asked(host, settings):
+    grub = text(host, tuning.GRUB_DEFAULTS) or ""
+    if settings.tuning_transparent_hugepage is None:
+        assert "transparent_hugepage=" not in grub
+    unit = text(host, tuning.CPU_UNIT_PATH)
+    if settings.tuning_cpu_governor is None and unit is not None:
+        assert "frequency-set" not in unit

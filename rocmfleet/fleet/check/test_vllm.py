@@ -1,0 +1,122 @@
+"""Compliance of the vLLM role, per instance: unit, container (image digest, arguments,
+environment, devices and CPUs), port and readiness.
+
+A check whose precondition is already reported skips, naming it: with the unit stopped only
+``test_unit_enabled_and_active`` fails, not every check about the container it would run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rocmfleet.domain import docker, partitions, readiness, vllm
+from rocmfleet.fleet.check import expect
+
+
+@pytest.fixture
+def unit(host, instance, docker_running) -> str:
+    """The instance's unit name (its state: :func:`rocmfleet.fleet.check.expect.unit_state`)."""
+    return vllm.files_of(instance).unit
+
+
+def _health(host, port: int):
+    """``GET /health`` on ``port`` (testinfra's result), once per host and port: exit 0 for 200,
+    22 for another HTTP status (``curl -f``: 503 once the engine is dead), 7 when nothing listens."""
+    return expect.once(
+        host, f"health {port}", lambda: host.run(f"curl -fsS -m 5 -o /dev/null http://127.0.0.1:{port}/health")
+    )
+
+
+@pytest.fixture
+def container(host, instance, unit) -> dict:
+    """``docker inspect`` of the instance's running container (read once: ``expect.container_inspect``)."""
+    names = vllm.files_of(instance)
+    if not expect.running(host, unit):
+        pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
+    result = expect.container_inspect(host, names.container)
+    assert result.rc == 0, f"{names.unit} is active but has no container {names.container}: {result.stderr.strip()}"
+    return docker.parse_inspect(result.stdout, names.container)
+
+
+@pytest.fixture
+def placement(config, topology, instance):
+    if partitions.mode_problems(topology, vllm.partition_policy(config)):
+        pytest.skip("GPUs not in the profile's partition modes (reported by test_gpu_partition_modes)")
+    return vllm.placements(config, topology)[instance.name]
+
+
+def test_gpu_partition_modes(config, topology):
+    """Each physical GPU's compute and memory partition modes (sysfs, else KFD) against the profile's
+    (SPX/NPS1 unless it opts into another); a mode that cannot be read passes."""
+    problems = partitions.mode_problems(topology, vllm.partition_policy(config), profile=config.profile.name)
+    assert not problems, "; ".join(problems)
+
+
+def test_unit_enabled_and_active(host, unit):
+    state = expect.unit_state(host, unit)
+    assert state.enabled == "enabled", f"{unit} is {state.enabled}, not enabled"
+    assert state.active in expect.RUNNING, f"{unit} is {state.active}, not active"
+
+
+def test_container_image_digest(host, config, container):
+    wanted = f"{config.image.repository}@{config.image.digest}"
+    command = f"docker image inspect --format '{{{{json .RepoDigests}}}}' {container['Image']}"
+    image = expect.once(host, command, lambda: host.run(command))  # instances share their image
+    digests = json.loads(image.stdout) if image.rc == 0 and image.stdout.strip().startswith("[") else []
+    assert wanted in digests, (
+        f"{container['Name'].lstrip('/')} runs {container['Config']['Image']} "
+        f"(digests {', '.join(digests) or 'unknown'}); group data wants {wanted}"
+    )
+
+
+def test_container_arguments(config, instance, container):
+    wanted = vllm.serve_args(config, instance)
+    assert container["Config"]["Cmd"] == wanted, f"vllm serve arguments {container['Config']['Cmd']}, want {wanted}"
+
+
+def test_container_environment(config, placement, container):
+    live = dict(line.split("=", 1) for line in container["Config"]["Env"] or [] if "=" in line)
+    wanted = vllm.container_env(config, placement)
+    differ = sorted(k for k, v in wanted.items() if live.get(k) != v)
+    assert not differ, "environment differs: " + ", ".join(f"{k}={live.get(k)!r}, want {wanted[k]!r}" for k in differ)
+    missing = sorted(name for name in config.settings.vllm_secret_env if name not in live)
+    assert not missing, f"secret variables not set in the container: {', '.join(missing)}"  # names only
+
+
+def test_container_devices_and_cpus(host, placement, container):
+    hc = container["HostConfig"]
+    devices = sorted(d["PathOnHost"] for d in hc.get("Devices") or [])
+    wanted = sorted([vllm.KFD, *placement.render_nodes])
+    assert devices == wanted, f"devices {', '.join(devices)}; want {', '.join(wanted)}"
+    live = (hc.get("CpusetCpus") or "", hc.get("CpusetMems") or "")
+    want = (placement.cpuset_cpus or "", placement.cpuset_mems or "")
+    assert live == want, f"cpuset-cpus {live[0]!r} cpuset-mems {live[1]!r}; want {want[0]!r} and {want[1]!r}"
+    render = expect.render_gid(host)
+    if render is not None:
+        assert str(render) in (hc.get("GroupAdd") or []), f"group-add {hc.get('GroupAdd')} lacks render's GID"
+
+
+def test_port_answering(host, instance, unit):
+    if not expect.running(host, unit):
+        pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
+    probe = _health(host, instance.port)
+    assert probe.rc == 0, f"port {instance.port}: {probe.stderr.strip()}"
+
+
+def test_ready(host, config, instance, unit):
+    if not expect.running(host, unit):
+        pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
+    if _health(host, instance.port).rc not in (0, 22):
+        pytest.skip(f"port {instance.port} does not answer (reported by test_port_answering)")
+    container = vllm.files_of(instance).container
+    known = config.profile.ready_probe
+    model = config.profile.served_model_name
+    # The host fetches the answers; they are judged here (readiness.judge), not in the container.
+    asked = host.run(readiness.answers_script(instance.port, model, container, known))
+    status, reason = readiness.judge(asked.stdout_bytes, model, known) if asked.rc == 0 else (asked.rc, asked.stderr)
+    assert status == 0, (
+        f"port {instance.port} not ready (held by {container}, /health 200, /v1/models lists "
+        f"{model!r}, one completion{', the known answer' if known else ''}): {reason.strip()[-400:]}"
+    )

@@ -1,0 +1,410 @@
+"""The one SSH layer of every rocmfleet command that talks to hosts outside the deploy.
+
+``rocmfleet check``, ``rocmfleet bench`` (and the commands to come: ``rollout``, ``status``)
+connect through this module, and only through it. One :class:`SshSettings` per host is read
+from the same pyinfra inventory data the deploy uses (pyinfra's key names and defaults, from
+``pyinfra/connectors/ssh.py``'s ``ConnectorData`` and the ``_sudo``/``_sudo_user`` global
+arguments), and one :class:`Session` per host opens one paramiko connection with it: the
+library pyinfra's own SSH connector, testinfra's ``paramiko://`` backend and fabric are all
+built on. The check suite gets a testinfra backend over that session
+(:mod:`rocmfleet.fleet.check.backend`); the benchmark runs its commands with :meth:`Session.run`.
+
+What is decided here, once:
+
+* **Host keys**: the ``ssh_known_hosts_file`` (default ``~/.ssh/known_hosts``) is loaded; a key
+  that differs from the file's is always refused (paramiko's ``BadHostKeyException``). A host
+  missing from it follows ``ssh_strict_host_key_checking`` (:func:`host_key_policy`): ``yes``
+  and ``ask`` reject (nobody can answer a fleet command), ``no``/``off`` accept with a warning,
+  unset or ``accept-new`` accept for this run without writing the file.
+* **Authentication**: keys only (``ssh_key``, else the agent and ``~/.ssh/id_*``); never a
+  password prompt.
+* **Sudo**: with ``_sudo`` every command runs as ``sudo -H -n [-u USER] sh -c 'COMMAND'``
+  (pyinfra's own form, ``pyinfra/connectors/util.py``); ``-n`` makes sudo fail at once where it
+  would ask for a password, and :meth:`Session.sudo_problem` says so once per host.
+* **Timeouts**: :data:`CONNECT_TIMEOUT_S` for TCP, banner and authentication; every command has
+  its own deadline (:class:`CommandTimeout`).
+* **No OpenSSH multiplexing**: a session is one TCP connection whose channels carry every
+  command, so there is no ``ControlPath`` socket whose length depends on the host name (the
+  108-byte ``sun_path`` limit that made long names fail or silently lose multiplexing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shlex
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: Seconds for the TCP connection, the SSH banner and authentication each (OpenSSH's
+#: ``ConnectTimeout`` as ``rocmfleet check`` used it before).
+CONNECT_TIMEOUT_S = 10.0
+#: Seconds a command may run unless its caller says otherwise.
+COMMAND_TIMEOUT_S = 120.0
+#: Seconds between keep-alive packets, so a dead host is noticed during a long command.
+KEEPALIVE_S = 15
+#: Seconds data sent to a host may stay unacknowledged before the kernel drops the connection
+#: (Linux ``TCP_USER_TIMEOUT``, tcp(7)). Without it a host that powers off mid-command is retried
+#: for ``net.ipv4.tcp_retries2`` (about 15 minutes) before the command fails; with the keep-alive
+#: packets above, a dead host ends the command within about a minute.
+USER_TIMEOUT_S = 45
+#: pyinfra's ``ssh_strict_host_key_checking`` values (OpenSSH's ``StrictHostKeyChecking``).
+STRICT_VALUES = ("yes", "ask", "accept-new", "no", "off")
+
+#: Environment variable naming a file to which every command run through a :class:`Session` is
+#: appended, one JSON line each (``bench/converge.py`` counts a check's commands per host with
+#: it). Commands carry no secrets (those go on stdin), and each line holds at most the first
+#: :data:`LOG_COMMAND_CHARS` characters of one.
+COMMAND_LOG_ENV = "ROCMFLEET_COMMAND_LOG"
+LOG_COMMAND_CHARS = 120
+
+_READ_CHUNK = 65536
+_POLL_S = 0.2
+
+
+class ConnectError(RuntimeError):
+    """A host cannot be connected to: DNS, TCP, SSH handshake, host key or authentication.
+
+    The message names the destination (``user@address:port``) and paramiko's reason.
+    """
+
+
+class CommandTimeout(RuntimeError):
+    """A command did not finish within its deadline; the channel was closed."""
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """How to reach one host and run commands there, from pyinfra's inventory data.
+
+    Attributes:
+        hostname: address to connect to (``ssh_hostname``; default the inventory name).
+        port: TCP port (``ssh_port``, default 22).
+        user: login user (``ssh_user``; ``None`` is the local user, as pyinfra).
+        key: private key file (``ssh_key``); ``None`` tries the agent and ``~/.ssh/id_*``.
+        known_hosts_file: ``ssh_known_hosts_file``; ``None`` is ``~/.ssh/known_hosts``.
+        strict_host_key_checking: ``ssh_strict_host_key_checking`` (:data:`STRICT_VALUES` or ``None``).
+        sudo: pyinfra's ``_sudo``: run every command through ``sudo -n``.
+        sudo_user: pyinfra's ``_sudo_user`` (``None`` is root).
+        connect_timeout_s: seconds for TCP, banner and authentication each.
+    """
+
+    hostname: str
+    port: int = 22
+    user: str | None = None
+    key: str | None = None
+    known_hosts_file: str | None = None
+    strict_host_key_checking: str | None = None
+    sudo: bool = False
+    sudo_user: str | None = None
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
+
+    @classmethod
+    def from_host_data(cls, name: str, data: dict[str, Any]) -> SshSettings:
+        """The settings of inventory host ``name`` from its merged pyinfra data (``host.data.dict()``).
+
+        Raises:
+            ValueError: ``ssh_strict_host_key_checking`` is not one of :data:`STRICT_VALUES`
+                (``rocmfleet validate`` refuses it earlier, with the file it came from).
+        """
+        strict = data.get("ssh_strict_host_key_checking")
+        if strict is not None and strict not in STRICT_VALUES:
+            raise ValueError(f"ssh_strict_host_key_checking {strict!r}: expected one of {', '.join(STRICT_VALUES)}")
+        return cls(
+            hostname=str(data.get("ssh_hostname") or name),
+            port=int(data.get("ssh_port") or 22),
+            user=data.get("ssh_user") or None,
+            key=data.get("ssh_key") or None,
+            known_hosts_file=data.get("ssh_known_hosts_file") or None,
+            strict_host_key_checking=strict,
+            sudo=bool(data.get("_sudo")),
+            sudo_user=data.get("_sudo_user") or None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (no secret among them: keys are file names, never key material)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SshSettings:
+        """The inverse of :meth:`to_dict`."""
+        return cls(**data)
+
+    @property
+    def where(self) -> str:
+        """``user@address:port`` (``address:port`` without a user), for messages."""
+        return f"{self.user + '@' if self.user else ''}{self.hostname}:{self.port}"
+
+
+class AcceptForThisRun:
+    """paramiko host-key policy: accept a host missing from known_hosts, in memory only.
+
+    paramiko's own ``AutoAddPolicy`` rewrites the whole known_hosts file it loaded; a fleet
+    command never changes the operator's file.
+    """
+
+    def missing_host_key(self, client, hostname: str, key) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+def host_key_policy(strict: str | None):
+    """paramiko's policy for a host key missing from known_hosts, from ``ssh_strict_host_key_checking``.
+
+    ``yes``/``ask``: reject (a fleet command cannot ask); ``no``/``off``: accept with a warning;
+    unset or ``accept-new``: accept for this connection (the file is not written).
+
+    Raises:
+        ValueError: any other value.
+    """
+    from paramiko import RejectPolicy, WarningPolicy
+
+    if strict in ("yes", "ask"):
+        return RejectPolicy()
+    if strict in ("no", "off"):
+        return WarningPolicy()
+    if strict in (None, "accept-new"):
+        return AcceptForThisRun()
+    raise ValueError(f"ssh_strict_host_key_checking {strict!r}: expected one of {', '.join(STRICT_VALUES)}")
+
+
+def sudo_command(command: str, user: str | None = None) -> str:
+    """``command`` wrapped as pyinfra wraps it for ``_sudo``: ``sudo -H -n [-u USER] sh -c 'COMMAND'``."""
+    as_user = f"-u {shlex.quote(user)} " if user else ""
+    return f"sudo -H -n {as_user}sh -c {shlex.quote(command)}"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a command gave: its exit status (``-1`` when the host sent none), stdout and stderr bytes."""
+
+    exit_status: int
+    stdout_bytes: bytes
+    stderr_bytes: bytes
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_bytes.decode("utf-8", errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_bytes.decode("utf-8", errors="replace")
+
+    @property
+    def exited(self) -> int:
+        """The exit status (fabric's name for it)."""
+        return self.exit_status
+
+
+class Session:
+    """One SSH connection to one host; :meth:`run` any number of commands over it.
+
+    Open with :meth:`open` (or as a context manager); thread-safe in the way paramiko's
+    transport is (one channel per command).
+    """
+
+    def __init__(self, settings: SshSettings, client) -> None:
+        self.settings = settings
+        self.client = client
+        self._sudo_problem: str | None | bool = False  # False: not probed yet
+
+    @classmethod
+    def open(cls, settings: SshSettings) -> Session:
+        """Connect to ``settings.hostname`` with the inventory's key and host-key settings.
+
+        Raises:
+            ConnectError: anything that stops the connection (the message names
+                ``user@address:port`` and the reason: refused, timed out, unknown or changed
+                host key, authentication failed).
+        """
+        import paramiko
+
+        logging.getLogger("paramiko").setLevel(logging.CRITICAL)  # its errors reach our messages
+        client = paramiko.SSHClient()
+        client.set_missing_host_key_policy(host_key_policy(settings.strict_host_key_checking))
+        known_hosts = os.path.expanduser(settings.known_hosts_file or "~/.ssh/known_hosts")
+        try:
+            if settings.known_hosts_file or os.path.isfile(known_hosts):
+                client.load_host_keys(known_hosts)
+            client.connect(
+                settings.hostname,
+                port=settings.port,
+                username=settings.user,
+                key_filename=os.path.expanduser(settings.key) if settings.key else None,
+                timeout=settings.connect_timeout_s,
+                banner_timeout=settings.connect_timeout_s,
+                auth_timeout=settings.connect_timeout_s,
+                allow_agent=True,
+                look_for_keys=settings.key is None,
+            )
+        except Exception as exc:  # noqa: BLE001 - socket, DNS, paramiko: all are "cannot connect"
+            client.close()
+            reason = str(exc) or "no detail"
+            if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in reason:
+                reason += f" ({known_hosts}; ssh_strict_host_key_checking {settings.strict_host_key_checking})"
+            raise ConnectError(f"{settings.where}: {type(exc).__name__}: {reason}") from None
+        transport = client.get_transport()
+        if transport is not None:
+            transport.set_keepalive(KEEPALIVE_S)
+            _tcp_options(transport.sock)
+        return cls(settings, client)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self.client.close()
+
+    def command(self, command: str, sudo: bool | None = None) -> str:
+        """``command`` as it is sent: wrapped by :func:`sudo_command` when ``sudo`` (default: the settings')."""
+        if self.settings.sudo if sudo is None else sudo:
+            return sudo_command(command, self.settings.sudo_user)
+        return command
+
+    def run(
+        self,
+        command: str,
+        timeout_s: float = COMMAND_TIMEOUT_S,
+        sudo: bool | None = None,
+        stdin: str | bytes | None = None,
+    ) -> Result:
+        """Run ``command`` (a shell command line) on the host; never raises on its exit status.
+
+        Args:
+            command: passed to the login user's shell, after :meth:`command`'s sudo wrapping.
+            timeout_s: seconds until :class:`CommandTimeout`.
+            sudo: override the settings' ``_sudo`` for this command.
+            stdin: sent to the command's stdin (str as UTF-8), then end of input. Data too large
+                for one argument goes here: the whole command is one argument of the remote
+                shell's ``-c``, at most 128 KiB on Linux (``MAX_ARG_STRLEN``). Without it the
+                command's stdin ends at once, so one that reads it never waits.
+
+        With :data:`COMMAND_LOG_ENV` set, the command is logged there once it ends (or fails).
+
+        Raises:
+            CommandTimeout: the command did not end within ``timeout_s`` (its channel is closed;
+                a remote process that ignores the hangup may live on).
+            paramiko.SSHException, OSError: the connection broke.
+        """
+        started = time.monotonic()
+        result: Result | None = None
+        try:
+            result = self._run(command, timeout_s, sudo, stdin)
+            return result
+        finally:
+            if os.environ.get(COMMAND_LOG_ENV):
+                self._log(command, time.monotonic() - started, result)
+
+    def _log(self, command: str, took_s: float, result: Result | None) -> None:
+        """Append one :data:`COMMAND_LOG_ENV` line: session, host, seconds, exit status, command."""
+        line = {
+            "session": f"{os.getpid()}-{id(self):x}",
+            "where": self.settings.where,
+            "s": round(took_s, 4),
+            "exit": result.exit_status if result else None,
+            "command": command[:LOG_COMMAND_CHARS],
+        }
+        fd = os.open(os.environ[COMMAND_LOG_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as out:  # one write per line: O_APPEND keeps lines whole
+            out.write(json.dumps(line) + "\n")
+
+    def _run(self, command: str, timeout_s: float, sudo: bool | None, stdin: str | bytes | None) -> Result:
+        deadline = time.monotonic() + timeout_s
+        transport = self.client.get_transport()
+        if transport is None or not transport.is_active():
+            import paramiko
+
+            raise paramiko.SSHException(f"{self.settings.where}: the SSH connection is closed")
+        channel = transport.open_session(timeout=max(1.0, min(timeout_s, self.settings.connect_timeout_s)))
+        try:
+            channel.exec_command(self.command(command, sudo))
+            if stdin:
+                channel.settimeout(max(1.0, deadline - time.monotonic()))
+                channel.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
+            channel.shutdown_write()
+            channel.settimeout(_POLL_S)
+            out, err = bytearray(), bytearray()
+            out_done = False
+            while True:
+                while channel.recv_stderr_ready():
+                    err += channel.recv_stderr(_READ_CHUNK)
+                if not out_done:
+                    try:
+                        chunk = channel.recv(_READ_CHUNK)
+                    except TimeoutError:
+                        chunk = None
+                    if chunk == b"":
+                        out_done = True
+                    elif chunk:
+                        out += chunk
+                if out_done and channel.exit_status_ready():
+                    while channel.recv_stderr_ready():
+                        err += channel.recv_stderr(_READ_CHUNK)
+                    return Result(channel.recv_exit_status(), bytes(out), bytes(err))
+                if time.monotonic() > deadline:
+                    raise CommandTimeout(f"{self.settings.where}: {command!r} did not finish within {timeout_s:g} s")
+                if out_done:
+                    channel.status_event.wait(_POLL_S)
+        finally:
+            channel.close()
+
+    def sudo_problem(self) -> str | None:
+        """Why sudo cannot be used on this host (``None`` when it can, or when ``_sudo`` is off).
+
+        Probed once per session with ``sudo -n true``: a user without the right, or whose sudo
+        wants a password, gets sudo's own message (``sudo: a password is required``).
+        """
+        if not self.settings.sudo:
+            return None
+        if self._sudo_problem is False:
+            probe = self.run(self.command("true", sudo=True), timeout_s=30, sudo=False)
+            self._sudo_problem = (
+                None
+                if probe.exit_status == 0
+                else (
+                    f"sudo -n as {self.settings.user or 'the login user'} on {self.settings.hostname} failed "
+                    f"(exit {probe.exit_status}): {probe.stderr.strip() or probe.stdout.strip() or 'no message'}"
+                )
+            )
+        return self._sudo_problem  # type: ignore[return-value]
+
+
+def _tcp_options(sock: Any) -> None:
+    """Set ``TCP_USER_TIMEOUT`` (:data:`USER_TIMEOUT_S`) and ``TCP_NODELAY`` on ``sock`` where it has them.
+
+    ``TCP_NODELAY``: a command is a few small SSH messages each way (channel open, exec request,
+    close); with Nagle's algorithm on, a message sent while the previous one is unacknowledged
+    waits for the peer's delayed ACK (40 ms on Linux, tcp(7)), which measured 40-48 ms of every
+    command's channel open on a loopback sshd. OpenSSH's client sets it for interactive sessions
+    (``ssh_packet_set_interactive``); a command runner waits on every round trip the same way.
+    """
+    import socket
+
+    if not hasattr(sock, "setsockopt"):
+        return
+    options = [(socket.TCP_NODELAY, 1)]
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        options.append((socket.TCP_USER_TIMEOUT, int(USER_TIMEOUT_S * 1000)))
+    for option, value in options:
+        with contextlib.suppress(OSError):  # not a TCP socket (a proxy command's pipe): the keep-alive alone
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def reachable(settings: SshSettings, timeout_s: float = 20) -> str | None:
+    """``None`` when the host accepts a connection and runs ``true``; otherwise why not (one line)."""
+    try:
+        with Session.open(settings) as session:
+            result = session.run("true", timeout_s=timeout_s, sudo=False)
+    except (ConnectError, CommandTimeout) as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - the connection broke after it opened
+        return f"{settings.where}: {type(exc).__name__}: {exc}"
+    if result.exit_status != 0:
+        return f"{settings.where}: `true` exited {result.exit_status}: {result.stderr.strip()}"
+    return None

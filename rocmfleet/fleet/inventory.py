@@ -1,0 +1,62 @@
+"""The hosts of an inventory, with their validated configuration and SSH settings.
+
+Fleet commands (``rocmfleet check``, ``rocmfleet bench``) read the same pyinfra inventory and
+group data as the deploy, so there is no second inventory to keep: :func:`load_fleet` validates
+it exactly as ``rocmfleet validate`` does, once per run, and returns one :class:`Target` per
+host, carrying its :class:`rocmfleet.fleet.connect.SshSettings` (pyinfra's ``ssh_*``, ``_sudo`` and
+``_sudo_user`` data, with pyinfra's defaults).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.config.validate import InventoryError, report, validate_inventory
+from rocmfleet.fleet.connect import SshSettings
+
+
+class FleetError(ValueError):
+    """The fleet cannot be loaded: invalid inventory or group data, or a ``--limit`` matching no host."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One host of the fleet: its inventory name, SSH settings and validated configuration."""
+
+    name: str
+    ssh: SshSettings
+    config: HostConfig
+
+
+def _matches(name: str, groups: list[str], patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatch(name, p) or p in groups for p in patterns)
+
+
+def load_fleet(inventory: str, limit: list[str] | None = None, overrides: dict | None = None) -> list[Target]:
+    """Validate ``inventory`` and return its hosts, optionally limited (pyinfra's ``--limit`` rules).
+
+    Args:
+        inventory: path of a pyinfra inventory file, e.g. ``inventories/prod.py``.
+        limit: host names, glob patterns (``gpu-*``) or group names; ``None`` for every host.
+        overrides: data that wins over the inventory's and group data, as pyinfra's ``--data``.
+
+    Raises:
+        FleetError: the inventory cannot be loaded or is invalid (the message is the same report
+            ``rocmfleet validate`` prints), or ``limit`` matches no host.
+    """
+    try:
+        configs, problems, hosts = validate_inventory(inventory, with_hosts=True, overrides=overrides)
+    except InventoryError as exc:
+        raise FleetError(str(exc)) from None
+    if problems:
+        raise FleetError(report(problems))
+    targets = []
+    for host in hosts:
+        if limit and not _matches(host.name, list(host.groups), limit):
+            continue
+        targets.append(Target(host.name, SshSettings.from_host_data(host.name, host.data.dict()), configs[host.name]))
+    if not targets:
+        raise FleetError(f"--limit {','.join(limit or [])} matches no host of {inventory}")
+    return targets

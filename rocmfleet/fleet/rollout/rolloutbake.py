@@ -1,0 +1,136 @@
+"""``rocmfleet rollout --bake``: bake the compile caches on the canary, push, roll the baked image out.
+
+The two existing commands, one after the other, nothing new in between:
+
+1. the **base image** is ``--image REPO:TAG`` (its digest resolved once from the registry,
+   :func:`rocmfleet.fleet.rollout.rolloutrun.resolve`) or, without it, what the group data pins now; a base
+   that is itself baked (its tag ends in ``-rfcache-<key>``) is refused: a bake starts from the
+   image without caches;
+2. ``rocmfleet cache bake`` (:func:`rocmfleet.fleet.cache.cachebake.bake`) on the **canary**, the first host
+   of the rollout's plan (the inventory's first host of ``--limit``, as
+   :func:`rocmfleet.fleet.rollout.fleetrollout.plan_batches` puts it first), with that base image;
+3. ``rocmfleet rollout --image <baked repository:tag>`` (:func:`rocmfleet.fleet.rollout.rolloutrun.run_rollout`):
+   the canary first, then the remaining batches, gated and rolled back as any rollout. The digest
+   the registry gives for the baked tag must be the one the bake pushed (checked before the
+   rollout starts; the rollout resolves it once more and pins that digest on every host).
+
+Kept apart from :mod:`rocmfleet.fleet.rollout.rolloutrun` (one function, its steps injectable for the tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rocmfleet.domain import cachedirs
+
+Emit = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BakeSteps:
+    """What :func:`bake_and_roll` calls; the defaults are the real ones (tests pass stand-ins).
+
+    ``load(inventory, limit) -> {name: Target}`` in inventory order; ``resolve(reference, targets)
+    -> ImageRef``; ``with_image(target, ImageRef) -> Target``; ``bake(target, emit) -> Baked``;
+    ``rollout(inventory, image=..., **options) -> exit status``.
+    """
+
+    load: Callable
+    resolve: Callable
+    with_image: Callable
+    bake: Callable
+    rollout: Callable
+
+    @classmethod
+    def real(cls) -> BakeSteps:
+        from rocmfleet.fleet.cache import cachebake
+        from rocmfleet.fleet.rollout import rolloutrun
+
+        return cls(rolloutrun._load, rolloutrun.resolve, rolloutrun._with_image, cachebake.bake, rolloutrun.run_rollout)
+
+
+def bake_and_roll(
+    inventory: str,
+    image: str | None = None,
+    canary: int = 1,
+    limit: list[str] | None = None,
+    emit: Emit = print,
+    steps: BakeSteps | None = None,
+    error: Emit | None = None,
+    **rollout_options,
+) -> int:
+    """Bake on the canary, then roll the baked image out (module docstring).
+
+    Args:
+        inventory: the pyinfra inventory file.
+        image: the base image ``REPO:TAG``; ``None``: the one the group data pins.
+        canary: hosts in the rollout's first batch; at least 1 (the bake runs on the first).
+        limit: ``--limit`` patterns, as for the rollout.
+        emit: where progress goes (stdout); error: where errors go (default stderr).
+        rollout_options: passed to :func:`rocmfleet.fleet.rollout.rolloutrun.run_rollout` (``max_unavailable``,
+            ``force``, ``results_dir``, ``progress_factory``).
+
+    Returns:
+        The rollout's exit status; 1 when the bake failed (nothing rolled); 2 when nothing started
+        (bad options, a baked base image, an unreadable registry).
+    """
+    from rocmfleet.fleet.cache.cachebake import BakeError
+    from rocmfleet.fleet.connect import CommandTimeout, ConnectError
+    from rocmfleet.fleet.rollout.fleetrollout import deploy_refusal, parse_max_unavailable
+    from rocmfleet.fleet.rollout.rolloutrun import CommandError
+
+    steps = steps or BakeSteps.real()
+    if error is None:
+        from rocmfleet.fleet.rollout.rolloutrun import to_stderr as error
+    try:
+        # a recorded rollout refuses this one: say so before the bake stops the canary's instance
+        if refusal := deploy_refusal(inventory, rollout_options.get("results_dir")):
+            raise CommandError(refusal)
+        if canary < 1:
+            raise CommandError(f"--bake --canary {canary}: the bake runs on the canary; give --canary 1 or more")
+        targets = steps.load(inventory, limit)
+        if not targets:
+            raise CommandError(f"no hosts in {inventory}" + (f" for --limit {','.join(limit)}" if limit else ""))
+        if rollout_options.get("max_unavailable") is not None:  # the rollout's own check, before the bake
+            parse_max_unavailable(rollout_options["max_unavailable"], len(targets))
+        host = next(iter(targets))
+        target = targets[host]
+        if image is not None:
+            base = steps.resolve(image, targets)
+            target = steps.with_image(target, base)
+            emit(f"{image} is {base.digest}: the base of the bake")
+        if cachedirs.is_baked(target.config):
+            raise CommandError(
+                f"{host} would bake from {target.config.image.reference}, itself a baked image; "
+                "give the base image with --image REPO:TAG"
+            )
+    except (CommandError, ValueError) as exc:
+        error(f"rocmfleet: {exc}")
+        return 2
+    emit(f"bake on the canary {host} from {target.config.image.reference}")
+    try:
+        baked = steps.bake(target, emit)
+    except (BakeError, ConnectError, CommandTimeout) as exc:
+        error(f"rocmfleet: the bake on {host} failed, nothing rolled out: {exc}")
+        return 1
+    pushed = f"{baked.repository}:{baked.tag}"
+    try:
+        found = steps.resolve(pushed, targets)
+    except CommandError as exc:
+        error(f"rocmfleet: {exc}")
+        return 2
+    if found.digest != baked.digest:
+        error(f"rocmfleet: the registry has {pushed} as {found.digest}, the bake pushed {baked.digest}; not rolled out")
+        return 2
+    emit(f"baked {baked.reference} (key {baked.key.short}, {baked.manifest.files} files); rolling it out")
+    return steps.rollout(
+        inventory,
+        kind="rollout",
+        image=pushed,
+        canary=canary,
+        limit=limit,
+        emit=emit,
+        error=error,
+        **rollout_options,
+    )
