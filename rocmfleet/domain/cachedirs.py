@@ -48,7 +48,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # this module imports nothing of rocmfleet's: bench/cache_gpu.py runs it without deps
+if TYPE_CHECKING:  # this module imports nothing of rocmfleet's: measure/cache_gpu.py runs it without deps
     from rocmfleet.config.settings import HostConfig, Instance
 
 #: A baked image's tag: ``<base tag>-rfcache-<first 12 hex of its cache key hash>``.

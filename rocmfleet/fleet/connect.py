@@ -55,7 +55,7 @@ USER_TIMEOUT_S = 45
 STRICT_VALUES = ("yes", "ask", "accept-new", "no", "off")
 
 #: Environment variable naming a file to which every command run through a :class:`Session` is
-#: appended, one JSON line each (``bench/converge.py`` counts a check's commands per host with
+#: appended, one JSON line each (``measure/converge.py`` counts a check's commands per host with
 #: it). Commands carry no secrets (those go on stdin), and each line holds at most the first
 #: :data:`LOG_COMMAND_CHARS` characters of one.
 COMMAND_LOG_ENV = "ROCMFLEET_COMMAND_LOG"

@@ -124,7 +124,7 @@ def make_host_tree(base: Path, name: str, address: str, ssh_pubkey: str) -> tupl
     host_key = (tree / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
     _write(tree / "root/.ssh/authorized_keys", ssh_pubkey, mode=0o600)
     (tree / "root/.ssh").chmod(0o700)
-    # Room for bench/converge.py's inventories of up to 100 names per lab host, each its own connection.
+    # Room for measure/converge.py's inventories of up to 100 names per lab host, each its own connection.
     _write(
         tree / "etc/ssh/sshd_config.d/10-lab.conf",
         "UseDNS no\nPermitRootLogin prohibit-password\nMaxStartups 400:30:800\nMaxSessions 400\n",

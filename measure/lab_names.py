@@ -1,6 +1,6 @@
-"""A lab inventory of N names over the lab's hosts, for ``bench/converge.py`` (lab only).
+"""A lab inventory of N names over the lab's hosts, for ``measure/converge.py`` (lab only).
 
-``ROCMFLEET_BENCH_NAMES=N pyinfra bench/lab_names.py deploy.py``: names ``n0000-lab-1``,
+``ROCMFLEET_BENCH_NAMES=N pyinfra measure/lab_names.py deploy.py``: names ``n0000-lab-1``,
 ``n0001-lab-2``... are dealt round-robin over the lab's hosts, each with ``ssh_hostname`` set to
 its host's address, so pyinfra treats each name as its own host. Every name on the first lab host
 carries the same two instances as ``inventories/lab.py`` gives it, so all names converge to the

@@ -6,12 +6,12 @@ starts the unit, polls the readiness probe (``rocmfleet/scripts/vllm-probe.sh re
 passes, then times the first completion and five more (steady state)::
 
     # 1. the base image, every start cold (caches emptied before each start)
-    python bench/cache_bake.py inventories/lab.py --host lab-1 --label cold --cold --out cold.json
+    python measure/cache_bake.py inventories/lab.py --host lab-1 --label cold --cold --out cold.json
     # 2. bake, deploy the baked image (rocmfleet cache bake ... --write ...; pyinfra deploy), then
-    python bench/cache_bake.py inventories/lab.py --host lab-1 --label baked --out baked.json
+    python measure/cache_bake.py inventories/lab.py --host lab-1 --label baked --out baked.json
     # 3. the table: medians and min..max, and the bars (ready >= 25% faster; first request
     #    within 1.5x of a steady one)
-    python bench/cache_bake.py --compare cold.json baked.json
+    python measure/cache_bake.py --compare cold.json baked.json
 
 Times are the host's clock (``date +%s.%N``) around ``systemctl start`` and the probe, so the
 SSH round trip does not count; the poll interval (``--interval-s``, default 0.5 s) bounds the

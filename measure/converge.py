@@ -1,12 +1,12 @@
 """What a no-op converge, a dry run, ``rocmfleet check`` and ``rocmfleet validate`` cost at fleet size (issue 16).
 
 Not a test: a measurement on the converged lab. Inventories of N names over the lab's hosts
-(``bench/lab_names.py``; pyinfra treats each name as its own host) are timed for each N::
+(``measure/lab_names.py``; pyinfra treats each name as its own host) are timed for each N::
 
     # as root, after `./dev lab` (the lab up and converged); nothing else using the lab:
-    .venv/bin/python bench/converge.py --names 1,10,50,100 --commands converge,dry,validate --repeat 3 --label s5-after
-    .venv/bin/python bench/converge.py --names 1,10,100 --commands check --repeat 3 --label s5-check-after
-    .venv/bin/python bench/converge.py --compare bench/results/converge-before.json bench/results/converge-s5-after.json
+    .venv/bin/python measure/converge.py --names 1,10,50,100 --commands converge,dry,validate --repeat 3 --label s5-after
+    .venv/bin/python measure/converge.py --names 1,10,100 --commands check --repeat 3 --label s5-check-after
+    .venv/bin/python measure/converge.py --compare measure/results/converge-before.json measure/results/converge-s5-after.json
 
 Per N and command: the median wall time and its spread (min..max) over ``--repeat`` runs, and the
 control side's CPU (user + system of the command and its children, from ``getrusage``) per host.
@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-INVENTORY = "bench/lab_names.py"
-RESULTS = ROOT / "bench" / "results"
+INVENTORY = "measure/lab_names.py"
+RESULTS = ROOT / "measure" / "results"
 #: The issue's targets (issue 16): per host commands and CPU, and wall times at 100 / 1,000 names.
 TARGETS = {
     "commands_per_host": 20,
@@ -237,7 +237,7 @@ def main() -> int:
     p.add_argument("--commands", default="converge,dry,check,validate", help="which to time (comma-separated)")
     p.add_argument("--repeat", type=int, default=3, help="runs of each command and size (median and spread)")
     p.add_argument("--validate-names", type=int, default=1000, help="generated hosts for validate")
-    p.add_argument("--label", default="run", help="names bench/results/converge-LABEL.json and its log folder")
+    p.add_argument("--label", default="run", help="names measure/results/converge-LABEL.json and its log folder")
     p.add_argument(
         "--debug-names",
         default="1,10",

@@ -3,13 +3,13 @@
 #   base image cold (caches emptied before each start) x RUNS, bake, deploy the baked image,
 #   baked x RUNS, put the host back on the base image, print the table.
 # Run it on a converged lab that nothing else uses meanwhile (the timings are the lab's 2 cores):
-#   ./dev lab && bench/cache_bake_lab.sh lab-3 5
-# Results: bench/results/cache_bake_{cold,baked}.json, the bake's output and the table beside them.
+#   ./dev lab && measure/cache_bake_lab.sh lab-3 5
+# Results: measure/results/cache_bake_{cold,baked}.json, the bake's output and the table beside them.
 set -euo pipefail
 
 host=${1:-lab-3}
 runs=${2:-5}
-out=bench/results
+out=measure/results
 py=.venv/bin/python
 mkdir -p "$out"
 export PYINFRA_PROGRESS=off
@@ -17,7 +17,7 @@ export PYINFRA_PROGRESS=off
 deploy() { .venv/bin/pyinfra -y --limit "$host" "$@" inventories/lab.py deploy.py >"$out/cache_bake_deploy.log" 2>&1; }
 
 echo "== $(date +%T) cold: the base image, caches emptied before each start"
-$py bench/cache_bake.py inventories/lab.py --host "$host" --label cold --cold --runs "$runs" --out "$out/cache_bake_cold.json"
+$py measure/cache_bake.py inventories/lab.py --host "$host" --label cold --cold --runs "$runs" --out "$out/cache_bake_cold.json"
 
 echo "== $(date +%T) bake on $host"
 .venv/bin/rocmfleet cache bake inventories/lab.py --host "$host" | tee "$out/cache_bake_bake.txt"
@@ -36,6 +36,6 @@ echo "== $(date +%T) deploy $tag on $host"
 deploy --data "vllm_image_tag=$tag" --data "vllm_image_digest=$digest"
 
 echo "== $(date +%T) baked: the baked image, nothing mounted over its caches"
-$py bench/cache_bake.py inventories/lab.py --host "$host" --label baked --runs "$runs" --out "$out/cache_bake_baked.json"
+$py measure/cache_bake.py inventories/lab.py --host "$host" --label baked --runs "$runs" --out "$out/cache_bake_baked.json"
 
-$py bench/cache_bake.py --compare "$out/cache_bake_cold.json" "$out/cache_bake_baked.json" | tee "$out/cache_bake_table.txt" || true
+$py measure/cache_bake.py --compare "$out/cache_bake_cold.json" "$out/cache_bake_baked.json" | tee "$out/cache_bake_table.txt" || true

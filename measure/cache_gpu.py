@@ -2,7 +2,7 @@
 
 Not a test: a measurement for issue 15, run on a machine with a GPU, PyTorch and Triton::
 
-    python3 bench/cache_gpu.py --runs 5 --out results/
+    python3 measure/cache_gpu.py --runs 5 --out results/
 
 Each run is a fresh Python process (no in-memory cache survives) that points the compilers at the
 directories of :data:`rocmfleet.domain.cachedirs.LAYOUT` (``TRITON_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR``,
