@@ -564,8 +564,11 @@ def test_a_regression_is_run_again_and_fails_the_gate_only_when_it_repeats(tmp_p
     assert ("bench-after-again", "h1") not in failing.log
 
 
-BENCH_EXAMPLE = (
-    Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "vllm-bench-serve-save-result-example.json"
+#: In ../shared/fixtures beside the checkout (a worktree of it may sit one folder deeper).
+BENCH_EXAMPLE = next(
+    (p / "shared" / "fixtures" / "vllm-bench-serve-save-result-example.json")
+    for p in Path(__file__).resolve().parents[2].parents
+    if (p / "shared" / "fixtures").is_dir()
 )
 
 
@@ -657,3 +660,198 @@ def test_a_refusal_to_start_goes_to_stderr_not_stdout(recorded, capsys):
     assert cli.main(["rollout", PROD]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "rollout r1 of inventories/lab.py" in err and "--resume" in err
+
+
+# --- the whole command from the CLI, on stand-in hosts (issue 24) --------------------------------
+#
+# `rocmfleet rollout INVENTORY --image ...` through cli.main: the inventory is inventories/prod.py's
+# hosts with the image its group data file (a copy in tmp_path) pins; the registry, the hosts'
+# status, the preflight check and the steps are stand-ins. A failed rollout ends with its summary
+# on stderr and exit status 1, never with a traceback.
+
+BASE_IMAGE = fr.ImageRef(repository="docker.io/vllm/vllm-openai-rocm", tag="v0.33.0", digest="sha256:" + "a" * 64)
+SLOWER = fr.ImageRef(repository="docker.io/vllm/vllm-openai-rocm", tag="v0.34.0-slow", digest="sha256:" + "b" * 64)
+
+
+class CliSteps(FakeSteps):
+    """FakeSteps that also observe hosts (running ``BASE_IMAGE``, or what they were switched to)."""
+
+    def observe(self, host):
+        image = BASE_IMAGE.reference if self.running.get(host, BASE_IMAGE.digest) == BASE_IMAGE.digest else None
+        image = image or next(r.reference for r in (SLOWER, BASE_IMAGE) if r.digest == self.running[host])
+        return 0.0, [InstanceStatus(host, "a", "active", "running", image)], {"a": None}
+
+
+@pytest.fixture(scope="module")
+def prod_targets():
+    from rocmfleet.fleet.inventory import load_fleet
+
+    return {t.name: t for t in load_fleet(PROD, None, None)}
+
+
+@pytest.fixture
+def stand_in_fleet(tmp_path, monkeypatch, prod_targets):
+    """The command's hosts, registry, preflight and group data file replaced; returns (steps, group file)."""
+    from rocmfleet.config import groupdata_edit, groupvars
+    from rocmfleet.fleet.check import compliance
+    from rocmfleet.fleet.rollout import rolloutrun
+
+    group = tmp_path / "group_vars" / "prod.yml"
+    group.parent.mkdir()
+    group.write_text("# prod\n" + "".join(f'{k}: "{v}"\n' for k, v in BASE_IMAGE.data().items()))
+    monkeypatch.setattr(groupvars, "LOADED", [groupvars.GroupFile("prod", group, {})])
+    monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path / "results"))
+    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
+
+    def load(inventory, limit=None, overrides=None):
+        data = groupdata_edit.parse(group.read_text(), str(group))
+        pinned = fr.ImageRef(**{k.removeprefix("vllm_image_"): str(data[k]) for k in groupdata_edit.IMAGE_KEYS})
+        return {n: rolloutrun._with_image(t, pinned) for n, t in prod_targets.items() if not limit or n in limit}
+
+    images = {f"{r.repository}:{r.tag}": r for r in (BASE_IMAGE, SLOWER)}
+
+    def resolve(reference, targets):
+        if reference not in images:
+            raise rolloutrun.CommandError(f"cannot resolve {reference}: stand-in registry")
+        return images[reference]
+
+    steps = CliSteps()
+    monkeypatch.setattr(rolloutrun, "_load", load)
+    monkeypatch.setattr(rolloutrun, "resolve", resolve)
+    monkeypatch.setattr(rolloutrun, "HostSteps", lambda *args, **kwargs: steps)
+    monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s: [])
+    return steps, group
+
+
+def _assert_failed_with_summary(code, err, state_file, status="rolled_back"):
+    state = fr.load_state(state_file)  # cli.main returned: nothing raised out (a traceback would fail the test)
+    assert "Traceback" not in err, err
+    assert code == 1, err
+    assert state.status == status
+    report = state_file.parent / state.id / "report.md"
+    assert err.rstrip().endswith(f"rollout {state.id}: {status}; report {report}; state {state_file}"), err
+    assert report.read_text().startswith("#")
+    return state
+
+
+def test_a_canary_that_fails_its_gate_from_the_cli_ends_with_the_summary_not_a_traceback(stand_in_fleet, capsys):
+    from rocmfleet import cli
+
+    steps, group = stand_in_fleet
+    saved = group.read_text()
+    canary = "mi300x-a01"
+    steps.fail = {("gate", canary)}
+    code = cli.main(["rollout", PROD, "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
+    out, err = capsys.readouterr()
+    state = _assert_failed_with_summary(code, err, fr.state_path(fr.results_root(None, PROD), PROD))
+    assert f"{canary}: rolled_back: check gate failed: vllm::ready[x]: failed" in err
+    assert f'+vllm_image_digest: "{SLOWER.digest}"' in out  # the group data was edited ...
+    assert group.read_text() == saved  # ... and put back
+    assert [h for h, s in state.hosts.items() if s.step != "pending"] == [canary]
+    assert steps.running == {canary: BASE_IMAGE.digest}
+
+
+def test_a_registry_that_stops_answering_mid_rollout_ends_with_the_summary(stand_in_fleet, capsys):
+    from rocmfleet import cli
+
+    steps, group = stand_in_fleet
+    saved = group.read_text()
+    steps.fail = {("pull", "mi300x-a02")}  # resolved at the start; the second batch's pull finds no registry
+    code = cli.main(["rollout", PROD, "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
+    err = capsys.readouterr().err
+    state = _assert_failed_with_summary(code, err, fr.state_path(fr.results_root(None, PROD), PROD))
+    assert "mi300x-a02: pending: pull: pull failed on mi300x-a02 (stand-in)" in err
+    assert state.hosts["mi300x-a01"].step == "rolled_back" and steps.running["mi300x-a01"] == BASE_IMAGE.digest
+    assert group.read_text() == saved
+
+
+def test_a_step_that_raises_something_else_is_that_hosts_failure_not_a_traceback(stand_in_fleet, capsys):
+    from rocmfleet import cli
+
+    steps, _group = stand_in_fleet
+
+    def pull(host, image):
+        if host == "mi300x-a02":
+            raise ConnectionResetError("the registry's mirror went away")
+
+    def rollback(host, image):
+        raise OSError(f"cannot run the deploy for {host}")
+
+    steps.fail = {("gate", "mi300x-a01")}
+    steps.pull, steps.rollback = pull, rollback
+    code = cli.main(["rollout", PROD, "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
+    err = capsys.readouterr().err
+    state = _assert_failed_with_summary(
+        code, err, fr.state_path(fr.results_root(None, PROD), PROD), status="rollback_failed"
+    )
+    assert "rollback: OSError: cannot run the deploy for mi300x-a01" in state.hosts["mi300x-a01"].error
+
+
+def test_a_host_whose_status_cannot_be_read_stops_the_start_with_a_message(stand_in_fleet, capsys):
+    from rocmfleet import cli
+
+    steps, group = stand_in_fleet
+    saved = group.read_text()
+
+    def observe(host):
+        raise EOFError("the SSH channel closed")
+
+    steps.observe = observe
+    assert cli.main(["rollout", PROD, "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "mi300x-a01: EOFError: the SSH channel closed" in err
+    assert err.startswith("rocmfleet: cannot start: what these hosts run is unknown")
+    assert group.read_text() == saved
+
+
+def test_rollout_bake_whose_rollout_fails_at_the_canary_ends_with_the_summary(stand_in_fleet, monkeypatch, capsys):
+    from rocmfleet import cli
+    from rocmfleet.fleet.cache import cachebake
+    from rocmfleet.fleet.rollout import rolloutrun
+
+    steps, group = stand_in_fleet
+    saved = group.read_text()
+    baked = fr.ImageRef(
+        repository=BASE_IMAGE.repository,
+        tag="v0.33.0-rfcache-0123456789ab",
+        digest="sha256:" + "c" * 64,
+    )
+    resolve = rolloutrun.resolve
+
+    def resolve_baked(reference, targets):
+        return baked if reference == f"{baked.repository}:{baked.tag}" else resolve(reference, targets)
+
+    class Baked:
+        repository, tag, digest, reference = baked.repository, baked.tag, baked.digest, baked.reference
+        key = type("Key", (), {"short": "0123456789ab"})
+        manifest = type("Manifest", (), {"files": 3})
+
+    monkeypatch.setattr(rolloutrun, "resolve", resolve_baked)
+    monkeypatch.setattr(cachebake, "bake", lambda target, emit: Baked)
+    steps.fail = {("gate", "mi300x-a01")}
+    code = cli.main(["rollout", PROD, "--bake"])
+    err = capsys.readouterr().err
+    _assert_failed_with_summary(code, err, fr.state_path(fr.results_root(None, PROD), PROD))
+    assert group.read_text() == saved
+
+
+@pytest.mark.parametrize("failure", ["BakeError", "ValueError"])
+def test_rollout_bake_whose_bake_fails_ends_with_a_message_not_a_traceback(
+    stand_in_fleet, monkeypatch, capsys, failure
+):
+    from rocmfleet import cli
+    from rocmfleet.fleet.cache import cachebake
+
+    steps, group = stand_in_fleet
+    saved = group.read_text()
+    exc = cachebake.BakeError("mi300x-a01: warm-up failed") if failure == "BakeError" else ValueError("bad listing")
+
+    def bake(target, emit):
+        raise exc
+
+    monkeypatch.setattr(cachebake, "bake", bake)
+    assert cli.main(["rollout", PROD, "--bake"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.startswith("rocmfleet: the bake on mi300x-a01 failed, nothing rolled out: "), err
+    assert str(exc) in err and group.read_text() == saved and not steps.log

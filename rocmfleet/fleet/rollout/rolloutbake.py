@@ -114,6 +114,9 @@ def bake_and_roll(
     except (BakeError, ConnectError, CommandTimeout) as exc:
         error(f"rocmfleet: the bake on {host} failed, nothing rolled out: {exc}")
         return 1
+    except Exception as exc:  # noqa: BLE001 - anything else on the canary fails the bake, not the command
+        error(f"rocmfleet: the bake on {host} failed, nothing rolled out: {type(exc).__name__}: {exc}")
+        return 1
     pushed = f"{baked.repository}:{baked.tag}"
     try:
         found = steps.resolve(pushed, targets)

@@ -87,6 +87,12 @@ class StepError(RuntimeError):
         self.gate = gate
 
 
+def step_failure(exc: Exception) -> str:
+    """One line for a step that raised: a :class:`StepError`'s message, or any other exception's
+    type and message (a step's failure belongs to its host: reported, never raised out)."""
+    return str(exc) if isinstance(exc, StepError) else f"{type(exc).__name__}: {exc}"
+
+
 @dataclass(frozen=True)
 class InstanceStatus:
     """One vLLM instance now: its unit's state, image, readiness and uptime."""
@@ -260,8 +266,8 @@ class Runner:
             started = time.monotonic()
             try:
                 self.steps.pull(host, image)
-            except StepError as exc:
-                failures[host] = str(exc)
+            except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
+                failures[host] = step_failure(exc)
             self._time(host, "pull", time.monotonic() - started)
         return failures
 
@@ -459,8 +465,8 @@ class Runner:
             try:
                 self.steps.undrain(host)
                 self._set(host, "pending")
-            except StepError as exc:
-                problems.append(f"{host}: undrain: {exc}")
+            except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
+                problems.append(f"{host}: undrain: {step_failure(exc)}")
         with self._lock:
             self.state.status = "rollback_failed" if problems else "rolled_back"
             if problems:
@@ -476,23 +482,24 @@ class Runner:
         if h.step == "done":
             try:
                 self.steps.drain(host)
-            except StepError as exc:
+            except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
                 # Serving on the new image (it passed its gate): left as it is rather than restarted in service.
-                self._set(host, "rollback_failed", error=f"not rolled back: drain failed: {exc}")
-                return f"{host}: not rolled back, still on the new image: drain: {exc}"
+                self._set(host, "rollback_failed", error=f"not rolled back: drain failed: {step_failure(exc)}")
+                return f"{host}: not rolled back, still on the new image: drain: {step_failure(exc)}"
         self._set(host, "rolling_back")
         started = time.monotonic()
         try:
             self.steps.rollback(host, h.before)
-        except StepError as exc:
-            self._set(host, "rollback_failed", error=(h.error + "; " if h.error else "") + f"rollback: {exc}")
-            return f"{host}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
+            said = (h.error + "; " if h.error else "") + f"rollback: {step_failure(exc)}"
+            self._set(host, "rollback_failed", error=said)
+            return f"{host}: {step_failure(exc)}"
         self._time(host, "rollback", time.monotonic() - started)
         try:
             self.steps.undrain(host)
-        except StepError as exc:
+        except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
             self._set(host, "rolled_back")
-            return f"{host}: back on {h.before.reference}, but undrain failed: {exc}"
+            return f"{host}: back on {h.before.reference}, but undrain failed: {step_failure(exc)}"
         self._set(host, "rolled_back")
         return None
 
@@ -1094,15 +1101,16 @@ def _start(
     def observe(name):
         try:
             return name, observer.observe(name)[1], None
-        except StepError as exc:
-            return name, [], str(exc)
+        except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
+            return name, [], step_failure(exc) if isinstance(exc, StepError) else f"{name}: {step_failure(exc)}"
 
     before: dict[str, ImageRef] = {}
     problems = []
-    for name, instances, error in _parallel(observe, list(targets)):
-        ref, why = (None, None) if error else running_image(instances)
-        if error:
-            problems.append(error)
+    # `unknown`, not `error`: that name is the callback this function reports with (issue 24)
+    for name, instances, unknown in _parallel(observe, list(targets)):
+        ref, why = (None, None) if unknown else running_image(instances)
+        if unknown:
+            problems.append(unknown)
         elif ref is None:
             problems.append(f"{name}: {why}")
         else:
@@ -1198,8 +1206,8 @@ def status(
         try:
             _now, instances, _started = steps.observe(name)
             ready = steps.ready(name)
-        except StepError as exc:
-            return [InstanceStatus(name, "-", "unknown", "unknown", None, None, None, str(exc))]
+        except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
+            return [InstanceStatus(name, "-", "unknown", "unknown", None, None, None, step_failure(exc))]
         return [replace(i, ready=ready.get(i.instance)) for i in instances]
 
     rows = [row for rows in _parallel(one, list(targets)) for row in rows]
