@@ -177,6 +177,13 @@ def assert_stopped_at_the_canary(lab, results, done, before, gate: str) -> None:
     canary = state["batches"][0][0]
     assert state["status"] == "rolled_back", state
     assert canary in state["failure"] and gate in state["failure"], state["failure"]
+    # The command's end (issue 24): the canary's error and the summary on stderr, no traceback.
+    assert "Traceback" not in done.stderr, done.stderr
+    path = results / "lab" / "rollout-state.json"
+    summary = f"rollout {state['id']}: rolled_back; report {path.parent / state['id'] / 'report.md'}; state {path}"
+    assert summary in done.stderr.splitlines(), done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith(f"{canary}: rolled_back: ")]
+    assert len(said) == 1 and gate in said[0], done.stderr
     assert [h for h, s in state["hosts"].items() if s["step"] != "pending"] == [canary]
     assert running(lab) == before
     assert check().returncode == 0, check().stdout
