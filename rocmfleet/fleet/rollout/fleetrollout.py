@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -51,7 +51,7 @@ from rocmfleet.fleet.bench.bench import REGRESSION_METRICS, BenchResult, Thresho
 #: restarts and gates it again.
 STEPS = ("pending", "drained", "switching", "switched", "gated", "done")
 ROLLBACK_STEPS = ("rolling_back", "rolled_back", "rollback_failed")
-FAILED = "failed"
+FAILED: Final = "failed"
 #: Steps after which the host may run another image than before: its image before must be known.
 TOUCHED_STEPS = ("switching", "switched", "gated", "done", *ROLLBACK_STEPS)
 Step = Literal[
@@ -72,6 +72,8 @@ Step = Literal[
 #: rolling restart blocks them only while ``running``: a failed one changed no image, and a
 #: deploy may be what fixes its failed host.
 Status = Literal["running", "done", "failed", "rolled_back", "rollback_failed"]
+#: What a state file records: a rollout of a new image, or a rolling restart of the same one.
+Kind = Literal["rollout", "restart"]
 BLOCKING = ("running", "failed", "rollback_failed")
 
 #: Parts of a host's switch timed for the report, in its column order.
@@ -224,7 +226,7 @@ class RolloutState(BaseModel):
     #: The run id (:func:`rocmfleet.fleet.bench.bench.new_run_id`, ``YYYYMMDDTHHMMSSZ``): a directory name under
     #: the results root, so never a path (``/``, ``..``) or empty.
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    kind: Literal["rollout", "restart"] = "rollout"
+    kind: Kind = "rollout"
     inventory: str
     status: Status = "running"
     target: ImageRef | None = None

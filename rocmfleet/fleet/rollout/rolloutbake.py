@@ -19,12 +19,18 @@ Kept apart from :mod:`rocmfleet.fleet.rollout.rolloutrun` (one function, its ste
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rocmfleet.domain import cachedirs
-
-Emit = Callable[[str], None]
+from rocmfleet.fleet.cache import cachebake
+from rocmfleet.fleet.cache.cachebake import Baked, BakeError
+from rocmfleet.fleet.connect import CommandTimeout, ConnectError
+from rocmfleet.fleet.inventory import Target
+from rocmfleet.fleet.rollout import rolloutrun
+from rocmfleet.fleet.rollout.fleetrollout import ImageRef, deploy_refusal, parse_max_unavailable
+from rocmfleet.fleet.rollout.rolloutrun import CommandError, Emit, to_stderr
 
 
 @dataclass(frozen=True)
@@ -36,17 +42,16 @@ class BakeSteps:
     ``rollout(inventory, image=..., **options) -> exit status``.
     """
 
-    load: Callable
-    resolve: Callable
-    with_image: Callable
-    bake: Callable
-    rollout: Callable
+    load: Callable[[str, list[str] | None], Mapping[str, Target]]
+    resolve: Callable[[str, Mapping[str, Target]], ImageRef]
+    with_image: Callable[[Target, ImageRef], Target]
+    bake: Callable[[Target, Emit], Baked]
+    #: ``run_rollout``'s keyword arguments: its options are passed through as given.
+    rollout: Callable[..., int]
 
     @classmethod
     def real(cls) -> BakeSteps:
-        from rocmfleet.fleet.cache import cachebake
-        from rocmfleet.fleet.rollout import rolloutrun
-
+        """The real steps, looked up when called (tests replace them in their modules)."""
         return cls(rolloutrun._load, rolloutrun.resolve, rolloutrun._with_image, cachebake.bake, rolloutrun.run_rollout)
 
 
@@ -58,7 +63,7 @@ def bake_and_roll(
     emit: Emit = print,
     steps: BakeSteps | None = None,
     error: Emit | None = None,
-    **rollout_options,
+    **rollout_options: Any,
 ) -> int:
     """Bake on the canary, then roll the baked image out (module docstring).
 
@@ -75,14 +80,8 @@ def bake_and_roll(
         The rollout's exit status; 1 when the bake failed (nothing rolled); 2 when nothing started
         (bad options, a baked base image, an unreadable registry).
     """
-    from rocmfleet.fleet.cache.cachebake import BakeError
-    from rocmfleet.fleet.connect import CommandTimeout, ConnectError
-    from rocmfleet.fleet.rollout.fleetrollout import deploy_refusal, parse_max_unavailable
-    from rocmfleet.fleet.rollout.rolloutrun import CommandError
-
     steps = steps or BakeSteps.real()
-    if error is None:
-        from rocmfleet.fleet.rollout.rolloutrun import to_stderr as error
+    say_error: Emit = error or to_stderr
     try:
         # a recorded rollout refuses this one: say so before the bake stops the canary's instance
         if refusal := deploy_refusal(inventory, rollout_options.get("results_dir")):
@@ -106,25 +105,27 @@ def bake_and_roll(
                 "give the base image with --image REPO:TAG"
             )
     except (CommandError, ValueError) as exc:
-        error(f"rocmfleet: {exc}")
+        say_error(f"rocmfleet: {exc}")
         return 2
     emit(f"bake on the canary {host} from {target.config.image.reference}")
     try:
         baked = steps.bake(target, emit)
     except (BakeError, ConnectError, CommandTimeout) as exc:
-        error(f"rocmfleet: the bake on {host} failed, nothing rolled out: {exc}")
+        say_error(f"rocmfleet: the bake on {host} failed, nothing rolled out: {exc}")
         return 1
     except Exception as exc:  # noqa: BLE001 - anything else on the canary fails the bake, not the command
-        error(f"rocmfleet: the bake on {host} failed, nothing rolled out: {type(exc).__name__}: {exc}")
+        say_error(f"rocmfleet: the bake on {host} failed, nothing rolled out: {type(exc).__name__}: {exc}")
         return 1
     pushed = f"{baked.repository}:{baked.tag}"
     try:
         found = steps.resolve(pushed, targets)
     except CommandError as exc:
-        error(f"rocmfleet: {exc}")
+        say_error(f"rocmfleet: {exc}")
         return 2
     if found.digest != baked.digest:
-        error(f"rocmfleet: the registry has {pushed} as {found.digest}, the bake pushed {baked.digest}; not rolled out")
+        say_error(
+            f"rocmfleet: the registry has {pushed} as {found.digest}, the bake pushed {baked.digest}; not rolled out"
+        )
         return 2
     emit(f"baked {baked.reference} (key {baked.key.short}, {baked.manifest.files} files); rolling it out")
     return steps.rollout(
@@ -134,6 +135,6 @@ def bake_and_roll(
         canary=canary,
         limit=limit,
         emit=emit,
-        error=error,
+        error=say_error,
         **rollout_options,
     )

@@ -36,16 +36,32 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.progress import Progress as RichBars
 
 from rocmfleet import project, scripts
 from rocmfleet.fleet.bench.bench import BenchResult, Thresholds
+from rocmfleet.fleet.connect import Result
+from rocmfleet.fleet.inventory import Target
 from rocmfleet.fleet.rollout.fleetrollout import (
     FAILED,
     OWN_DEPLOY_ENV,
+    DataEdit,
     GateOutcome,
     ImageRef,
+    Kind,
     RolloutState,
+    Step,
     bench_numbers,
     eta_s,
     gate_decision,
@@ -71,6 +87,7 @@ LOST_AFTER = 2
 CHECK_TIMEOUT_S = 300
 
 Emit = Callable[[str], None]
+_T = TypeVar("_T")
 
 
 def to_stderr(line: str) -> None:
@@ -135,7 +152,8 @@ def _epoch(rfc3339: str) -> float | None:
 def parse_status(host: str, stdout: str) -> tuple[float | None, list[InstanceStatus], dict[str, float | None]]:
     """Parse ``vllm-status.sh``: the host's clock, the instances, and each container's start (epoch s)."""
     now: float | None = None
-    instances, started = [], {}
+    instances: list[InstanceStatus] = []
+    started: dict[str, float | None] = {}
     for line in stdout.splitlines():
         if line.startswith("now "):
             try:
@@ -147,8 +165,8 @@ def parse_status(host: str, stdout: str) -> tuple[float | None, list[InstanceSta
         if len(parts) != 5:
             continue
         name, active, sub, image, start = parts
-        started[name] = _epoch(start)
-        uptime = None if now is None or started[name] is None or active != "active" else now - started[name]
+        started[name] = start_s = _epoch(start)
+        uptime = None if now is None or start_s is None or active != "active" else now - start_s
         instances.append(InstanceStatus(host, name, active, sub, None if image == "-" else image, None, uptime))
     return now, instances, started
 
@@ -211,6 +229,10 @@ class LineProgress:
         self.emit(f"{self._t()} {text}")
 
 
+#: Makes the progress of a run of that many hosts (the CLI's: :class:`RichProgress` on a terminal).
+ProgressFactory = Callable[[int], Progress]
+
+
 class Runner:
     """Takes a rollout through its batches, or back (:meth:`roll_back`); thread-safe state writes.
 
@@ -235,13 +257,13 @@ class Runner:
         self.on_data_revert = on_data_revert
         self._lock = threading.Lock()
         self._before: dict[str, dict[str, BenchResult]] = {}
-        self._pulls: dict[int, Future] = {}
+        self._pulls: dict[int, Future[dict[str, str]]] = {}
 
-    def _set(self, host: str, step: str | None = None, **changes) -> None:
+    def _set(self, host: str, step: Step | None = None, **changes: object) -> None:
         with self._lock:
             h = self.state.hosts[host]
             if step is not None:
-                h.step = step  # type: ignore[assignment]
+                h.step = step
             for key, value in changes.items():
                 setattr(h, key, value)
             save_state(self.state, self.path)
@@ -256,7 +278,7 @@ class Runner:
 
     def _pull_batch(self, index: int) -> dict[str, str]:
         """Pull the target image on batch ``index``'s hosts not done yet; ``{host: why}`` for failures."""
-        failures = {}
+        failures: dict[str, str] = {}
         image = self.state.target
         if image is None:
             return failures
@@ -271,7 +293,7 @@ class Runner:
             self._time(host, "pull", time.monotonic() - started)
         return failures
 
-    def _prepull(self, pool: ThreadPoolExecutor, index: int) -> Future:
+    def _prepull(self, pool: ThreadPoolExecutor, index: int) -> Future[dict[str, str]]:
         if index not in self._pulls:
             self._pulls[index] = pool.submit(self._pull_batch, index)
         return self._pulls[index]
@@ -390,7 +412,7 @@ class Runner:
         with self._lock:
             for host in failed:
                 if self.state.hosts[host].step != "pending":
-                    self.state.hosts[host].step = FAILED  # type: ignore[assignment]
+                    self.state.hosts[host].step = FAILED
             self.state.status = "failed"
             self.state.failure = reason
             save_state(self.state, self.path)
@@ -541,7 +563,7 @@ class HostSteps:
     def __init__(
         self,
         inventory: str,
-        targets: Mapping[str, object],
+        targets: Mapping[str, Target],
         run_dir: Path,
         rollout_id: str,
         bench_timeout_s: float = 1800,
@@ -551,7 +573,7 @@ class HostSteps:
         self.bench_timeout_s, self.emit = bench_timeout_s, emit
 
     # -- SSH helpers --
-    def _run(self, host: str, command: str, timeout_s: float, gate: str, stdin: str | None = None):
+    def _run(self, host: str, command: str, timeout_s: float, gate: str, stdin: str | None = None) -> Result:
         from rocmfleet.fleet.connect import Session
 
         try:
@@ -625,7 +647,8 @@ class HostSteps:
         return results, errors
 
     def thresholds(self, host: str) -> Thresholds:
-        return self.targets[host].config.profile.bench.thresholds
+        thresholds: Thresholds = self.targets[host].config.profile.bench.thresholds
+        return thresholds
 
     def _deploy(self, host: str, image: ImageRef | None, gate: str) -> float:
         import json
@@ -659,7 +682,7 @@ class HostSteps:
             )
         return started
 
-    def _watch(self, host: str, proc: subprocess.Popen, timeout_s: float, gate: str) -> tuple[str, str]:
+    def _watch(self, host: str, proc: subprocess.Popen[str], timeout_s: float, gate: str) -> tuple[str, str]:
         """Wait for the deploy ``proc``, asking every :data:`HEARTBEAT_S` seconds whether ``host``
         still answers SSH (:func:`rocmfleet.fleet.connect.reachable`). A host that does not answer
         :data:`LOST_AFTER` times in a row (powered off, cut off) stops the deploy: pyinfra's own
@@ -761,19 +784,9 @@ class RichProgress:
     """Progress with rich: one bar for the hosts done (elapsed, time left), one line per host of the
     current batch with its step and elapsed time; messages above them. Use as a context manager."""
 
-    def __init__(self, total_hosts: int, console=None) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
+    def __init__(self, total_hosts: int, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
-        self.bars = Progress(
+        self.bars = RichBars(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -782,7 +795,7 @@ class RichProgress:
             console=self.console,
         )
         self.overall = self.bars.add_task("hosts", total=total_hosts)
-        self.tasks: dict[str, int] = {}
+        self.tasks: dict[str, TaskID] = {}
         self.batch_label = ""
 
     def __enter__(self) -> RichProgress:
@@ -821,7 +834,9 @@ class CommandError(RuntimeError):
     """The command cannot start (exit 2); the message says why."""
 
 
-def _load(inventory: str, limit: list[str] | None = None, overrides: dict | None = None):
+def _load(
+    inventory: str, limit: list[str] | None = None, overrides: dict[str, object] | None = None
+) -> dict[str, Target]:
     from rocmfleet.fleet.inventory import FleetError, load_fleet
 
     try:
@@ -830,18 +845,18 @@ def _load(inventory: str, limit: list[str] | None = None, overrides: dict | None
         raise CommandError(str(exc)) from None
 
 
-def _with_image(target, image: ImageRef):
+def _with_image(target: Target, image: ImageRef) -> Target:
     config = target.config
     pinned = config.image.model_copy(update={"repository": image.repository, "tag": image.tag, "digest": image.digest})
     return replace(target, config=replace(config, image=pinned))
 
 
-def _parallel(fn, items: Sequence, workers: int = 16) -> list:
+def _parallel(fn: Callable[[str], _T], items: Sequence[str], workers: int = 16) -> list[_T]:
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(items)))) as pool:
         return list(pool.map(fn, items))
 
 
-def resolve(reference: str, targets: Mapping[str, object]) -> ImageRef:
+def resolve(reference: str, targets: Mapping[str, Target]) -> ImageRef:
     """``REPO:TAG`` to an :class:`ImageRef`, the digest from the registry (once).
 
     The hosts' ``docker_insecure_registries`` say which registries speak plain HTTP, their
@@ -894,7 +909,7 @@ def _data_file(image: ImageRef) -> tuple[Path, str, str]:
         raise CommandError(str(exc)) from None
 
 
-def _revert_data(edit, emit: Emit, error: Emit = to_stderr) -> Callable[[], None]:
+def _revert_data(edit: DataEdit, emit: Emit, error: Emit = to_stderr) -> Callable[[], None]:
     def revert() -> None:
         from rocmfleet.config.groupdata_edit import EditError, set_keys, unified_diff, unset_keys
 
@@ -939,7 +954,7 @@ def run_rollout(
     limit: list[str] | None = None,
     results_dir: str | None = None,
     emit: Emit = print,
-    progress_factory: Callable[[int], object] | None = None,
+    progress_factory: ProgressFactory | None = None,
     error: Emit | None = None,
 ) -> int:
     """``rocmfleet rollout``/``restart``: plan, record and run, or ``--resume``/``--rollback`` one.
@@ -962,12 +977,16 @@ def run_rollout(
     from rocmfleet.fleet.rollout import fleetrollout as fr
 
     say_error = error or to_stderr
+    if kind not in ("rollout", "restart"):
+        say_error(f"rocmfleet: {kind}: not a rollout or a restart")
+        return 2
+    checked: Kind = "rollout" if kind == "rollout" else "restart"
     root = fr.results_root(results_dir, inventory)
     path = fr.state_path(root, inventory)
     try:
         with fr.run_lock(path):
             return _run_rollout(
-                inventory, kind, image, canary, max_unavailable, force, resume, rollback, limit, root, path,
+                inventory, checked, image, canary, max_unavailable, force, resume, rollback, limit, root, path,
                 emit, progress_factory, say_error,
             )  # fmt: skip
     except fr.RunLocked as exc:
@@ -976,8 +995,9 @@ def run_rollout(
 
 
 def _run_rollout(
-    inventory, kind, image, canary, max_unavailable, force, resume, rollback, limit, root, path, emit,
-    progress_factory, say_error,
+    inventory: str, kind: Kind, image: str | None, canary: int | None, max_unavailable: str | None, force: bool,
+    resume: bool, rollback: bool, limit: list[str] | None, root: Path, path: Path, emit: Emit,
+    progress_factory: ProgressFactory | None, say_error: Emit,
 ) -> int:  # fmt: skip
     """:func:`run_rollout` with its run lock held; ``root`` and ``path``: the results root and state file."""
     from rocmfleet.fleet.rollout import fleetrollout as fr
@@ -1029,7 +1049,15 @@ def _run_rollout(
         return 2
 
 
-def _runner(state, path, targets, inventory, emit, progress_factory, error=to_stderr):
+def _runner(
+    state: RolloutState,
+    path: Path,
+    targets: Mapping[str, Target],
+    inventory: str,
+    emit: Emit,
+    progress_factory: ProgressFactory | None,
+    error: Emit = to_stderr,
+) -> tuple[Runner, Progress]:
     log = path.parent / state.id / "log.txt"
     log.parent.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -1044,15 +1072,23 @@ def _runner(state, path, targets, inventory, emit, progress_factory, error=to_st
     return Runner(state, path, steps, progress, on_data_revert=revert), progress
 
 
-def _drive(runner: Runner, progress, action: Callable[[], int]) -> int:
-    enter = getattr(progress, "__enter__", None)
-    if enter is not None:
+def _drive(progress: Progress, action: Callable[[], int]) -> int:
+    """``action()``, inside ``progress`` when it is a context manager (:class:`RichProgress`)."""
+    if isinstance(progress, contextlib.AbstractContextManager):
         with progress:
             return action()
     return action()
 
 
-def _continue(state, path, inventory, rollback, emit, progress_factory, error=to_stderr) -> int:
+def _continue(
+    state: RolloutState,
+    path: Path,
+    inventory: str,
+    rollback: bool,
+    emit: Emit,
+    progress_factory: ProgressFactory | None,
+    error: Emit = to_stderr,
+) -> int:
     if rollback and state.kind == "restart":
         raise CommandError(
             f"restart {state.id} ({state.status}) changes no image: nothing to roll back; "
@@ -1067,14 +1103,14 @@ def _continue(state, path, inventory, rollback, emit, progress_factory, error=to
         targets = {name: _with_image(t, state.target) for name, t in targets.items()}
     runner, progress = _runner(state, path, targets, inventory, emit, progress_factory, error)
     if rollback:
-        code = _drive(runner, progress, lambda: runner.roll_back(None))
+        code = _drive(progress, lambda: runner.roll_back(None))
     elif state.status == "running":
-        code = _drive(runner, progress, runner.run)
+        code = _drive(progress, runner.run)
     elif state.kind == "restart" and state.status == "failed":
         runner.retry_failed()
-        code = _drive(runner, progress, runner.run)
+        code = _drive(progress, runner.run)
     elif state.status in ("failed", "rollback_failed"):
-        code = _drive(runner, progress, lambda: runner.roll_back(state.failure or "resumed rollback"))
+        code = _drive(progress, lambda: runner.roll_back(state.failure or "resumed rollback"))
     else:
         emit(f"{state.kind} {state.id} is {state.status}: nothing to resume")
         return 0
@@ -1082,8 +1118,10 @@ def _continue(state, path, inventory, rollback, emit, progress_factory, error=to
 
 
 def _start(
-    inventory, kind, image, canary, max_unavailable, force, limit, root, path, emit, progress_factory, error=to_stderr
-) -> int:
+    inventory: str, kind: Kind, image: str | None, canary: int, max_unavailable: str, force: bool,
+    limit: list[str] | None, root: Path, path: Path, emit: Emit, progress_factory: ProgressFactory | None,
+    error: Emit = to_stderr,
+) -> int:  # fmt: skip
     from rocmfleet.config.groupdata_edit import IMAGE_KEYS, parse, unified_diff
     from rocmfleet.fleet.bench.bench import new_run_id
     from rocmfleet.fleet.check import compliance
@@ -1098,7 +1136,7 @@ def _start(
         emit(f"{image} is {wanted_ref.digest} (resolved once; every host gets this digest)")
     observer = HostSteps(inventory, targets, root, "observe")
 
-    def observe(name):
+    def observe(name: str) -> tuple[str, list[InstanceStatus], str | None]:
         try:
             return name, observer.observe(name)[1], None
         except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
@@ -1175,7 +1213,7 @@ def _start(
     index = {h: i for i, batch in enumerate(batches) for h in batch}
     state = fr.RolloutState(
         id=new_run_id(),
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         inventory=inventory,
         target=target,
         canary=min(canary, len(hosts)),
@@ -1190,7 +1228,7 @@ def _start(
         f"at most {count} out of service; state {path}"
     )
     runner, progress = _runner(state, path, {h: targets[h] for h in hosts}, inventory, emit, progress_factory, error)
-    return _finish(state, path, _drive(runner, progress, runner.run), emit, error)
+    return _finish(state, path, _drive(progress, runner.run), emit, error)
 
 
 def status(
