@@ -143,14 +143,15 @@ def _bench(args: argparse.Namespace) -> int:
 def _rollout(args: argparse.Namespace) -> int:
     import rich.console
 
-    from rocmfleet.fleet.rollout import rolloutrun
+    from rocmfleet.fleet.rollout import command
+    from rocmfleet.fleet.rollout import progress as rollout_progress
 
     console = rich.console.Console(stderr=True)
 
     def progress(total: int):
         if console.is_terminal:
-            return rolloutrun.RichProgress(total, console)
-        return rolloutrun.LineProgress(lambda line: print(line, file=sys.stderr, flush=True))
+            return rollout_progress.RichProgress(total, console)
+        return rollout_progress.LineProgress(lambda line: print(line, file=sys.stderr, flush=True))
 
     if (getattr(args, "image", None) or getattr(args, "bake", False)) and args.limit:
         given = "--bake" if getattr(args, "bake", False) else "--image"
@@ -166,20 +167,20 @@ def _rollout(args: argparse.Namespace) -> int:
         if args.resume or args.rollback:
             print("rocmfleet: --bake starts a new rollout; not with --resume or --rollback", file=sys.stderr)
             return 2
-        from rocmfleet.fleet.rollout import rolloutbake
+        from rocmfleet.fleet.rollout import bake
 
-        return rolloutbake.bake_and_roll(
+        return bake.bake_and_roll(
             args.inventory,
             args.image,
             canary=1 if args.canary is None else args.canary,
             limit=_limit(args.limit),
             emit=lambda line: print(line, flush=True),
-            error=rolloutrun.to_stderr,
+            error=rollout_progress.to_stderr,
             max_unavailable=args.max_unavailable,
             force=args.force,
             progress_factory=progress,
         )
-    return rolloutrun.run_rollout(
+    return command.run_rollout(
         args.inventory,
         kind=args.command,
         image=getattr(args, "image", None),
@@ -190,18 +191,19 @@ def _rollout(args: argparse.Namespace) -> int:
         rollback=args.rollback,
         limit=_limit(args.limit),
         emit=lambda line: print(line, flush=True),
-        error=rolloutrun.to_stderr,
+        error=rollout_progress.to_stderr,
         progress_factory=progress,
     )
 
 
 def _status(args: argparse.Namespace) -> int:
-    from rocmfleet.fleet.rollout import rolloutrun
-    from rocmfleet.fleet.rollout.fleetrollout import status_json
+    from rocmfleet.fleet.rollout.fleetimage import CommandError
+    from rocmfleet.fleet.rollout.report import status_json
+    from rocmfleet.fleet.rollout.status import fleet_status
 
     try:
-        rows, state = rolloutrun.status(args.inventory, _limit(args.limit))
-    except (rolloutrun.CommandError, ValueError) as exc:
+        rows, state = fleet_status(args.inventory, _limit(args.limit))
+    except (CommandError, ValueError) as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -241,7 +243,7 @@ def _cache_bake(args: argparse.Namespace) -> int:
     if len(targets) != 1:
         print(f"rocmfleet: --host {args.host} matches {len(targets)} hosts; name one", file=sys.stderr)
         return 2
-    from rocmfleet.fleet.rollout.fleetrollout import deploy_refusal
+    from rocmfleet.fleet.rollout.state import deploy_refusal
 
     if refusal := deploy_refusal(args.inventory):  # the bake stops an instance: not under a rollout
         print(f"rocmfleet: {refusal}", file=sys.stderr)

@@ -209,18 +209,18 @@ def check_on_load(inventory_file: str) -> None:
     Call it as the last statement of an inventory file (``check_on_load(__file__)``), so that
     pyinfra stops before it connects to any host. A no-op while this module loads the file.
     It also stops, with the same exit status, a deploy started while a rollout of this
-    inventory is recorded as in progress (:func:`rocmfleet.fleet.rollout.fleetrollout.deploy_refusal`),
+    inventory is recorded as in progress (:func:`rocmfleet.fleet.rollout.state.deploy_refusal`),
     unless it is that rollout's own deploy.
     """
     if _loading:
         return
-    from rocmfleet.fleet.rollout.fleetrollout import deploy_refusal
+    from rocmfleet.fleet.rollout.state import deploy_refusal
 
     path = Path(inventory_file).resolve()
     if path.is_relative_to(Path.cwd()):
         path = path.relative_to(Path.cwd())
     refusal = deploy_refusal(path)
-    if refusal:  # a rollout is recorded: only its own deploys may run (rocmfleet.fleet.rollout.fleetrollout)
+    if refusal:  # a rollout is recorded: only its own deploys may run (rocmfleet.fleet.rollout.state)
         print(f"rocmfleet: {refusal}", file=sys.stderr)
         raise SystemExit(EXIT_INVALID)
     try:

@@ -2,7 +2,7 @@
 swap, roll back, last good versions.
 
 The order that keeps a failed new version from leaving an instance broken is in
-:mod:`rocmfleet.fleet.rollout.rollout`; ``roles/vllm`` calls these operations in that order.
+:mod:`rocmfleet.fleet.rollout.swap`; ``roles/vllm`` calls these operations in that order.
 
 Placement needs the host's GPU topology, which a bare host only has after the driver is
 installed and the host rebooted, later in the same run. So nothing is placed while pyinfra
@@ -32,7 +32,7 @@ from rocmfleet.facts.docker import ImageLabels
 from rocmfleet.facts.rollout import LastGood
 from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.facts.vllm import ManagedInstances, PortOwner, VllmReady
-from rocmfleet.fleet.rollout import rollout
+from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.operations import this_run
 from rocmfleet.operations.fail import host_failure
 
@@ -247,13 +247,13 @@ def serve_args_check(config: HostConfig, instance: str, last_good: rollout.LastG
     + config: the host's validated configuration: the image the instance is about to run (pulled
       already; by digest), its ``vllm serve`` arguments (``rocmfleet.domain.vllm.serve_args``)
     + instance: instance name (for messages and the check container's label)
-    + last_good: its files (``rocmfleet.fleet.rollout.rollout.last_good_files``)
+    + last_good: its files (``rocmfleet.fleet.rollout.swap.last_good_files``)
 
     The container environment without secrets (``rocmfleet.domain.vllm.container_env``) depends on the
     placement, so the check runs once the host's topology is known (:func:`host_placement`).
 
     Runs ``python3`` in a throw-away container of ``image`` without devices or network
-    (``rocmfleet.fleet.rollout.rollout.serve_args_check_argv``): argparse's ``error: ...`` or vLLM's failed check
+    (``rocmfleet.fleet.rollout.swap.serve_args_check_argv``): argparse's ``error: ...`` or vLLM's failed check
     fails the host before the running container is touched. A no-op when the instance's last good
     version (``serve.json``) already ran exactly this image, these arguments and this environment.
 
@@ -287,7 +287,7 @@ def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1
     """
     Wait until every instance is ready; roll back each one that is not by the deadline, and fail the host.
 
-    + targets: the host's instances (``rocmfleet.fleet.rollout.rollout.WaitTarget``; ``roll_back_to`` is
+    + targets: the host's instances (``rocmfleet.fleet.rollout.swap.WaitTarget``; ``roll_back_to`` is
       filled in here, from the host)
     + timeout_s: deadline for new versions, seconds (model load and compilation take minutes)
     + rollback_timeout_s: deadline for a restored version to be ready again, seconds
@@ -297,7 +297,7 @@ def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1
     known-answer request wrongly, whose live files differ from a complete last good version gets those files
     back, a ``daemon-reload`` and a restart, and the operation waits for it to be ready again. The
     host fails in either case, with the new container's last log lines and, for each instance
-    rolled back, which image it went back to (``rocmfleet.fleet.rollout.rollout.wait_or_roll_back_script``).
+    rolled back, which image it went back to (``rocmfleet.fleet.rollout.swap.wait_or_roll_back_script``).
     Wait for all instances in one operation: a failed operation stops the host, so a per-instance
     operation would leave the instances after the first failure unrolled.
 
@@ -340,7 +340,7 @@ def last_good(config: HostConfig, instance: str, files: rollout.LastGoodFiles):
     + config: the host's validated configuration (what the instance runs: image, ``vllm serve``
       arguments, environment; its port and served model name, to confirm it is ready)
     + instance: instance name
-    + files: its live files and last good directory (``rocmfleet.fleet.rollout.rollout.last_good_files``)
+    + files: its live files and last good directory (``rocmfleet.fleet.rollout.swap.last_good_files``)
 
     Run it after the instance was found ready (``ready_or_roll_back``). A no-op when the copies
     and ``serve.json`` already match. The copies are made on the host (secrets are never printed).

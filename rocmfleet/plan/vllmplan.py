@@ -26,7 +26,7 @@ from rocmfleet.facts import topology as topology_script
 from rocmfleet.facts.state import Gathered
 from rocmfleet.facts.topology import parse_fact_output
 from rocmfleet.facts.vllm import UNIT_MARKER
-from rocmfleet.fleet.rollout import rollout
+from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.plan import hoststate
 from rocmfleet.plan.hoststate import WantedFile
 from rocmfleet.scripts import DIR as SCRIPTS_DIR

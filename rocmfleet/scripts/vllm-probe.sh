@@ -38,7 +38,7 @@
 # name or an answer in raw UTF-8 or with \u escapes as its encoder likes, and an answer may hold
 # quotes, backslashes or newlines. Hosts have no python3 or jq (the deploy installs neither), but
 # the instance's own container runs vLLM, a Python program: the parser is its python3, through
-# `docker exec` (the same python3 the argument check runs, rocmfleet/fleet/rollout/rollout.py), and the regular
+# `docker exec` (the same python3 the argument check runs, rocmfleet/fleet/rollout/swap.py), and the regular
 # expression is matched by Python's `re`, the engine the profile's expect_regex is validated with
 # (rocmfleet/config/profiles.py). MODEL_JSON and EXPECT_JSON are JSON with \u escapes, so the
 # arguments are ASCII whatever the container's locale.

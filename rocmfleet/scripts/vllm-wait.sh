@@ -13,10 +13,10 @@
 # warm-up each are about 180 KB. Stdin is read whole into this run's private directory first
 # (nothing the probes run reads it), then run as shell: one line per target,
 #   target NAME UNIT CONTAINER PORT IMAGE READY BACK_READY ROLL_BACK_TO SAVED UNIT_PATH ENV_PATH SECRETS_PATH
-# each word shell-quoted (built by rocmfleet/fleet/rollout/rollout.py, wait_or_roll_back_script):
+# each word shell-quoted (built by rocmfleet/fleet/rollout/swap.py, wait_or_roll_back_script):
 #   READY       shell that exits 0 when the new version is ready (vllm-probe.sh ready, with the
 #               profile's known-answer request, then its warm-up if it has one)
-#   BACK_READY  the same for the restored version (see rocmfleet/fleet/rollout/rollout.py for what it checks)
+#   BACK_READY  the same for the restored version (see rocmfleet/fleet/rollout/swap.py for what it checks)
 #   ROLL_BACK_TO the last good version's image, or "" when there is none to restore
 #   SAVED       the last good directory (copies "unit", "env", "secrets"); *_PATH the live files
 #
@@ -27,7 +27,7 @@
 # 2. For each target not ready: say so, with the probe's last words (why it is not ready) and
 #    its container's last LOG_LINES log lines (the unit's journal when the container is gone);
 #    with ROLL_BACK_TO, put its last good files back (unit 0644, environment and secrets 0600,
-#    root's: the live files' modes, rocmfleet/fleet/rollout/rollout.py SAVED_FILES).
+#    root's: the live files' modes, rocmfleet/fleet/rollout/swap.py SAVED_FILES).
 # 3. If any were restored: systemctl daemon-reload, reset-failed (a crash loop may have hit the
 #    start limit) and restart those units, poll BACK_READY for up to ROLLBACK_TIMEOUT_S seconds
 #    and say, for each, which image it rolled back to and whether it is ready again.
@@ -69,7 +69,7 @@ target() {
     eval "t${n}_new=0 t${n}_on=1 t${n}_back=0 t${n}_again=0"
     n=$((n + 1))
 }
-# shellcheck source=/dev/null # the targets, written by rocmfleet/fleet/rollout/rollout.py
+# shellcheck source=/dev/null # the targets, written by rocmfleet/fleet/rollout/swap.py
 . "$said/targets"
 if [ "$n" != "$count" ]; then
     echo "vllm-wait.sh: $n target(s) on stdin, $count expected: not waiting on a partial list" >&2

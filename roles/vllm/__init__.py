@@ -1,5 +1,5 @@
 """vLLM role: image by digest, placement, argument check, per-instance files and systemd unit,
-orphans removed, readiness with roll back to the last good version (the order: :mod:`rocmfleet.fleet.rollout.rollout`).
+orphans removed, readiness with roll back to the last good version (the order: :mod:`rocmfleet.fleet.rollout.swap`).
 
 Placement reads the host's GPU topology when the operations execute, after the rocm role's
 reboot (:func:`rocmfleet.operations.vllm.host_placement`): a bare host gets its driver, reboots
@@ -24,7 +24,7 @@ from rocmfleet.domain import vllm
 from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.facts.topology import GpuTopology
-from rocmfleet.fleet.rollout import rollout
+from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.operations import secrets
 from rocmfleet.operations import vllm as vllm_ops
 from rocmfleet.plan import vllmplan

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet.fleet.rollout import rollout
+from rocmfleet.fleet.rollout import swap
 from tests.conftest import ROOT, connect, pyinfra_json
 from tests.e2e.test_deploy import complete, pyinfra_deploy
 
@@ -100,11 +100,11 @@ def test_the_parser_check_rejects_bad_arguments_without_touching_the_running_con
     image = f"{lab.registry}/{REPO}:{GOOD_TAG}@{lab.images[f'{lab.registry}/{REPO}:{GOOD_TAG}']}"
     args = ["/opt/models/tiny-llama", "--served-model-name", "tiny-llama", "--port", "8000"]
 
-    good = host.run("sh -c %s", rollout.serve_args_check_script(image, args, {"VLLM_CPU_KVCACHE_SPACE": "1"}, "probe"))
+    good = host.run("sh -c %s", swap.serve_args_check_script(image, args, {"VLLM_CPU_KVCACHE_SPACE": "1"}, "probe"))
     assert good.rc == 0, good.stderr
     assert good.stdout.strip() == "vllm serve (vLLM 0.32.0) accepts the arguments"
 
-    bad = host.run("sh -c %s", rollout.serve_args_check_script(image, [*args, "--no-such-flag", "1"], {}, "probe"))
+    bad = host.run("sh -c %s", swap.serve_args_check_script(image, [*args, "--no-such-flag", "1"], {}, "probe"))
     assert bad.rc == 1
     assert bad.stderr.splitlines() == [
         "vllm serve: error: unrecognized arguments: --no-such-flag 1",

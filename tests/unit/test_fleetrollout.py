@@ -1,6 +1,6 @@
 """Fleet rollouts: planning, state file, group data rewrite, gate decision.
 
-(rocmfleet.fleet.rollout.fleetrollout, rocmfleet.config.groupdata_edit)
+(rocmfleet.fleet.rollout.{batches,state,gate,report}, rocmfleet.config.groupdata_edit)
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ from hypothesis import strategies as st
 
 from rocmfleet.config.groupdata_edit import EditError, holders, parse, set_keys, unified_diff, unset_keys
 from rocmfleet.fleet.bench.bench import Thresholds
-from rocmfleet.fleet.rollout import fleetrollout as fr
+from rocmfleet.fleet.rollout import batches as rbatches
+from rocmfleet.fleet.rollout import gate as rgate
+from rocmfleet.fleet.rollout import report as rreport
+from rocmfleet.fleet.rollout import state as rstate
 from tests.unit.test_bench import raw, result_from  # noqa: F401 - the fixture is used by name
 
-OLD = fr.ImageRef(repository="reg:5000/vllm", tag="0.32.0-lab.1", digest="sha256:" + "a" * 64)
-NEW = fr.ImageRef(repository="reg:5000/vllm", tag="0.32.0-lab.2", digest="sha256:" + "b" * 64)
+OLD = rstate.ImageRef(repository="reg:5000/vllm", tag="0.32.0-lab.1", digest="sha256:" + "a" * 64)
+NEW = rstate.ImageRef(repository="reg:5000/vllm", tag="0.32.0-lab.2", digest="sha256:" + "b" * 64)
 
 
 # --- max-unavailable and batches --------------------------------------------------------------
@@ -29,37 +32,37 @@ NEW = fr.ImageRef(repository="reg:5000/vllm", tag="0.32.0-lab.2", digest="sha256
     [("1", 10, 1), ("3", 2, 3), ("25%", 10, 2), ("25%", 3, 1), ("100%", 7, 7), ("50%", 5, 2), ("10.5%", 100, 10)],
 )
 def test_max_unavailable_count_or_percentage_rounded_down_at_least_one(text, hosts, expected):
-    assert fr.parse_max_unavailable(text, hosts) == expected
+    assert rbatches.parse_max_unavailable(text, hosts) == expected
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "0%", "101%", "x", "%", "1.5", ""])
 def test_bad_max_unavailable_is_refused_naming_the_option(text):
-    with pytest.raises(fr.PlanError, match="--max-unavailable"):
-        fr.parse_max_unavailable(text, 10)
+    with pytest.raises(rbatches.PlanError, match="--max-unavailable"):
+        rbatches.parse_max_unavailable(text, 10)
 
 
 def test_batches_canary_first_then_at_most_max_unavailable():
     hosts = [f"h{i}" for i in range(7)]
-    assert fr.plan_batches(hosts, 1, 2) == [["h0"], ["h1", "h2"], ["h3", "h4"], ["h5", "h6"]]
-    assert fr.plan_batches(hosts, 0, 3) == [["h0", "h1", "h2"], ["h3", "h4", "h5"], ["h6"]]
-    assert fr.plan_batches(hosts, 3, 2) == [["h0", "h1"], ["h2"], ["h3", "h4"], ["h5", "h6"]]
-    with pytest.raises(fr.PlanError, match="--canary"):
-        fr.plan_batches(hosts, -1, 1)
+    assert rbatches.plan_batches(hosts, 1, 2) == [["h0"], ["h1", "h2"], ["h3", "h4"], ["h5", "h6"]]
+    assert rbatches.plan_batches(hosts, 0, 3) == [["h0", "h1", "h2"], ["h3", "h4", "h5"], ["h6"]]
+    assert rbatches.plan_batches(hosts, 3, 2) == [["h0", "h1"], ["h2"], ["h3", "h4"], ["h5", "h6"]]
+    with pytest.raises(rbatches.PlanError, match="--canary"):
+        rbatches.plan_batches(hosts, -1, 1)
 
 
 @given(n=st.integers(0, 40), canary=st.integers(0, 10), most=st.integers(1, 12))
 def test_batches_cover_every_host_once_in_order_and_never_exceed_the_limit(n, canary, most):
     hosts = [f"h{i}" for i in range(n)]
-    batches = fr.plan_batches(hosts, canary, most)
+    batches = rbatches.plan_batches(hosts, canary, most)
     assert [h for b in batches for h in b] == hosts
     assert all(0 < len(b) <= most for b in batches)
     assert not any(set(b) & set(hosts[:canary]) and set(b) - set(hosts[:canary]) for b in batches)
 
 
 def test_image_ref_parses_what_the_units_run():
-    assert fr.ImageRef.parse(OLD.reference) == OLD
-    assert fr.ImageRef.parse("reg:5000/vllm@sha256:" + "a" * 64) is None  # no tag
-    assert fr.ImageRef.parse("reg:5000/vllm:1.0") is None  # no digest
+    assert rstate.ImageRef.parse(OLD.reference) == OLD
+    assert rstate.ImageRef.parse("reg:5000/vllm@sha256:" + "a" * 64) is None  # no tag
+    assert rstate.ImageRef.parse("reg:5000/vllm:1.0") is None  # no digest
     assert OLD.data() == {
         "vllm_image_repository": "reg:5000/vllm",
         "vllm_image_tag": "0.32.0-lab.1",
@@ -70,30 +73,30 @@ def test_image_ref_parses_what_the_units_run():
 # --- state file -------------------------------------------------------------------------------
 
 
-def _state(**changes) -> fr.RolloutState:
+def _state(**changes) -> rstate.RolloutState:
     batches = [["a"], ["b", "c"], ["d"]]
-    hosts = {h: fr.HostState(batch=i, before=OLD, after=NEW) for i, b in enumerate(batches) for h in b}
+    hosts = {h: rstate.HostState(batch=i, before=OLD, after=NEW) for i, b in enumerate(batches) for h in b}
     fields = {"target": NEW, "max_unavailable": 2, **changes}
-    return fr.RolloutState(id="20260101T000000Z", inventory="inventories/prod.py", batches=batches, hosts=hosts,
+    return rstate.RolloutState(id="20260101T000000Z", inventory="inventories/prod.py", batches=batches, hosts=hosts,
                            **fields)  # fmt: skip
 
 
 def test_state_round_trips_and_writes_atomically(tmp_path):
-    path = fr.state_path(tmp_path, "inventories/prod.py")
+    path = rstate.state_path(tmp_path, "inventories/prod.py")
     assert path == tmp_path / "prod" / "rollout-state.json"
     state = _state()
     state.hosts["a"].step = "done"
     state.hosts["b"].step = "switching"
-    fr.save_state(state, path)
+    rstate.save_state(state, path)
     assert not path.with_name(path.name + ".tmp").exists()
-    loaded = fr.load_state(path)
+    loaded = rstate.load_state(path)
     assert loaded == state
     assert loaded.touched() == ["a", "b"]
     assert loaded.remaining_batches() == [1, 2]
-    assert fr.load_state(tmp_path / "none.json") is None
+    assert rstate.load_state(tmp_path / "none.json") is None
     path.write_text("{}")
     with pytest.raises(ValueError, match="not a usable rollout state file"):
-        fr.load_state(path)
+        rstate.load_state(path)
 
 
 def test_touched_means_may_have_changed():
@@ -105,31 +108,31 @@ def test_touched_means_may_have_changed():
 
 
 def test_a_recorded_rollout_refuses_plain_deploys_but_not_its_own(tmp_path, monkeypatch):
-    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
+    monkeypatch.delenv(rstate.OWN_DEPLOY_ENV, raising=False)
     inventory = "inventories/prod.py"
-    assert fr.deploy_refusal(inventory, tmp_path) is None
+    assert rstate.deploy_refusal(inventory, tmp_path) is None
     state = _state()
-    fr.save_state(state, fr.state_path(tmp_path, inventory))
-    why = fr.deploy_refusal(inventory, tmp_path)
+    rstate.save_state(state, rstate.state_path(tmp_path, inventory))
+    why = rstate.deploy_refusal(inventory, tmp_path)
     assert why is not None
     assert "rollout 20260101T000000Z of inventories/prod.py" in why
     assert NEW.reference in why and "--resume" in why and "--rollback" in why
-    assert fr.deploy_refusal("inventories/other.py", tmp_path) is None
-    monkeypatch.setenv(fr.OWN_DEPLOY_ENV, state.id)
-    assert fr.deploy_refusal(inventory, tmp_path) is None
-    monkeypatch.setenv(fr.OWN_DEPLOY_ENV, "another")
-    assert fr.deploy_refusal(inventory, tmp_path) is not None
+    assert rstate.deploy_refusal("inventories/other.py", tmp_path) is None
+    monkeypatch.setenv(rstate.OWN_DEPLOY_ENV, state.id)
+    assert rstate.deploy_refusal(inventory, tmp_path) is None
+    monkeypatch.setenv(rstate.OWN_DEPLOY_ENV, "another")
+    assert rstate.deploy_refusal(inventory, tmp_path) is not None
     for status in ("done", "rolled_back"):
-        fr.save_state(_state(status=status), fr.state_path(tmp_path, inventory))
-        assert fr.deploy_refusal(inventory, tmp_path) is None
+        rstate.save_state(_state(status=status), rstate.state_path(tmp_path, inventory))
+        assert rstate.deploy_refusal(inventory, tmp_path) is None
 
 
 def test_check_on_load_stops_a_deploy_during_a_rollout(tmp_path, monkeypatch, capsys):
     from rocmfleet.config import validate
 
-    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
-    monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path))
-    fr.save_state(_state(), fr.state_path(tmp_path, "inventories/prod.py"))
+    monkeypatch.delenv(rstate.OWN_DEPLOY_ENV, raising=False)
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
+    rstate.save_state(_state(), rstate.state_path(tmp_path, "inventories/prod.py"))
     with pytest.raises(SystemExit) as exited:
         validate.check_on_load(str(Path(__file__).resolve().parents[2] / "inventories" / "prod.py"))
     assert exited.value.code == validate.EXIT_INVALID
@@ -203,44 +206,44 @@ def test_gate_readiness_then_check_then_benchmark(raw):  # noqa: F811
     base = {"2000x150-c4": result_from(raw, "before.json", failed=0)}
     same = {"2000x150-c4": result_from(raw, failed=0)}
     t = Thresholds(regression_tolerance=0.10, ttft_p99_ms=0.001)  # an absolute limit is not the gate's
-    assert fr.gate_decision(None, [], base, same, [], t).passed
-    out = fr.gate_decision("not ready after 900 s", ["vllm::ready[a]: failed"], base, same, [], t)
+    assert rgate.gate_decision(None, [], base, same, [], t).passed
+    out = rgate.gate_decision("not ready after 900 s", ["vllm::ready[a]: failed"], base, same, [], t)
     assert (out.passed, out.gate, out.reasons) == (False, "readiness", ["not ready after 900 s"])
-    out = fr.gate_decision(None, ["vllm::container_image_digest[a]: failed: runs sha256:aa"], base, same, [], t)
+    out = rgate.gate_decision(None, ["vllm::container_image_digest[a]: failed: runs sha256:aa"], base, same, [], t)
     assert (out.gate, out.reasons) == ("check", ["vllm::container_image_digest[a]: failed: runs sha256:aa"])
 
 
 def test_gate_benchmark_regression_failed_requests_and_missing_cases(raw):  # noqa: F811
     base = {"c": result_from(raw, "before.json", failed=0)}
     slow = {"c": result_from(raw, failed=0, output_throughput=124.58542994370372 * 0.5)}
-    out = fr.gate_decision(None, [], base, slow, [], Thresholds(regression_tolerance=0.10))
+    out = rgate.gate_decision(None, [], base, slow, [], Thresholds(regression_tolerance=0.10))
     assert (out.gate, out.regression_only) == ("benchmark", True)  # slower only: the rollout runs it again
     assert out.reasons[0].startswith("c: output_throughput: 62.29 tok/s is 50.0% below the baseline 124.59 tok/s")
-    assert fr.gate_decision(None, [], base, slow, [], Thresholds(regression_tolerance=0.6)).passed
+    assert rgate.gate_decision(None, [], base, slow, [], Thresholds(regression_tolerance=0.6)).passed
     failing = {"c": result_from(raw, failed=3)}
-    out = fr.gate_decision(None, [], base, failing, [], Thresholds())
+    out = rgate.gate_decision(None, [], base, failing, [], Thresholds())
     assert (out.reasons, out.regression_only) == (["c: failed: 3 requests > limit 0"], False)
     slow_and_failing = {"c": result_from(raw, failed=3, output_throughput=1.0)}
-    out = fr.gate_decision(None, [], base, slow_and_failing, [], Thresholds())
+    out = rgate.gate_decision(None, [], base, slow_and_failing, [], Thresholds())
     assert out.regression_only is False and out.reasons[0] == "c: failed: 3 requests > limit 0"
     assert "below the baseline" in out.reasons[1]
-    out = fr.gate_decision(None, [], base, {}, ["c: timed out after 60 s"], Thresholds())
+    out = rgate.gate_decision(None, [], base, {}, ["c: timed out after 60 s"], Thresholds())
     assert out.reasons == ["c: timed out after 60 s"]
-    out = fr.gate_decision(None, [], base, {}, [], Thresholds())
+    out = rgate.gate_decision(None, [], base, {}, [], Thresholds())
     assert out.reasons == ["c: no result after the switch"]
     # no result before the switch: judged on failed requests only
-    assert fr.gate_decision(None, [], {}, slow, [], Thresholds()).passed
+    assert rgate.gate_decision(None, [], {}, slow, [], Thresholds()).passed
 
 
 def test_report_has_a_row_per_host_with_times_and_deltas(raw):  # noqa: F811
     state = _state(status="done")
     state.hosts["a"].times = {"pull": 12.0, "restart": 3.5, "readiness": 40.25, "gate": 30.0}
     state.hosts["a"].step = "done"
-    state.hosts["a"].bench = fr.bench_numbers(
+    state.hosts["a"].bench = rgate.bench_numbers(
         {"c": result_from(raw, failed=0)}, {"c": result_from(raw, failed=0, output_throughput=124.58542994370372 * 1.1)}
     )
     state.hosts["b"].error = "benchmark gate failed: c: failed: 3 requests > limit 0"
-    report = fr.markdown_report(state)
+    report = rreport.markdown_report(state)
     assert "| host | batch | before | after | step | pull s | drain s | restart s | readiness s | gate s |" in report
     row = next(line for line in report.splitlines() if line.startswith("| a |"))
     assert "| canary | 0.32.0-lab.1@aaaaaaaaaaaa | 0.32.0-lab.2@bbbbbbbbbbbb | done | 12.0 | - | 3.5 | 40.2 |" in row
@@ -250,25 +253,25 @@ def test_report_has_a_row_per_host_with_times_and_deltas(raw):  # noqa: F811
 
 def test_status_json_names_the_rollout_steps():
     state = _state()
-    data = json.loads(fr.status_json([{"host": "a", "instance": "x"}], state))
+    data = json.loads(rreport.status_json([{"host": "a", "instance": "x"}], state))
     assert data["rollout"]["target"] == NEW.reference
     assert data["rollout"]["steps"] == {"a": "pending", "b": "pending", "c": "pending", "d": "pending"}
-    assert json.loads(fr.status_json([], None)) == {"rollout": None, "instances": []}
+    assert json.loads(rreport.status_json([], None)) == {"rollout": None, "instances": []}
 
 
 def test_eta_from_the_mean_batch_time():
-    assert fr.eta_s(0, 4, 10.0) is None
-    assert fr.eta_s(1, 4, 100.0) == 300.0
+    assert rbatches.eta_s(0, 4, 10.0) is None
+    assert rbatches.eta_s(1, 4, 100.0) == 300.0
 
 
 def test_an_unreadable_state_path_is_a_clear_error_not_a_traceback(tmp_path):
     (tmp_path / "rollout-state.json").mkdir()
     with pytest.raises(ValueError, match="cannot read the rollout state"):
-        fr.load_state(tmp_path / "rollout-state.json")
+        rstate.load_state(tmp_path / "rollout-state.json")
     bad = tmp_path / "bad.json"
     bad.write_text('{"id": 1}')
     with pytest.raises(ValueError, match=r"not a usable rollout state file \(\d+ problem\(s\)\)"):
-        fr.load_state(bad)
+        rstate.load_state(bad)
 
 
 def _edited(tmp_path, edit) -> list[str]:
@@ -278,7 +281,7 @@ def _edited(tmp_path, edit) -> list[str]:
     path = tmp_path / "state.json"
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError) as refused:
-        fr.load_state(path)
+        rstate.load_state(path)
     head, *lines = str(refused.value).splitlines()
     assert head.startswith(f"{path}: not a usable rollout state file ({len(lines)} problem(s))")
     return [line.removeprefix("  - ") for line in lines]
@@ -330,41 +333,41 @@ def test_a_host_given_twice_in_the_file_is_refused(tmp_path):
     entry = text[text.index('"a": {') : text.index('"b": {')]
     path.write_text(text.replace('"b": {', entry + '"b": {', 1))
     with pytest.raises(ValueError, match="'a': given more than once in one object"):
-        fr.load_state(path)
+        rstate.load_state(path)
 
 
 def test_state_lives_beside_the_inventory_whatever_the_working_directory(tmp_path, monkeypatch):
-    monkeypatch.delenv(fr.RESULTS_ENV, raising=False)
+    monkeypatch.delenv(rstate.RESULTS_ENV, raising=False)
     (tmp_path / "inventories").mkdir()
     (tmp_path / "elsewhere").mkdir()
     inventory = tmp_path / "inventories" / "prod.py"
-    fr.save_state(_state(), fr.state_path(fr.results_root(None, inventory), inventory))
-    assert (tmp_path / "inventories" / "rollout-results" / "prod" / fr.STATE_NAME).is_file()
+    rstate.save_state(_state(), rstate.state_path(rstate.results_root(None, inventory), inventory))
+    assert (tmp_path / "inventories" / "rollout-results" / "prod" / rstate.STATE_NAME).is_file()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    assert fr.deploy_refusal(inventory) is not None  # a deploy started from another directory sees it
+    assert rstate.deploy_refusal(inventory) is not None  # a deploy started from another directory sees it
     monkeypatch.chdir(tmp_path)
-    assert fr.deploy_refusal("inventories/prod.py") is not None
-    monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path / "other"))
-    assert fr.deploy_refusal(inventory) is None  # the environment names another root
+    assert rstate.deploy_refusal("inventories/prod.py") is not None
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path / "other"))
+    assert rstate.deploy_refusal(inventory) is None  # the environment names another root
 
 
 def test_a_restart_blocks_deploys_only_while_running_and_offers_no_rollback(tmp_path, monkeypatch):
-    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
+    monkeypatch.delenv(rstate.OWN_DEPLOY_ENV, raising=False)
     inventory = "inventories/prod.py"
     restart = _state(kind="restart", target=None)
-    fr.save_state(restart, fr.state_path(tmp_path, inventory))
-    why = fr.deploy_refusal(inventory, tmp_path)
+    rstate.save_state(restart, rstate.state_path(tmp_path, inventory))
+    why = rstate.deploy_refusal(inventory, tmp_path)
     assert why is not None and "(rolling restart)" in why and "--resume" in why and "--rollback" not in why
-    fr.save_state(_state(kind="restart", target=None, status="failed"), fr.state_path(tmp_path, inventory))
-    assert fr.deploy_refusal(inventory, tmp_path) is None  # it changed no image; a deploy may fix its host
+    rstate.save_state(_state(kind="restart", target=None, status="failed"), rstate.state_path(tmp_path, inventory))
+    assert rstate.deploy_refusal(inventory, tmp_path) is None  # it changed no image; a deploy may fix its host
     assert _state(status="failed").blocking  # a failed rollout's hosts may run two images: it blocks
 
 
 def test_a_corrupt_state_file_stops_a_deploy_with_every_problem(tmp_path):
-    path = fr.state_path(tmp_path, "inventories/prod.py")
-    fr.save_state(_state(), path)
+    path = rstate.state_path(tmp_path, "inventories/prod.py")
+    rstate.save_state(_state(), path)
     path.write_text(path.read_text().replace('"step": "pending"', '"step": "swiched"'))
-    why = fr.deploy_refusal("inventories/prod.py", tmp_path)
+    why = rstate.deploy_refusal("inventories/prod.py", tmp_path)
     assert why.startswith(f"{path}: not a usable rollout state file (4 problem(s))")
     assert why.endswith("\nFix the file, or remove it, before deploying")
 
@@ -373,19 +376,19 @@ def test_one_rollout_process_per_inventory_and_each_writer_its_own_temp_file(tmp
     import subprocess
     import sys
 
-    from rocmfleet.fleet.rollout import rolloutrun
+    from rocmfleet.fleet.rollout import command
 
-    path = fr.state_path(tmp_path, "inventories/prod.py")
+    path = rstate.state_path(tmp_path, "inventories/prod.py")
     held = subprocess.Popen(  # another process holds the lock, as a running rollout does
         [sys.executable, "-c", "import sys, time; from pathlib import Path\n"
-         "from rocmfleet.fleet.rollout import fleetrollout as fr\n"
-         "with fr.run_lock(Path(sys.argv[1])):\n print('held', flush=True); time.sleep(60)", str(path)],
+         "from rocmfleet.fleet.rollout import state as rstate\n"
+         "with rstate.run_lock(Path(sys.argv[1])):\n print('held', flush=True); time.sleep(60)", str(path)],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],
     )  # fmt: skip
     try:
         assert held.stdout.readline().strip() == "held"
         errors: list[str] = []
-        code = rolloutrun.run_rollout(
+        code = command.run_rollout(
             "inventories/prod.py", resume=True, results_dir=str(tmp_path), emit=print, error=errors.append
         )
         assert code == 2 and "another rollout or restart process holds" in errors[0], errors
@@ -393,28 +396,28 @@ def test_one_rollout_process_per_inventory_and_each_writer_its_own_temp_file(tmp
     finally:
         held.kill()
         held.wait()
-    with fr.run_lock(path):  # the kernel dropped the killed holder's lock
-        fr.save_state(_state(), path)
+    with rstate.run_lock(path):  # the kernel dropped the killed holder's lock
+        rstate.save_state(_state(), path)
     assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
-    assert fr.load_state(path).id == _state().id
+    assert rstate.load_state(path).id == _state().id
 
 
 def test_a_state_file_nested_too_deep_or_not_utf8_is_one_clear_error(tmp_path):
-    path = fr.state_path(tmp_path, "inventories/prod.py")
+    path = rstate.state_path(tmp_path, "inventories/prod.py")
     path.parent.mkdir(parents=True)
     for content, words in ((b"[" * 100000, "nested too deeply"), (b"\xff\xfe{", "not UTF-8")):
         path.write_bytes(content)
         with pytest.raises(ValueError, match=words) as raised:
-            fr.load_state(path)
+            rstate.load_state(path)
         assert str(path) in str(raised.value) and "nothing was done" in str(raised.value)
 
 
 @pytest.mark.parametrize("run_id", ["", "../../etc", "/tmp/x", ".hidden", "a/b"])
 def test_a_state_whose_id_is_a_path_is_refused(tmp_path, run_id):
-    path = fr.state_path(tmp_path, "inventories/prod.py")
+    path = rstate.state_path(tmp_path, "inventories/prod.py")
     path.parent.mkdir(parents=True)
     data = json.loads(_state().model_dump_json())
     data["id"] = run_id
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="id"):
-        fr.load_state(path)
+        rstate.load_state(path)

@@ -15,7 +15,7 @@ from rocmfleet.config.settings import host_config
 from rocmfleet.domain import vllm
 from rocmfleet.facts.state import HostState, parse_state, state_args
 from rocmfleet.facts.topology import parse_fact_output
-from rocmfleet.fleet.rollout import rollout
+from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.plan import hoststate, vllmplan
 from rocmfleet.plan.hoststate import WantedFile
 from tests.unit.test_vllm_role import DATA, TOPOLOGY, changed, run_role

@@ -1,4 +1,4 @@
-"""rocmfleet.fleet.rollout.rollout: the argument check, the last good copies, wait and roll back.
+"""rocmfleet.fleet.rollout.swap: the argument check, the last good copies, wait and roll back.
 
 The shell is run for real (``sh``) in a temporary directory, with stand-ins for ``curl``,
 ``docker``, ``systemctl``, ``journalctl`` and ``install`` (without ``-o``/``-g``) on ``PATH``.
@@ -24,7 +24,7 @@ from pyinfra.api import FunctionCommand
 from rocmfleet import scripts
 from rocmfleet.config.profiles import ReadyProbe
 from rocmfleet.domain import readiness, vllm
-from rocmfleet.fleet.rollout import rollout
+from rocmfleet.fleet.rollout import hoststeps, swap
 from tests.unit.conftest import TOPOLOGY
 
 IMAGE = "reg:5000/vllm:new@sha256:" + "ab" * 32
@@ -35,15 +35,15 @@ OLD_IMAGE = "reg:5000/vllm:old@sha256:" + "cd" * 32
 
 
 def test_serve_record_is_one_sorted_json_line():
-    record = rollout.serve_record(IMAGE, ["/m", "--port", "8000"], {"B": "2", "A": "1"})
+    record = swap.serve_record(IMAGE, ["/m", "--port", "8000"], {"B": "2", "A": "1"})
     assert record == (
         '{"env": {"A": "1", "B": "2"}, "image": "' + IMAGE + '", "serve_args": ["/m", "--port", "8000"]}\n'
     )
-    assert record == rollout.serve_record(IMAGE, ("/m", "--port", "8000"), {"A": "1", "B": "2"})
+    assert record == swap.serve_record(IMAGE, ("/m", "--port", "8000"), {"A": "1", "B": "2"})
 
 
 def test_check_runs_a_throwaway_container_without_devices_network_or_pull():
-    argv = rollout.serve_args_check_argv(IMAGE, ["/m", "--port", "8000"], {"Z": "1", "A": "x y"}, "a")
+    argv = swap.serve_args_check_argv(IMAGE, ["/m", "--port", "8000"], {"Z": "1", "A": "x y"}, "a")
     image_at = argv.index(IMAGE)
     assert argv[:image_at] == [
         "docker", "run", "--rm", "--network=none", "--pull=never",
@@ -51,12 +51,12 @@ def test_check_runs_a_throwaway_container_without_devices_network_or_pull():
         "--entrypoint", "python3",
         "--env", "A=x y", "--env", "Z=1",
     ]  # fmt: skip
-    assert argv[image_at + 1 :] == ["-c", rollout.PARSER_PROBE, '["/m", "--port", "8000"]']
+    assert argv[image_at + 1 :] == ["-c", swap.PARSER_PROBE, '["/m", "--port", "8000"]']
     assert not any(a.startswith("--device") for a in argv)
 
 
 def test_check_script_fails_saying_nothing_was_swapped():
-    script = rollout.serve_args_check_script(IMAGE, ["/m"], {}, "a")
+    script = swap.serve_args_check_script(IMAGE, ["/m"], {}, "a")
     assert script.endswith(
         f"|| {{ echo 'vLLM in {IMAGE} rejects the new vllm serve arguments of instance a; nothing was swapped' >&2;"
         " exit 1; }"
@@ -107,7 +107,7 @@ def fake_vllm(root: Path, layout: str) -> Path:
 def probe(tmp_path: Path, layout: str, argv: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(fake_vllm(tmp_path, layout))}
     return subprocess.run(
-        [sys.executable, "-c", rollout.PARSER_PROBE, json.dumps(argv)],
+        [sys.executable, "-c", swap.PARSER_PROBE, json.dumps(argv)],
         capture_output=True,
         text=True,
         env=env,
@@ -144,7 +144,7 @@ def test_probe_runs_vllms_checks_after_parsing(tmp_path):
 
 def test_probe_without_a_known_parser_exits_3(tmp_path):
     result = probe(tmp_path, "none", ["/m"])
-    assert result.returncode == rollout.NO_PARSER_EXIT
+    assert result.returncode == swap.NO_PARSER_EXIT
     assert result.stderr.startswith("rocmfleet: no vllm serve argument parser in this image:")
 
 
@@ -210,10 +210,10 @@ def host(tmp_path):
         path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
         path.chmod(0o755)
 
-    def run(script: str | rollout.WaitCommand) -> subprocess.CompletedProcess:
+    def run(script: str | swap.WaitCommand) -> subprocess.CompletedProcess:
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STATE": str(state)}
         stdin = ""
-        if isinstance(script, rollout.WaitCommand):  # the command, its targets on stdin
+        if isinstance(script, swap.WaitCommand):  # the command, its targets on stdin
             script, stdin = script.command, script.stdin
         return subprocess.run(
             ["sh", "-c", script], input=stdin, capture_output=True, text=True, env=env, check=False, timeout=60
@@ -223,10 +223,10 @@ def host(tmp_path):
     return run
 
 
-def instance_files(tmp_path: Path, name: str) -> rollout.LastGoodFiles:
+def instance_files(tmp_path: Path, name: str) -> swap.LastGoodFiles:
     etc = tmp_path / "etc"
     (etc / "systemd").mkdir(parents=True, exist_ok=True)
-    return rollout.last_good_files(
+    return swap.last_good_files(
         str(etc),
         name,
         str(etc / "systemd" / f"vllm-{name}.service"),
@@ -235,19 +235,19 @@ def instance_files(tmp_path: Path, name: str) -> rollout.LastGoodFiles:
     )
 
 
-def write_live(files: rollout.LastGoodFiles, version: str) -> None:
+def write_live(files: swap.LastGoodFiles, version: str) -> None:
     for name, path in files.live.items():
         Path(path).write_text(f"{name} of {version}\n")
 
 
-def live_text(files: rollout.LastGoodFiles) -> dict[str, str]:
+def live_text(files: swap.LastGoodFiles) -> dict[str, str]:
     return {name: Path(path).read_text() for name, path in files.live.items()}
 
 
-def last_good_state(host, files) -> rollout.LastGoodState:
-    result = host(rollout.last_good_state_command(files))
+def last_good_state(host, files) -> swap.LastGoodState:
+    result = host(swap.last_good_state_command(files))
     assert result.returncode == 0, result.stderr
-    return rollout.parse_last_good_state(result.stdout.splitlines())
+    return swap.parse_last_good_state(result.stdout.splitlines())
 
 
 def test_state_of_an_instance_never_saved_is_incomplete(host, tmp_path):
@@ -261,14 +261,14 @@ def test_state_of_an_instance_never_saved_is_incomplete(host, tmp_path):
 def test_save_then_state_is_same_and_names_the_image(host, tmp_path):
     files = instance_files(tmp_path, "a")
     write_live(files, "v1")
-    record = rollout.serve_record(OLD_IMAGE, ["/m"], {"A": "1"})
-    assert host(rollout.save_last_good_script(files, record)).returncode == 0
+    record = swap.serve_record(OLD_IMAGE, ["/m"], {"A": "1"})
+    assert host(swap.save_last_good_script(files, record)).returncode == 0
     state = last_good_state(host, files)
     assert (state.complete, state.same, state.image) == (True, True, OLD_IMAGE)
     assert state.serve == json.loads(record)
     assert Path(files.serve_json).read_text() == record
     assert stat.S_IMODE(os.stat(files.directory).st_mode) == 0o700
-    for name in rollout.SAVED_FILES:
+    for name in swap.SAVED_FILES:
         assert stat.S_IMODE(os.stat(files.saved(name)).st_mode) == 0o600
         assert Path(files.saved(name)).read_text() == f"{name} of v1\n"
 
@@ -276,7 +276,7 @@ def test_save_then_state_is_same_and_names_the_image(host, tmp_path):
 def test_a_new_env_file_makes_the_state_differ(host, tmp_path):
     files = instance_files(tmp_path, "a")
     write_live(files, "v1")
-    host(rollout.save_last_good_script(files, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
+    host(swap.save_last_good_script(files, swap.serve_record(OLD_IMAGE, ["/m"], {})))
     Path(files.live["env"]).write_text("env of v2\n")
     state = last_good_state(host, files)
     assert state.files == {"unit": "same", "env": "differs", "secrets": "same"}
@@ -284,7 +284,7 @@ def test_a_new_env_file_makes_the_state_differ(host, tmp_path):
 
 
 def test_parse_ignores_noise_and_bad_json():
-    state = rollout.parse_last_good_state(["unit same", "env differs", "secrets same", "serve {not json", "junk"])
+    state = swap.parse_last_good_state(["unit same", "env differs", "secrets same", "serve {not json", "junk"])
     assert state.files == {"unit": "same", "env": "differs", "secrets": "same"}
     assert (state.serve, state.complete) == (None, False)
 
@@ -292,8 +292,8 @@ def test_parse_ignores_noise_and_bad_json():
 # --- wait, and roll back what is not ready -------------------------------------------------------
 
 
-def target(files: rollout.LastGoodFiles, name: str, port: int, roll_back_to: str | None) -> rollout.WaitTarget:
-    return rollout.WaitTarget(
+def target(files: swap.LastGoodFiles, name: str, port: int, roll_back_to: str | None) -> swap.WaitTarget:
+    return swap.WaitTarget(
         name=name,
         unit=f"vllm-{name}.service",
         container=f"vllm-{name}",
@@ -314,7 +314,7 @@ def test_all_ready_exits_0_and_touches_nothing(host, tmp_path):
     (host.state / "ready-8000").touch()
     (host.state / "ready-8001").touch()
     a, b = instance_files(tmp_path, "a"), instance_files(tmp_path, "b")
-    script = rollout.wait_or_roll_back_script([target(a, "a", 8000, None), target(b, "b", 8001, None)], 5, 5, 1)
+    script = swap.wait_or_roll_back_script([target(a, "a", 8000, None), target(b, "b", 8001, None)], 5, 5, 1)
     result = host(script)
     assert (result.returncode, result.stderr, calls(host)) == (0, "", [])
 
@@ -323,13 +323,11 @@ def test_the_instance_not_ready_is_rolled_back_and_the_host_fails(host, tmp_path
     a, b = instance_files(tmp_path, "a"), instance_files(tmp_path, "b")
     for files in (a, b):
         write_live(files, "v1")
-        host(rollout.save_last_good_script(files, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
+        host(swap.save_last_good_script(files, swap.serve_record(OLD_IMAGE, ["/m"], {})))
         write_live(files, "v2")
     (host.state / "ready-8001").touch()  # b's new version is ready; a's is not
     (host.state / "heals-vllm-a.service").write_text("8000")  # a's old version comes back
-    script = rollout.wait_or_roll_back_script(
-        [target(a, "a", 8000, OLD_IMAGE), target(b, "b", 8001, OLD_IMAGE)], 1, 5, 1
-    )
+    script = swap.wait_or_roll_back_script([target(a, "a", 8000, OLD_IMAGE), target(b, "b", 8001, OLD_IMAGE)], 1, 5, 1)
     result = host(script)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
@@ -354,11 +352,11 @@ def test_the_instance_not_ready_is_rolled_back_and_the_host_fails(host, tmp_path
 def test_the_rollback_puts_the_copies_back_with_the_live_modes(host, tmp_path):
     files = instance_files(tmp_path, "a")
     write_live(files, "v1")
-    host(rollout.save_last_good_script(files, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
+    host(swap.save_last_good_script(files, swap.serve_record(OLD_IMAGE, ["/m"], {})))
     write_live(files, "v2")
     for path in files.live.values():
         os.chmod(path, 0o666)
-    result = host(rollout.wait_or_roll_back_script([target(files, "a", 8000, OLD_IMAGE)], 1, 1, 1))
+    result = host(swap.wait_or_roll_back_script([target(files, "a", 8000, OLD_IMAGE)], 1, 1, 1))
     assert result.returncode == 1
     assert live_text(files) == {"unit": "unit of v1\n", "env": "env of v1\n", "secrets": "secrets of v1\n"}
     modes = {name: stat.S_IMODE(os.stat(path).st_mode) for name, path in files.live.items()}
@@ -368,7 +366,7 @@ def test_the_rollback_puts_the_copies_back_with_the_live_modes(host, tmp_path):
 def test_without_a_version_to_roll_back_to_it_only_fails(host, tmp_path):
     a = instance_files(tmp_path, "a")
     write_live(a, "v2")
-    result = host(rollout.wait_or_roll_back_script([target(a, "a", 8000, None)], 1, 5, 1))
+    result = host(swap.wait_or_roll_back_script([target(a, "a", 8000, None)], 1, 5, 1))
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == "vllm-a.service: no last good version to roll back to; left as it is"
     assert calls(host) == ["docker logs --tail 40 vllm-a"]
@@ -378,9 +376,9 @@ def test_without_a_version_to_roll_back_to_it_only_fails(host, tmp_path):
 def test_an_old_version_that_does_not_come_back_is_said_too(host, tmp_path):
     a = instance_files(tmp_path, "a")
     write_live(a, "v1")
-    host(rollout.save_last_good_script(a, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
+    host(swap.save_last_good_script(a, swap.serve_record(OLD_IMAGE, ["/m"], {})))
     write_live(a, "v2")
-    result = host(rollout.wait_or_roll_back_script([target(a, "a", 8000, OLD_IMAGE)], 1, 1, 1))
+    result = host(swap.wait_or_roll_back_script([target(a, "a", 8000, OLD_IMAGE)], 1, 1, 1))
     assert result.returncode == 1
     assert result.stderr.splitlines()[-4:] == [
         f"vllm-a.service rolled back to image {OLD_IMAGE}, but it is not ready after 1 s either; last log lines:",
@@ -395,7 +393,7 @@ def test_a_failed_unit_is_not_waited_for_until_the_deadline(host, tmp_path):
     write_live(a, "v2")
     (host.state / "failed-vllm-a.service").touch()  # e.g. its GPUs are held: the unit does not retry
     started = time.monotonic()
-    result = host(rollout.wait_or_roll_back_script([target(a, "a", 8000, None)], 30, 5, 1))
+    result = host(swap.wait_or_roll_back_script([target(a, "a", 8000, None)], 30, 5, 1))
     assert time.monotonic() - started < 10
     assert result.returncode == 1
     assert "vllm-a.service failed (see systemctl status vllm-a.service); not waiting for it any longer" in result.stderr
@@ -404,7 +402,7 @@ def test_a_failed_unit_is_not_waited_for_until_the_deadline(host, tmp_path):
 def test_logs_fall_back_to_the_journal_when_the_container_is_gone(host, tmp_path):
     (host.state.parent / "bin" / "docker").write_text("#!/bin/sh\necho 'Error: No such container' >&2\nexit 1\n")
     a = instance_files(tmp_path, "a")
-    result = host(rollout.wait_or_roll_back_script([target(a, "a", 8000, None)], 1, 1, 1))
+    result = host(swap.wait_or_roll_back_script([target(a, "a", 8000, None)], 1, 1, 1))
     assert "journal of --no-pager -o cat -n 40 -u vllm-a.service" in result.stderr.splitlines()
 
 
@@ -587,13 +585,13 @@ def test_live_is_not_serving_on_a_silent_port_or_one_held_by_another_process(hos
 def test_a_wrong_answer_rolls_back_at_once_and_the_old_version_is_not_asked_it(host, tmp_path):
     a = instance_files(tmp_path, "a")
     write_live(a, "v1")
-    host(rollout.save_last_good_script(a, rollout.serve_record(OLD_IMAGE, ["/m"], {})))
+    host(swap.save_last_good_script(a, swap.serve_record(OLD_IMAGE, ["/m"], {})))
     write_live(a, "v2")
     (host.state / "ready-8000").touch()
     (host.state / "completions-8000").write_text(answer(" Berlin"))  # the old version answers the same
-    wrong = rollout.WaitTarget(**{**target(a, "a", 8000, OLD_IMAGE).__dict__, "ready_probe": PARIS})
+    wrong = swap.WaitTarget(**{**target(a, "a", 8000, OLD_IMAGE).__dict__, "ready_probe": PARIS})
     started = time.monotonic()
-    result = host(rollout.wait_or_roll_back_script([wrong], 60, 5, 1))
+    result = host(swap.wait_or_roll_back_script([wrong], 60, 5, 1))
     assert time.monotonic() - started < 20  # not the 60 s deadline
     assert result.returncode == 1
     lines = result.stderr.splitlines()
@@ -612,7 +610,7 @@ class FakeHost:
 
     name = "gpu-1"
 
-    def __init__(self, ready: dict[int, bool], saved: dict[str, rollout.LastGoodState], **facts) -> None:
+    def __init__(self, ready: dict[int, bool], saved: dict[str, swap.LastGoodState], **facts) -> None:
         self.ready, self.saved, self.noops = ready, saved, []
         self.facts = {"GpuTopology": TOPOLOGY, "DeviceGroupIds": [44, 992], **facts}
 
@@ -632,8 +630,8 @@ class FakeHost:
         self.noops.append(message)
 
 
-def saved_state(files: str, serve: dict | None) -> rollout.LastGoodState:
-    return rollout.LastGoodState(files=dict.fromkeys(rollout.SAVED_FILES, files), serve=serve)
+def saved_state(files: str, serve: dict | None) -> swap.LastGoodState:
+    return swap.LastGoodState(files=dict.fromkeys(swap.SAVED_FILES, files), serve=serve)
 
 
 @pytest.fixture
@@ -667,7 +665,7 @@ def test_check_is_a_noop_when_the_last_good_version_ran_the_same(ops, tmp_path, 
     files = instance_files(tmp_path, "tiny-llama-a")
     inst = lab_config.instances()[0]
     args, env = vllm.serve_args(lab_config, inst), expected_env(lab_config, inst.name)
-    record = json.loads(rollout.serve_record(lab_config.image.reference, args, env))
+    record = json.loads(swap.serve_record(lab_config.image.reference, args, env))
     fake = FakeHost({}, {files.directory: saved_state("same", record)})
     vllm_ops = ops(fake)
     assert list(vllm_ops.serve_args_check._inner(lab_config, inst.name, files)) == []
@@ -675,7 +673,7 @@ def test_check_is_a_noop_when_the_last_good_version_ran_the_same(ops, tmp_path, 
     # a last good version on another image: checked with the instance's placed environment
     fake = FakeHost({}, {files.directory: saved_state("same", {**record, "image": OLD_IMAGE})})
     checked = commands(ops(fake).serve_args_check._inner(lab_config, inst.name, files))
-    assert checked == [rollout.serve_args_check_script(lab_config.image.reference, args, env, inst.name)]
+    assert checked == [swap.serve_args_check_script(lab_config.image.reference, args, env, inst.name)]
     assert "CUDA_VISIBLE_DEVICES=0" in checked[0]
 
 
@@ -752,7 +750,7 @@ def test_wait_rolls_back_only_what_is_not_ready_and_has_a_different_last_good(op
     targets = [target(a, "a", 8000, None), target(b, "b", 8001, None), target(c, "c", 8002, None)]
     (command,) = ops(fake).ready_or_roll_back._inner(targets, 10, 20)
     # a: new files, a complete last good version -> restored; b: unchanged, nothing to go back to; c: ready
-    expected = rollout.wait_or_roll_back_script([target(a, "a", 8000, OLD_IMAGE), target(b, "b", 8001, None)], 10, 20)
+    expected = swap.wait_or_roll_back_script([target(a, "a", 8000, OLD_IMAGE), target(b, "b", 8001, None)], 10, 20)
     assert str(command) == expected.command
     assert command.connector_arguments == {"_stdin": expected.stdin}  # pyinfra sends the targets on stdin
 
@@ -768,10 +766,10 @@ def test_last_good_is_kept_once_and_only_when_ready(ops, tmp_path, lab_config):
     inst = lab_config.instances()[0]
     files = instance_files(tmp_path, inst.name)
     env = expected_env(lab_config, inst.name)
-    record = rollout.serve_record(lab_config.image.reference, vllm.serve_args(lab_config, inst), env)
+    record = swap.serve_record(lab_config.image.reference, vllm.serve_args(lab_config, inst), env)
     unsaved = FakeHost({8000: True}, {files.directory: saved_state("missing", None)})
     assert commands(ops(unsaved).last_good._inner(lab_config, inst.name, files)) == [
-        rollout.save_last_good_script(files, record)
+        swap.save_last_good_script(files, record)
     ]
     saved = FakeHost({8000: True}, {files.directory: saved_state("same", json.loads(record))})
     assert commands(ops(saved).last_good._inner(lab_config, inst.name, files)) == []
@@ -793,8 +791,8 @@ def test_a_baked_image_runs_only_where_its_cache_key_matches(ops, lab_data):
 def test_a_warm_up_runs_once_the_probe_passes_and_gates_readiness(host, tmp_path):
     (host.state / "ready-8000").touch()
     a = instance_files(tmp_path, "a")
-    warm = rollout.WaitTarget(**{**target(a, "a", 8000, None).__dict__, "warmup": "echo warmed >> $STATE/calls; false"})
-    result = host(rollout.wait_or_roll_back_script([warm], 2, 2, 1))
+    warm = swap.WaitTarget(**{**target(a, "a", 8000, None).__dict__, "warmup": "echo warmed >> $STATE/calls; false"})
+    result = host(swap.wait_or_roll_back_script([warm], 2, 2, 1))
     assert result.returncode == 1  # ready by the probe, but the warm-up failed: not ready
     assert "warmed" in calls(host)
 
@@ -808,11 +806,11 @@ def test_the_wait_command_stays_small_for_many_instances(tmp_path, lab_config, c
     from rocmfleet import scripts
     from rocmfleet.domain import warmup
 
-    def targets(n: int) -> list[rollout.WaitTarget]:
+    def targets(n: int) -> list[swap.WaitTarget]:
         files = instance_files(tmp_path, "a")
         base = target(files, "a", 8000, OLD_IMAGE).__dict__
         return [
-            rollout.WaitTarget(
+            swap.WaitTarget(
                 **{
                     **base,
                     "name": f"i{i}",
@@ -826,8 +824,8 @@ def test_the_wait_command_stays_small_for_many_instances(tmp_path, lab_config, c
             for i in range(n)
         ]
 
-    wait = rollout.wait_or_roll_back_script(targets(count), 1800, 1800)
-    one = rollout.wait_or_roll_back_script(targets(1), 1800, 1800)
+    wait = swap.wait_or_roll_back_script(targets(count), 1800, 1800)
+    one = swap.wait_or_roll_back_script(targets(1), 1800, 1800)
     assert len(shlex.quote(wait.command).encode()) < 128 * 1024 - 4096
     # the command does not grow with the instances: only the count at its end differs
     assert wait.command.removesuffix(f" {count}") == one.command.removesuffix(" 1")
@@ -847,8 +845,8 @@ def test_many_targets_with_warm_ups_are_all_waited_for_from_stdin(host, tmp_path
         files = instance_files(tmp_path, f"i{i}")
         warm = f"echo warmed i{i} >> $STATE/calls; : {shlex.quote(scripts.text('vllm-warmup.sh'))}"  # of size
         base = target(files, f"i{i}", 9000 + i, None).__dict__
-        targets.append(rollout.WaitTarget(**{**base, "warmup": warm}))
-    wait = rollout.wait_or_roll_back_script(targets, 5, 5, 1)
+        targets.append(swap.WaitTarget(**{**base, "warmup": warm}))
+    wait = swap.wait_or_roll_back_script(targets, 5, 5, 1)
     assert len(wait.stdin.encode()) > 128 * 1024
     result = host(wait)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -860,18 +858,18 @@ def test_a_stdin_with_fewer_targets_than_counted_fails_never_passes(host, tmp_pa
     targets = [target(instance_files(tmp_path, name), name, port, None) for name, port in (("a", 8000), ("b", 8001))]
     for port in (8000, 8001):
         (host.state / f"ready-{port}").touch()
-    wait = rollout.wait_or_roll_back_script(targets, 1, 1, 1)
+    wait = swap.wait_or_roll_back_script(targets, 1, 1, 1)
     first = wait.stdin.splitlines(keepends=True)[0]
     stdin = {"empty": "", "one line lost": first, "not a target": first + "tarjet a b\n"}[cut]
-    result = host(rollout.WaitCommand(wait.command, stdin))
+    result = host(swap.WaitCommand(wait.command, stdin))
     assert result.returncode == 2, result.stderr
     assert "target(s) on stdin, 2 expected" in result.stderr
     assert host(wait).returncode == 0  # the whole list: both ready
 
 
 def test_a_target_line_with_a_missing_word_says_how_to_call_the_wait(host, tmp_path):
-    wait = rollout.wait_or_roll_back_script([target(instance_files(tmp_path, "a"), "a", 8000, None)], 1, 1, 1)
-    broken = rollout.WaitCommand(wait.command, wait.stdin.rsplit(" ", 1)[0] + "\n")
+    wait = swap.wait_or_roll_back_script([target(instance_files(tmp_path, "a"), "a", 8000, None)], 1, 1, 1)
+    broken = swap.WaitCommand(wait.command, wait.stdin.rsplit(" ", 1)[0] + "\n")
     result = host(broken)
     assert result.returncode == 2 and result.stderr.startswith("usage: vllm-wait.sh TIMEOUT_S")
 
@@ -880,43 +878,41 @@ def test_a_target_line_with_a_missing_word_says_how_to_call_the_wait(host, tmp_p
 
 
 def restart_steps(host, lab_data, monkeypatch, **data):
-    """rolloutrun.HostSteps for one host whose commands run under ``host`` (the stand-ins)."""
+    """hoststeps.HostSteps for one host whose commands run under ``host`` (the stand-ins)."""
     from rocmfleet.config.settings import host_config
     from rocmfleet.fleet.connect import Result
-    from rocmfleet.fleet.rollout import rolloutrun
 
     config = host_config({**lab_data, **data})
     sent: list[tuple[str, str | None]] = []
 
     def run(self, name, command, timeout_s, gate, stdin=None):
         sent.append((command, stdin))
-        done = host(rollout.WaitCommand(command, stdin or ""))
+        done = host(swap.WaitCommand(command, stdin or ""))
         return Result(done.returncode, done.stdout.encode(), done.stderr.encode())
 
-    monkeypatch.setattr(rolloutrun.HostSteps, "_run", run)
+    monkeypatch.setattr(hoststeps.HostSteps, "_run", run)
     target = type("Target", (), {"config": config})()
     for instance in config.instances():  # every instance serves and gives the profile's known answers
         (host.state / f"ready-{instance.port}").touch()
         (host.state / f"models-{instance.port}").write_text('{"data":[{"id":"tiny-llama"}]}')
         (host.state / f"completions-{instance.port}").write_text(answer(" pole pole pole pole"))
         (host.state / f"chat-{instance.port}").write_text(answer(" back ribasese\ufffdrise", chat=True))
-    return rolloutrun.HostSteps("inv.py", {"gpu-1": target}, None, "r1"), config, sent
+    return hoststeps.HostSteps("inv.py", {"gpu-1": target}, None, "r1"), config, sent
 
 
 def test_a_rolling_restart_waits_with_the_deploys_wait_and_its_targets_on_stdin(host, lab_data, monkeypatch):
-    from rocmfleet.fleet.rollout import rolloutrun
 
     steps, config, sent = restart_steps(host, lab_data, monkeypatch, vllm_ready_timeout_s=30)
     times = steps.switch("gpu-1", None)
     assert set(times) == {"restart", "readiness"}
     units = [f"vllm-{i.name}.service" for i in config.instances()]
     assert calls(host) == [f"systemctl restart {' '.join(units)}"]
-    wait = rollout.wait_or_roll_back_script(rollout.wait_targets(config), 30, 0, rolloutrun.POLL_S)
+    wait = swap.wait_or_roll_back_script(swap.wait_targets(config), 30, 0, hoststeps.POLL_S)
     assert sent[1] == (wait.command, wait.stdin)  # the deploy's targets: known answer, warm-up
 
 
 def test_a_rolling_restart_gives_up_at_once_on_a_failed_unit(host, lab_data, monkeypatch):
-    from rocmfleet.fleet.rollout.rolloutrun import StepError
+    from rocmfleet.fleet.rollout.runner import StepError
 
     steps, config, _sent = restart_steps(host, lab_data, monkeypatch, vllm_ready_timeout_s=50)
     first = config.instances()[0]
@@ -934,11 +930,11 @@ def test_a_rolling_restart_gives_up_at_once_on_a_failed_unit(host, lab_data, mon
 
 
 def test_served_by_reads_the_port_and_name_as_vllm_does():
-    assert rollout.served_by(["/m", "--served-model-name", "tiny", "--port", "8001"]) == (8001, "tiny")
-    assert rollout.served_by(["/m", "--port=8002", "--port", "8003"]) == (8003, "/m")  # the last wins; the model
-    assert rollout.served_by(["/m", "--served-model-name", "a", "b", "--host", "0.0.0.0"]) == (8000, "a")
-    assert rollout.served_by(["/m", "--served-model-name=x"]) == (8000, "x")
-    assert rollout.served_by([]) == (8000, None)
+    assert swap.served_by(["/m", "--served-model-name", "tiny", "--port", "8001"]) == (8001, "tiny")
+    assert swap.served_by(["/m", "--port=8002", "--port", "8003"]) == (8003, "/m")  # the last wins; the model
+    assert swap.served_by(["/m", "--served-model-name", "a", "b", "--host", "0.0.0.0"]) == (8000, "a")
+    assert swap.served_by(["/m", "--served-model-name=x"]) == (8000, "x")
+    assert swap.served_by([]) == (8000, None)
     old = {"image": OLD_IMAGE, "serve_args": ["/m", "--served-model-name", "old", "--port", "8005"], "env": {}}
     assert saved_state("differs", old).served == (8005, "old")
     assert saved_state("differs", None).served == (None, None)
@@ -947,14 +943,12 @@ def test_served_by_reads_the_port_and_name_as_vllm_does():
 def test_the_restored_version_is_probed_on_its_own_port_and_served_name(host, tmp_path):
     a = instance_files(tmp_path, "a")
     write_live(a, "v1")
-    host(rollout.save_last_good_script(a, rollout.serve_record(OLD_IMAGE, ["/m", "--port", "8005"], {})))
+    host(swap.save_last_good_script(a, swap.serve_record(OLD_IMAGE, ["/m", "--port", "8005"], {})))
     write_live(a, "v2")
     (host.state / "heals-vllm-a.service").write_text("8005")  # the old version comes back on its port
     (host.state / "models-8005").write_text('{"data":[{"id":"old-tiny"}]}')
-    moved = rollout.WaitTarget(
-        **{**target(a, "a", 8000, OLD_IMAGE).__dict__, "back_port": 8005, "back_model": "old-tiny"}
-    )
-    result = host(rollout.wait_or_roll_back_script([moved], 1, 5, 1))
+    moved = swap.WaitTarget(**{**target(a, "a", 8000, OLD_IMAGE).__dict__, "back_port": 8005, "back_model": "old-tiny"})
+    result = host(swap.wait_or_roll_back_script([moved], 1, 5, 1))
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == f"vllm-a.service rolled back to image {OLD_IMAGE}: ready again"
 
@@ -967,7 +961,7 @@ def test_the_wait_takes_the_restored_versions_port_and_name_from_its_serve_json(
                                                  b.directory: saved_state("differs", same)})  # fmt: skip
     (command,) = ops(fake).ready_or_roll_back._inner([target(a, "a", 8000, None), target(b, "b", 8001, None)], 10, 20)
     planned = [
-        rollout.WaitTarget(**{**target(a, "a", 8000, OLD_IMAGE).__dict__, "back_port": 8005, "back_model": "old"}),
+        swap.WaitTarget(**{**target(a, "a", 8000, OLD_IMAGE).__dict__, "back_port": 8005, "back_model": "old"}),
         target(b, "b", 8001, OLD_IMAGE),  # serves where the new one does: probed as before
     ]
-    assert command.connector_arguments["_stdin"] == rollout.wait_or_roll_back_script(planned, 10, 20).stdin
+    assert command.connector_arguments["_stdin"] == swap.wait_or_roll_back_script(planned, 10, 20).stdin

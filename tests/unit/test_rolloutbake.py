@@ -1,4 +1,4 @@
-"""``rocmfleet rollout --bake`` (rocmfleet/fleet/rollout/rolloutbake.py) with stand-in steps: the bake runs on the
+"""``rocmfleet rollout --bake`` (rocmfleet/fleet/rollout/bake.py) with stand-in steps: the bake runs on the
 canary from the base image, and the rollout gets the baked image; failures stop before the rollout."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 import pytest
 
 from rocmfleet.fleet.cache.cachebake import BakeError
-from rocmfleet.fleet.rollout import fleetrollout as fr
-from rocmfleet.fleet.rollout.rolloutbake import BakeSteps, bake_and_roll
-from rocmfleet.fleet.rollout.rolloutrun import CommandError
+from rocmfleet.fleet.rollout import state as rstate
+from rocmfleet.fleet.rollout.bake import BakeSteps, bake_and_roll
+from rocmfleet.fleet.rollout.fleetimage import CommandError
 
-BASE = fr.ImageRef(repository="reg:5000/vllm", tag="lab.2", digest="sha256:" + "b" * 64)
+BASE = rstate.ImageRef(repository="reg:5000/vllm", tag="lab.2", digest="sha256:" + "b" * 64)
 BAKED_TAG = "lab.2-rfcache-0123456789ab"
 BAKED_DIGEST = "sha256:" + "c" * 64
 
@@ -73,7 +73,7 @@ def _steps(calls, tag="lab.1", bake_error=None, registry_digest=BAKED_DIGEST):
     def resolve(reference, found):
         calls.append(("resolve", reference))
         if reference.endswith(BAKED_TAG):
-            return fr.ImageRef(repository="reg:5000/vllm", tag=BAKED_TAG, digest=registry_digest)
+            return rstate.ImageRef(repository="reg:5000/vllm", tag=BAKED_TAG, digest=registry_digest)
         if reference != "reg:5000/vllm:lab.2":
             raise CommandError(f"cannot resolve {reference}")
         return BASE
@@ -150,10 +150,10 @@ def test_a_registry_digest_other_than_the_pushed_one_stops_the_rollout():
 
 def test_the_cli_flag_calls_bake_and_roll_with_the_rollout_options(monkeypatch, capsys):
     from rocmfleet import cli
-    from rocmfleet.fleet.rollout import rolloutbake
+    from rocmfleet.fleet.rollout import bake
 
     seen = []
-    monkeypatch.setattr(rolloutbake, "bake_and_roll", lambda *a, **kw: seen.append((a, kw)) or 0)
+    monkeypatch.setattr(bake, "bake_and_roll", lambda *a, **kw: seen.append((a, kw)) or 0)
     argv = ["rollout", "inv.py", "--bake", "--image", "reg:5000/vllm:lab.2", "--canary", "2", "--max-unavailable", "3"]
     assert cli.main(argv) == 0
     ((args, options),) = seen
@@ -164,11 +164,10 @@ def test_the_cli_flag_calls_bake_and_roll_with_the_rollout_options(monkeypatch, 
 
 
 def test_a_recorded_rollout_refuses_the_bake_before_it_stops_the_canary(tmp_path, monkeypatch):
-    from rocmfleet.fleet.rollout import fleetrollout as fr
     from tests.unit.test_fleetrollout import _state
 
-    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
-    fr.save_state(_state(), fr.state_path(tmp_path, "inv.py"))
+    monkeypatch.delenv(rstate.OWN_DEPLOY_ENV, raising=False)
+    rstate.save_state(_state(), rstate.state_path(tmp_path, "inv.py"))
     calls, lines = [], []
     steps = _steps(calls)
     assert bake_and_roll("inv.py", None, emit=lines.append, error=lines.append, steps=steps, results_dir=tmp_path) == 2
@@ -180,14 +179,13 @@ def test_bake_with_limit_and_cache_bake_during_a_rollout_are_refused(tmp_path, m
     from rocmfleet import cli
     from rocmfleet.fleet import inventory as fleet
     from rocmfleet.fleet.cache import cachebake
-    from rocmfleet.fleet.rollout import fleetrollout as fr
     from tests.unit.test_fleetrollout import _state
 
     assert cli.main(["rollout", "inv.py", "--bake", "--limit", "lab-1"]) == 2
     assert "--bake with --limit" in capsys.readouterr().err
-    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
-    monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path))
-    fr.save_state(_state(), fr.state_path(tmp_path, "inv.py"))
+    monkeypatch.delenv(rstate.OWN_DEPLOY_ENV, raising=False)
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
+    rstate.save_state(_state(), rstate.state_path(tmp_path, "inv.py"))
     monkeypatch.setattr(fleet, "load_fleet", lambda inventory, limit: ["lab-1"])
     baked = []
     monkeypatch.setattr(cachebake, "bake", lambda *a, **kw: baked.append(a))

@@ -18,18 +18,16 @@ import pytest
 from rocmfleet import scripts
 from rocmfleet.fleet import registry
 from rocmfleet.fleet.bench.bench import Thresholds
-from rocmfleet.fleet.rollout import fleetrollout as fr
-from rocmfleet.fleet.rollout.rolloutrun import (
-    InstanceStatus,
-    LineProgress,
-    Runner,
-    StepError,
-    parse_status,
-    running_image,
-)
+from rocmfleet.fleet.rollout import batches as rbatches
+from rocmfleet.fleet.rollout import fleetimage, hoststeps
+from rocmfleet.fleet.rollout import report as rreport
+from rocmfleet.fleet.rollout import state as rstate
+from rocmfleet.fleet.rollout.hoststeps import InstanceStatus, parse_status, running_image
+from rocmfleet.fleet.rollout.progress import LineProgress
+from rocmfleet.fleet.rollout.runner import Runner, StepError
 
-OLD = fr.ImageRef(repository="reg:5000/vllm", tag="lab.1", digest="sha256:" + "a" * 64)
-NEW = fr.ImageRef(repository="reg:5000/vllm", tag="lab.2", digest="sha256:" + "b" * 64)
+OLD = rstate.ImageRef(repository="reg:5000/vllm", tag="lab.1", digest="sha256:" + "a" * 64)
+NEW = rstate.ImageRef(repository="reg:5000/vllm", tag="lab.2", digest="sha256:" + "b" * 64)
 
 
 # --- digest resolution ------------------------------------------------------------------------
@@ -252,18 +250,18 @@ class FakeSteps:
 
 
 def _plan(hosts, canary=1, most=1, kind="rollout"):
-    batches = fr.plan_batches(hosts, canary, most)
+    batches = rbatches.plan_batches(hosts, canary, most)
     index = {h: i for i, b in enumerate(batches) for h in b}
-    return fr.RolloutState(
+    return rstate.RolloutState(
         id="r1", kind=kind, inventory="inventories/lab.py", target=NEW if kind == "rollout" else None, canary=canary,
         max_unavailable=most, batches=batches,
-        hosts={h: fr.HostState(batch=index[h], before=OLD, after=NEW) for h in hosts},
+        hosts={h: rstate.HostState(batch=index[h], before=OLD, after=NEW) for h in hosts},
     )  # fmt: skip
 
 
 def _runner(tmp_path, state, steps, reverted=None):
     path = tmp_path / "state.json"
-    fr.save_state(state, path)
+    rstate.save_state(state, path)
     lines: list[str] = []
     return Runner(state, path, steps, LineProgress(lines.append), on_data_revert=reverted), path
 
@@ -273,7 +271,7 @@ def test_good_rollout_canary_then_batches_never_more_out_than_allowed(tmp_path):
     steps = FakeSteps()
     runner, path = _runner(tmp_path, _plan(hosts, canary=1, most=2), steps)
     assert runner.run() == 0
-    state = fr.load_state(path)
+    state = rstate.load_state(path)
     assert state.status == "done" and all(h.step == "done" for h in state.hosts.values())
     assert steps.running == dict.fromkeys(hosts, NEW.digest)
     assert steps.most_out == 2 and not steps.out_of_service
@@ -295,7 +293,7 @@ def test_failed_canary_gate_rolls_the_canary_back_and_leaves_the_rest_untouched(
     reverted = []
     runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"]), steps, lambda: reverted.append(1))
     assert runner.run() == 1
-    state = fr.load_state(path)
+    state = rstate.load_state(path)
     assert state.status == "rolled_back" and reverted == [1]
     assert "h1: check gate failed: vllm::ready[x]: failed" in state.failure
     assert state.hosts["h1"].step == "rolled_back" and steps.running["h1"] == OLD.digest
@@ -308,7 +306,7 @@ def test_failure_in_a_later_batch_rolls_back_every_switched_host(tmp_path):
     steps = FakeSteps(slow={("bench-after", "h4")})
     runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3", "h4", "h5", "h6"], canary=1, most=2), steps)
     assert runner.run() == 1
-    state = fr.load_state(path)
+    state = rstate.load_state(path)
     rolled = sorted(h for s, h in steps.log if s == "rollback")
     assert rolled == ["h1", "h2", "h3", "h4", "h5"]  # h5 passed, but its batch failed
     assert state.hosts["h6"].step == "pending" and "h6" not in steps.running
@@ -324,7 +322,7 @@ def test_a_failing_drain_stops_before_the_host_is_touched(tmp_path):
     steps = FakeSteps(fail={("drain", "h2")})
     runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"]), steps)
     assert runner.run() == 1
-    state = fr.load_state(path)
+    state = rstate.load_state(path)
     assert ("switch", "h2") not in steps.log and state.hosts["h2"].step == "pending"
     assert "drain" in state.hosts["h2"].error
     assert [h for s, h in steps.log if s == "rollback"] == ["h1"]
@@ -334,7 +332,7 @@ def test_unreachable_host_is_reported_and_the_rollback_still_ends(tmp_path):
     steps = FakeSteps(fail={("switch", "h2"), ("rollback", "h2")})
     runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"], canary=1, most=2), steps)
     assert runner.run() == 1
-    state = fr.load_state(path)
+    state = rstate.load_state(path)
     assert state.status == "rollback_failed" and state.blocking
     assert state.hosts["h1"].step == "rolled_back" and state.hosts["h2"].step == "rollback_failed"
     assert "rollback failed on h2" in state.hosts["h2"].error
@@ -345,14 +343,14 @@ def test_killed_after_the_canary_resumes_to_the_end(tmp_path):
     runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"]), steps)
     with pytest.raises(Killed):
         runner.run()
-    state = fr.load_state(path)  # what the file says after the kill
+    state = rstate.load_state(path)  # what the file says after the kill
     assert state.status == "running" and state.blocking
     assert [state.hosts[h].step for h in ("h1", "h2", "h3")] == ["done", "switching", "pending"]
     assert state.touched() == ["h1", "h2"]
     steps2 = FakeSteps()
     resumed, _ = _runner(tmp_path, state, steps2)
     assert resumed.run() == 0
-    assert fr.load_state(path).status == "done"
+    assert rstate.load_state(path).status == "done"
     assert [s for s, h in steps2.log if h == "h1"] == []  # the canary is not switched again
     assert [s for s, h in steps2.log if h == "h2"] == ["switch", "check", "bench-after", "undrain"]
 
@@ -362,12 +360,12 @@ def test_killed_rollout_returns_with_rollback(tmp_path):
     runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"]), steps)
     with pytest.raises(Killed):
         runner.run()
-    state = fr.load_state(path)
+    state = rstate.load_state(path)
     reverted = []
     steps2 = FakeSteps()
     back, _ = _runner(tmp_path, state, steps2, lambda: reverted.append(1))
     assert back.roll_back(None) == 0
-    state = fr.load_state(path)
+    state = rstate.load_state(path)
     assert state.status == "rolled_back" and not state.blocking and reverted == [1]
     assert sorted(h for s, h in steps2.log if s == "rollback") == ["h1", "h2"]
     assert ("rollback", "h3") not in steps2.log
@@ -382,12 +380,12 @@ def test_rolling_restart_switches_with_no_image_and_has_nothing_to_roll_back(tmp
     assert runner.run() == 1
     assert seen == [("h1", None), ("h2", None)]
     assert not any(s == "pull" or s == "rollback" for s, _h in steps.log)
-    state = fr.load_state(path)
+    state = rstate.load_state(path)
     # h2 failed its gate: nothing was rolled back, so it is not called rolled_back; it is left drained
     assert state.status == "failed" and state.failure.startswith("h2: check gate failed")
     assert [state.hosts[h].step for h in ("h1", "h2", "h3")] == ["done", "failed", "pending"]
     assert steps.out_of_service == {"h2"} and state.drained() == ["h2"]
-    assert "Left drained, not rolled back" in fr.markdown_report(state) and "h2" in fr.markdown_report(state)
+    assert "Left drained, not rolled back" in rreport.markdown_report(state) and "h2" in rreport.markdown_report(state)
     assert not state.blocking  # a deploy may be what fixes h2
     with pytest.raises(ValueError, match="nothing to roll back"):
         runner.roll_back("no")
@@ -398,7 +396,7 @@ def test_rolling_restart_switches_with_no_image_and_has_nothing_to_roll_back(tmp
     resumed, _ = _runner(tmp_path, state, steps2)
     resumed.retry_failed()
     assert resumed.run() == 0
-    assert fr.load_state(path).status == "done"
+    assert rstate.load_state(path).status == "done"
     assert [s for s, h in steps2.log if h == "h2"] == ["bench-before", "switch", "check", "bench-after", "undrain"]
     assert [s for s, h in steps2.log if h == "h3"] == [
         "drain",
@@ -414,7 +412,7 @@ def test_a_restart_whose_drain_fails_leaves_the_host_pending_not_failed(tmp_path
     steps = FakeSteps(fail={("drain", "h1")})
     runner, path = _runner(tmp_path, _plan(["h1", "h2"], kind="restart"), steps)
     assert runner.run() == 1
-    state = fr.load_state(path)
+    state = rstate.load_state(path)
     assert state.status == "failed" and state.hosts["h1"].step == "pending" and "drain" in state.hosts["h1"].error
     assert state.drained() == []
 
@@ -424,7 +422,7 @@ def test_restart_rollback_is_refused_and_resume_of_a_failed_restart_retries(reco
 
     state = _plan(["h1", "h2"], kind="restart")
     state.status, state.hosts["h1"].step = "failed", "failed"
-    fr.save_state(state, recorded)
+    rstate.save_state(state, recorded)
     assert cli.main(["restart", PROD, "--rollback"]) == 2
     err = capsys.readouterr().err
     assert "changes no image: nothing to roll back" in err and "--resume" in err
@@ -443,10 +441,8 @@ class _Target:
 
 
 def test_a_deploy_whose_host_stops_answering_is_stopped_and_reported(monkeypatch):
-    from rocmfleet.fleet.rollout import rolloutrun
-
-    monkeypatch.setattr(rolloutrun, "HEARTBEAT_S", 0.5)
-    steps = rolloutrun.HostSteps("inv.py", {"gone": _Target(1)}, None, "id")  # nothing listens on port 1
+    monkeypatch.setattr(hoststeps, "HEARTBEAT_S", 0.5)
+    steps = hoststeps.HostSteps("inv.py", {"gone": _Target(1)}, None, "id")  # nothing listens on port 1
     proc = subprocess.Popen(["sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     started = time.monotonic()
     with pytest.raises(StepError) as failed:
@@ -457,9 +453,7 @@ def test_a_deploy_whose_host_stops_answering_is_stopped_and_reported(monkeypatch
 
 
 def test_a_deploy_that_ends_is_returned_with_its_output(monkeypatch):
-    from rocmfleet.fleet.rollout import rolloutrun
-
-    steps = rolloutrun.HostSteps("inv.py", {"h": _Target(1)}, None, "id")
+    steps = hoststeps.HostSteps("inv.py", {"h": _Target(1)}, None, "id")
     script = "echo out; echo err >&2; exit 3"
     proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert steps._watch("h", proc, 60, "switch") == ("out\n", "err\n")
@@ -474,7 +468,7 @@ def test_a_deploy_dies_with_the_rollout_process(tmp_path):
             sys.executable,
             "-c",
             "import subprocess, sys, time\n"
-            "from rocmfleet.fleet.rollout.rolloutrun import _die_with_parent\n"
+            "from rocmfleet.fleet.rollout.hoststeps import _die_with_parent\n"
             "p = subprocess.Popen(['sleep', '60'], preexec_fn=_die_with_parent)\n"
             f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
             "time.sleep(60)\n",
@@ -503,7 +497,6 @@ def test_a_deploy_dies_with_the_rollout_process(tmp_path):
 
 def test_image_pins_go_to_the_group_file_that_holds_them(tmp_path, monkeypatch):
     from rocmfleet.config import groupvars
-    from rocmfleet.fleet.rollout import rolloutrun
 
     monkeypatch.setattr(groupvars, "LOADED", [])
     all_yml, lab_yml = tmp_path / "all.yml", tmp_path / "lab.yml"
@@ -511,7 +504,7 @@ def test_image_pins_go_to_the_group_file_that_holds_them(tmp_path, monkeypatch):
     lab_yml.write_text('# the lab\nvllm_image_tag: "lab.1"  # pinned\nvllm_ready_timeout_s: 900\n')
     for group, path in (("all", all_yml), ("lab", lab_yml)):
         groupvars.LOADED.append(groupvars.GroupFile(group, path, {}))
-    path, old, new = rolloutrun._data_file(NEW)
+    path, old, new = fleetimage.data_file(NEW)
     assert path == lab_yml and old == lab_yml.read_text()
     assert 'vllm_image_tag: "lab.2"  # pinned\n' in new and "vllm_ready_timeout_s: 900\n" in new
     assert new.count("vllm_image_digest:") == 1 and new.endswith(f'vllm_image_digest: "{NEW.digest}"\n')
@@ -544,18 +537,18 @@ def test_a_regression_is_run_again_and_fails_the_gate_only_when_it_repeats(tmp_p
     assert [c for c in noisy.log if c[0].startswith("bench")] == [
         ("bench-before", "h1"), ("bench-after", "h1"), ("bench-after-again", "h1")
     ]  # fmt: skip
-    assert fr.load_state(path).hosts["h1"].step == "done"
+    assert rstate.load_state(path).hosts["h1"].step == "done"
     slower = BenchingSteps(tmp_path, {"before": 1000.0, "after": 100.0, "after-again": 110.0})
     runner, path = _runner(tmp_path, _plan(["h1"]), slower)
     assert runner.run() == 1
-    error = fr.load_state(path).hosts["h1"].error
+    error = rstate.load_state(path).hosts["h1"].error
     assert error.startswith("benchmark gate failed: slower twice; first run: case: output_throughput: 100")
     assert "110.00 tok/s" in error
     then_failing = BenchingSteps(tmp_path, {"before": 1000.0, "after": 100.0, "after-again": 1000.0})
     then_failing.failed_in = {"after-again": 3}
     runner, path = _runner(tmp_path, _plan(["h1"]), then_failing)
     assert runner.run() == 1
-    error = fr.load_state(path).hosts["h1"].error
+    error = rstate.load_state(path).hosts["h1"].error
     assert "slower, then the second run failed" in error and "failed: 3 requests" in error
     failing = BenchingSteps(tmp_path, {"before": 1000.0, "after": 1000.0})
     failing.failed = 2  # a failed request is not run again
@@ -577,11 +570,11 @@ def test_a_gate_after_resume_still_compares_with_the_baseline_taken_before_the_k
     runner, path = _runner(tmp_path, _plan(["h1", "h2"]), steps)
     with pytest.raises(Killed):
         runner.run()
-    state = fr.load_state(path)
+    state = rstate.load_state(path)
     assert state.hosts["h1"].step == "switched" and state.hosts["h1"].baseline
     resumed, _ = _runner(tmp_path, state, BenchingSteps(tmp_path, {"before": 1000.0, "after": 100.0}))
     assert resumed.run() == 1  # throughput 90 % below the baseline: the gate fails, as without the kill
-    assert "benchmark gate failed" in fr.load_state(path).failure
+    assert "benchmark gate failed" in rstate.load_state(path).failure
 
 
 def test_image_with_limit_is_refused_before_anything_is_read_or_changed(tmp_path):
@@ -602,10 +595,10 @@ PROD = str(Path(__file__).resolve().parents[2] / "inventories" / "prod.py")
 @pytest.fixture
 def recorded(tmp_path, monkeypatch):
     """A rollout of inventories/prod.py recorded as running, in a results root of its own."""
-    monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path))
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
     state = _plan(["h1", "h2"])
-    path = fr.state_path(tmp_path, PROD)
-    fr.save_state(state, path)
+    path = rstate.state_path(tmp_path, PROD)
+    rstate.save_state(state, path)
     return path
 
 
@@ -669,8 +662,8 @@ def test_a_refusal_to_start_goes_to_stderr_not_stdout(recorded, capsys):
 # status, the preflight check and the steps are stand-ins. A failed rollout ends with its summary
 # on stderr and exit status 1, never with a traceback.
 
-BASE_IMAGE = fr.ImageRef(repository="docker.io/vllm/vllm-openai-rocm", tag="v0.33.0", digest="sha256:" + "a" * 64)
-SLOWER = fr.ImageRef(repository="docker.io/vllm/vllm-openai-rocm", tag="v0.34.0-slow", digest="sha256:" + "b" * 64)
+BASE_IMAGE = rstate.ImageRef(repository="docker.io/vllm/vllm-openai-rocm", tag="v0.33.0", digest="sha256:" + "a" * 64)
+SLOWER = rstate.ImageRef(repository="docker.io/vllm/vllm-openai-rocm", tag="v0.34.0-slow", digest="sha256:" + "b" * 64)
 
 
 class CliSteps(FakeSteps):
@@ -694,37 +687,36 @@ def stand_in_fleet(tmp_path, monkeypatch, prod_targets):
     """The command's hosts, registry, preflight and group data file replaced; returns (steps, group file)."""
     from rocmfleet.config import groupdata_edit, groupvars
     from rocmfleet.fleet.check import compliance
-    from rocmfleet.fleet.rollout import rolloutrun
 
     group = tmp_path / "group_vars" / "prod.yml"
     group.parent.mkdir()
     group.write_text("# prod\n" + "".join(f'{k}: "{v}"\n' for k, v in BASE_IMAGE.data().items()))
     monkeypatch.setattr(groupvars, "LOADED", [groupvars.GroupFile("prod", group, {})])
-    monkeypatch.setenv(fr.RESULTS_ENV, str(tmp_path / "results"))
-    monkeypatch.delenv(fr.OWN_DEPLOY_ENV, raising=False)
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path / "results"))
+    monkeypatch.delenv(rstate.OWN_DEPLOY_ENV, raising=False)
 
     def load(inventory, limit=None, overrides=None):
         data = groupdata_edit.parse(group.read_text(), str(group))
-        pinned = fr.ImageRef(**{k.removeprefix("vllm_image_"): str(data[k]) for k in groupdata_edit.IMAGE_KEYS})
-        return {n: rolloutrun._with_image(t, pinned) for n, t in prod_targets.items() if not limit or n in limit}
+        pinned = rstate.ImageRef(**{k.removeprefix("vllm_image_"): str(data[k]) for k in groupdata_edit.IMAGE_KEYS})
+        return {n: fleetimage.with_image(t, pinned) for n, t in prod_targets.items() if not limit or n in limit}
 
     images = {f"{r.repository}:{r.tag}": r for r in (BASE_IMAGE, SLOWER)}
 
     def resolve(reference, targets):
         if reference not in images:
-            raise rolloutrun.CommandError(f"cannot resolve {reference}: stand-in registry")
+            raise fleetimage.CommandError(f"cannot resolve {reference}: stand-in registry")
         return images[reference]
 
     steps = CliSteps()
-    monkeypatch.setattr(rolloutrun, "_load", load)
-    monkeypatch.setattr(rolloutrun, "resolve", resolve)
-    monkeypatch.setattr(rolloutrun, "HostSteps", lambda *args, **kwargs: steps)
+    monkeypatch.setattr(fleetimage, "load", load)
+    monkeypatch.setattr(fleetimage, "resolve", resolve)
+    monkeypatch.setattr(hoststeps, "HostSteps", lambda *args, **kwargs: steps)
     monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s: [])
     return steps, group
 
 
 def _assert_failed_with_summary(code, err, state_file, status="rolled_back"):
-    state = fr.load_state(state_file)  # cli.main returned: nothing raised out (a traceback would fail the test)
+    state = rstate.load_state(state_file)  # cli.main returned: nothing raised out (a traceback would fail the test)
     assert "Traceback" not in err, err
     assert code == 1, err
     assert state.status == status
@@ -743,7 +735,7 @@ def test_a_canary_that_fails_its_gate_from_the_cli_ends_with_the_summary_not_a_t
     steps.fail = {("gate", canary)}
     code = cli.main(["rollout", PROD, "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
     out, err = capsys.readouterr()
-    state = _assert_failed_with_summary(code, err, fr.state_path(fr.results_root(None, PROD), PROD))
+    state = _assert_failed_with_summary(code, err, rstate.state_path(rstate.results_root(None, PROD), PROD))
     assert f"{canary}: rolled_back: check gate failed: vllm::ready[x]: failed" in err
     assert f'+vllm_image_digest: "{SLOWER.digest}"' in out  # the group data was edited ...
     assert group.read_text() == saved  # ... and put back
@@ -759,7 +751,7 @@ def test_a_registry_that_stops_answering_mid_rollout_ends_with_the_summary(stand
     steps.fail = {("pull", "mi300x-a02")}  # resolved at the start; the second batch's pull finds no registry
     code = cli.main(["rollout", PROD, "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
     err = capsys.readouterr().err
-    state = _assert_failed_with_summary(code, err, fr.state_path(fr.results_root(None, PROD), PROD))
+    state = _assert_failed_with_summary(code, err, rstate.state_path(rstate.results_root(None, PROD), PROD))
     assert "mi300x-a02: pending: pull: pull failed on mi300x-a02 (stand-in)" in err
     assert state.hosts["mi300x-a01"].step == "rolled_back" and steps.running["mi300x-a01"] == BASE_IMAGE.digest
     assert group.read_text() == saved
@@ -782,7 +774,7 @@ def test_a_step_that_raises_something_else_is_that_hosts_failure_not_a_traceback
     code = cli.main(["rollout", PROD, "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
     err = capsys.readouterr().err
     state = _assert_failed_with_summary(
-        code, err, fr.state_path(fr.results_root(None, PROD), PROD), status="rollback_failed"
+        code, err, rstate.state_path(rstate.results_root(None, PROD), PROD), status="rollback_failed"
     )
     assert "rollback: OSError: cannot run the deploy for mi300x-a01" in state.hosts["mi300x-a01"].error
 
@@ -807,16 +799,15 @@ def test_a_host_whose_status_cannot_be_read_stops_the_start_with_a_message(stand
 def test_rollout_bake_whose_rollout_fails_at_the_canary_ends_with_the_summary(stand_in_fleet, monkeypatch, capsys):
     from rocmfleet import cli
     from rocmfleet.fleet.cache import cachebake
-    from rocmfleet.fleet.rollout import rolloutrun
 
     steps, group = stand_in_fleet
     saved = group.read_text()
-    baked = fr.ImageRef(
+    baked = rstate.ImageRef(
         repository=BASE_IMAGE.repository,
         tag="v0.33.0-rfcache-0123456789ab",
         digest="sha256:" + "c" * 64,
     )
-    resolve = rolloutrun.resolve
+    resolve = fleetimage.resolve
 
     def resolve_baked(reference, targets):
         return baked if reference == f"{baked.repository}:{baked.tag}" else resolve(reference, targets)
@@ -826,12 +817,12 @@ def test_rollout_bake_whose_rollout_fails_at_the_canary_ends_with_the_summary(st
         key = type("Key", (), {"short": "0123456789ab"})
         manifest = type("Manifest", (), {"files": 3})
 
-    monkeypatch.setattr(rolloutrun, "resolve", resolve_baked)
+    monkeypatch.setattr(fleetimage, "resolve", resolve_baked)
     monkeypatch.setattr(cachebake, "bake", lambda target, emit: Baked)
     steps.fail = {("gate", "mi300x-a01")}
     code = cli.main(["rollout", PROD, "--bake"])
     err = capsys.readouterr().err
-    _assert_failed_with_summary(code, err, fr.state_path(fr.results_root(None, PROD), PROD))
+    _assert_failed_with_summary(code, err, rstate.state_path(rstate.results_root(None, PROD), PROD))
     assert group.read_text() == saved
 
 

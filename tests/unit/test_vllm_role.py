@@ -18,7 +18,7 @@ from rocmfleet.config.settings import host_config
 from rocmfleet.domain import vllm
 from rocmfleet.domain.placement import InstanceShape, place
 from rocmfleet.facts.topology import parse_fact_output
-from rocmfleet.fleet.rollout import rollout
+from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.operations.vllm import NO_KFD
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,18 +3,18 @@
 The two existing commands, one after the other, nothing new in between:
 
 1. the **base image** is ``--image REPO:TAG`` (its digest resolved once from the registry,
-   :func:`rocmfleet.fleet.rollout.rolloutrun.resolve`) or, without it, what the group data pins now; a base
+   :func:`rocmfleet.fleet.rollout.fleetimage.resolve`) or, without it, what the group data pins now; a base
    that is itself baked (its tag ends in ``-rfcache-<key>``) is refused: a bake starts from the
    image without caches;
 2. ``rocmfleet cache bake`` (:func:`rocmfleet.fleet.cache.cachebake.bake`) on the **canary**, the first host
    of the rollout's plan (the inventory's first host of ``--limit``, as
-   :func:`rocmfleet.fleet.rollout.fleetrollout.plan_batches` puts it first), with that base image;
-3. ``rocmfleet rollout --image <baked repository:tag>`` (:func:`rocmfleet.fleet.rollout.rolloutrun.run_rollout`):
+   :func:`rocmfleet.fleet.rollout.batches.plan_batches` puts it first), with that base image;
+3. ``rocmfleet rollout --image <baked repository:tag>`` (:func:`rocmfleet.fleet.rollout.command.run_rollout`):
    the canary first, then the remaining batches, gated and rolled back as any rollout. The digest
    the registry gives for the baked tag must be the one the bake pushed (checked before the
    rollout starts; the rollout resolves it once more and pins that digest on every host).
 
-Kept apart from :mod:`rocmfleet.fleet.rollout.rolloutrun` (one function, its steps injectable for the tests).
+Kept apart from :mod:`rocmfleet.fleet.rollout.command` (one function, its steps injectable for the tests).
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ from rocmfleet.fleet.cache import cachebake
 from rocmfleet.fleet.cache.cachebake import Baked, BakeError
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError
 from rocmfleet.fleet.inventory import Target
-from rocmfleet.fleet.rollout import rolloutrun
-from rocmfleet.fleet.rollout.fleetrollout import ImageRef, deploy_refusal, parse_max_unavailable
-from rocmfleet.fleet.rollout.rolloutrun import CommandError, Emit, to_stderr
+from rocmfleet.fleet.rollout import command, fleetimage
+from rocmfleet.fleet.rollout.batches import parse_max_unavailable
+from rocmfleet.fleet.rollout.fleetimage import CommandError
+from rocmfleet.fleet.rollout.progress import Emit, to_stderr
+from rocmfleet.fleet.rollout.state import ImageRef, deploy_refusal
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class BakeSteps:
     @classmethod
     def real(cls) -> BakeSteps:
         """The real steps, looked up when called (tests replace them in their modules)."""
-        return cls(rolloutrun._load, rolloutrun.resolve, rolloutrun._with_image, cachebake.bake, rolloutrun.run_rollout)
+        return cls(fleetimage.load, fleetimage.resolve, fleetimage.with_image, cachebake.bake, command.run_rollout)
 
 
 def bake_and_roll(
@@ -73,7 +75,7 @@ def bake_and_roll(
         canary: hosts in the rollout's first batch; at least 1 (the bake runs on the first).
         limit: ``--limit`` patterns, as for the rollout.
         emit: where progress goes (stdout); error: where errors go (default stderr).
-        rollout_options: passed to :func:`rocmfleet.fleet.rollout.rolloutrun.run_rollout` (``max_unavailable``,
+        rollout_options: passed to :func:`rocmfleet.fleet.rollout.command.run_rollout` (``max_unavailable``,
             ``force``, ``results_dir``, ``progress_factory``).
 
     Returns:

@@ -1,26 +1,15 @@
-"""Fleet rollouts, the pure part: batches, the state file, the gate decision and the report.
+"""The state file of a rollout (or rolling restart): per host the image before and after and the step reached.
 
-``rocmfleet rollout`` (and ``rocmfleet restart``) change what a fleet serves a few hosts at a
-time; :mod:`rocmfleet.fleet.rollout.rolloutrun` does the I/O. Nothing here talks to a host.
-
-* **Batches** (:func:`plan_batches`): the canary (``--canary N`` hosts, default 1), then batches
-  of at most ``--max-unavailable`` hosts (a count, or a percentage of the hosts rolled out,
-  :func:`parse_max_unavailable`). A batch is out of service from its drain to its undrain, and
-  the next batch starts only when the whole batch is back: never more than ``max_unavailable``
-  hosts out of service at once. A canary larger than ``max_unavailable`` is split too.
-* **State** (:class:`RolloutState`, JSON in ``<results>/<inventory>/rollout-state.json``, the
-  results root beside the inventory file unless given, :func:`results_root`):
-  per host the image before (read from the host at the start) and after, and the step reached
-  (:data:`STEPS`). Each step is written *before* it is taken (``switching``) and after it
-  succeeded (``switched``), by an atomic rename, so a killed control process leaves a file
-  that says what may have happened: ``--resume`` re-runs an unfinished step (the deploy is
-  idempotent), ``--rollback`` returns every host that may have changed
-  (:meth:`RolloutState.touched`) to its image before. A file whose parts contradict each
-  other (:meth:`RolloutState.consistency_problems`) is refused with every problem listed
-  (:func:`state_problems`) before anything runs.
-* **Gate** (:func:`gate_decision`): readiness (the deploy's own wait), ``rocmfleet check
-  --select vllm`` on the host, and the smoke benchmark against the host's own result from
-  just before the switch (regression tolerance and failed-request limit of the profile).
+:class:`RolloutState`, JSON in ``<results>/<inventory>/rollout-state.json`` (the results root
+beside the inventory file unless given, :func:`results_root`): per host the image before (read
+from the host at the start) and after, and the step reached (:data:`STEPS`). Each step is
+written *before* it is taken (``switching``) and after it succeeded (``switched``), by an atomic
+rename, so a killed control process leaves a file that says what may have happened:
+``--resume`` re-runs an unfinished step (the deploy is idempotent), ``--rollback`` returns every
+host that may have changed (:meth:`RolloutState.touched`) to its image before. A file whose parts
+contradict each other (:meth:`RolloutState.consistency_problems`) is refused with every problem
+listed (:func:`state_problems`) before anything runs. A recorded rollout refuses a plain deploy
+and another rollout of the inventory (:func:`deploy_refusal`). Nothing here talks to a host.
 """
 
 from __future__ import annotations
@@ -28,18 +17,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from rocmfleet.fleet.bench.bench import REGRESSION_METRICS, BenchResult, Thresholds, judge
 
 #: Steps of one host, in order. ``pending``: untouched; ``drained``: out of the load balancer;
 #: ``switching``: its deploy started (it may or may not have changed); ``switched``: the deploy
@@ -91,10 +77,6 @@ OWN_DEPLOY_ENV = "ROCMFLEET_ROLLOUT_ID"
 _DIGEST = re.compile(r"^(?P<repository>[^@]+?)(?::(?P<tag>[\w][\w.-]{0,127}))?@(?P<digest>sha256:[0-9a-f]{64})$")
 
 
-class PlanError(ValueError):
-    """Bad rollout options; the message names the option, the value and what is allowed."""
-
-
 class ImageRef(BaseModel):
     """An image as a rollout pins it: repository, tag and manifest digest."""
 
@@ -119,47 +101,6 @@ class ImageRef(BaseModel):
         if not match or not match["tag"]:
             return None
         return cls(repository=match["repository"], tag=match["tag"], digest=match["digest"])
-
-
-def parse_max_unavailable(text: str, hosts: int) -> int:
-    """``--max-unavailable``: ``N`` hosts or ``P%`` of ``hosts`` (rounded down, at least 1).
-
-    Kubernetes' ``maxUnavailable`` rounds a percentage down too (``intstr`` with
-    ``roundUp=false`` in the Deployment controller).
-
-    Raises:
-        PlanError: not a positive count or a percentage in (0, 100].
-    """
-    value = text.strip()
-    if value.endswith("%"):
-        try:
-            percent = float(value[:-1])
-        except ValueError:
-            percent = math.nan
-        if not 0 < percent <= 100:
-            raise PlanError(f"--max-unavailable {text}: a percentage must be in (0, 100]")
-        return max(1, math.floor(hosts * percent / 100))
-    if not value.isdigit() or int(value) < 1:
-        raise PlanError(f"--max-unavailable {text}: expected a count of hosts >= 1 or a percentage like 25%")
-    return int(value)
-
-
-def plan_batches(hosts: Sequence[str], canary: int, max_unavailable: int) -> list[list[str]]:
-    """The hosts in batches: the canary first (``canary`` hosts, split by ``max_unavailable``),
-    then the rest in inventory order, at most ``max_unavailable`` per batch.
-
-    Raises:
-        PlanError: ``canary`` < 0 or ``max_unavailable`` < 1.
-    """
-    if canary < 0:
-        raise PlanError(f"--canary {canary}: must be >= 0")
-    if max_unavailable < 1:
-        raise PlanError(f"--max-unavailable {max_unavailable}: must be >= 1")
-    hosts = list(hosts)
-    head, rest = hosts[:canary], hosts[canary:]
-    chunks = [head[i : i + max_unavailable] for i in range(0, len(head), max_unavailable)]
-    chunks += [rest[i : i + max_unavailable] for i in range(0, len(rest), max_unavailable)]
-    return chunks
 
 
 class CaseNumbers(BaseModel):
@@ -465,166 +406,3 @@ def deploy_refusal(inventory_file: str | Path, results_dir: str | Path | None = 
         f"rollout {state.id} of {state.inventory} {what} is recorded as {state.status} in {path}; "
         f"a deploy now would fight it. Finish it with `rocmfleet {state.kind} {state.inventory} --resume`{back}"
     )
-
-
-# --- the gate ---------------------------------------------------------------------------------
-
-
-class GateOutcome(BaseModel):
-    """A host's gate: ``passed``, else which gate failed (``readiness``, ``check``, ``benchmark``)
-    and its reasons with their numbers."""
-
-    passed: bool
-    gate: str | None = None
-    reasons: list[str] = Field(default_factory=list)
-    #: The benchmark gate failed on regressions alone (every request answered): a run that is
-    #: slower than the host's baseline, which a second run confirms or not (:func:`gate_decision`).
-    regression_only: bool = False
-
-
-def _metrics(result: BenchResult) -> dict[str, float]:
-    values = {key: result.value(key) for key, _unit, _better in REGRESSION_METRICS}
-    values["failed"] = float(result.failed) if result.failed is not None else math.nan
-    return {k: v for k, v in values.items() if v is not None and not math.isnan(v)}
-
-
-def bench_numbers(before: Mapping[str, BenchResult], after: Mapping[str, BenchResult]) -> dict[str, CaseNumbers]:
-    """Per case name the report's numbers (:data:`rocmfleet.fleet.bench.bench.REGRESSION_METRICS` and ``failed``)."""
-    return {
-        name: CaseNumbers(
-            before=_metrics(before[name]) if name in before else {},
-            after=_metrics(after[name]) if name in after else {},
-        )
-        for name in sorted(set(before) | set(after))
-    }
-
-
-def gate_decision(
-    ready_error: str | None,
-    check_failures: Sequence[str],
-    before: Mapping[str, BenchResult],
-    after: Mapping[str, BenchResult],
-    bench_errors: Sequence[str],
-    thresholds: Thresholds,
-) -> GateOutcome:
-    """Decide a host's gate, the first failing gate in order readiness, check, benchmark.
-
-    Args:
-        ready_error: why the host did not become ready (the deploy's message), or ``None``.
-        check_failures: ``rocmfleet check --select vllm`` lines that did not pass.
-        before, after: benchmark results per case name, just before and just after the switch.
-        bench_errors: cases of the run after the switch that gave no result (a failed request
-            loop, a timeout), each one line.
-        thresholds: the profile's (``bench.thresholds``): ``max_failed`` and
-            ``regression_tolerance`` are applied; the absolute latency and throughput limits
-            are ``rocmfleet bench``'s, not the gate's (a host already over one would fail every
-            rollout).
-
-    A case of ``after`` without its ``before`` (the run before failed) is judged on failed
-    requests only. A case of ``before`` missing from ``after`` fails the gate.
-
-    A benchmark gate failed by regressions alone (no failed request, no missing result) is
-    ``regression_only``: the rollout runs the benchmark once more and fails the host only when
-    that run regresses too (:meth:`rocmfleet.fleet.rollout.rolloutrun.Rollout._host`). One smoke run on a host
-    whose CPUs are briefly busy (a 2-core lab machine, a neighbour's job) can be twice as slow as
-    its baseline; a version that really is slower is slower twice.
-    """
-    if ready_error:
-        return GateOutcome(passed=False, gate="readiness", reasons=[ready_error])
-    if check_failures:
-        return GateOutcome(passed=False, gate="check", reasons=list(check_failures))
-    relative = Thresholds(max_failed=thresholds.max_failed, regression_tolerance=thresholds.regression_tolerance)
-    hard = list(bench_errors)
-    for name in sorted(set(before) - set(after)):
-        if not any(e.startswith(name) for e in bench_errors):
-            hard.append(f"{name}: no result after the switch")
-    regressions: list[str] = []
-    for name, result in sorted(after.items()):
-        alone = judge(result, relative).reasons  # without a baseline: failed and completed requests only
-        hard += [f"{name}: {reason}" for reason in alone]
-        regressions += [f"{name}: {r}" for r in judge(result, relative, before.get(name)).reasons if r not in alone]
-    if hard or regressions:
-        return GateOutcome(passed=False, gate="benchmark", reasons=hard + regressions, regression_only=not hard)
-    return GateOutcome(passed=True)
-
-
-# --- progress and report ----------------------------------------------------------------------
-
-
-def eta_s(done_batches: int, total_batches: int, elapsed_s: float) -> float | None:
-    """Seconds left, from the mean time of the batches done so far (``None`` before the first)."""
-    if done_batches <= 0:
-        return None
-    return elapsed_s / done_batches * (total_batches - done_batches)
-
-
-def _short(image: ImageRef | None) -> str:
-    if image is None:
-        return "-"
-    return f"{image.tag}@{image.digest[7:19]}"
-
-
-def _delta(numbers: CaseNumbers) -> str:
-    parts = []
-    for key, _unit, _better in REGRESSION_METRICS:
-        b, a = numbers.before.get(key), numbers.after.get(key)
-        if a is None:
-            continue
-        if b:
-            parts.append(f"{key} {a:.2f} ({(a - b) / b:+.1%})")
-        else:
-            parts.append(f"{key} {a:.2f}")
-    return "; ".join(parts) or "-"
-
-
-def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
-    """The end-of-run report: what happened, then one row per host (before/after digest, seconds
-    per part of :data:`TIMED`, step reached, benchmark deltas against the run before the switch)."""
-    what = f"to `{state.target.reference}`" if state.target else "(rolling restart, same image)"
-    lines = [
-        f"# {state.kind.capitalize()} {state.id} of {state.inventory} {what}",
-        "",
-        f"Status: **{state.status}**; canary {state.canary}, at most {state.max_unavailable} host(s) out of service;"
-        f" {len(state.batches)} batch(es). Started {state.started}, last update {state.updated or '-'}.",
-    ]
-    if state.failure:
-        lines += ["", f"Failure: {state.failure}"]
-    left = [name for name, h in state.hosts.items() if h.step == FAILED]
-    if left:
-        lines += ["", left_drained(state, left)]
-    lines += [""] + [f"- {m}" for m in messages] + ([""] if messages else [])
-    head = ["host", "batch", "before", "after", "step", *(f"{t} s" for t in TIMED), "benchmark (after vs before)"]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, host in state.hosts.items():
-        times = [f"{host.times[t]:.1f}" if t in host.times else "-" for t in TIMED]
-        bench = "<br>".join(f"{case}: {_delta(n)}" for case, n in host.bench.items()) or "-"
-        row = [name, "canary" if host.batch == 0 and state.canary else str(host.batch)]
-        row += [_short(host.before), _short(host.after), host.step, *times, bench]
-        lines.append("| " + " | ".join(row) + " |")
-    errors = [(name, h.error) for name, h in state.hosts.items() if h.error]
-    if errors:
-        lines += ["", "## Problems", ""] + [f"- **{name}**: {error}" for name, error in errors]
-    return "\n".join(lines) + "\n"
-
-
-def left_drained(state: RolloutState, hosts: Sequence[str]) -> str:
-    """What a failed rolling restart left: its failed ``hosts`` drained, and what to do."""
-    return (
-        f"Left drained, not rolled back (a restart changes no image; they are not healthy): {', '.join(hosts)}. "
-        f"Fix them, then `rocmfleet restart {state.inventory} --resume` restarts and gates them again; "
-        "or undrain them by hand once they serve."
-    )
-
-
-def status_json(rows: Sequence[Mapping[str, object]], state: RolloutState | None) -> str:
-    """``rocmfleet status --json``: ``{"rollout": {...} | null, "instances": [...]}``."""
-    rollout = None
-    if state is not None:
-        rollout = {
-            "id": state.id,
-            "kind": state.kind,
-            "status": state.status,
-            "target": state.target.reference if state.target else None,
-            "steps": {name: h.step for name, h in state.hosts.items()},
-        }
-    return json.dumps({"rollout": rollout, "instances": list(rows)}, indent=2) + "\n"

@@ -33,14 +33,12 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from rocmfleet import scripts
 from rocmfleet.config.profiles import ReadyProbe
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.domain import vllm, warmup
 from rocmfleet.domain.readiness import probe_args
-
-if TYPE_CHECKING:
-    from rocmfleet.config.settings import HostConfig
 
 #: Saved copies, by the name used in ``<instance>.last-good/``: the mode each live file has
 #: (``roles/vllm``: unit 0644, environment and secrets 0600, all root's).
@@ -349,15 +347,13 @@ class WaitTarget:
 
 def wait_targets(config: HostConfig, image: str | None = None) -> list[WaitTarget]:
     """One :class:`WaitTarget` per instance of ``config`` (no ``roll_back_to``), for the deploy's
-    wait (``roles/vllm``) and a rolling restart's (:mod:`rocmfleet.fleet.rollout.rolloutrun`) alike: the profile's
+    wait (``roles/vllm``) and a rolling restart's (:mod:`rocmfleet.fleet.rollout.hoststeps`) alike: the profile's
     served name, known-answer request and, with ``warmup_at_start``, its warm-up.
 
     Args:
         config: the host's validated configuration.
         image: the image reference the instances run (default: ``config.image.reference``).
     """
-    from rocmfleet.domain import vllm, warmup
-
     targets = []
     for instance in config.instances():
         names = vllm.files_of(instance)

@@ -1,0 +1,333 @@
+"""``rocmfleet rollout`` and ``restart``: plan, record and run one, or ``--resume``/``--rollback`` the recorded one.
+
+:func:`run_rollout` checks the options, reads what every host runs, runs the preflight check,
+pins the image in the group data (``--image``), writes the state file and hands it to the
+:class:`~rocmfleet.fleet.rollout.runner.Runner` with :class:`~rocmfleet.fleet.rollout.hoststeps.HostSteps`.
+Every end prints its summary (the report and the state file; each failed host's error) and
+returns an exit status; nothing a host does raises out of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from rocmfleet.config.groupdata_edit import IMAGE_KEYS, parse, unified_diff
+from rocmfleet.fleet.bench.bench import new_run_id
+from rocmfleet.fleet.check import compliance
+from rocmfleet.fleet.inventory import Target
+from rocmfleet.fleet.rollout import fleetimage, hoststeps
+from rocmfleet.fleet.rollout.batches import PlanError, parse_max_unavailable, plan_batches
+from rocmfleet.fleet.rollout.fleetimage import CommandError
+from rocmfleet.fleet.rollout.hoststeps import CHECK_TIMEOUT_S, InstanceStatus, parallel, running_image
+from rocmfleet.fleet.rollout.progress import Emit, LineProgress, Progress, ProgressFactory, to_stderr
+from rocmfleet.fleet.rollout.report import markdown_report
+from rocmfleet.fleet.rollout.runner import Runner, StepError, step_failure
+from rocmfleet.fleet.rollout.state import (
+    DataEdit,
+    HostState,
+    ImageRef,
+    Kind,
+    RolloutState,
+    RunLocked,
+    deploy_refusal,
+    load_state,
+    results_root,
+    run_lock,
+    save_state,
+    state_path,
+)
+
+
+def _finish(state: RolloutState, path: Path, code: int, emit: Emit, error: Emit = to_stderr) -> int:
+    """Write the report; each host's error and a failed end go to ``error``, a good end to ``emit``."""
+    report = path.parent / state.id / "report.md"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(markdown_report(state))
+    for name, host in state.hosts.items():
+        if host.error:
+            error(f"{name}: {host.step}: {host.error}")
+    (error if code else emit)(f"{state.kind} {state.id}: {state.status}; report {report}; state {path}")
+    return code
+
+
+def run_rollout(
+    inventory: str,
+    kind: str = "rollout",
+    image: str | None = None,
+    canary: int | None = None,
+    max_unavailable: str | None = None,
+    force: bool = False,
+    resume: bool = False,
+    rollback: bool = False,
+    limit: list[str] | None = None,
+    results_dir: str | None = None,
+    emit: Emit = print,
+    progress_factory: ProgressFactory | None = None,
+    error: Emit | None = None,
+) -> int:
+    """``rocmfleet rollout``/``restart``: plan, record and run, or ``--resume``/``--rollback`` one.
+
+    Args:
+        canary, max_unavailable: ``--canary`` (default 1) and ``--max-unavailable`` (default
+            ``"1"``); ``None``: not given.
+        emit: where progress and the report's summary go (stdout).
+        error: where errors go (default stderr): why nothing started, each failed host's error,
+            a failed end.
+
+    With ``resume`` or ``rollback`` the recorded plan is what runs: ``image``, ``canary``,
+    ``max_unavailable``, ``limit`` and ``force`` are refused (exit 2) rather than ignored.
+
+    Returns:
+        0 done (or rolled back on request); 1 a host failed (rolled back: see the report; a
+        restart leaves it drained); 2 nothing was started (bad options, a failing fleet without
+        ``--force``, a recorded rollout, a state file that is not consistent, an unreadable registry).
+    """
+    say_error = error or to_stderr
+    if kind not in ("rollout", "restart"):
+        say_error(f"rocmfleet: {kind}: not a rollout or a restart")
+        return 2
+    checked: Kind = "rollout" if kind == "rollout" else "restart"
+    root = results_root(results_dir, inventory)
+    path = state_path(root, inventory)
+    try:
+        with run_lock(path):
+            return _run_rollout(
+                inventory, checked, image, canary, max_unavailable, force, resume, rollback, limit, root, path,
+                emit, progress_factory, say_error,
+            )  # fmt: skip
+    except RunLocked as exc:
+        say_error(f"rocmfleet: {exc}; nothing was done")
+        return 2
+
+
+def _run_rollout(
+    inventory: str, kind: Kind, image: str | None, canary: int | None, max_unavailable: str | None, force: bool,
+    resume: bool, rollback: bool, limit: list[str] | None, root: Path, path: Path, emit: Emit,
+    progress_factory: ProgressFactory | None, say_error: Emit,
+) -> int:  # fmt: skip
+    """:func:`run_rollout` with its run lock held; ``root`` and ``path``: the results root and state file."""
+    try:
+        if resume or rollback:
+            given = {
+                "--image": image,
+                "--canary": canary,
+                "--max-unavailable": max_unavailable,
+                "--limit": ",".join(limit) if limit else None,
+                "--force": True if force else None,
+            }
+            extra = [name if value is True else f"{name} {value}" for name, value in given.items() if value is not None]
+            if extra:
+                mode = "--resume" if resume else "--rollback"
+                raise CommandError(
+                    f"{mode} with {', '.join(extra)}: {mode} runs the plan recorded in {path} (its hosts, batches, "
+                    f"canary, max-unavailable and image); give {mode} alone, or finish this {kind} and start a new one"
+                )
+        existing = load_state(path)
+        if resume or rollback:
+            if existing is None:
+                raise CommandError(f"no {kind} of {inventory} recorded in {path}")
+            if existing.kind != kind:
+                raise CommandError(
+                    f"{path} records {existing.kind} {existing.id}, not a {kind}: "
+                    f"use `rocmfleet {existing.kind} {inventory} {'--resume' if resume else '--rollback'}`"
+                )
+            return _continue(existing, path, inventory, rollback, emit, progress_factory, say_error)
+        if existing is not None and existing.blocking:
+            raise CommandError(deploy_refusal(inventory, root) or f"{path}: a rollout is recorded")
+        return _start(
+            inventory,
+            kind,
+            image,
+            1 if canary is None else canary,
+            "1" if max_unavailable is None else max_unavailable,
+            force,
+            limit,
+            root,
+            path,
+            emit,
+            progress_factory,
+            say_error,
+        )
+    except (CommandError, PlanError, ValueError) as exc:
+        say_error(f"rocmfleet: {exc}")
+        return 2
+
+
+def _runner(
+    state: RolloutState,
+    path: Path,
+    targets: Mapping[str, Target],
+    inventory: str,
+    emit: Emit,
+    progress_factory: ProgressFactory | None,
+    error: Emit = to_stderr,
+) -> tuple[Runner, Progress]:
+    log = path.parent / state.id / "log.txt"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+
+    def to_log(line: str) -> None:
+        with lock, open(log, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+
+    steps = hoststeps.HostSteps(inventory, targets, path.parent / state.id, state.id, emit=to_log)
+    revert = fleetimage.revert_data(state.data_edit, emit, error) if state.data_edit else None
+    progress = progress_factory(len(state.hosts)) if progress_factory else LineProgress(emit)
+    return Runner(state, path, steps, progress, on_data_revert=revert), progress
+
+
+def _drive(progress: Progress, action: Callable[[], int]) -> int:
+    """``action()``, inside ``progress`` when it is a context manager (:class:`RichProgress`)."""
+    if isinstance(progress, contextlib.AbstractContextManager):
+        with progress:
+            return action()
+    return action()
+
+
+def _continue(
+    state: RolloutState,
+    path: Path,
+    inventory: str,
+    rollback: bool,
+    emit: Emit,
+    progress_factory: ProgressFactory | None,
+    error: Emit = to_stderr,
+) -> int:
+    if rollback and state.kind == "restart":
+        raise CommandError(
+            f"restart {state.id} ({state.status}) changes no image: nothing to roll back; "
+            f"`rocmfleet restart {inventory} --resume` finishes it (a failed host is restarted and gated again)"
+        )
+    targets = fleetimage.load(inventory, None)
+    missing = sorted(set(state.hosts) - set(targets))
+    if missing:
+        raise CommandError(f"hosts of rollout {state.id} are no longer in {inventory}: {', '.join(missing)}")
+    targets = {name: targets[name] for name in state.hosts}
+    if state.kind == "rollout" and state.target is not None and not rollback:
+        targets = {name: fleetimage.with_image(t, state.target) for name, t in targets.items()}
+    runner, progress = _runner(state, path, targets, inventory, emit, progress_factory, error)
+    if rollback:
+        code = _drive(progress, lambda: runner.roll_back(None))
+    elif state.status == "running":
+        code = _drive(progress, runner.run)
+    elif state.kind == "restart" and state.status == "failed":
+        runner.retry_failed()
+        code = _drive(progress, runner.run)
+    elif state.status in ("failed", "rollback_failed"):
+        code = _drive(progress, lambda: runner.roll_back(state.failure or "resumed rollback"))
+    else:
+        emit(f"{state.kind} {state.id} is {state.status}: nothing to resume")
+        return 0
+    return _finish(state, path, code, emit, error)
+
+
+def _start(
+    inventory: str, kind: Kind, image: str | None, canary: int, max_unavailable: str, force: bool,
+    limit: list[str] | None, root: Path, path: Path, emit: Emit, progress_factory: ProgressFactory | None,
+    error: Emit = to_stderr,
+) -> int:  # fmt: skip
+    if canary < 0:
+        raise CommandError(f"--canary {canary}: must be >= 0")
+    targets = fleetimage.load(inventory, limit)
+    parse_max_unavailable(max_unavailable, len(targets))  # refused before any connection
+    wanted_ref = fleetimage.resolve(image, targets) if image else None
+    if wanted_ref:
+        emit(f"{image} is {wanted_ref.digest} (resolved once; every host gets this digest)")
+    observer = hoststeps.HostSteps(inventory, targets, root, "observe")
+
+    def observe(name: str) -> tuple[str, list[InstanceStatus], str | None]:
+        try:
+            return name, observer.observe(name)[1], None
+        except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
+            return name, [], step_failure(exc) if isinstance(exc, StepError) else f"{name}: {step_failure(exc)}"
+
+    before: dict[str, ImageRef] = {}
+    problems = []
+    # `unknown`, not `error`: that name is the callback this function reports with (issue 24)
+    for name, instances, unknown in parallel(observe, list(targets)):
+        ref, why = (None, None) if unknown else running_image(instances)
+        if unknown:
+            problems.append(unknown)
+        elif ref is None:
+            problems.append(f"{name}: {why}")
+        else:
+            before[name] = ref
+    if problems:
+        raise CommandError("cannot start: what these hosts run is unknown (deploy them first): " + "; ".join(problems))
+    wanted: dict[str, ImageRef] = {}
+    for name, t in targets.items():
+        img = t.config.image
+        wanted[name] = wanted_ref or ImageRef(repository=img.repository, tag=img.tag, digest=img.digest)
+    if kind == "restart":
+        hosts = list(targets)
+        target = None
+    else:
+        hosts = [n for n in targets if wanted[n].digest != before[n].digest]
+        distinct = {wanted[n].reference for n in hosts}
+        if len(distinct) > 1:
+            raise CommandError(
+                f"the hosts want different images ({', '.join(sorted(distinct))}); roll out one at a time with --limit"
+            )
+        target = wanted[hosts[0]] if hosts else wanted_ref
+        if not hosts:
+            emit(f"every host already runs {target.reference if target else 'what the data says'}: nothing to roll out")
+            if not wanted_ref:
+                return 0
+    emit(f"preflight: rocmfleet check --select vllm on {len(hosts)} host(s)")
+    current = [fleetimage.with_image(targets[n], before[n]) for n in hosts]
+    results = compliance.run_fleet(current, ["vllm"], CHECK_TIMEOUT_S)
+    failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
+    if failing:
+        for line in failing:
+            error(line)
+        if not force:
+            raise CommandError(f"{len(failing)} check(s) fail on the fleet before the {kind}; fix them or pass --force")
+        emit("--force: starting on a failing fleet")
+    data_edit = None
+    if wanted_ref is not None:
+        file, old, new = fleetimage.data_file(wanted_ref)
+        if new != old:
+            emit(unified_diff(old, new, str(file)))
+            file.write_text(new)
+            previous = parse(old, str(file))
+            data_edit = DataEdit(
+                path=str(file),
+                before={k: (str(previous[k]) if k in previous else None) for k in IMAGE_KEYS},
+                after=wanted_ref.data(),
+            )
+        reloaded = fleetimage.load(inventory, limit)
+        wrong = [n for n, t in reloaded.items() if t.config.image.digest != wanted_ref.digest]
+        if wrong:
+            if data_edit is not None:
+                file.write_text(old)
+            raise CommandError(
+                f"{file} now pins {wanted_ref.digest}, but {', '.join(wrong)} still get another image from data that "
+                f"wins over it (host data or the inventory file); {file} was put back"
+            )
+        targets = reloaded
+        if not hosts:
+            return 0
+    count = parse_max_unavailable(max_unavailable, len(hosts))
+    batches = plan_batches(hosts, canary, count)
+    index = {h: i for i, batch in enumerate(batches) for h in batch}
+    state = RolloutState(
+        id=new_run_id(),
+        kind=kind,
+        inventory=inventory,
+        target=target,
+        canary=min(canary, len(hosts)),
+        max_unavailable=count,
+        batches=batches,
+        hosts={h: HostState(batch=index[h], before=before[h], after=target or before[h]) for h in hosts},
+        data_edit=data_edit,
+    )
+    save_state(state, path)
+    emit(
+        f"{kind} {state.id}: {len(hosts)} host(s) in {len(batches)} batch(es), "
+        f"at most {count} out of service; state {path}"
+    )
+    runner, progress = _runner(state, path, {h: targets[h] for h in hosts}, inventory, emit, progress_factory, error)
+    return _finish(state, path, _drive(progress, runner.run), emit, error)

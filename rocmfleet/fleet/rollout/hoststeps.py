@@ -1,0 +1,379 @@
+"""The rollout's steps on real hosts (:class:`HostSteps`), and what a host's vLLM instances run now.
+
+* **switch** and **rollback** run the deploy itself, ``pyinfra -y --limit HOST --data
+  vllm_image_repository=... --data vllm_image_tag=... --data vllm_image_digest=... INVENTORY
+  deploy.py``: the vllm role pulls, checks the arguments with the new image's parser, swaps,
+  waits until ready and rolls a host that never gets ready back on its own. There is no second
+  implementation of the swap here. Its environment carries
+  :data:`~rocmfleet.fleet.rollout.state.OWN_DEPLOY_ENV`, which lets it past the inventory's guard
+  against deploys during a rollout.
+* **pull** (``docker pull`` of the pinned reference), **drain**/**undrain** (the group data's
+  ``vllm_drain_command``/``vllm_undrain_command``), **observe** (``rocmfleet/scripts/vllm-status.sh``)
+  and the rolling restart's unit restart and wait (the deploy's own ``rocmfleet/scripts/vllm-wait.sh``
+  with the deploy's targets, :func:`rocmfleet.fleet.rollout.swap.wait_targets`, on stdin) go over
+  :mod:`rocmfleet.fleet.connect`. A restart that fails leaves its host drained and marked ``failed``
+  (nothing to roll back); ``--resume`` restarts and gates it again.
+* **check** is ``rocmfleet check --select vllm`` on the one host (:func:`rocmfleet.fleet.check.compliance.run_host`),
+  **bench** the smoke benchmark (:func:`rocmfleet.fleet.bench.benchrun.bench_host`), results under the
+  rollout's directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TypeVar
+
+from rocmfleet import project, scripts
+from rocmfleet.domain.readiness import probe_script
+from rocmfleet.domain.vllm import files_of
+from rocmfleet.fleet.bench.bench import BenchResult, Thresholds
+from rocmfleet.fleet.bench.benchrun import bench_host
+from rocmfleet.fleet.check import compliance
+from rocmfleet.fleet.connect import Result, Session, reachable
+from rocmfleet.fleet.inventory import Target
+from rocmfleet.fleet.rollout.progress import Emit
+from rocmfleet.fleet.rollout.runner import StepError
+from rocmfleet.fleet.rollout.state import OWN_DEPLOY_ENV, ImageRef
+from rocmfleet.fleet.rollout.swap import wait_or_roll_back_script, wait_targets
+
+#: The deploy file, beside ``rocmfleet/`` at the project root.
+DEPLOY_FILE = project.DEPLOY_FILE
+#: Seconds a ``docker pull`` may take (a vLLM ROCm image is 20-30 GB).
+PULL_TIMEOUT_S = 3600
+#: Seconds a deploy may take beyond the host's ``vllm_ready_timeout_s`` (pull, argument check, files).
+DEPLOY_MARGIN_S = 1800
+#: Seconds between readiness polls of a rolling restart.
+POLL_S = 5
+#: Seconds a rolling restart's wait may take beyond ``vllm_ready_timeout_s`` (its logs, its end).
+WAIT_MARGIN_S = 120
+#: Seconds between the checks that a host being deployed still answers SSH.
+HEARTBEAT_S = 15
+#: Failed checks in a row after which a host counts as lost and its deploy is stopped.
+LOST_AFTER = 2
+#: Seconds ``rocmfleet check --select vllm`` may take on one host.
+CHECK_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    """One vLLM instance now: its unit's state, image, readiness and uptime."""
+
+    host: str
+    instance: str
+    active: str
+    sub: str
+    image: str | None
+    ready: bool | None = None
+    uptime_s: float | None = None
+    error: str | None = None
+
+    def row(self) -> dict[str, object]:
+        """JSON-ready fields."""
+        return {
+            "host": self.host,
+            "instance": self.instance,
+            "unit": f"{self.active}/{self.sub}",
+            "image": self.image,
+            "ready": self.ready,
+            "uptime_s": None if self.uptime_s is None else round(self.uptime_s),
+            "error": self.error,
+        }
+
+
+def _epoch(rfc3339: str) -> float | None:
+    """Docker's ``State.StartedAt`` (``2026-01-02T03:04:05.123456789Z``) as seconds since the epoch."""
+    text = rfc3339.strip()
+    if not text or text == "-" or text.startswith("0001-"):
+        return None
+    head, _, frac = text.rstrip("Z").partition(".")
+    try:
+        base = datetime.fromisoformat(head + "+00:00").timestamp()
+    except ValueError:
+        return None
+    return base + (float("0." + frac[:6]) if frac.isdigit() else 0.0)
+
+
+def parse_status(host: str, stdout: str) -> tuple[float | None, list[InstanceStatus], dict[str, float | None]]:
+    """Parse ``vllm-status.sh``: the host's clock, the instances, and each container's start (epoch s)."""
+    now: float | None = None
+    instances: list[InstanceStatus] = []
+    started: dict[str, float | None] = {}
+    for line in stdout.splitlines():
+        if line.startswith("now "):
+            try:
+                now = float(line.split()[1])
+            except (IndexError, ValueError):
+                now = None
+            continue
+        parts = line.split("\t")
+        if len(parts) != 5:
+            continue
+        name, active, sub, image, start = parts
+        started[name] = start_s = _epoch(start)
+        uptime = None if now is None or start_s is None or active != "active" else now - start_s
+        instances.append(InstanceStatus(host, name, active, sub, None if image == "-" else image, None, uptime))
+    return now, instances, started
+
+
+def running_image(instances: Sequence[InstanceStatus]) -> tuple[ImageRef | None, str | None]:
+    """The one image a host's instances run, or ``(None, why)`` when they run none or several."""
+    refs = {i.image for i in instances}
+    if not instances or refs == {None}:
+        return None, "no vLLM container runs"
+    if len(refs) > 1:
+        return None, "its instances run different images: " + ", ".join(sorted(str(r) for r in refs))
+    (ref,) = refs
+    image = ImageRef.parse(str(ref))
+    return (image, None) if image else (None, f"its containers run {ref}, not pinned as repository:tag@digest")
+
+
+_T = TypeVar("_T")
+
+
+def parallel(fn: Callable[[str], _T], hosts: Sequence[str], workers: int = 16) -> list[_T]:
+    """``fn`` of every host, at most ``workers`` at once, in order."""
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
+        return list(pool.map(fn, hosts))
+
+
+def _tail(text: str, lines: int = 6) -> str:
+    kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    return " | ".join(kept) or "(no output)"
+
+
+def _die_with_parent() -> None:
+    """``preexec_fn`` of a deploy: it gets SIGTERM when the rollout process dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``, ``PR_SET_PDEATHSIG`` = 1 in ``linux/prctl.h``), so a killed
+    rollout leaves no deploy running on its own that ``--resume`` or ``--rollback`` would race."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
+class HostSteps:
+    """:class:`Steps` on real hosts, over :mod:`rocmfleet.fleet.connect` and the deploy.
+
+    Args:
+        inventory: the inventory file (for the deploy and for reloading targets).
+        targets: ``{host: Target}`` as :func:`rocmfleet.fleet.inventory.load_fleet` gives them, with the
+            data the hosts should end with (after a group data edit, reloaded).
+        run_dir: where benchmark results go (``bench/before``, ``bench/after``).
+        rollout_id: put in the deploys' environment (:data:`~rocmfleet.fleet.rollout.state.OWN_DEPLOY_ENV`).
+        bench_timeout_s: seconds each host's benchmark may take.
+        emit: where the deploy's and benchmark's lines go (a log file, not the console).
+    """
+
+    def __init__(
+        self,
+        inventory: str,
+        targets: Mapping[str, Target],
+        run_dir: Path,
+        rollout_id: str,
+        bench_timeout_s: float = 1800,
+        emit: Emit = lambda line: None,
+    ) -> None:
+        self.inventory, self.targets, self.run_dir, self.rollout_id = inventory, dict(targets), run_dir, rollout_id
+        self.bench_timeout_s, self.emit = bench_timeout_s, emit
+
+    # -- SSH helpers --
+    def _run(self, host: str, command: str, timeout_s: float, gate: str, stdin: str | None = None) -> Result:
+        try:
+            with Session.open(self.targets[host].ssh) as session:
+                return session.run(command, timeout_s=timeout_s, stdin=stdin)
+        except Exception as exc:  # noqa: BLE001 - unreachable, timed out, broken: this step failed
+            raise StepError(gate, f"{host}: {type(exc).__name__}: {exc}") from None
+
+    def observe(self, host: str) -> tuple[float | None, list[InstanceStatus], dict[str, float | None]]:
+        """The host's clock, its instances now and their containers' start times (no readiness)."""
+        names = [i.name for i in self.targets[host].config.instances()]
+        result = self._run(host, scripts.command("vllm-status.sh", *names), 60, "observe")
+        if result.exit_status != 0:
+            raise StepError("observe", f"{host}: vllm-status.sh exited {result.exit_status}: {_tail(result.stderr)}")
+        return parse_status(host, result.stdout)
+
+    def ready(self, host: str) -> dict[str, bool]:
+        """Per instance, whether it is ready now (the deploy's own probe, one try, with the profile's
+        known-answer request where it has one: ``ready_probe``)."""
+        config = self.targets[host].config
+        model = config.profile.served_model_name or config.profile.model
+        out = {}
+        for instance in config.instances():
+            probe = probe_script(instance.port, model, files_of(instance).container, config.profile.ready_probe)
+            out[instance.name] = self._run(host, probe, 60, "readiness").exit_status == 0
+        return out
+
+    # -- steps --
+    def pull(self, host: str, image: ImageRef) -> None:
+        result = self._run(host, f"docker pull --quiet {shlex.quote(image.reference)}", PULL_TIMEOUT_S, "pull")
+        if result.exit_status != 0:
+            raise StepError(
+                "pull", f"docker pull {image.reference} exited {result.exit_status}: {_tail(result.stderr)}"
+            )
+
+    def _hook(self, host: str, which: str) -> None:
+        settings = self.targets[host].config.settings
+        command = getattr(settings, f"vllm_{which}_command")
+        if not command:
+            return
+        ports = ",".join(str(i.port) for i in self.targets[host].config.instances())
+        line = f"ROCMFLEET_HOST={shlex.quote(host)} ROCMFLEET_PORTS={ports} sh -c {shlex.quote(command)}"
+        result = self._run(host, line, settings.vllm_drain_timeout_s, which)
+        if result.exit_status != 0:
+            raise StepError(
+                which, f"vllm_{which}_command exited {result.exit_status}: {_tail(result.stderr or result.stdout)}"
+            )
+
+    def drain(self, host: str) -> None:
+        self._hook(host, "drain")
+
+    def undrain(self, host: str) -> None:
+        self._hook(host, "undrain")
+
+    def bench(self, host: str, label: str) -> tuple[dict[str, BenchResult], list[str]]:
+        outcome = bench_host(self.targets[host], self.run_dir / "bench" / label, "run", self.bench_timeout_s, self.emit)
+        if outcome.error:
+            raise StepError("benchmark", f"{label} the switch: {outcome.error}")
+        results, errors = {}, []
+        for case in outcome.cases:
+            key = f"{case.target}:{case.case.name}"
+            if case.result is not None and case.error is None:
+                results[key] = case.result
+            else:
+                errors.append(f"{key}: {case.error}")
+        return results, errors
+
+    def thresholds(self, host: str) -> Thresholds:
+        thresholds: Thresholds = self.targets[host].config.profile.bench.thresholds
+        return thresholds
+
+    def _deploy(self, host: str, image: ImageRef | None, gate: str) -> float:
+        config = self.targets[host].config
+        argv = [sys.executable, "-m", "pyinfra", "-y", "--limit", host]
+        for key, value in (image.data() if image else {}).items():
+            argv += ["--data", f"{key}={json.dumps(value)}"]  # quoted: a tag like 1.0 stays a string
+        argv += [self.inventory, str(DEPLOY_FILE)]
+        env = {**os.environ, OWN_DEPLOY_ENV: self.rollout_id}
+        timeout = config.settings.vllm_ready_timeout_s + DEPLOY_MARGIN_S
+        started = time.time()
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+        )
+        stdout, stderr = self._watch(host, proc, timeout, gate)
+        for line in (stdout + stderr).splitlines():
+            self.emit(f"{host} deploy: {line}")
+        if proc.returncode != 0:
+            said = [line for line in (stderr + stdout).splitlines() if "not ready" in line or "rolled back" in line]
+            why = _tail("\n".join(said) if said else stderr + stdout)
+            kind = "readiness" if said else gate
+            raise StepError(
+                kind, f"deploy of {image.reference if image else 'the same image'} exited {proc.returncode}: {why}"
+            )
+        return started
+
+    def _watch(self, host: str, proc: subprocess.Popen[str], timeout_s: float, gate: str) -> tuple[str, str]:
+        """Wait for the deploy ``proc``, asking every :data:`HEARTBEAT_S` seconds whether ``host``
+        still answers SSH (:func:`rocmfleet.fleet.connect.reachable`). A host that does not answer
+        :data:`LOST_AFTER` times in a row (powered off, cut off) stops the deploy: pyinfra's own
+        connection to a dead host would wait for the kernel's TCP retries (about 15 minutes).
+
+        Raises:
+            StepError: the deploy ran past ``timeout_s`` or the host stopped answering.
+        """
+        deadline = time.monotonic() + timeout_s
+        misses = 0
+        while True:
+            try:
+                return proc.communicate(timeout=HEARTBEAT_S)
+            except subprocess.TimeoutExpired:
+                pass
+            why = None
+            if time.monotonic() > deadline:
+                why = f"the deploy did not finish within {timeout_s:g} s"
+            else:
+                lost = reachable(self.targets[host].ssh, HEARTBEAT_S)
+                misses = misses + 1 if lost else 0
+                if misses >= LOST_AFTER:
+                    why = f"{host} stopped answering SSH during the deploy ({lost}); the deploy was stopped"
+            if why:
+                proc.kill()
+                proc.communicate()
+                raise StepError(gate, why)
+
+    def switch(self, host: str, image: ImageRef | None) -> dict[str, float]:
+        """The deploy (``image``) or, for a rolling restart (``None``), a restart of the units and
+        the deploy's readiness probe until ready. Returns ``restart`` and ``readiness`` seconds:
+        from the start to the containers' start (host clock, corrected by the observed offset),
+        and from there to ready."""
+        if image is None:
+            return self._restart(host)
+        before_now = time.time()
+        host_now, _instances, _started = self.observe(host)
+        offset = (host_now - before_now) if host_now is not None else 0.0
+        started = self._deploy(host, image, "switch")
+        ended = time.time()
+        _now, _instances, starts = self.observe(host)
+        first = min((s for s in starts.values() if s is not None), default=None)
+        if first is None or not started <= first - offset <= ended:
+            return {"restart": ended - started}
+        return {"restart": first - offset - started, "readiness": ended - (first - offset)}
+
+    def _restart(self, host: str) -> dict[str, float]:
+        """Restart the host's vLLM units, then wait as the deploy waits: ``vllm-wait.sh`` with every
+        instance (:func:`rocmfleet.fleet.rollout.swap.wait_targets`: known answer, warm-up; a unit systemd
+        shows failed or a wrong answer is given up at once) and nothing to roll back to (a restart
+        changes nothing to go back from). Its targets go on stdin.
+
+        Raises:
+            StepError: ``switch`` when the restart failed, ``readiness`` when an instance was not
+                ready by ``vllm_ready_timeout_s`` (the wait's own report, with the logs, in the message).
+        """
+        config = self.targets[host].config
+        targets = wait_targets(config)
+        units = " ".join(shlex.quote(t.unit) for t in targets)
+        started = time.monotonic()
+        result = self._run(host, f"systemctl restart {units}", 300, "switch")
+        if result.exit_status != 0:
+            raise StepError("switch", f"systemctl restart exited {result.exit_status}: {_tail(result.stderr)}")
+        restarted = time.monotonic()
+        timeout = config.settings.vllm_ready_timeout_s
+        wait = wait_or_roll_back_script(targets, timeout, 0, POLL_S)
+        result = self._run(host, wait.command, timeout + WAIT_MARGIN_S, "readiness", stdin=wait.stdin)
+        for line in (result.stdout + result.stderr).splitlines():
+            self.emit(f"{host} wait: {line}")
+        if result.exit_status != 0:
+            said = [line for line in result.stderr.splitlines() if "not ready" in line or "not waiting" in line]
+            raise StepError("readiness", _tail("\n".join(said) if said else result.stderr + result.stdout))
+        return {"restart": restarted - started, "readiness": time.monotonic() - restarted}
+
+    def check(self, host: str) -> list[str]:
+        results = compliance.run_host(self.targets[host], compliance.module_paths(["vllm"]), CHECK_TIMEOUT_S)
+        return [f"{r.check}: {r.outcome}: {r.message}" for r in results if r.outcome not in ("passed", "skipped")]
+
+    def rollback(self, host: str, image: ImageRef) -> None:
+        before = self.targets[host]
+        target = before.config
+        image_config = target.image.model_copy(
+            update={"repository": image.repository, "tag": image.tag, "digest": image.digest}
+        )
+        self.targets[host] = replace(before, config=replace(target, image=image_config))
+        self._deploy(host, image, "rollback")

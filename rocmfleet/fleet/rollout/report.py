@@ -1,0 +1,81 @@
+"""What a rollout says when it ends: its Markdown report, the hosts left drained, ``rocmfleet status --json``. Pure."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from rocmfleet.fleet.bench.bench import REGRESSION_METRICS
+from rocmfleet.fleet.rollout.state import FAILED, TIMED, CaseNumbers, ImageRef, RolloutState
+
+
+def _short(image: ImageRef | None) -> str:
+    if image is None:
+        return "-"
+    return f"{image.tag}@{image.digest[7:19]}"
+
+
+def _delta(numbers: CaseNumbers) -> str:
+    parts = []
+    for key, _unit, _better in REGRESSION_METRICS:
+        b, a = numbers.before.get(key), numbers.after.get(key)
+        if a is None:
+            continue
+        if b:
+            parts.append(f"{key} {a:.2f} ({(a - b) / b:+.1%})")
+        else:
+            parts.append(f"{key} {a:.2f}")
+    return "; ".join(parts) or "-"
+
+
+def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
+    """The end-of-run report: what happened, then one row per host (before/after digest, seconds
+    per part of :data:`TIMED`, step reached, benchmark deltas against the run before the switch)."""
+    what = f"to `{state.target.reference}`" if state.target else "(rolling restart, same image)"
+    lines = [
+        f"# {state.kind.capitalize()} {state.id} of {state.inventory} {what}",
+        "",
+        f"Status: **{state.status}**; canary {state.canary}, at most {state.max_unavailable} host(s) out of service;"
+        f" {len(state.batches)} batch(es). Started {state.started}, last update {state.updated or '-'}.",
+    ]
+    if state.failure:
+        lines += ["", f"Failure: {state.failure}"]
+    left = [name for name, h in state.hosts.items() if h.step == FAILED]
+    if left:
+        lines += ["", left_drained(state, left)]
+    lines += [""] + [f"- {m}" for m in messages] + ([""] if messages else [])
+    head = ["host", "batch", "before", "after", "step", *(f"{t} s" for t in TIMED), "benchmark (after vs before)"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, host in state.hosts.items():
+        times = [f"{host.times[t]:.1f}" if t in host.times else "-" for t in TIMED]
+        bench = "<br>".join(f"{case}: {_delta(n)}" for case, n in host.bench.items()) or "-"
+        row = [name, "canary" if host.batch == 0 and state.canary else str(host.batch)]
+        row += [_short(host.before), _short(host.after), host.step, *times, bench]
+        lines.append("| " + " | ".join(row) + " |")
+    errors = [(name, h.error) for name, h in state.hosts.items() if h.error]
+    if errors:
+        lines += ["", "## Problems", ""] + [f"- **{name}**: {error}" for name, error in errors]
+    return "\n".join(lines) + "\n"
+
+
+def left_drained(state: RolloutState, hosts: Sequence[str]) -> str:
+    """What a failed rolling restart left: its failed ``hosts`` drained, and what to do."""
+    return (
+        f"Left drained, not rolled back (a restart changes no image; they are not healthy): {', '.join(hosts)}. "
+        f"Fix them, then `rocmfleet restart {state.inventory} --resume` restarts and gates them again; "
+        "or undrain them by hand once they serve."
+    )
+
+
+def status_json(rows: Sequence[Mapping[str, object]], state: RolloutState | None) -> str:
+    """``rocmfleet status --json``: ``{"rollout": {...} | null, "instances": [...]}``."""
+    rollout = None
+    if state is not None:
+        rollout = {
+            "id": state.id,
+            "kind": state.kind,
+            "status": state.status,
+            "target": state.target.reference if state.target else None,
+            "steps": {name: h.step for name, h in state.hosts.items()},
+        }
+    return json.dumps({"rollout": rollout, "instances": list(rows)}, indent=2) + "\n"
