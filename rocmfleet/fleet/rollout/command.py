@@ -180,7 +180,8 @@ def _runner(
 
 
 def _drive(progress: Progress, action: Callable[[], int]) -> int:
-    """``action()``, inside ``progress`` when it is a context manager (:class:`RichProgress`)."""
+    """``action()``, inside ``progress`` when it is a context manager
+    (:class:`~rocmfleet.fleet.rollout.progress.RichProgress`)."""
     if isinstance(progress, contextlib.AbstractContextManager):
         with progress:
             return action()

@@ -39,7 +39,7 @@ def with_image(target: Target, image: ImageRef) -> Target:
 
 
 def resolve(reference: str, targets: Mapping[str, Target]) -> ImageRef:
-    """``REPO:TAG`` to an :class:`ImageRef`, the digest from the registry (once).
+    """``REPO:TAG`` to an :class:`~rocmfleet.fleet.rollout.state.ImageRef`, the digest from the registry (once).
 
     The hosts' ``docker_insecure_registries`` say which registries speak plain HTTP, their
     ``docker_registry_auth`` the credentials.

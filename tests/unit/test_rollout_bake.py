@@ -164,7 +164,7 @@ def test_the_cli_flag_calls_bake_and_roll_with_the_rollout_options(monkeypatch, 
 
 
 def test_a_recorded_rollout_refuses_the_bake_before_it_stops_the_canary(tmp_path, monkeypatch):
-    from tests.unit.test_fleetrollout import _state
+    from tests.unit.test_rollout_state import _state
 
     monkeypatch.delenv(rstate.OWN_DEPLOY_ENV, raising=False)
     rstate.save_state(_state(), rstate.state_path(tmp_path, "inv.py"))
@@ -179,7 +179,7 @@ def test_bake_with_limit_and_cache_bake_during_a_rollout_are_refused(tmp_path, m
     from rocmfleet import cli
     from rocmfleet.fleet import inventory as fleet
     from rocmfleet.fleet.cache import cachebake
-    from tests.unit.test_fleetrollout import _state
+    from tests.unit.test_rollout_state import _state
 
     assert cli.main(["rollout", "inv.py", "--bake", "--limit", "lab-1"]) == 2
     assert "--bake with --limit" in capsys.readouterr().err

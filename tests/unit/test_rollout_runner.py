@@ -1,5 +1,6 @@
 """The rollout runner with stand-in steps, digest resolution against a local registry stand-in,
-and the host status script under sh with stand-in systemctl and docker."""
+the host status script under sh with stand-in systemctl and docker, and the whole command from
+the CLI on stand-in hosts (runner, hoststeps, command, fleetimage, status in rocmfleet/fleet/rollout/)."""
 
 from __future__ import annotations
 
