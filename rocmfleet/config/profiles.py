@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from rocmfleet import project
 from rocmfleet.config import yamlfile
 from rocmfleet.domain import envpolicy, imageref, memfit
+from rocmfleet.domain.benchshape import BenchSettings
 from rocmfleet.domain.flags import FlagError, Rendered, ServingSettings, parse_version, render
 from rocmfleet.domain.memfit import ModelMemory
 from rocmfleet.domain.partitions import (
@@ -27,7 +28,6 @@ from rocmfleet.domain.partitions import (
     PartitionPolicy,
     policy_problems,
 )
-from rocmfleet.fleet.bench.bench import BenchSettings
 
 #: This repository's profiles (``group_vars/profiles/``), for its tests and tools; deploys and
 #: ``validate`` find the profiles beside the inventory's group files (:mod:`rocmfleet.config.groupvars`).

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocmfleet.fleet.bench.bench import BenchResult, Case, Latency, Verdict
+from rocmfleet.domain.benchshape import Case
+from rocmfleet.fleet.bench.bench import BenchResult, Latency, Verdict
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

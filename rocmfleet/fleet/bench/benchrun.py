@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocmfleet.config.settings import Instance
+from rocmfleet.domain.benchshape import Case, shape_for, sweep_for
 from rocmfleet.domain.vllm import files_of
 from rocmfleet.fleet.bench.bench import (
     KILL_AFTER_S,
     BenchParseError,
     BenchResult,
-    Case,
     Verdict,
     bench_command,
     container_result_path,
@@ -40,8 +40,6 @@ from rocmfleet.fleet.bench.bench import (
     new_run_id,
     result_path,
     save_verdict,
-    shape_for,
-    sweep_for,
     target_name,
 )
 from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
