@@ -12,7 +12,7 @@ the failed hosts. The inventory already validated every host before connecting
 uses that config, one changed by ``--data`` overrides is validated again here.
 """
 
-from pyinfra import host
+from pyinfra.context import host
 
 import roles.base
 import roles.docker

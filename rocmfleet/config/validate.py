@@ -33,7 +33,7 @@ class InventoryError(ValueError):
 def _load(inventory: str, overrides: dict | None = None):
     """pyinfra's inventory for ``inventory``, and the groups as the file wrote them (before pyinfra merges them)."""
     import pyinfra_cli.inventory as cli_inventory
-    from pyinfra.api import State
+    from pyinfra.api.state import State
     from pyinfra.context import ctx_state
 
     global _loading

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from pyinfra.api import FactBase
+from pyinfra.api.facts import FactBase
 
 
 class PathExists(FactBase[bool]):

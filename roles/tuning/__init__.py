@@ -9,8 +9,7 @@ operations run only for what differs.
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra.context import host
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution, OsVersion
 from pyinfra.operations import apt, files, server, systemd
@@ -19,6 +18,7 @@ from rocmfleet.domain import tuning
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import reboot as reboot_ops
 from rocmfleet.operations import tuning as tuning_ops
+from rocmfleet.operations.deploys import deploy
 from rocmfleet.plan import hoststate
 from rocmfleet.plan.hoststate import WantedFile
 
