@@ -20,7 +20,8 @@ import roles.rocm
 import roles.tuning
 import roles.vllm
 from rocmfleet.config import groupvars
-from rocmfleet.config.settings import ConfigError, host_config
+from rocmfleet.config.errors import ConfigError
+from rocmfleet.config.settings import host_config
 from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import vllm
 from rocmfleet.facts.state import HostState

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -34,7 +35,7 @@ from rocmfleet.domain.partitions import (
 PROFILES_DIR = project.PROFILES_DIR
 
 
-def _checked(check):  # noqa: ANN001, ANN202
+def _checked(check: Callable[[str], str | None]) -> AfterValidator:
     def validate(value: str) -> str:
         problem = check(value)
         if problem:
@@ -253,7 +254,7 @@ def load_profile(path: str | Path) -> Profile:
 
 
 #: ``{(path, file bytes): Profile or the ProfileError it gives}`` for :func:`load_profile`.
-_PARSED: dict[tuple[str, bytes], Any] = {}
+_PARSED: dict[tuple[str, bytes], Profile | ProfileError] = {}
 
 
 def _parse(path: Path, raw: bytes) -> Profile:

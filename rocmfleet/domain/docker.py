@@ -103,7 +103,7 @@ class Runtime(BaseModel):
     runtimeArgs: list[str] = Field(default_factory=list)  # noqa: N815 - Docker's key
 
 
-def _key(alias: str, annotation_doc: str):
+def _key(alias: str, annotation_doc: str) -> Any:  # pydantic types Field() as Any: the default it stands for
     return Field(default=None, alias=alias, description=annotation_doc)
 
 
@@ -176,7 +176,7 @@ def _json_type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
         return "object {" + ", ".join(f"{k}: {_json_type(v, defs)}" for k, v in props.items()) + "}"
     if "enum" in schema:
         return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
-    kind = schema.get("type", "any")
+    kind: str = schema.get("type", "any")
     if kind == "array":
         return "array of " + _json_type(schema.get("items", {}), defs)
     if kind == "object" and "additionalProperties" in schema:

@@ -92,7 +92,7 @@ def mode_problems(topology: Topology, policy: PartitionPolicy, host: str = "", p
     """
     who = f"host {host}: " if host else ""
     wants = f"profile {profile} needs" if profile else "the profile needs"
-    found: dict[tuple[str, str], list[str]] = {}
+    found: dict[tuple[Literal["compute", "memory"], str], list[str]] = {}
     for key, parts in topology.physical_gpus().items():
         compute, memory = parts[0].partition, parts[0].memory_partition
         if compute is not None and compute != policy.compute:
