@@ -60,7 +60,7 @@ def over_budget(budget_s: float) -> str:
     return f"checks did not finish within {budget_s:g} s"
 
 
-class SessionBackend(base.BaseBackend):
+class SessionBackend(base.BaseBackend):  # type: ignore[misc]  # testinfra ships no type information
     """A testinfra backend whose commands go over one shared :class:`Session`.
 
     Args:
