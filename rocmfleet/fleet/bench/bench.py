@@ -188,7 +188,8 @@ class BenchResult:
     def value(self, key: str) -> float | None:
         """A number by its JSON key: ``output_throughput``, ``median_ttft_ms``, ``p99_tpot_ms``..."""
         if key in ("output_throughput", "request_throughput", "total_token_throughput"):
-            return getattr(self, key)
+            number: float | None = getattr(self, key)
+            return number
         if m := _STAT_KEY.fullmatch(key):
             latency = self.metrics.get(m[2])
             return None if latency is None else getattr(latency, f"{m[1]}_ms")
@@ -376,7 +377,7 @@ def parse_result(data: str | bytes | Mapping[str, Any], source: str) -> BenchRes
     request_tp = r.number("request_throughput", "requests/s (a number >= 0)")
     output_tp = r.number("output_throughput", "output tokens/s (a number >= 0)")
     total_tp = r.number("total_token_throughput", "input + output tokens/s (a number >= 0)")
-    optional = dict(
+    optional: dict[str, Any] = dict(  # BenchResult's optional fields, read before the problems are counted
         date=r.text("date"),
         backend=r.text("backend") or r.text("endpoint_type"),
         model_id=r.text("model_id"),
