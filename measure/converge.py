@@ -4,9 +4,11 @@ Not a test: a measurement on the converged lab. Inventories of N names over the 
 (``measure/lab_names.py``; pyinfra treats each name as its own host) are timed for each N::
 
     # as root, after `./dev lab` (the lab up and converged); nothing else using the lab:
-    .venv/bin/python measure/converge.py --names 1,10,50,100 --commands converge,dry,validate --repeat 3 --label s5-after
+    .venv/bin/python measure/converge.py --names 1,10,50,100 --commands converge,dry,validate \\
+        --repeat 3 --label s5-after
     .venv/bin/python measure/converge.py --names 1,10,100 --commands check --repeat 3 --label s5-check-after
-    .venv/bin/python measure/converge.py --compare measure/results/converge-before.json measure/results/converge-s5-after.json
+    .venv/bin/python measure/converge.py --compare measure/results/converge-before.json \\
+        measure/results/converge-s5-after.json
 
 Per N and command: the median wall time and its spread (min..max) over ``--repeat`` runs, and the
 control side's CPU (user + system of the command and its children, from ``getrusage``) per host.

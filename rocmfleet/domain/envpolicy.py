@@ -37,14 +37,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from packaging.version import Version
 
 from rocmfleet.domain.flags import Rendered, env_passthrough_problems
 
-if TYPE_CHECKING:
-    from rocmfleet.domain.placement import Placement
+
+class PlacedEnv(Protocol):
+    """What the policy reads of an instance's placement (:class:`rocmfleet.domain.placement.Placement`)."""
+
+    @property
+    def gfx_arch(self) -> str | None: ...
+    @property
+    def visible_devices_env(self) -> Mapping[str, str]: ...
 
 
 class EnvProfile(Protocol):
@@ -228,7 +234,7 @@ def ready_timeout_env(vllm_version: str, ready_timeout_s: int | None) -> dict[st
 
 
 def container_env(
-    profile: EnvProfile, vllm_env: Mapping[str, str], placement: Placement, ready_timeout_s: int | None = None
+    profile: EnvProfile, vllm_env: Mapping[str, str], placement: PlacedEnv, ready_timeout_s: int | None = None
 ) -> dict[str, str]:
     """The whole container environment of one instance: :func:`rendered_env` on the placement's
     architecture, then ``vllm_env``, then vLLM's start deadline (:func:`ready_timeout_env`, seconds),

@@ -21,7 +21,7 @@ Per GPU, in GiB (2**30 bytes):
   float32, 2 otherwise, including ``auto`` for BF16/FP16 checkpoints);
 - budget: GPU memory × ``gpu_memory_utilization`` (vLLM's default 0.9, vllm/config/cache.py),
   where GPU memory is ``gpu_memory_gib`` (192 per MI300X) divided by the partitions per GPU
-  (:data:`rocmfleet.domain.partitions.PARTITIONS_PER_GPU`: 24 GiB per CPX partition).
+  (:data:`rocmfleet.domain.partitionmodes.PARTITIONS_PER_GPU`: 24 GiB per CPX partition).
 
 The profile's ``model_memory`` comes from the model's ``config.json`` (``num_hidden_layers``,
 ``num_key_value_heads``, ``head_dim`` or ``hidden_size / num_attention_heads``, ``kv_lora_rank``,
@@ -36,7 +36,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rocmfleet.domain.partitions import PARTITIONS_PER_GPU, ComputePartition
+from rocmfleet.domain.partitionmodes import PARTITIONS_PER_GPU, ComputePartition
 
 GIB = 2**30
 #: vLLM's default ``gpu_memory_utilization`` (vllm-0.33.0 vllm/config/cache.py; 0.9 since 0.9.x).

@@ -44,6 +44,11 @@ def _message(report: pytest.TestReport) -> str:
 SUITE = "host::suite"
 
 
+def over_budget(budget_s: float) -> str:
+    """The message of a host whose checks used up their ``budget_s`` seconds (the backend raises it)."""
+    return f"checks did not finish within {budget_s:g} s"
+
+
 def check_name(item: pytest.Item) -> str:
     """``<module>::<check>[<instance>]``: ``test_vllm.py::test_ready[a-ssh://h]`` → ``vllm::ready[a]``.
 
@@ -122,8 +127,6 @@ class _Recorder:
             name = self.last.get(report.nodeid)
             if name is not None and host is not None:  # a host's last check has the host
                 if getattr(host.backend, "overrun", False):
-                    from rocmfleet.fleet.check.backend import over_budget
-
                     message = over_budget(host.backend.budget_s)
                     lines.append({"host": name, "check": SUITE, "outcome": "error", "message": message})
                 lines.append({"host": name, "done": True})
