@@ -18,9 +18,14 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from rocmfleet.config import vault
+
+#: An ``argparse`` number type: ``int`` or ``float``.
+_Number = TypeVar("_Number", int, float)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -48,11 +53,11 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _data_overrides(pairs: list[str]) -> dict:
+def _data_overrides(pairs: list[str]) -> dict[str, Any]:
     """``--data KEY=VALUE`` pairs, each value parsed as pyinfra's own ``--data`` parses it."""
     from pyinfra_cli.util import parse_cli_arg
 
-    overrides = {}
+    overrides: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
@@ -85,8 +90,8 @@ def _writable(path: str | None, option: str) -> None:
         raise ValueError(f"{option} {path}: is a directory; name a file to write")
 
 
-def _positive(kind: type):
-    def parse(text: str):
+def _positive(kind: Callable[[str], _Number]) -> Callable[[str], _Number]:
+    def parse(text: str) -> _Number:
         value = kind(text)
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
@@ -111,7 +116,7 @@ def _check(args: argparse.Namespace) -> int:
 
     width = max(len(t.name) for t in targets)
 
-    def progress(results):
+    def progress(results: list[compliance.CheckResult]) -> None:
         for result in results:
             print(compliance.line(result, width), flush=True)
 
@@ -148,7 +153,7 @@ def _rollout(args: argparse.Namespace) -> int:
 
     console = rich.console.Console(stderr=True)
 
-    def progress(total: int):
+    def progress(total: int) -> rolloutrun.Progress:
         if console.is_terminal:
             return rollout_progress.RichProgress(total, console)
         return rollout_progress.LineProgress(lambda line: print(line, file=sys.stderr, flush=True))
@@ -460,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("schema", help="print the JSON Schema of host data")
     s.set_defaults(func=_schema)
     args = parser.parse_args(argv)
-    return args.func(args)
+    command: Callable[[argparse.Namespace], int] = args.func
+    return command(args)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import difflib
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -33,7 +33,11 @@ def _opaque_loader() -> type[yaml.SafeLoader]:
     class Loader(yaml.SafeLoader):
         pass
 
-    Loader.add_constructor("!vault", lambda loader, node: ("!vault", loader.construct_scalar(node)))
+    def vault_text(loader: yaml.SafeLoader, node: yaml.Node) -> tuple[str, str]:
+        # construct_scalar refuses a node that is not a scalar (ConstructorError) itself.
+        return ("!vault", loader.construct_scalar(cast(yaml.ScalarNode, node)))
+
+    Loader.add_constructor("!vault", vault_text)
     return Loader
 
 
@@ -86,7 +90,8 @@ def set_keys(text: str, values: Mapping[str, str], source: str = "<text>") -> st
         if len(found) > 1:
             raise EditError(f"{source}: {key} appears {len(found)} times")
         if found:
-            out = pattern.sub(lambda m, v=value: f"{m['head']}{json.dumps(v)}{m['tail']}", out, count=1)
+            text = json.dumps(value)
+            out = pattern.sub(lambda m: f"{m['head']}{text}{m['tail']}", out, count=1)  # noqa: B023 - used at once
         else:
             appended.append(f"{key}: {json.dumps(value)}")
     if appended:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from rocmfleet import project
 from rocmfleet.config import yamlfile
 from rocmfleet.domain import envpolicy, imageref, memfit
+from rocmfleet.domain.benchshape import BenchSettings
 from rocmfleet.domain.flags import FlagError, Rendered, ServingSettings, parse_version, render
 from rocmfleet.domain.memfit import ModelMemory
 from rocmfleet.domain.partitions import (
@@ -27,14 +29,13 @@ from rocmfleet.domain.partitions import (
     PartitionPolicy,
     policy_problems,
 )
-from rocmfleet.fleet.bench.bench import BenchSettings
 
 #: This repository's profiles (``group_vars/profiles/``), for its tests and tools; deploys and
 #: ``validate`` find the profiles beside the inventory's group files (:mod:`rocmfleet.config.groupvars`).
 PROFILES_DIR = project.PROFILES_DIR
 
 
-def _checked(check):  # noqa: ANN001, ANN202
+def _checked(check: Callable[[str], str | None]) -> AfterValidator:
     def validate(value: str) -> str:
         problem = check(value)
         if problem:
@@ -253,7 +254,7 @@ def load_profile(path: str | Path) -> Profile:
 
 
 #: ``{(path, file bytes): Profile or the ProfileError it gives}`` for :func:`load_profile`.
-_PARSED: dict[tuple[str, bytes], Any] = {}
+_PARSED: dict[tuple[str, bytes], Profile | ProfileError] = {}
 
 
 def _parse(path: Path, raw: bytes) -> Profile:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -59,7 +60,7 @@ def json_schema() -> str:
     required ``vllm_profile`` may come from another group), unknown keys are refused except
     pyinfra's own (``ssh_*``, ``_*``).
     """
-    schema: dict = {"title": "rocmfleet group data", "type": "object", "properties": {}, "$defs": {}}
+    schema: dict[str, Any] = {"title": "rocmfleet group data", "type": "object", "properties": {}, "$defs": {}}
     for model in MODELS:
         part = model.model_json_schema()
         schema["properties"].update(part.get("properties", {}))

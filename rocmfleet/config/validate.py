@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from rocmfleet.config import groupvars
-from rocmfleet.config.settings import ConfigError, HostConfig, Problem, host_config
+from rocmfleet.config.errors import ConfigError, Problem
+from rocmfleet.config.settings import HostConfig, host_config
+
+if TYPE_CHECKING:
+    from pyinfra.api.host import Host
+    from pyinfra.api.inventory import Inventory
 
 #: Exit status for invalid configuration (``rocmfleet validate``, and pyinfra through
 #: :func:`check_on_load`); 1 stays "hosts failed".
@@ -23,26 +29,26 @@ _loading = False  # True while validate_inventory executes an inventory file
 #: What :func:`check_on_load` validated in this process: ``{host name: (its data, its config)}``.
 #: ``deploy.py`` takes a host's config from here when its data is the same (no ``--data``
 #: override changed it), so a host is validated once per run (issue 16).
-_VALIDATED: dict[str, tuple[dict, HostConfig]] = {}
+_VALIDATED: dict[str, tuple[dict[str, Any], HostConfig]] = {}
 
 
 class InventoryError(ValueError):
     """The inventory itself cannot be loaded (syntax error, not UTF-8, no hosts)."""
 
 
-def _load(inventory: str, overrides: dict | None = None):
+def _load(inventory: str, overrides: dict[str, Any] | None = None) -> tuple[Inventory, dict[str, Any]]:
     """pyinfra's inventory for ``inventory``, and the groups as the file wrote them (before pyinfra merges them)."""
     import pyinfra_cli.inventory as cli_inventory
-    from pyinfra.api import State
+    from pyinfra.api.state import State
     from pyinfra.context import ctx_state
 
     global _loading
     if str(Path.cwd()) not in sys.path:  # as pyinfra's CLI: the inventory may import local modules
         sys.path.append(str(Path.cwd()))
-    raw: dict = {}
+    raw: dict[str, Any] = {}
     original = cli_inventory._get_groups_from_filename
 
-    def capture(filename: str):  # noqa: ANN202 - pyinfra 3.10's own helper, wrapped to see duplicate hosts
+    def capture(filename: str) -> Any:  # pyinfra 3.10's own (untyped) helper, wrapped to see duplicate hosts
         groups = original(filename)
         raw.update(groups)
         return groups
@@ -62,11 +68,11 @@ def _load(inventory: str, overrides: dict | None = None):
         cli_inventory._get_groups_from_filename = original
 
 
-def _names(hosts) -> list[str]:  # noqa: ANN001 - pyinfra's group lists: names or (name, data)
+def _names(hosts: list[Any]) -> list[Any]:  # pyinfra's group lists: names or (name, data)
     return [h[0] if isinstance(h, tuple) else h for h in hosts]
 
 
-def inventory_problems(raw: dict, inventory: str) -> list[Problem]:
+def inventory_problems(raw: dict[str, Any], inventory: str) -> list[Problem]:
     """Rules on the inventory's own lists: no host listed twice in a group; host names without white space.
 
     pyinfra merges a host listed twice (its second entry's data wins), and a name with a space
@@ -103,7 +109,17 @@ def inventory_problems(raw: dict, inventory: str) -> list[Problem]:
     return problems
 
 
-def validate_inventory(inventory: str, with_hosts: bool = False, overrides: dict | None = None):
+@overload
+def validate_inventory(
+    inventory: str, with_hosts: Literal[False] = False, overrides: dict[str, Any] | None = None
+) -> tuple[dict[str, HostConfig], list[Problem]]: ...
+@overload
+def validate_inventory(
+    inventory: str, with_hosts: Literal[True], overrides: dict[str, Any] | None = None
+) -> tuple[dict[str, HostConfig], list[Problem], list[Host]]: ...
+def validate_inventory(
+    inventory: str, with_hosts: bool = False, overrides: dict[str, Any] | None = None
+) -> tuple[dict[str, HostConfig], list[Problem]] | tuple[dict[str, HostConfig], list[Problem], list[Host]]:
     """Load ``inventory`` as pyinfra does (``overrides`` as its ``--data``) and validate every host's data.
 
     Every problem is reported at once: the group files' own (not UTF-8, invalid YAML, a key
@@ -165,7 +181,7 @@ def validate_inventory(inventory: str, with_hosts: bool = False, overrides: dict
     return configs, list(grouped.values())
 
 
-def _blame(key: str, message: str, host, inv, inventory: str) -> tuple[str, str]:  # noqa: ANN001
+def _blame(key: str, message: str, host: Host, inv: Inventory, inventory: str) -> tuple[str, str]:
     """The file that gives ``key`` to ``host`` (pyinfra's precedence), and the message to say there.
 
     Host data is the inventory's; then the groups, the last one first, then ``all``: the group
@@ -191,7 +207,7 @@ def _blame(key: str, message: str, host, inv, inventory: str) -> tuple[str, str]
     return inventory, message
 
 
-def validated_config(name: str, data: dict) -> HostConfig | None:
+def validated_config(name: str, data: dict[str, Any]) -> HostConfig | None:
     """The config the inventory's own validation (:func:`check_on_load`) made for host ``name``
     from exactly ``data`` (pyinfra's ``host.data.dict()``), or ``None``: validate it then."""
     seen = _VALIDATED.get(name)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
+from typing import Protocol
 
 
-def _import_vault():  # noqa: ANN202
+def _import_vault() -> ModuleType:
     """Import ansible's vault library quietly under gevent (pyinfra monkey-patches sockets).
 
     ansible-core probes ``socket.getaddrinfo`` with invalid arguments at import
@@ -34,7 +36,8 @@ def _import_vault():  # noqa: ANN202
     finally:
         if hub is not None:
             hub.print_exception = saved
-    return ansible_vault
+    module: ModuleType = ansible_vault
+    return module
 
 
 _ansible_vault = _import_vault()
@@ -103,7 +106,14 @@ def password_file() -> Path | None:
     return None
 
 
-def vault_lib(password: bytes | None = None) -> VaultLib:
+class Vault(Protocol):
+    """What rocmfleet calls of ansible's ``VaultLib`` (ansible-core ships no type information)."""
+
+    def decrypt(self, vaulttext: bytes | str) -> bytes: ...
+    def encrypt(self, plaintext: bytes | str) -> bytes: ...
+
+
+def vault_lib(password: bytes | None = None) -> Vault:
     """A ``VaultLib`` holding ``password`` (default: read from :func:`password_file`).
 
     Raises:
@@ -125,10 +135,11 @@ def vault_lib(password: bytes | None = None) -> VaultLib:
             raise VaultError(f"vault password file {path}: empty; a vault password cannot be empty")
     if not password:
         raise VaultError("a vault password cannot be empty")
-    return VaultLib([("default", VaultSecret(password))])
+    lib: Vault = VaultLib([("default", VaultSecret(password))])
+    return lib
 
 
-def decrypt(data: bytes | str, source: str, vault: VaultLib | None = None) -> str:
+def decrypt(data: bytes | str, source: str, vault: Vault | None = None) -> str:
     """Decrypt one vault blob (a whole file or an inline value).
 
     Args:

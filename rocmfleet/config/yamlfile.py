@@ -137,7 +137,7 @@ def load(text: str, tags: dict[str, Callable[[ScalarNode, str], Any]] | None = N
 
     paths: dict[int, str] = {}
 
-    def tagged(handler: Callable[[ScalarNode, str], Any]):
+    def tagged(handler: Callable[[ScalarNode, str], Any]) -> Callable[[SafeConstructor, Node], Any]:
         def construct(constructor: SafeConstructor, node: Node) -> Any:
             path = paths.get(id(node), "")
             try:

@@ -45,11 +45,40 @@ Pure functions only; the ``docker run`` line uses :func:`volume_args` and :func:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:  # this module imports nothing of rocmfleet's: measure/cache_gpu.py runs it without deps
-    from rocmfleet.config.settings import HostConfig, Instance
+# This module imports nothing of rocmfleet's (measure/cache_gpu.py runs it without deps): it reads
+# a host's configuration (``rocmfleet.config.settings.HostConfig`` has it) through these Protocols.
+
+
+class _Tagged(Protocol):
+    @property
+    def tag(self) -> str: ...
+
+
+class _CacheDir(Protocol):
+    @property
+    def vllm_cache_dir(self) -> str: ...
+
+
+class NamedInstance(Protocol):
+    """A vLLM instance, by its name (``rocmfleet.config.settings.Instance`` has it)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class CacheHost(Protocol):
+    """What the cache layout reads of a host: its image's tag, ``vllm_cache_dir`` and its instances."""
+
+    @property
+    def image(self) -> _Tagged: ...
+    @property
+    def settings(self) -> _CacheDir: ...
+    def instances(self) -> Sequence[NamedInstance]: ...
+
 
 #: A baked image's tag: ``<base tag>-rfcache-<first 12 hex of its cache key hash>``.
 BAKED_TAG = re.compile(r"^(?P<base>\w[\w.-]*)-rfcache-(?P<key>[0-9a-f]{12})$")
@@ -123,17 +152,17 @@ def baked_tag(base_tag: str, key_short: str) -> str:
     return base[: TAG_MAX - len(suffix)] + suffix
 
 
-def is_baked(config: HostConfig) -> bool:
+def is_baked(config: CacheHost) -> bool:
     """Whether the host runs a baked image (its tag names a cache key)."""
     return baked_key_of(config.image.tag) is not None
 
 
-def instance_root(config: HostConfig, instance: Instance) -> str:
+def instance_root(config: CacheHost, instance: NamedInstance) -> str:
     """``<vllm_cache_dir>/<instance name>``: the host directory of one instance's caches."""
     return f"{config.settings.vllm_cache_dir.rstrip('/')}/{instance.name}"
 
 
-def mounts(config: HostConfig, instance: Instance) -> list[Mount]:
+def mounts(config: CacheHost, instance: NamedInstance) -> list[Mount]:
     """The cache mounts of ``instance``: none for a baked image, else one writable host directory
     per :data:`LAYOUT` entry under :func:`instance_root` (Docker creates missing ones, as root).
     """
@@ -143,7 +172,7 @@ def mounts(config: HostConfig, instance: Instance) -> list[Mount]:
     return [Mount(f"{root}/{d.name}", d.path) for d in LAYOUT]
 
 
-def aiter_seed_dir(config: HostConfig, instance: Instance) -> str | None:
+def aiter_seed_dir(config: CacheHost, instance: NamedInstance) -> str | None:
     """The host directory behind ``instance``'s ``AITER_JIT_DIR`` that its unit seeds with the
     image's prebuilt AITER modules before each start (``rocmfleet/scripts/vllm-unit.sh seed-aiter``);
     ``None`` for a baked image (its layer holds them: the bake seeds its directory the same way).
@@ -158,12 +187,12 @@ def aiter_seed_dir(config: HostConfig, instance: Instance) -> str | None:
     return f"{instance_root(config, instance)}/aiter"
 
 
-def volume_args(config: HostConfig, instance: Instance) -> list[str]:
+def volume_args(config: CacheHost, instance: NamedInstance) -> list[str]:
     """``--volume`` arguments of :func:`mounts`, for ``docker run``."""
     return [arg for m in mounts(config, instance) for arg in ("--volume", m.arg())]
 
 
-def writable_sharing(config: HostConfig) -> list[str]:
+def writable_sharing(config: CacheHost) -> list[str]:
     """Writable cache directories that two instances of the host would share (one line each).
 
     A directory is shared when two instances mount the same host path writable, or one mounts a

@@ -12,14 +12,12 @@ this model does not type go in ``docker_daemon_extra``, the explicit escape hatc
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rocmfleet.config.errors import ToolOutputError, quoted
-
-if TYPE_CHECKING:
-    from rocmfleet.config.settings import HostSettings
 
 #: rocmfleet's defaults for a GPU inference host. ``live-restore`` keeps containers serving while
 #: dockerd restarts (docs.docker.com/engine/daemon/live-restore/): the vLLM units rely on it
@@ -105,7 +103,7 @@ class Runtime(BaseModel):
     runtimeArgs: list[str] = Field(default_factory=list)  # noqa: N815 - Docker's key
 
 
-def _key(alias: str, annotation_doc: str):
+def _key(alias: str, annotation_doc: str) -> Any:  # pydantic types Field() as Any: the default it stands for
     return Field(default=None, alias=alias, description=annotation_doc)
 
 
@@ -178,7 +176,7 @@ def _json_type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
         return "object {" + ", ".join(f"{k}: {_json_type(v, defs)}" for k, v in props.items()) + "}"
     if "enum" in schema:
         return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
-    kind = schema.get("type", "any")
+    kind: str = schema.get("type", "any")
     if kind == "array":
         return "array of " + _json_type(schema.get("items", {}), defs)
     if kind == "object" and "additionalProperties" in schema:
@@ -194,12 +192,23 @@ def key_type(key: str) -> str | None:
     return None if node is None else _json_type(node, schema.get("$defs", {}))
 
 
+class DaemonSettings(Protocol):
+    """The host settings daemon.json is rendered from (:class:`rocmfleet.config.settings.HostSettings` has them)."""
+
+    @property
+    def docker_daemon(self) -> DockerDaemon: ...
+    @property
+    def docker_daemon_extra(self) -> Mapping[str, Any]: ...
+    @property
+    def docker_insecure_registries(self) -> Sequence[str]: ...
+
+
 def known_keys() -> list[str]:
     """The daemon.json keys :class:`DockerDaemon` types, as Docker spells them."""
     return sorted(f.alias or name for name, f in DockerDaemon.model_fields.items())
 
 
-def daemon_problems(settings: HostSettings) -> list[tuple[str, str, str]]:
+def daemon_problems(settings: DaemonSettings) -> list[tuple[str, str, str]]:
     """Rules across keys, as ``(key, message, value)``: ``live-restore`` stays on; a key that a
     rocmfleet setting writes is set in one place; the escape hatch holds only keys not typed here."""
     problems = []
@@ -234,7 +243,7 @@ def daemon_problems(settings: HostSettings) -> list[tuple[str, str, str]]:
     return problems
 
 
-def daemon_dict(settings: HostSettings) -> dict[str, Any]:
+def daemon_dict(settings: DaemonSettings) -> dict[str, Any]:
     """The daemon.json content: rocmfleet's defaults, then ``docker_daemon`` (``log-opts`` merged key
     by key over :data:`DEFAULT_LOG_OPTS` when the log driver takes them), then ``docker_daemon_extra``,
     then the registries of ``docker_insecure_registries`` (sorted, without duplicates)."""
@@ -248,7 +257,7 @@ def daemon_dict(settings: HostSettings) -> dict[str, Any]:
     return daemon
 
 
-def daemon_json(settings: HostSettings) -> str:
+def daemon_json(settings: DaemonSettings) -> str:
     """Render ``/etc/docker/daemon.json`` (:func:`daemon_dict`).
 
     Returns:

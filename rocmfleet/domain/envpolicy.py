@@ -35,17 +35,37 @@ The GPU architecture comes from the host's KFD ``gfx_target_version`` at render 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from packaging.version import Version
 
-from rocmfleet.domain.flags import env_passthrough_problems
+from rocmfleet.domain.flags import Rendered, env_passthrough_problems
 
-if TYPE_CHECKING:
-    from rocmfleet.config.profiles import Profile
-    from rocmfleet.domain.placement import Placement
+
+class PlacedEnv(Protocol):
+    """What the policy reads of an instance's placement (:class:`rocmfleet.domain.placement.Placement`)."""
+
+    @property
+    def gfx_arch(self) -> str | None: ...
+    @property
+    def visible_devices_env(self) -> Mapping[str, str]: ...
+
+
+class EnvProfile(Protocol):
+    """What the policy reads of a profile (:class:`rocmfleet.config.profiles.Profile` has it)."""
+
+    @property
+    def vllm_version(self) -> str: ...
+    @property
+    def tensor_parallel_size(self) -> int: ...
+    @property
+    def env_sets(self) -> Sequence[str]: ...
+    @property
+    def extra_env(self) -> Mapping[str, str]: ...
+    def render(self, vllm_version: str | None = None) -> Rendered: ...
+
 
 #: Architecture validation assumes: MI300X is gfx942 (KFD ``gfx_target_version`` 90402; reference §7.2).
 ASSUMED_ARCH = "gfx942"
@@ -175,7 +195,7 @@ def _aiter_on(env: Mapping[str, str]) -> bool:
     return env.get("VLLM_ROCM_USE_AITER") == "1"
 
 
-def rendered_env(profile: Profile, arch: str | None, vllm_version: str | None = None) -> dict[str, str]:
+def rendered_env(profile: EnvProfile, arch: str | None, vllm_version: str | None = None) -> dict[str, str]:
     """What the profile renders into a container's environment (sources 1-3 above), without host data.
 
     Args:
@@ -214,7 +234,7 @@ def ready_timeout_env(vllm_version: str, ready_timeout_s: int | None) -> dict[st
 
 
 def container_env(
-    profile: Profile, vllm_env: Mapping[str, str], placement: Placement, ready_timeout_s: int | None = None
+    profile: EnvProfile, vllm_env: Mapping[str, str], placement: PlacedEnv, ready_timeout_s: int | None = None
 ) -> dict[str, str]:
     """The whole container environment of one instance: :func:`rendered_env` on the placement's
     architecture, then ``vllm_env``, then vLLM's start deadline (:func:`ready_timeout_env`, seconds),
@@ -227,7 +247,7 @@ def container_env(
     }
 
 
-def _owned(profile: Profile, name: str, value: str, where: str, arch: str) -> str | None:
+def _owned(profile: EnvProfile, name: str, value: str, where: str, arch: str) -> str | None:
     """Why ``name=value`` from ``where`` is refused by the policy's own rules, or ``None``."""
     if name in VISIBILITY:
         return (
@@ -262,7 +282,7 @@ def is_secret(name: str, value: str) -> bool:
     return name in SECRET_NAMES or bool(_SECRET_NAME.search(name)) or bool(_SECRET_VALUE.search(value))
 
 
-def profile_problems(profile: Profile, arch: str = ASSUMED_ARCH) -> list[str]:
+def profile_problems(profile: EnvProfile, arch: str = ASSUMED_ARCH) -> list[str]:
     """The policy's rules for the profile's ``extra_env`` and ``env_sets`` (removed and table-rendered
     variables in ``extra_env`` are :func:`rocmfleet.domain.flags.render`'s). One line per problem."""
     problems = [
@@ -281,7 +301,7 @@ def profile_problems(profile: Profile, arch: str = ASSUMED_ARCH) -> list[str]:
 
 
 def host_problems(
-    profile: Profile, vllm_env: Mapping[str, str], arch: str = ASSUMED_ARCH
+    profile: EnvProfile, vllm_env: Mapping[str, str], arch: str = ASSUMED_ARCH
 ) -> list[tuple[str, str, str]]:
     """Every rule ``vllm_env`` breaks, as ``(key, message, value)`` with key ``vllm_env.<NAME>``;
     a secret's value is shown as ``*MASKED*``."""

@@ -144,14 +144,21 @@ class Flag:
             return ("1" if value else "0") if self.kind == "env" else True  # a row per value: bare flag
         return value
 
+    @property
+    def key(self) -> str:
+        """``name`` of an ``env``, ``arg`` or ``json`` row (every such row has one; ``default`` rows have none)."""
+        if self.name is None:
+            raise ValueError(f"flag row {self.setting}={self.value!r} ({self.kind}) renders nothing: it has no name")
+        return self.name
+
     def describe(self, value: Any) -> str:
         """``VLLM_USE_V1=0``, ``--attention-backend ROCM_ATTN``, ``--compilation-config {...}``."""
         out = self.rendered(value)
         if self.kind == "env":
-            return f"{self.name}={out}"
+            return f"{self.key}={out}"
         if self.kind == "json":
-            return f"--compilation-config {_json({self.name: out})}"
-        return self.name if out is True else f"{self.name} {out}"
+            return f"--compilation-config {_json({self.key: out})}"
+        return self.key if out is True else f"{self.key} {out}"
 
 
 def _aiter_mha_off(s: ServingSettings) -> bool:
@@ -448,13 +455,13 @@ def render(settings: ServingSettings, vllm_version: str) -> Rendered:
             problems.append(f"{_show(f.setting, value)} in vLLM {vllm_version} needs {f.needs}")
         out = f.rendered(value)
         if f.kind == "env":
-            env[f.name] = str(out)
+            env[f.key] = str(out)
         elif f.kind == "arg":
-            args += [f.name] if out is True else [f.name, str(out)]
+            args += [f.key] if out is True else [f.key, str(out)]
         elif f.kind == "json":
             if not compilation:
                 compilation_at = len(args)
-            compilation[f.name] = out
+            compilation[f.key] = out
     if compilation:
         args[compilation_at:compilation_at] = ["--compilation-config", _json(compilation)]
     for setting in ServingSettings.model_fields:

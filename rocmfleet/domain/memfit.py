@@ -21,7 +21,7 @@ Per GPU, in GiB (2**30 bytes):
   float32, 2 otherwise, including ``auto`` for BF16/FP16 checkpoints);
 - budget: GPU memory × ``gpu_memory_utilization`` (vLLM's default 0.9, vllm/config/cache.py),
   where GPU memory is ``gpu_memory_gib`` (192 per MI300X) divided by the partitions per GPU
-  (:data:`rocmfleet.domain.partitions.PARTITIONS_PER_GPU`: 24 GiB per CPX partition).
+  (:data:`rocmfleet.domain.partitionmodes.PARTITIONS_PER_GPU`: 24 GiB per CPX partition).
 
 The profile's ``model_memory`` comes from the model's ``config.json`` (``num_hidden_layers``,
 ``num_key_value_heads``, ``head_dim`` or ``hidden_size / num_attention_heads``, ``kv_lora_rank``,
@@ -32,14 +32,11 @@ The profile's ``model_memory`` comes from the model's ``config.json`` (``num_hid
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rocmfleet.domain.partitions import PARTITIONS_PER_GPU
-
-if TYPE_CHECKING:
-    from rocmfleet.config.profiles import Profile
+from rocmfleet.domain.partitionmodes import PARTITIONS_PER_GPU, ComputePartition
 
 GIB = 2**30
 #: vLLM's default ``gpu_memory_utilization`` (vllm-0.33.0 vllm/config/cache.py; 0.9 since 0.9.x).
@@ -82,6 +79,29 @@ class ModelMemory(BaseModel):
         return self.num_hidden_layers * 2 * heads * (self.head_dim or 0) * element_bytes
 
 
+class FitSettings(Protocol):
+    """What the arithmetic reads of a profile (:class:`rocmfleet.config.profiles.Profile` has it)."""
+
+    @property
+    def model_memory(self) -> ModelMemory | None: ...
+    @property
+    def tensor_parallel_size(self) -> int: ...
+    @property
+    def attention_heads(self) -> int | None: ...
+    @property
+    def max_model_len(self) -> int | None: ...
+    @property
+    def kv_cache_dtype(self) -> str | None: ...
+    @property
+    def dtype(self) -> str | None: ...
+    @property
+    def gpu_memory_gib(self) -> float: ...
+    @property
+    def gpu_memory_utilization(self) -> float | None: ...
+    @property
+    def compute_partition(self) -> ComputePartition: ...
+
+
 @dataclass(frozen=True)
 class Fit:
     """The arithmetic at one TP size, in GiB per GPU."""
@@ -114,7 +134,7 @@ def element_bytes(kv_cache_dtype: str | None, dtype: str | None) -> int:
     return 4 if dtype in ("float", "float32") else 2
 
 
-def fit(profile: Profile, tp: int | None = None) -> Fit | None:
+def fit(profile: FitSettings, tp: int | None = None) -> Fit | None:
     """The per-GPU arithmetic for ``profile`` at ``tp`` (default: its own), or ``None`` without
     ``model_memory``. Tokens: ``max_model_len``, else ``max_position_embeddings``, else 0 (weights only)."""
     mem = profile.model_memory
@@ -134,7 +154,7 @@ def fit(profile: Profile, tp: int | None = None) -> Fit | None:
     )
 
 
-def smallest_tp(profile: Profile) -> int | None:
+def smallest_tp(profile: FitSettings) -> int | None:
     """The smallest TP of :data:`TP_CANDIDATES` at which the profile fits (and that divides its
     ``attention_heads`` when given), or ``None``."""
     for tp in TP_CANDIDATES:
@@ -146,10 +166,10 @@ def smallest_tp(profile: Profile) -> int | None:
     return None
 
 
-def problems(profile: Profile) -> list[str]:
+def problems(profile: FitSettings) -> list[str]:
     """One line when the profile does not fit at its TP, with the numbers and the smallest TP that fits."""
     result = fit(profile)
-    if result is None or result.fits:
+    if result is None or result.fits or profile.model_memory is None:
         return []
     device = f"{result.device_gib:g} GiB" + (
         f" (one {profile.compute_partition} partition of {profile.gpu_memory_gib:g} GiB)"

@@ -26,17 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from rocmfleet.domain.partitionmodes import MI300X_MEMORY_GIB as MI300X_MEMORY_GIB
+from rocmfleet.domain.partitionmodes import PARTITIONS_PER_GPU as PARTITIONS_PER_GPU
+from rocmfleet.domain.partitionmodes import ComputePartition as ComputePartition
+from rocmfleet.domain.partitionmodes import MemoryPartition as MemoryPartition
 from rocmfleet.domain.topology import Gpu, Topology, format_id_list
-
-ComputePartition = Literal["SPX", "DPX", "QPX", "CPX"]
-MemoryPartition = Literal["NPS1", "NPS2", "NPS4"]
-
-#: ROCm devices per MI300X in each compute partition mode (8 XCDs: [A7]).
-PARTITIONS_PER_GPU: dict[str, int] = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
-#: HBM per MI300X in GiB (192 GB HBM3, reference §2.5 "MI300X device facts"). A partition gets an
-#: equal share in every NPS mode: the MI308X CPX fixture (4 partitions of one 192 GB device) has
-#: ``mem_banks/0 size_in_bytes`` 51539607552 = 48 GiB per partition.
-MI300X_MEMORY_GIB = 192.0
 
 
 def set_command(kind: Literal["compute", "memory"], mode: str) -> str:
@@ -92,7 +86,7 @@ def mode_problems(topology: Topology, policy: PartitionPolicy, host: str = "", p
     """
     who = f"host {host}: " if host else ""
     wants = f"profile {profile} needs" if profile else "the profile needs"
-    found: dict[tuple[str, str], list[str]] = {}
+    found: dict[tuple[Literal["compute", "memory"], str], list[str]] = {}
     for key, parts in topology.physical_gpus().items():
         compute, memory = parts[0].partition, parts[0].memory_partition
         if compute is not None and compute != policy.compute:

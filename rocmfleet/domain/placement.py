@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rocmfleet.domain.topology import Gpu, Topology, format_id_list
+from rocmfleet.domain.topology import Gpu, NumaNode, Topology, format_id_list
 
 VISIBLE_DEVICES_VAR = "CUDA_VISIBLE_DEVICES"
 
@@ -92,6 +92,14 @@ class PlacementError(ValueError):
     def __init__(self, problems: Sequence[str]) -> None:
         self.problems = tuple(problems)
         super().__init__("cannot place the instances:\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+def _node(topology: Topology, node: int) -> NumaNode:
+    """A NUMA node the GPUs name and the binding checked exists (:func:`_bound_nodes`)."""
+    numa = topology.numa(node)
+    if numa is None:
+        raise ValueError(f"NUMA node {node}: not in the host's topology")
+    return numa
 
 
 def place(instances: Sequence[InstanceShape], topology: Topology) -> list[Placement]:
@@ -189,7 +197,7 @@ def _place_one(
     notes_out = list(notes)
     if nodes is not None:
         cpus = format_id_list(c for n in nodes for c in shares[n].cpus)
-        with_memory = [n for n in nodes if topology.numa(n).memory_mib != 0]
+        with_memory = [n for n in nodes if _node(topology, n).memory_mib != 0]
         mems = format_id_list(with_memory)
         if len(nodes) > 1:
             notes_out.append(f"spans NUMA nodes {format_id_list(nodes)}: bound to their union")
@@ -218,7 +226,7 @@ def _bound_nodes(gpus: Sequence[Gpu], topology: Topology) -> tuple[tuple[int, ..
     nodes = tuple(sorted({g.numa_node for g in gpus}))
     if unknown := [g.index for g in gpus if g.numa_node < 0]:
         return None, (f"GPU(s) {format_id_list(unknown)} have no known NUMA node: no CPU/memory binding",)
-    if no_cpus := [n for n in nodes if not (topology.numa(n) and topology.numa(n).cpus)]:
+    if no_cpus := [n for n in nodes if not ((numa := topology.numa(n)) and numa.cpus)]:
         return None, (f"NUMA node(s) {format_id_list(no_cpus)}: CPU list unknown: no CPU/memory binding",)
     return nodes, ()
 
@@ -280,7 +288,7 @@ def share_node_cpus(
     problems: list[str] = []
     for node in sorted({n for bound in nodes if bound for n in bound}):
         sharers = [i for i, bound in enumerate(nodes) if bound and node in bound]
-        node_cpus = topology.numa(node).cpus
+        node_cpus = _node(topology, node).cpus
         who = ", ".join(repr(names[i]) for i in sharers)
         try:
             pieces, by_ranges = split_cpus(node_cpus, len(sharers))

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -399,11 +400,11 @@ def parse_host_rocm(lines: list[str]) -> HostRocm:
     return HostRocm(frozenset(files), packages, driver_dir, legacy_version)
 
 
-def _matching(names, patterns) -> list[str]:
+def _matching(names: Iterable[str], patterns: Iterable[str]) -> list[str]:
     return sorted(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns))
 
 
-def stream_packages(stream: str, installed) -> list[list[str]]:
+def stream_packages(stream: str, installed: Collection[str]) -> list[list[str]]:
     """Installed packages of ``stream``'s userspace, one list per AMD uninstall step (empty steps dropped)."""
     steps = [_matching(installed, patterns) for patterns in STREAM_PACKAGES[stream]]
     return [step for step in steps if step]
@@ -506,7 +507,7 @@ def downgrade_problem(settings: RocmSettings, found: HostRocm) -> str | None:
 # -- Secure Boot -------------------------------------------------------------------------------
 
 
-def secure_boot_problem(settings: RocmSettings, info: dict) -> str | None:
+def secure_boot_problem(settings: RocmSettings, info: Mapping[str, Any]) -> str | None:
     """Why a host with Secure Boot on cannot load the amdgpu module DKMS will build, or None.
 
     ``info`` is :class:`rocmfleet.facts.rocm.SecureBoot`'s answer for the configured pair:
@@ -666,7 +667,7 @@ def reboot_reasons(rc: int, stdout: str, stderr: str = "") -> list[str]:
     return [line for line in lines[1:] if line.strip()]
 
 
-def kernel_sort_key(kernel: str) -> tuple:
+def kernel_sort_key(kernel: str) -> tuple[tuple[int, int | str], ...]:
     """Natural sort key for kernel releases (``6.8.0-45-generic`` < ``6.8.0-100-generic``)."""
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.\-+~]", kernel))
 

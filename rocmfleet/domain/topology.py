@@ -563,7 +563,7 @@ def parse_amd_smi_topology_json(text: str) -> list[SmiGpuLinks]:
 def _smi_links(entry: object) -> SmiGpuLinks:
     ok = isinstance(entry, dict) and isinstance(entry.get("gpu"), int) and isinstance(entry.get("bdf"), str)
     links = entry.get("links") if isinstance(entry, dict) else None
-    if not ok or not isinstance(links, list):
+    if not ok or not isinstance(entry, dict) or not isinstance(links, list):
         raise TopologyParseError(AMD_SMI_TOPOLOGY_JSON, "entry without gpu/bdf/links", json.dumps(entry)[:200])
     types: dict[int, str] = {}
     for link in links:

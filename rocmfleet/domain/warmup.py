@@ -4,7 +4,7 @@ vLLM compiles and captures CUDA/HIP graphs for a list of batch sizes at start-up
 kernels (attention, AITER's) are compiled and auto-tuned lazily, on the first request of each
 shape. The warm-up plan sends, after the server is ready:
 
-* the smoke benchmark's shapes (the profile's ``bench`` section, :func:`rocmfleet.fleet.bench.bench.sweep_for`):
+* the smoke benchmark's shapes (the profile's ``bench`` section, :func:`rocmfleet.domain.benchshape.sweep_for`):
   one request per concurrency slot, so prefill and decode run at the benchmark's sizes;
 * one batch of each size vLLM captures graphs for (:func:`capture_sizes`): ``b`` concurrent short
   requests make the engine decode a batch of ``b``.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from rocmfleet import scripts
 from rocmfleet.config.profiles import Profile
-from rocmfleet.fleet.bench import bench
+from rocmfleet.domain.benchshape import shape_for, sweep_for
 
 #: Prompt and output tokens of a capture-size step: short, so a step costs a few decode steps.
 CAPTURE_ISL, CAPTURE_OSL = 16, 8
@@ -65,7 +65,7 @@ def capture_sizes(profile: Profile) -> list[int]:
 
 def plan(profile: Profile) -> list[Step]:
     """The warm-up steps of ``profile``: the smoke benchmark's cases, then each capture size."""
-    steps = [Step(c.isl, c.osl, c.concurrency, c.concurrency) for c in bench.sweep_for(bench.shape_for(profile))]
+    steps = [Step(c.isl, c.osl, c.concurrency, c.concurrency) for c in sweep_for(shape_for(profile))]
     room = (profile.max_model_len or CAPTURE_ISL + CAPTURE_OSL) - CAPTURE_OSL
     isl = max(1, min(CAPTURE_ISL, room))
     steps += [Step(isl, CAPTURE_OSL, size, size) for size in capture_sizes(profile)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
+from pyinfra.api.facts import FactBase
 
 
 class DeviceGroupIds(FactBase[list[int]]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from pyinfra.api import FactBase
+from pyinfra.api.facts import FactBase
 
 
 class PathExists(FactBase[bool]):
@@ -27,7 +27,7 @@ class PathExists(FactBase[bool]):
         return output == ["exists"]
 
 
-class ImageLabels(FactBase[dict | None]):
+class ImageLabels(FactBase[dict[str, str] | None]):
     """
     The labels of a pulled image (``docker image inspect``), ``None`` when it is not there.
 
@@ -39,7 +39,7 @@ class ImageLabels(FactBase[dict | None]):
     def command(self, image: str) -> str:
         return f"docker image inspect --format '{{{{json .Config.Labels}}}}' {shlex.quote(image)} 2>/dev/null || true"
 
-    def process(self, output: list[str]) -> dict | None:
+    def process(self, output: list[str]) -> dict[str, str] | None:
         try:
             labels = json.loads(" ".join(output) or "null")
         except ValueError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra.api import FactBase
+from pyinfra.api.facts import FactBase
 
 
 class HeldPackages(FactBase[list[str]]):

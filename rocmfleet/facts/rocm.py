@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
-from pyinfra.api import FactBase
+from pyinfra.api.facts import FactBase
 
 from rocmfleet import scripts
 from rocmfleet.domain import rocm
@@ -80,7 +81,7 @@ class DkmsMakeLogs(FactBase[str]):
         return "\n".join(output)
 
 
-class Kernels(FactBase[dict]):
+class Kernels(FactBase[dict[str, Any]]):
     """The running kernel and the installed ones (``/boot/vmlinuz-*``, plus the running one)."""
 
     default = dict
@@ -88,12 +89,12 @@ class Kernels(FactBase[dict]):
     def command(self) -> str:
         return 'uname -r; for f in /boot/vmlinuz-*; do [ -e "$f" ] && echo "${f#/boot/vmlinuz-}"; done; true'
 
-    def process(self, output: list[str]) -> dict:
+    def process(self, output: list[str]) -> dict[str, Any]:
         lines = [line.strip() for line in output if line.strip()]
         return {"running": lines[0], "installed": sorted(set(lines))} if lines else {}
 
 
-class SecureBoot(FactBase[dict]):
+class SecureBoot(FactBase[dict[str, Any]]):
     """
     Secure Boot state and the configured MOK signing pair (``rocmfleet/scripts/secure-boot.sh``):
     ``{"enabled": bool | None, "key": bool, "certificate": bool, "enrolled": bool | None, "detail": str}``.
@@ -107,8 +108,8 @@ class SecureBoot(FactBase[dict]):
         pair = (key, certificate) if key and certificate else ()
         return scripts.command("secure-boot.sh", *pair)
 
-    def process(self, output: list[str]) -> dict:
-        info: dict = {"enabled": None, "key": False, "certificate": False, "enrolled": None}
+    def process(self, output: list[str]) -> dict[str, Any]:
+        info: dict[str, Any] = {"enabled": None, "key": False, "certificate": False, "enrolled": None}
         info["detail"] = "\n".join(output)
         for line in output:
             name, _, value = line.partition(": ")
@@ -163,7 +164,7 @@ class BootId(FactBase[str]):
         return output[0].strip() if output else ""
 
 
-class AmdgpuLoaded(FactBase[dict]):
+class AmdgpuLoaded(FactBase[dict[str, bool]]):
     """Whether the ``amdgpu`` module is loaded and ``/dev/kfd`` exists."""
 
     default = dict
@@ -174,7 +175,7 @@ class AmdgpuLoaded(FactBase[dict]):
             "systemd-detect-virt --container >/dev/null 2>&1 && echo container || true"
         )
 
-    def process(self, output: list[str]) -> dict:
+    def process(self, output: list[str]) -> dict[str, bool]:
         lines = {line.strip() for line in output}
         return {"module": "module" in lines, "kfd": "kfd" in lines, "container": "container" in lines}
 

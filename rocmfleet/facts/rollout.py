@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
+from pyinfra.api.facts import FactBase
 
 from rocmfleet.fleet.rollout.swap import LastGoodFiles, LastGoodState, last_good_state_command, parse_last_good_state
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
-from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
+from pyinfra.api.facts import FactBase
 
 from rocmfleet import scripts
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
+from pyinfra.api.facts import FactBase
 
 from rocmfleet.domain.topology import KfdTree, PciSysfs, Topology, TopologyParseError, build_topology
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
-from pyinfra.api import FactBase
+from pyinfra.api.facts import FactBase
 
 
-class SysctlLive(FactBase[dict]):
+class SysctlLive(FactBase[dict[str, Any]]):
     """
     Live value of a sysctl and whether it can be written here:
     ``{"value": "1", "writable": False}``; ``value`` is None when the kernel lacks the key.
@@ -23,8 +24,8 @@ class SysctlLive(FactBase[dict]):
             f"if [ -w {path} ]; then echo writable; fi; else echo absent; fi"
         )
 
-    def process(self, output: list[str]) -> dict:
-        info: dict = {"value": None, "writable": False}
+    def process(self, output: list[str]) -> dict[str, Any]:
+        info: dict[str, Any] = {"value": None, "writable": False}
         for line in output:
             if line.startswith("value "):
                 info["value"] = line[6:].strip()

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
+from pyinfra.api.command import PyinfraCommand
+
+#: What an operation function yields (``@operation`` takes a generator): shell commands as strings
+#: and pyinfra's command objects (``StringCommand``, ``FunctionCommand``...).
+Commands = Generator[str | PyinfraCommand, None, None]
+
 
 def this_run(state: object) -> object:
     """The pyinfra ``State`` behind ``state`` (the ``pyinfra.state`` context proxy an operation

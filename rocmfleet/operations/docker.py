@@ -16,16 +16,24 @@ import io
 import logging
 import weakref
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from pyinfra import host, state
-from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api.command import FunctionCommand, StringCommand
+from pyinfra.api.operation import operation
+from pyinfra.context import host, state
 from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.operations import files as file_ops
 
 from rocmfleet import scripts
 from rocmfleet.domain import docker
 from rocmfleet.facts.docker import PathExists
-from rocmfleet.operations import this_run
+from rocmfleet.operations import Commands, this_run
+
+if TYPE_CHECKING:
+    from pyinfra.api.arguments import ConnectorArguments
+    from pyinfra.api.host import Host
+    from pyinfra.api.state import State
+    from pyinfra.connectors.util import CommandOutput
 
 logger = logging.getLogger("pyinfra")
 
@@ -41,7 +49,7 @@ _PLANNED: weakref.WeakKeyDictionary[object, dict[str, bool]] = weakref.WeakKeyDi
 
 
 @operation()
-def daemon_json(content: str, path: str = "/etc/docker/daemon.json"):
+def daemon_json(content: str, path: str = "/etc/docker/daemon.json") -> Commands:
     """
     Write ``daemon.json``, validated by the host's own ``dockerd`` before it replaces the old one.
 
@@ -68,7 +76,7 @@ def daemon_json(content: str, path: str = "/etc/docker/daemon.json"):
     yield StringCommand(f"mkdir -p {PENDING.rsplit('/', 1)[0]} && touch {PENDING}")
 
 
-def _gate(state, host) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
+def _gate(state: State, host: Host) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
     failed = sorted(name for name, ok in _RESTARTS.get(state, {}).items() if not ok)
     if failed:
         host.log_styled(
@@ -84,14 +92,14 @@ def _gate(state, host) -> bool:  # noqa: ARG001 - pyinfra passes state and host 
 class _RecordedCommand(StringCommand):
     """A shell command whose success is kept in this run's record of Docker restarts."""
 
-    def execute(self, state, host, connector_arguments):
+    def execute(self, state: State, host: Host, connector_arguments: ConnectorArguments) -> tuple[bool, CommandOutput]:
         status, output = super().execute(state, host, connector_arguments)
         _RESTARTS.setdefault(state, {})[host.name] = bool(status)
         return status, output
 
 
 @operation()
-def restart(instances: Sequence[tuple[str, int]], timeout_s: int = 300):
+def restart(instances: Sequence[tuple[str, int]], timeout_s: int = 300) -> Commands:
     """
     Restart Docker, then wait until dockerd and the host's vLLM containers answer again; or only
     reload it when :func:`daemon_json` found that every key it changed is one dockerd reloads

@@ -11,13 +11,21 @@ quiet form: one red line with the reason, then the host fails.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from pyinfra.api import FunctionCommand, operation
+from pyinfra.api.command import FunctionCommand
+from pyinfra.api.operation import operation
+
+from rocmfleet.operations import Commands
+
+if TYPE_CHECKING:
+    from pyinfra.api.host import Host
+    from pyinfra.api.state import State
 
 logger = logging.getLogger("pyinfra")
 
 
-def _fail(state, host, message: str) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
+def _fail(state: State, host: Host, message: str) -> bool:  # noqa: ARG001 - pyinfra passes state and host by name
     host.log_styled(message, fg="red", log_func=logger.error)
     return False
 
@@ -31,7 +39,7 @@ def host_failure(message: str) -> FunctionCommand:
 
 
 @operation()
-def failed(message: str):
+def failed(message: str) -> Commands:
     """
     Fail this host with ``message`` and run nothing else on it.
 

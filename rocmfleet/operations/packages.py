@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from pyinfra import host
-from pyinfra.api import StringCommand, operation
+from pyinfra.api.command import StringCommand
+from pyinfra.api.operation import operation
+from pyinfra.context import host
 from pyinfra.facts.apt import noninteractive_apt
 
 from rocmfleet.facts.packages import HeldPackages
 from rocmfleet.facts.rocm import AptRepoVersions, InstalledVersions
+from rocmfleet.operations import Commands
 from rocmfleet.operations.fail import host_failure
 
 
@@ -19,7 +21,7 @@ def newest_matching(offered: list[str], pattern: str) -> str | None:
 
 
 @operation()
-def held_at(packages: list[str], version: str):
+def held_at(packages: list[str], version: str) -> Commands:
     """
     Install ``packages`` at the newest version apt offers that matches ``version``, and hold them.
 
@@ -53,7 +55,8 @@ def held_at(packages: list[str], version: str):
         yield noninteractive_apt(
             f"install --no-install-recommends --allow-downgrades --allow-change-held-packages {pins}"
         )
-    unheld = sorted(set(packages) - set(host.get_fact(HeldPackages, packages=packages)))
+    held: list[str] = host.get_fact(HeldPackages, packages=packages)
+    unheld = sorted(set(packages) - set(held))
     if unheld:
         yield StringCommand("apt-mark", "hold", *unheld)
     if not off and not unheld:

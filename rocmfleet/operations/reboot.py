@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import shlex
 import time
+from typing import TYPE_CHECKING
 
-from pyinfra import host, logger, state
-from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra import logger
+from pyinfra.api.command import FunctionCommand, StringCommand
+from pyinfra.api.operation import operation
 from pyinfra.connectors.util import clear_askpass_cache, remove_any_sudo_askpass_file
+from pyinfra.context import host, state
 
 from rocmfleet.facts.rocm import REBOOT_DIR, BootId, RebootReasons
+from rocmfleet.operations import Commands
+
+if TYPE_CHECKING:
+    from pyinfra.api.host import Host
+    from pyinfra.api.state import State
 
 
 @operation(is_idempotent=False)
-def require(key: str, reason: str):
+def require(key: str, reason: str) -> Commands:
     """
     Record that the host owes a reboot, and why (a file under ``/run/rocmfleet/``).
 
@@ -29,7 +37,7 @@ def require(key: str, reason: str):
 
 
 @operation(is_idempotent=False)
-def if_required(predicted: list[str] | None = None, timeout_s: int = 900, interval_s: float = 2):
+def if_required(predicted: list[str] | None = None, timeout_s: int = 900, interval_s: float = 2) -> Commands:
     """
     Reboot the host when a reboot is owed, then wait until it is back with a new boot id.
 
@@ -60,7 +68,7 @@ def if_required(predicted: list[str] | None = None, timeout_s: int = 900, interv
 
     before: list[str] = []
 
-    def capture(state, host):  # noqa: ARG001 - pyinfra's callback signature
+    def capture(state: State, host: Host) -> bool:  # noqa: ARG001 - pyinfra's callback signature
         remove_any_sudo_askpass_file(host)
         before.append(host.get_fact(BootId))
         logger.info(f"{host.print_prefix}rebooting: {'; '.join(reasons)}")
@@ -69,7 +77,7 @@ def if_required(predicted: list[str] | None = None, timeout_s: int = 900, interv
     yield FunctionCommand(capture, (), {})
     yield StringCommand("( sleep 1 && systemctl reboot ) </dev/null >/dev/null 2>&1 &")
 
-    def wait(state, host):  # noqa: ARG001
+    def wait(state: State, host: Host) -> bool:  # noqa: ARG001
         time.sleep(2)
         clear_askpass_cache(host)
         host.disconnect()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra import host, logger, state
-from pyinfra.api import StringCommand, operation
+from pyinfra import logger
+from pyinfra.api.command import FunctionCommand, StringCommand
+from pyinfra.api.operation import operation
+from pyinfra.context import host, state
 from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.server import LinuxDistribution
 
@@ -22,10 +24,11 @@ from rocmfleet.facts.rocm import (
     RocmOnHost,
     SecureBoot,
 )
+from rocmfleet.operations import Commands
 from rocmfleet.operations.fail import host_failure
 
 
-def fail(message: str):
+def fail(message: str) -> FunctionCommand:
     """A command that fails the host with ``message`` (:func:`rocmfleet.operations.fail.host_failure`)."""
     return host_failure(message)
 
@@ -44,7 +47,7 @@ def _from_repo(versions: dict[str, list[tuple[str, str]]], package: str, repo: s
     return None
 
 
-def _would_fail(message: str):
+def _would_fail(message: str) -> FunctionCommand:
     """Fail the host with ``message``; while preparing (``--dry``), also say that it would."""
     if not state.is_executing:
         logger.warning(f"{host.print_prefix}would fail: {message}")
@@ -54,7 +57,7 @@ def _would_fail(message: str):
 @operation()
 def preflight(
     settings: rocm.RocmSettings, release: tuple[str, str, str] | None = None, found: rocm.HostRocm | None = None
-):
+) -> Commands:
     """
     Stop this host before anything changes when ROCm cannot be deployed on it as configured.
 
@@ -100,7 +103,7 @@ def preflight(
 
 
 @operation()
-def packages_from_repo(packages: list[str], repo: str, reboot_reason: str | None = None):
+def packages_from_repo(packages: list[str], repo: str, reboot_reason: str | None = None) -> Commands:
     """
     Install ``packages`` at exactly the version the apt repository ``repo`` offers.
 
@@ -135,7 +138,7 @@ def packages_from_repo(packages: list[str], repo: str, reboot_reason: str | None
 
 
 @operation()
-def remove_other_stream(settings: rocm.RocmSettings):
+def remove_other_stream(settings: rocm.RocmSettings) -> Commands:
     """
     Remove what the host has of the other ROCm stream, in the order AMD documents, before the
     configured stream is installed.
@@ -167,7 +170,7 @@ def remove_other_stream(settings: rocm.RocmSettings):
 
 
 @operation()
-def remove_userspace(settings: rocm.RocmSettings):
+def remove_userspace(settings: rocm.RocmSettings) -> Commands:
     """
     Purge the configured stream's userspace when ``rocm_userspace`` is off (containers bring
     their own), in AMD's uninstall order (:data:`rocmfleet.domain.rocm.STREAM_PACKAGES`).
@@ -188,7 +191,7 @@ def remove_userspace(settings: rocm.RocmSettings):
 
 
 @operation()
-def reinstall_if_installed(packages: list[str], reboot_reason: str):
+def reinstall_if_installed(packages: list[str], reboot_reason: str) -> Commands:
     """
     Reinstall ``packages`` that are installed, so that their maintainer scripts run again.
 
@@ -207,7 +210,7 @@ def reinstall_if_installed(packages: list[str], reboot_reason: str):
 
 
 @operation()
-def keyring(src: str, dest: str):
+def keyring(src: str, dest: str) -> Commands:
     """
     Keep the dearmored keyring ``dest`` equal to the key published at ``src``.
 
@@ -235,7 +238,7 @@ def keyring(src: str, dest: str):
 
 
 @operation()
-def dkms_installed(module: str = "amdgpu"):
+def dkms_installed(module: str = "amdgpu") -> Commands:
     """
     Fail the host, with DKMS's output, unless ``dkms status`` shows ``module`` ``installed`` for
     the running kernel and for the newest installed kernel (reference §2.5 [R2-post]).
@@ -264,7 +267,7 @@ def dkms_installed(module: str = "amdgpu"):
 
 
 @operation()
-def driver_ready(check_module: bool = True, signed: bool = False):
+def driver_ready(check_module: bool = True, signed: bool = False) -> Commands:
     """
     After the reboot: the ``amdgpu`` module is loaded and ``/dev/kfd`` exists.
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 import hashlib
 from io import BytesIO
 
-from pyinfra import host
-from pyinfra.api import operation
 from pyinfra.api.command import FileUploadCommand
+from pyinfra.api.operation import operation
+from pyinfra.context import host
 from pyinfra.facts.files import Sha256File
 from pyinfra.operations import files
 
 from rocmfleet.config.vault import Secret
+from rocmfleet.operations import Commands
 
 
 @operation()
-def secret_file(path: str, content: Secret, user: str = "root", group: str = "root", mode: str = "600"):
+def secret_file(path: str, content: Secret, user: str = "root", group: str = "root", mode: str = "600") -> Commands:
     """
     Write a file holding secrets: compared by SHA-256, uploaded only when it differs.
 

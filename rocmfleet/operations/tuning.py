@@ -5,18 +5,20 @@ from __future__ import annotations
 import shlex
 from io import StringIO
 
-from pyinfra import host
-from pyinfra.api import StringCommand, operation
+from pyinfra.api.command import StringCommand
+from pyinfra.api.operation import operation
+from pyinfra.context import host
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from rocmfleet.domain import tuning
 from rocmfleet.facts.tuning import SysctlLive
+from rocmfleet.operations import Commands
 from rocmfleet.operations.fail import host_failure
 
 
 @operation()
-def grub_cmdline(params: list[str], path: str = tuning.GRUB_DEFAULTS):
+def grub_cmdline(params: list[str], path: str = tuning.GRUB_DEFAULTS) -> Commands:
     """
     Make ``GRUB_CMDLINE_LINUX`` in ``/etc/default/grub`` hold ``params``.
 
@@ -40,7 +42,7 @@ def grub_cmdline(params: list[str], path: str = tuning.GRUB_DEFAULTS):
 
 
 @operation()
-def sysctl_live(key: str, value: str):
+def sysctl_live(key: str, value: str) -> Commands:
     """
     Apply ``key=value`` to the running kernel where it can be written.
 

@@ -54,6 +54,7 @@ class Holder:
 
 def _bytes(value: Any) -> int | None:
     """``{"value": N, "unit": "B"}``, a number of bytes, or ``"70.0 GB"`` -> bytes; ``None`` if unknown."""
+    number: Any  # float() below refuses what is not a number (TypeError, ValueError)
     if isinstance(value, dict):
         number, unit = value.get("value"), str(value.get("unit", "B"))
     elif isinstance(value, int | float):
@@ -88,7 +89,7 @@ def holders(report: Any, min_bytes: int = MIN_HELD_BYTES) -> list[Holder]:
             info = entry.get("process_info") if isinstance(entry, dict) else None
             if not isinstance(info, dict):
                 continue  # "No running processes detected"
-            memory = info.get("memory_usage") if isinstance(info.get("memory_usage"), dict) else {}
+            memory: dict[str, Any] = info["memory_usage"] if isinstance(info.get("memory_usage"), dict) else {}
             vram = _bytes(memory.get("vram_mem"))
             if vram is None:
                 vram = _bytes(info.get("mem_usage"))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra.context import host
 from pyinfra.operations import apt, files
 
 from rocmfleet.config.settings import HostSettings as DeploySettings
 from rocmfleet.facts.state import Gathered, HostState
+from rocmfleet.operations.deploys import deploy
 from rocmfleet.plan import hoststate
 from rocmfleet.plan.hoststate import WantedFile
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra.context import host
 from pyinfra.operations import apt, systemd
 
 from rocmfleet.config.settings import HostSettings as DeploySettings
@@ -13,6 +12,7 @@ from rocmfleet.domain import docker
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import docker as docker_ops
 from rocmfleet.operations import packages as package_ops
+from rocmfleet.operations.deploys import deploy
 from rocmfleet.plan import hoststate
 
 DAEMON_JSON = "/etc/docker/daemon.json"

@@ -8,9 +8,8 @@ tuning role, so one reboot covers the driver and the kernel command line).
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.api.operation import OperationMeta
+from pyinfra.context import host
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution, OsVersion
 from pyinfra.operations import apt, files, server
@@ -21,6 +20,7 @@ from rocmfleet.facts.rocm import InstalledVersions, RocmOnHost
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import reboot as reboot_ops
 from rocmfleet.operations import rocm as rocm_ops
+from rocmfleet.operations.deploys import deploy
 from rocmfleet.plan import hoststate
 from rocmfleet.plan.hoststate import WantedFile
 

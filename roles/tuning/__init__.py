@@ -9,8 +9,7 @@ operations run only for what differs.
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra.context import host
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution, OsVersion
 from pyinfra.operations import apt, files, server, systemd
@@ -19,6 +18,7 @@ from rocmfleet.domain import tuning
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import reboot as reboot_ops
 from rocmfleet.operations import tuning as tuning_ops
+from rocmfleet.operations.deploys import deploy
 from rocmfleet.plan import hoststate
 from rocmfleet.plan.hoststate import WantedFile
 
@@ -87,7 +87,8 @@ def _grub_lines(got: Gathered) -> list[str] | None:
         return None
     if item is not None and item.type == "file":
         return got.texts.get(tuning.GRUB_DEFAULTS, [])
-    return host.get_fact(FileContents, path=tuning.GRUB_DEFAULTS)
+    lines: list[str] | None = host.get_fact(FileContents, path=tuning.GRUB_DEFAULTS)
+    return lines
 
 
 def _grub_text(lines: list[str] | None) -> str | None:
@@ -154,7 +155,8 @@ def _cpu_unit(settings: tuning.TuningSettings, got: Gathered) -> None:
             src="templates/tuning/cpu-tuning.service.j2",
             dest=tuning.CPU_UNIT_PATH,
             mode="644",
-            **template_vars,
+            summary=template_vars["summary"],
+            exec_lines=template_vars["exec_lines"],
         )
         systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
     if not unit_ok or not hoststate.unit_enabled(got, tuning.CPU_UNIT):

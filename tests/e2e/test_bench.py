@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from rocmfleet.config.profiles import PROFILES_DIR, load_profile
-from rocmfleet.fleet.bench.bench import Case, load_run, parse_result, result_path, shape_for, sweep_for
+from rocmfleet.domain.benchshape import Case, shape_for, sweep_for
+from rocmfleet.fleet.bench.bench import load_run, parse_result, result_path
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.lab

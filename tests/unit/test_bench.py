@@ -23,15 +23,12 @@ from pydantic import ValidationError
 from rocmfleet.config.profiles import PROFILES_DIR, load_profile
 from rocmfleet.config.settings import host_config
 from rocmfleet.config.vault import Secret
+from rocmfleet.domain.benchshape import AMD_PAIRS, BenchShape, Case, Thresholds, shape_for, sweep_for
 from rocmfleet.fleet.bench import benchrun
 from rocmfleet.fleet.bench.bench import (
-    AMD_PAIRS,
     KILL_AFTER_S,
     BenchParseError,
     BenchResult,
-    BenchShape,
-    Case,
-    Thresholds,
     Verdict,
     bench_command,
     container_result_path,
@@ -46,8 +43,6 @@ from rocmfleet.fleet.bench.bench import (
     parse_results,
     result_path,
     save_verdict,
-    shape_for,
-    sweep_for,
     target_name,
     verdict_passed,
 )

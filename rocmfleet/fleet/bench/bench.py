@@ -23,20 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePath, PurePosixPath
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from rocmfleet.domain.benchshape import CASE_NAME, Case
+from rocmfleet.domain.benchshape import Thresholds as Thresholds  # the rollout reads a profile's thresholds here
 
-if TYPE_CHECKING:  # profiles.py imports BenchSettings from here
-    from rocmfleet.config.profiles import Profile
-
-#: AMD's published ISL/OSL pairs (input tokens, output tokens), run at concurrency 64 (issue 6).
-AMD_PAIRS: tuple[tuple[int, int], ...] = ((2000, 150), (1000, 1000), (5000, 1000), (10000, 1000), (3200, 800))
-AMD_CONCURRENCY = 64
-#: Bounds of the benchmark's numbers: the longest served context (as ``max_model_len`` in
-#: :mod:`rocmfleet.domain.flags`) and the largest ``max_num_seqs`` it accepts.
-MAX_TOKENS = 10_485_760
-MAX_CONCURRENCY = 65_536
 #: Latency metrics the command asks for (``--percentile-metrics``) and the percentiles of each.
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
 METRIC_PERCENTILES = (50, 90, 99)
@@ -50,135 +41,11 @@ REGRESSION_METRICS: tuple[tuple[str, str, bool], ...] = (
     ("median_tpot_ms", "ms", False),
 )
 
-_CASE_NAME = re.compile(r"^(\d+)x(\d+)-c(\d+)$")
 _STAT_KEY = re.compile(r"^(mean|median|std)_(.+)_ms$")
 _PERCENTILE_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(.+)_ms$")
 
 
 # --- cases and the command -------------------------------------------------------------------
-
-
-@dataclass(frozen=True, order=True)
-class Case:
-    """One benchmark point: random prompts of ``isl`` tokens asking for ``osl`` tokens each."""
-
-    isl: int
-    osl: int
-    concurrency: int
-    num_prompts: int = field(default=0, compare=False)
-
-    @property
-    def name(self) -> str:
-        """``<isl>x<osl>-c<concurrency>``: the result file's stem."""
-        return f"{self.isl}x{self.osl}-c{self.concurrency}"
-
-    @classmethod
-    def from_name(cls, name: str) -> Case:
-        """The case a result file's stem names (``num_prompts`` unknown: 0).
-
-        Raises:
-            ValueError: ``name`` is not ``<isl>x<osl>-c<concurrency>``.
-        """
-        match = _CASE_NAME.fullmatch(name)
-        if not match:
-            raise ValueError(f"not a case name (<isl>x<osl>-c<concurrency>): {name!r}")
-        return cls(*(int(g) for g in match.groups()))
-
-
-class BenchShape(BaseModel):
-    """What a profile benchmarks: AMD's sweep by default, scaled down for small setups.
-
-    Lengths are multiplied by ``length_scale``, then shrunk together (keeping their ratio) so
-    that ``isl + osl <= max_model_len - reserve_tokens``, since vLLM refuses a request whose
-    prompt plus ``max_tokens`` exceeds ``--max-model-len``. Concurrencies are multiplied by
-    ``concurrency_scale`` and capped at ``max_concurrency``.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    # Upper bounds: a smoke benchmark runs between deploys, so its cases stay few and bounded by
-    # what a server can take: lengths by the longest served context (10M tokens, the same bound as
-    # max_model_len in rocmfleet.domain.flags), concurrency by vLLM's largest max_num_seqs bound (65536).
-    pairs: list[tuple[Annotated[int, Field(le=MAX_TOKENS)], Annotated[int, Field(le=MAX_TOKENS)]]] = Field(
-        default=list(AMD_PAIRS),
-        min_length=1,
-        max_length=64,
-        description="(input tokens, output tokens) of each case; at most 64 cases",
-    )
-    concurrencies: list[Annotated[int, Field(le=MAX_CONCURRENCY)]] = Field(
-        default=[AMD_CONCURRENCY],
-        min_length=1,
-        max_length=64,
-        description="`--max-concurrency` values; several: a sweep (at most 64)",
-    )
-    length_scale: float = Field(default=1.0, gt=0, le=1)
-    concurrency_scale: float = Field(default=1.0, gt=0, le=1)
-    max_model_len: int | None = Field(
-        default=None, ge=8, le=MAX_TOKENS, description="the served `--max-model-len`, tokens"
-    )
-    max_concurrency: int | None = Field(
-        default=None, ge=1, le=MAX_CONCURRENCY, description="cap, e.g. the served `--max-num-seqs`"
-    )
-    prompts_per_slot: int = Field(
-        default=4,
-        ge=1,
-        le=100,
-        description="`--num-prompts` = concurrency x this (rocmfleet's choice: ~4 waves; at most 100 waves)",
-    )
-    reserve_tokens: int = Field(
-        default=16,
-        ge=0,
-        le=4096,
-        description="kept free below max_model_len: a random prompt can re-tokenize longer (at most 4096)",
-    )
-
-    @model_validator(mode="after")
-    def _positive(self) -> BenchShape:
-        bad = [p for p in self.pairs if p[0] < 1 or p[1] < 1] + [c for c in self.concurrencies if c < 1]
-        if bad:
-            raise ValueError(f"lengths and concurrencies must be >= 1: {bad}")
-        if self.max_model_len is not None and self.max_model_len - self.reserve_tokens < 3:
-            raise ValueError(f"max_model_len {self.max_model_len} leaves no room after reserve_tokens")
-        return self
-
-
-def shape_for(profile: Profile, **overrides: Any) -> BenchShape:
-    """A :class:`BenchShape` capped by ``profile``'s ``max_model_len`` and ``max_num_seqs``.
-
-    The keys the profile's ``bench:`` section sets (:class:`BenchSettings`) win over those caps
-    and AMD's defaults; ``overrides`` win over everything.
-    """
-    own = profile.bench.model_dump(exclude_unset=True, exclude={"thresholds"})
-    return BenchShape.model_validate(
-        {"max_model_len": profile.max_model_len, "max_concurrency": profile.max_num_seqs, **own, **overrides}
-    )
-
-
-def _fit(isl: int, osl: int, shape: BenchShape) -> tuple[int, int]:
-    """Scaled lengths; shrunk proportionally to fit the model's context. At least 1 in, 2 out (TPOT)."""
-    isl, osl = max(1, round(isl * shape.length_scale)), max(2, round(osl * shape.length_scale))
-    if shape.max_model_len is not None:
-        room = shape.max_model_len - shape.reserve_tokens
-        if isl + osl > room:
-            factor = room / (isl + osl)
-            osl = max(2, math.floor(osl * factor))
-            isl = max(1, min(math.floor(isl * factor), room - osl))
-    return isl, osl
-
-
-def sweep_for(shape: BenchShape | None = None) -> list[Case]:
-    """The cases of ``shape`` (default: AMD's sweep unscaled), in order, without duplicates."""
-    shape = shape or BenchShape()
-    cases: list[Case] = []
-    for concurrency in shape.concurrencies:
-        conc = max(1, round(concurrency * shape.concurrency_scale))
-        if shape.max_concurrency is not None:
-            conc = min(conc, shape.max_concurrency)
-        for isl, osl in shape.pairs:
-            case = Case(*_fit(isl, osl, shape), conc, conc * shape.prompts_per_slot)
-            if case not in cases:
-                cases.append(case)
-    return cases
 
 
 def bench_command(
@@ -321,7 +188,8 @@ class BenchResult:
     def value(self, key: str) -> float | None:
         """A number by its JSON key: ``output_throughput``, ``median_ttft_ms``, ``p99_tpot_ms``..."""
         if key in ("output_throughput", "request_throughput", "total_token_throughput"):
-            return getattr(self, key)
+            number: float | None = getattr(self, key)
+            return number
         if m := _STAT_KEY.fullmatch(key):
             latency = self.metrics.get(m[2])
             return None if latency is None else getattr(latency, f"{m[1]}_ms")
@@ -509,7 +377,7 @@ def parse_result(data: str | bytes | Mapping[str, Any], source: str) -> BenchRes
     request_tp = r.number("request_throughput", "requests/s (a number >= 0)")
     output_tp = r.number("output_throughput", "output tokens/s (a number >= 0)")
     total_tp = r.number("total_token_throughput", "input + output tokens/s (a number >= 0)")
-    optional = dict(
+    optional: dict[str, Any] = dict(  # BenchResult's optional fields, read before the problems are counted
         date=r.text("date"),
         backend=r.text("backend") or r.text("endpoint_type"),
         model_id=r.text("model_id"),
@@ -549,47 +417,6 @@ def load_result(path: str | Path) -> BenchResult:
 
 
 # --- thresholds and verdicts -----------------------------------------------------------------
-
-
-class Thresholds(BaseModel):
-    """Pass/fail limits of a profile's smoke benchmark; ``None``: that limit is not checked."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # Upper bounds: a request slower than an hour is a hung server, not a threshold; 10M tokens/s is
-    # far above any single server's output throughput.
-    ttft_p99_ms: float | None = Field(
-        default=None, gt=0, le=3_600_000, description="highest p99 time to first token, ms (at most an hour)"
-    )
-    tpot_p99_ms: float | None = Field(
-        default=None, gt=0, le=3_600_000, description="highest p99 time per output token, ms (at most an hour)"
-    )
-    min_output_throughput_tok_s: float | None = Field(
-        default=None, ge=0, le=10_000_000, description="lowest output token throughput, tokens/s"
-    )
-    max_failed: int = Field(default=0, ge=0, le=1_000_000, description="most failed requests")
-    regression_tolerance: float = Field(
-        default=0.10, ge=0, lt=1, description="how much worse than the baseline a metric may be, as a fraction"
-    )
-
-
-class BenchSettings(BenchShape):
-    """A profile's ``bench:`` section: its cases (:class:`BenchShape` keys) and :class:`Thresholds`.
-
-    Every key is optional: an empty section runs AMD's sweep (capped by the profile's
-    ``max_model_len`` and ``max_num_seqs``, :func:`shape_for`) with the default thresholds
-    (no failed request; 10% regression tolerance). Example, a small lab:
-
-    .. code:: yaml
-
-        bench:
-          pairs: [[2000, 150]]
-          length_scale: 0.05
-          concurrencies: [4]
-          thresholds: {regression_tolerance: 0.5}
-    """
-
-    thresholds: Thresholds = Field(default_factory=Thresholds, description="pass/fail limits of each case")
 
 
 @dataclass(frozen=True)
@@ -705,7 +532,7 @@ def load_run(root: str | Path, run_id: str) -> dict[str, list[tuple[Case, BenchR
     run_dir = Path(root) / _segment("run id", run_id)
     run: dict[str, list[tuple[Case, BenchResult]]] = {}
     for path in sorted(run_dir.rglob("*.json")):
-        if not _CASE_NAME.fullmatch(path.stem):
+        if not CASE_NAME.fullmatch(path.stem):
             continue
         target = path.parent.relative_to(run_dir).as_posix()
         run.setdefault(target, []).append((Case.from_name(path.stem), load_result(path)))

@@ -15,15 +15,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocmfleet.fleet.bench.bench import BenchResult, Case, Latency, Verdict
+from rocmfleet.domain.benchshape import Case
+from rocmfleet.fleet.bench.bench import BenchResult, Latency, Verdict
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.container import BarContainer
     from matplotlib.figure import Figure
 
 #: One host's (or instance's) results, in sweep order.
 Results = Sequence[tuple[Case, BenchResult, Verdict]]
-Run = dict[str, Results]
+Run = Mapping[str, Results]
 
 PASS_COLOR, FAIL_COLOR = "#2b7bba", "#d62728"
 
@@ -158,8 +160,14 @@ def _host_axis(ax: Axes, targets: list[str], xlabel: str) -> None:
     ax.grid(axis="x", alpha=0.3)
 
 
-def _labelled_bars(ax: Axes, y: list[float], values: list[float], height: float, **style: object):
-    bars = ax.barh(y, [0 if math.isnan(v) else v for v in values], height, **style)
+def _labelled_bars(
+    ax: Axes, y: list[float], values: list[float], height: float, color: str | list[str], label: str | None = None
+) -> BarContainer:
+    widths = [0 if math.isnan(v) else v for v in values]
+    if label is None:
+        bars = ax.barh(y, widths, height, color=color)
+    else:
+        bars = ax.barh(y, widths, height, color=color, label=label)
     ax.bar_label(bars, labels=["n/a" if math.isnan(v) else f"{v:,.1f}" for v in values], padding=3, fontsize=8)
     return bars
 
@@ -182,9 +190,7 @@ def _latency_plot(run: Run, targets: list[str], cases: list[Case], metric: str, 
     """Per case: box plots of per-request values when every host has them (``--save-detailed``),
     else paired bars of p50 (median) and p99 from vLLM's summary keys."""
     detailed = all(
-        (found := _lookup(run, t, case)) is not None and found[0].samples_ms.get(metric)
-        for t in targets
-        for case in cases
+        (hit := _lookup(run, t, case)) is not None and hit[0].samples_ms.get(metric) for t in targets for case in cases
     )
     how = "box: p25-p75, line: median, whiskers: p1-p99" if detailed else "p50 and p99"
     fig, axes = _panels(len(cases), _host_panel_height(targets), f"{label} per host, ms ({how})")

@@ -21,14 +21,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from rocmfleet.config.settings import Instance
+from rocmfleet.domain.benchshape import Case, shape_for, sweep_for
 from rocmfleet.domain.vllm import files_of
 from rocmfleet.fleet.bench.bench import (
     KILL_AFTER_S,
     BenchParseError,
     BenchResult,
-    Case,
     Verdict,
     bench_command,
     container_result_path,
@@ -40,12 +41,10 @@ from rocmfleet.fleet.bench.bench import (
     new_run_id,
     result_path,
     save_verdict,
-    shape_for,
-    sweep_for,
     target_name,
 )
 from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
-from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session
+from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Result, Session
 from rocmfleet.fleet.inventory import Target
 
 #: Seconds a short command (``cat``, ``rm``) may take.
@@ -119,7 +118,14 @@ def _tail(text: str, lines: int = 3, width: int = 300) -> str:
     return " | ".join(line if len(line) <= width else line[: width - 3] + "..." for line in kept) or "(no output)"
 
 
-def _run(conn, command: str, timeout_s: float):
+class _Where(TypedDict):
+    """Which target and label a :class:`CaseOutcome` is about."""
+
+    target: str
+    label: str
+
+
+def _run(conn: Session, command: str, timeout_s: float) -> Result:
     """``command`` on the host: a :class:`~rocmfleet.fleet.connect.Result` (``exited``, ``stdout``, ``stderr``).
 
     Never raises on the exit status; raises :class:`~rocmfleet.fleet.connect.CommandTimeout` past ``timeout_s``.
@@ -131,7 +137,7 @@ def _run(conn, command: str, timeout_s: float):
 
 
 def _bench_case(
-    conn,
+    conn: Session,
     target: Target,
     instance: Instance,
     inst_dir: str | None,
@@ -144,7 +150,7 @@ def _bench_case(
     """Run ``case`` in ``instance``'s container, copy its JSON to ``root`` and judge it."""
     profile = target.config.profile
     container = files_of(instance).container
-    where = dict(target=target_name(target.name, inst_dir), label=f"{target.name} {instance.name}:{instance.port}")
+    where = _Where(target=target_name(target.name, inst_dir), label=f"{target.name} {instance.name}:{instance.port}")
     remaining = deadline - time.monotonic()
     if remaining < 1:
         return CaseOutcome(**where, case=case, error="not run: the host's --timeout-s ran out")
@@ -197,7 +203,7 @@ def bench_host(
     run_id: str,
     timeout_s: float,
     emit: Emit,
-    connector: Callable[[Target], object] = connect,
+    connector: Callable[[Target], Session] = connect,
 ) -> HostOutcome:
     """Every case of every instance of ``target``, one after the other, within ``timeout_s`` seconds.
 
@@ -274,7 +280,7 @@ def bench(
     timeout_s: float,
     emit: Emit = print,
     title: str = "Smoke benchmark",
-    connector: Callable[[Target], object] = connect,
+    connector: Callable[[Target], Session] = connect,
 ) -> int:
     """Benchmark ``targets`` in parallel; results, Markdown and plots under ``results_dir/<run id>/``.
 

@@ -26,6 +26,7 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import jinja2
 from packaging.version import InvalidVersion, Version
@@ -37,6 +38,9 @@ from rocmfleet.config.settings import HostConfig, Instance
 from rocmfleet.domain import cachedirs, cachekey, readiness, vllm, warmup
 from rocmfleet.domain.cachekey import CacheKey, ImageFacts
 from rocmfleet.domain.placement import Placement
+
+if TYPE_CHECKING:
+    from rocmfleet.fleet.inventory import Target
 
 TEMPLATES = project.TEMPLATES_DIR / "cache"
 #: Host directory under which a bake keeps its cache directories and build context.
@@ -226,7 +230,7 @@ class Baked:
         return f"{self.repository}:{self.tag}@{self.digest}"
 
 
-def bake(target, emit: Callable[[str], None] = print, ready_timeout_s: int | None = None) -> Baked:
+def bake(target: Target, emit: Callable[[str], None] = print, ready_timeout_s: int | None = None) -> Baked:
     """Bake the compile caches of ``target``'s first instance into an image and push it.
 
     Args:

@@ -26,6 +26,7 @@ import pytest
 from testinfra.backend import base
 
 from rocmfleet.config.errors import CannotCheck
+from rocmfleet.fleet.check.report import over_budget
 from rocmfleet.fleet.connect import COMMAND_TIMEOUT_S, CommandTimeout, Session, SshSettings
 
 #: The ``--hosts`` scheme, and where testinfra finds the class.
@@ -55,12 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _budget_s = config.getoption("--rocmfleet-host-budget")
 
 
-def over_budget(budget_s: float) -> str:
-    """The message of a host whose checks used up their ``budget_s`` seconds."""
-    return f"checks did not finish within {budget_s:g} s"
-
-
-class SessionBackend(base.BaseBackend):
+class SessionBackend(base.BaseBackend):  # type: ignore[misc]  # testinfra ships no type information
     """A testinfra backend whose commands go over one shared :class:`Session`.
 
     Args:

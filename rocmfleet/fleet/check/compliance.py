@@ -33,9 +33,11 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from rocmfleet.fleet import check as checks
 from rocmfleet.fleet import connect
@@ -65,6 +67,9 @@ class CheckResult:
     duration_s: float = 0.0
 
 
+_T = TypeVar("_T")
+
+
 def module_paths(select: list[str] | None = None) -> list[str]:
     """Files of the selected modules (all of :data:`MODULES` by default).
 
@@ -85,7 +90,7 @@ def _reachable(target: Target) -> CheckResult:
     return CheckResult(target.name, REACHABLE, "failed" if why else "passed", why or "", "", time.monotonic() - started)
 
 
-def groups(items: list, processes: int) -> list[list]:
+def groups(items: list[_T], processes: int) -> list[list[_T]]:
     """``items`` dealt into at most ``processes`` groups, in order, sizes differing by at most one.
 
     ``groups([1, 2, 3, 4, 5], 2) == [[1, 2, 3], [4, 5]]``; no empty group.
@@ -172,7 +177,12 @@ def _pytest_argv(names: list[str], paths: list[str], report_file: Path, root: st
     return [*argv, *paths, "--hosts=" + ",".join(f"{backend.SCHEME}://{name}" for name in names)]
 
 
-def run_group(targets: list[Target], paths: list[str], timeout_s: float, on_host=None) -> list[CheckResult]:
+def run_group(
+    targets: list[Target],
+    paths: list[str],
+    timeout_s: float,
+    on_host: Callable[[str, list[CheckResult]], None] | None = None,
+) -> list[CheckResult]:
     """Run the suite on ``targets`` (reachable hosts) in one pytest process.
 
     Args:
@@ -190,7 +200,7 @@ def run_group(targets: list[Target], paths: list[str], timeout_s: float, on_host
     collator = Collator([t.name for t in targets])
     finished: dict[str, list[CheckResult]] = {}
 
-    def emit(hosts):
+    def emit(hosts: list[tuple[str, list[CheckResult]]]) -> None:
         for name, results in hosts:
             finished[name] = results
             if on_host:
@@ -265,7 +275,7 @@ def run_fleet(
     select: list[str] | None = None,
     timeout_s: float = 300,
     parallel: int = 10,
-    on_host=None,
+    on_host: Callable[[list[CheckResult]], None] | None = None,
 ) -> list[CheckResult]:
     """Check every target: reachability ``parallel`` hosts at a time, then the suite in at most
     ``parallel`` pytest processes at once (:func:`groups`); results in inventory order.
@@ -291,7 +301,8 @@ def run_fleet(
     def one(group: list[Target]) -> None:
         def host_done(name: str, results: list[CheckResult]) -> None:
             with lock:
-                on_host([reach[name], *results])
+                if on_host is not None:  # host_done is passed only then
+                    on_host([reach[name], *results])
 
         for result in run_group(group, paths, timeout_s, on_host=host_done if on_host else None):
             checked.setdefault(result.host, []).append(result)
@@ -358,7 +369,7 @@ def junit_xml(results: list[CheckResult]) -> str:
 
 def json_report(results: list[CheckResult], inventory: str) -> str:
     """The JSON report: inventory, per-host verdicts (``passed``/``failed``) and every result."""
-    hosts = {}
+    hosts: dict[str, str] = {}
     for r in results:
         hosts.setdefault(r.host, "passed")
         if r.outcome in ("failed", "error"):

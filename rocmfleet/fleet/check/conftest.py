@@ -6,12 +6,19 @@ every fixture here is per host, looked up by the host's inventory name.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.topology import GpuTopology, parse_fact_output
 from rocmfleet.fleet.check import expect
+
+if TYPE_CHECKING:
+    from testinfra.host import Host
+
+    from rocmfleet.config.settings import HostConfig, Instance
 
 
 def instance_names(per_host: dict[str, list[str]]) -> list[str]:
@@ -50,7 +57,8 @@ def _params(item: pytest.Item) -> tuple[str | None, str | None]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     per_host = _per_host()
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         (keep if runs_here(*_params(item), per_host) else drop).append(item)
     if drop:
@@ -59,13 +67,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def instance(request, host):
+def instance(request: pytest.FixtureRequest, host: Host) -> Instance:
     """The vLLM instance of this host named by the parameter (:meth:`HostConfig.instances`)."""
-    return next(i for i in expect.instances_of(host) if i.name == request.param)
+    found: Instance = next(i for i in expect.instances_of(host) if i.name == request.param)
+    return found
 
 
 @pytest.fixture(scope="module")
-def config(host):
+def config(host: Host) -> HostConfig:
     """The host's validated configuration; checks that need it skip without an inventory."""
     found = expect.host_config(host)
     if found is None:
@@ -74,13 +83,14 @@ def config(host):
 
 
 @pytest.fixture(scope="module")
-def topology(host) -> Topology:
+def topology(host: Host) -> Topology:
     """The host's GPUs and NUMA nodes, read with the deploy's own ``GpuTopology`` fact command
     (once per host and run: :func:`rocmfleet.fleet.check.expect.once`)."""
-    return expect.once(host, "topology", lambda: _read_topology(host))
+    found: Topology = expect.once(host, "topology", lambda: _read_topology(host))
+    return found
 
 
-def _read_topology(host) -> Topology:
+def _read_topology(host: Host) -> Topology:
     result = host.run(GpuTopology().command())
     if result.rc != 0:
         raise CannotCheck(f"GpuTopology command exited {result.rc}: {result.stderr.strip() or result.stdout.strip()}")
@@ -91,7 +101,7 @@ def _read_topology(host) -> Topology:
 
 
 @pytest.fixture(scope="module")
-def docker_running(host) -> None:
+def docker_running(host: Host) -> None:
     """Skip (the Docker check reports it) when Docker is not running."""
     if not expect.running(host, expect.DOCKER_UNIT):
         pytest.skip("Docker is not running (reported by test_docker_running)")

@@ -15,8 +15,13 @@ output it does not know, a connection or sudo failure). An error is never a pass
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from testinfra.host import Host
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -25,16 +30,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _message(report: pytest.TestReport) -> str:
     if report.skipped and isinstance(report.longrepr, tuple):
-        return report.longrepr[2].removeprefix("Skipped: ")
+        reason: str = report.longrepr[2]
+        return reason.removeprefix("Skipped: ")
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
-        message = crash.message.removeprefix("AssertionError: ").split("\nassert ")[0].strip()
+        message: str = crash.message
+        message = message.removeprefix("AssertionError: ").split("\nassert ")[0].strip()
         return message.replace("rocmfleet.config.errors.CannotCheck: ", "cannot check: ", 1)
     return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
 
 
 #: The check name of the line saying a host's checks ran out of time.
 SUITE = "host::suite"
+
+
+def over_budget(budget_s: float) -> str:
+    """The message of a host whose checks used up their ``budget_s`` seconds (the backend raises it)."""
+    return f"checks did not finish within {budget_s:g} s"
 
 
 def check_name(item: pytest.Item) -> str:
@@ -50,7 +62,7 @@ def check_name(item: pytest.Item) -> str:
     return f"{module}::{name}" + (f"[{label}]" if instance is not None else "")
 
 
-def host_of(item: pytest.Item):
+def host_of(item: pytest.Item) -> Host | None:
     """The testinfra ``Host`` a check runs on (``None`` for a test without one)."""
     return getattr(getattr(item, "callspec", None), "params", {}).get("_testinfra_host")
 
@@ -63,9 +75,9 @@ def last_items(hosts: list[str | None]) -> dict[int, str]:
 class _Recorder:
     def __init__(self, path: str) -> None:
         self.path = path
-        self.pending: dict[str, dict] = {}
+        self.pending: dict[str, dict[str, Any]] = {}
         self.names: dict[str, str] = {}
-        self.hosts: dict[str, object] = {}  # nodeid -> testinfra Host
+        self.hosts: dict[str, Host | None] = {}  # nodeid -> testinfra Host
         self.last: dict[str, str] = {}  # nodeid of a host's last check -> host name
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -75,12 +87,12 @@ class _Recorder:
         names = [host.backend.hostname if host is not None else None for host in self.hosts.values()]
         self.last = {session.items[i].nodeid: name for i, name in last_items(names).items()}
 
-    def _write(self, *entries: dict) -> None:
+    def _write(self, *entries: dict[str, Any]) -> None:
         with open(self.path, "a", encoding="utf-8") as out:
             out.write("".join(json.dumps(entry) + "\n" for entry in entries))
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
         outcome = yield
         report = outcome.get_result()
         excinfo = call.excinfo
@@ -113,10 +125,8 @@ class _Recorder:
         if report.when == "teardown":
             lines = [self.pending.pop(report.nodeid)]
             name = self.last.get(report.nodeid)
-            if name is not None:
+            if name is not None and host is not None:  # a host's last check has the host
                 if getattr(host.backend, "overrun", False):
-                    from rocmfleet.fleet.check.backend import over_budget
-
                     message = over_budget(host.backend.budget_s)
                     lines.append({"host": name, "check": SUITE, "outcome": "error", "message": message})
                 lines.append({"host": name, "done": True})

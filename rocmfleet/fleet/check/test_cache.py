@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -10,8 +11,16 @@ from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain import cachedirs, cachekey, docker, vllm
 from rocmfleet.fleet.check import expect
 
+if TYPE_CHECKING:
+    from testinfra.host import Host
 
-def test_baked_image_matches_instances(host, config, topology, docker_running):
+    from rocmfleet.config.settings import HostConfig
+    from rocmfleet.domain.topology import Topology
+
+
+def test_baked_image_matches_instances(
+    host: Host, config: HostConfig, topology: Topology, docker_running: None
+) -> None:
     """A baked image (tag ``...-rfcache-<key>``) runs only where its cache key is the instance's:
     same architecture, TP, model, settings; the failure names the differing field."""
     if not cachedirs.is_baked(config):
@@ -25,7 +34,7 @@ def test_baked_image_matches_instances(host, config, topology, docker_running):
     assert not problems, "; ".join(problems)
 
 
-def test_no_writable_cache_shared(host, config, docker_running):
+def test_no_writable_cache_shared(host: Host, config: HostConfig, docker_running: None) -> None:
     """No two running instances mount the same writable compiler cache (aiter issue 3635: a
     shared JIT directory hung startup), as Docker reports their mounts."""
     paths = {d.path for d in cachedirs.LAYOUT}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -10,10 +11,15 @@ from rocmfleet.config.errors import CannotCheck
 from rocmfleet.fleet.check import cvs
 from rocmfleet.fleet.check.expect import in_container
 
+if TYPE_CHECKING:
+    from testinfra.host import Host
+
+    from rocmfleet.domain.topology import Topology
+
 SYSFS = "/sys/bus/pci/devices"
 
 
-def test_gpu_pcie_links_not_downgraded(host, topology):
+def test_gpu_pcie_links_not_downgraded(host: Host, topology: Topology) -> None:
     gpus = [gpu.pci_address.lower() for gpu in topology.gpus]
     # one command for all GPUs: ls prints the paths that exist (exit 2 when one does not)
     listed = host.run("ls -d -- " + " ".join(shlex.quote(f"{SYSFS}/{gpu}") for gpu in gpus))
@@ -36,7 +42,7 @@ def test_gpu_pcie_links_not_downgraded(host, topology):
     assert not problems, "; ".join(problems)
 
 
-def test_no_amdgpu_errors_since_boot(host):
+def test_no_amdgpu_errors_since_boot(host: Host) -> None:
     if in_container(host):
         pytest.skip("container host: the kernel log belongs to the machine it runs on")
     probe = host.run("journalctl -k -b 0 -n 1 --no-pager -o short-monotonic")

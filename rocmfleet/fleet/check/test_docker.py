@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -11,8 +12,13 @@ from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain import docker
 from rocmfleet.fleet.check import expect
 
+if TYPE_CHECKING:
+    from testinfra.host import Host
 
-def test_docker_running(host):
+    from rocmfleet.config.settings import HostConfig
+
+
+def test_docker_running(host: Host) -> None:
     service = expect.unit_state(host, expect.DOCKER_UNIT)
     assert service.active in expect.RUNNING, f"docker.service is {service.active}, not active"
     assert service.enabled == "enabled", f"docker.service is {service.enabled}, not enabled"
@@ -20,7 +26,7 @@ def test_docker_running(host):
     assert info.rc == 0, f"docker info failed: {info.stderr.strip()}"
 
 
-def test_docker_version_pinned_and_held(host, config):
+def test_docker_version_pinned_and_held(host: Host, config: HostConfig) -> None:
     """The running server is the version group data pins (``docker_version``), and apt holds it."""
     version = config.settings.docker_version
     if not version:
@@ -35,10 +41,10 @@ def test_docker_version_pinned_and_held(host, config):
     assert not unheld, f"not held by apt: {', '.join(unheld)} (apt-mark hold keeps upgrades from moving Docker)"
 
 
-def test_daemon_json_as_rendered(host, config):
+def test_daemon_json_as_rendered(host: Host, config: HostConfig) -> None:
     kind = expect.path_state(host, expect.DAEMON_JSON).type
     assert kind == "file", f"{expect.DAEMON_JSON} is {kind}, not a regular file"
-    live = docker.parse_daemon_json(expect.text(host, expect.DAEMON_JSON))
+    live = docker.parse_daemon_json(expect.text(host, expect.DAEMON_JSON) or "")  # None: unreadable, refused
     wanted = json.loads(docker.daemon_json(config.settings))
     differ = sorted(k for k in wanted.keys() | live.keys() if wanted.get(k) != live.get(k))
     assert not differ, "daemon.json differs in " + ", ".join(
@@ -46,7 +52,7 @@ def test_daemon_json_as_rendered(host, config):
     )
 
 
-def test_live_restore_active(host, docker_running):
+def test_live_restore_active(host: Host, docker_running: None) -> None:
     """The running dockerd has live-restore on (not only daemon.json): the vLLM units rely on it so
     that a Docker restart or upgrade leaves the containers serving (README: the unit and the container)."""
     info = expect.docker_info(host)

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain import tuning
 from rocmfleet.fleet.check.expect import exists, gathered, in_container, text, tuning_settings, unit_state
 
+if TYPE_CHECKING:
+    from testinfra.host import Host
+
 
 @pytest.fixture(scope="module")
-def settings(host):
+def settings(host: Host) -> tuning.TuningSettings:
     return tuning_settings(host)
 
 
-def test_numa_balancing_persisted(host, settings):
+def test_numa_balancing_persisted(host: Host, settings: tuning.TuningSettings) -> None:
     if not settings.tuning_numa_balancing_off:
         assert not exists(host, tuning.SYSCTL_FILE), f"{tuning.SYSCTL_FILE} exists; tuning_numa_balancing_off is false"
         return
@@ -22,7 +27,7 @@ def test_numa_balancing_persisted(host, settings):
     assert "kernel.numa_balancing = 0" in lines, f"{tuning.SYSCTL_FILE}: no line kernel.numa_balancing = 0"
 
 
-def test_numa_balancing_live(host, settings):
+def test_numa_balancing_live(host: Host, settings: tuning.TuningSettings) -> None:
     if not settings.tuning_numa_balancing_off:
         pytest.skip("tuning_numa_balancing_off is false")
     live = gathered(host).sysctls.get("kernel.numa_balancing")
@@ -35,7 +40,7 @@ def test_numa_balancing_live(host, settings):
     assert live.value == "0", f"kernel.numa_balancing is {live.value}"
 
 
-def test_kernel_cmdline_persisted(host, settings):
+def test_kernel_cmdline_persisted(host: Host, settings: tuning.TuningSettings) -> None:
     params = tuning.grub_cmdline(text(host, tuning.GRUB_DEFAULTS) or "")
     assert set(settings.kernel_params) <= set(params), f"GRUB_CMDLINE_LINUX: {' '.join(params)}"
     cfg = text(host, "/boot/grub/grub.cfg")
@@ -44,14 +49,14 @@ def test_kernel_cmdline_persisted(host, settings):
     assert all(set(settings.kernel_params) <= set(words) for words in linux), "grub.cfg is stale"
 
 
-def test_kernel_cmdline_live(host, settings):
+def test_kernel_cmdline_live(host: Host, settings: tuning.TuningSettings) -> None:
     if in_container(host):
         pytest.skip("container host: /proc/cmdline is the machine's kernel command line")
     live = tuning.cmdline_params(text(host, "/proc/cmdline") or "")
     assert set(settings.kernel_params) <= set(live), live
 
 
-def test_cpu_unit_enabled(host, settings):
+def test_cpu_unit_enabled(host: Host, settings: tuning.TuningSettings) -> None:
     if not settings.cpu_unit_needed:
         assert not exists(host, tuning.CPU_UNIT_PATH), f"{tuning.CPU_UNIT_PATH} exists; no CPU setting asks for it"
         return
@@ -60,7 +65,7 @@ def test_cpu_unit_enabled(host, settings):
     assert host.exists("cpupower")
 
 
-def test_c2_disabled_live(host, settings):
+def test_c2_disabled_live(host: Host, settings: tuning.TuningSettings) -> None:
     if not settings.tuning_disable_c2:
         pytest.skip("tuning_disable_c2 is false")
     if in_container(host):
@@ -72,7 +77,7 @@ def test_c2_disabled_live(host, settings):
         assert host.file(f"{state}/disable").content_string.strip() == "1", state
 
 
-def test_thp_and_governor_untouched_unless_asked(host, settings):
+def test_thp_and_governor_untouched_unless_asked(host: Host, settings: tuning.TuningSettings) -> None:
     grub = text(host, tuning.GRUB_DEFAULTS) or ""
     if settings.tuning_transparent_hugepage is None:
         assert "transparent_hugepage=" not in grub
