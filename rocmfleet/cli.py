@@ -153,7 +153,7 @@ def _rollout(args: argparse.Namespace) -> int:
 
     console = rich.console.Console(stderr=True)
 
-    def progress(total: int) -> rolloutrun.Progress:
+    def progress(total: int) -> rollout_progress.Progress:
         if console.is_terminal:
             return rollout_progress.RichProgress(total, console)
         return rollout_progress.LineProgress(lambda line: print(line, file=sys.stderr, flush=True))
