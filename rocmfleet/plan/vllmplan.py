@@ -184,3 +184,60 @@ def _instance_differs(config: HostConfig, instance: Instance, placed: HostPlacem
     if got.ready.get(instance.name) != 0:
         reasons.append(f"not serving (vllm-probe.sh live exit {got.ready.get(instance.name)})")
     return reasons
+
+
+def plan_dict(config: HostConfig, todo: VllmPlan) -> dict[str, object]:
+    """``todo`` as JSON-ready data, to print and to compare with a checked-in expectation
+    (``tests/fixtures/plans/``): the placement, each instance's files as rendered (the text of its
+    environment file and unit; of its secrets file only the path and mode: secret values never
+    leave the deploy) and why it is not clean, then the directories, scripts and orphans to fix.
+
+    Args:
+        config: the host's validated configuration (the one ``todo`` was planned from).
+        todo: :func:`plan`'s result.
+    """
+    placed = todo.placed
+    placement: object = placed
+    if isinstance(placed, HostPlacement):
+        placement = {
+            "device_gids": placed.device_gids,
+            "instances": {
+                name: {
+                    "gpus": list(p.gpus),
+                    "gpu_bdfs": placed.gpu_bdfs.get(name, []),
+                    "render_nodes": list(p.render_nodes),
+                    "cpuset_cpus": p.cpuset_cpus,
+                    "cpuset_mems": p.cpuset_mems,
+                    "gfx_arch": p.gfx_arch,
+                    "notes": list(p.notes),
+                }
+                for name, p in placed.placements.items()
+            },
+        }
+    instances: dict[str, object] = {}
+    for instance in config.instances():
+        names = vllm.files_of(instance)
+        files: list[dict[str, object]] = []
+        if isinstance(placed, HostPlacement):
+            files = [
+                {"path": f.path, "mode": f.mode, "user": f.user, "group": f.group, "text": f.content.decode()}
+                for f in instance_files(config, instance, placed).files
+            ]
+        files.append({"path": names.secrets_file, "mode": "600", "user": "root", "group": "root"})
+        instances[instance.name] = {
+            "unit": names.unit,
+            "container": names.container,
+            "port": instance.port,
+            "dirty": instance.name in todo.dirty,
+            "why": todo.why.get(instance.name, []),
+            "files": files,
+        }
+    return {
+        "placed": placement,
+        "instances": instances,
+        "directories": [list(d) for d in todo.directories],
+        "scripts": [f.path for f in todo.scripts],
+        "orphans": todo.orphans,
+        "image_missing": todo.image_missing,
+        "clean": todo.clean,
+    }

@@ -274,8 +274,9 @@ EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
 
 def check_query(rocm_settings: RocmSettings, instances: list) -> dict[str, object]:
     """The ``state.sh`` items of one host's checks (:func:`rocmfleet.facts.state.state_args`'
-    keyword arguments): the OS, :data:`PATHS`, :data:`TEXTS`, Docker's, the CPU tuning unit's and
-    each instance's unit, the driver and userspace packages, ``kernel.numa_balancing`` and :data:`RUNS`.
+    keyword arguments): the OS, :data:`PATHS`, each instance's environment, unit and secrets
+    files, :data:`TEXTS`, Docker's, the CPU tuning unit's and each instance's unit, the driver
+    and userspace packages, ``kernel.numa_balancing`` and :data:`RUNS`.
 
     Args:
         rocm_settings: the host's ``rocm_*`` settings (which packages to ask dpkg about).
@@ -283,9 +284,10 @@ def check_query(rocm_settings: RocmSettings, instances: list) -> dict[str, objec
     """
     units = [DOCKER_UNIT, tuning.CPU_UNIT, *(vllm.files_of(i).unit for i in instances)]
     packages = list(dict.fromkeys([*rocm_settings.rocm_driver_packages, *rocm_settings.userspace_packages]))
+    layouts = [vllm.files_of(i) for i in instances]
     return {
         "os": True,
-        "paths": list(PATHS),
+        "paths": [*PATHS, *(p for n in layouts for p in (n.env_file, n.unit_path, n.secrets_file))],
         "globs": [RENDER_NODES],
         "texts": list(TEXTS),
         "units": units,

@@ -11,8 +11,12 @@ import json
 
 import pytest
 
+from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain import docker, partitions, readiness, vllm
 from rocmfleet.fleet.check import expect
+from rocmfleet.plan import vllmplan
+from rocmfleet.plan.drift import Drift, WantedMode, WantedUnit, drift
+from rocmfleet.plan.instance import HostPlacement, instance_files, place_host
 
 
 @pytest.fixture
@@ -55,9 +59,31 @@ def test_gpu_partition_modes(config, topology):
 
 
 def test_unit_enabled_and_active(host, unit):
-    state = expect.unit_state(host, unit)
-    assert state.enabled == "enabled", f"{unit} is {state.enabled}, not enabled"
-    assert state.active in expect.RUNNING, f"{unit} is {state.active}, not active"
+    """The unit is enabled and active, the deploy's rule (:func:`rocmfleet.plan.drift.drift`)."""
+    _assert_no_drift(drift([WantedUnit(unit)], expect.gathered(host)))
+
+
+def test_instance_files_as_wanted(host, config, topology, instance, placement):
+    """The environment file holds what the deploy renders (:func:`rocmfleet.plan.instance.instance_files`,
+    the deploy's own renderer, for the placement on this topology), and it, the unit and the secrets
+    file are regular files with the deploy's modes and owners: no :func:`rocmfleet.plan.drift.drift`.
+    The unit's text is not compared here: the image, devices and arguments it runs are the
+    container checks' (one fault, one failed check); the secrets' values never reach the check."""
+    got = expect.gathered(host)
+    placed = place_host(config, topology, vllmplan.device_gids(got))
+    assert isinstance(placed, HostPlacement), placed
+    rendered = instance_files(config, instance, placed)
+    secrets = vllm.files_of(instance).secrets_file
+    unit = WantedMode(rendered.unit.path, rendered.unit.mode)
+    _assert_no_drift(drift([rendered.env, unit, WantedMode(secrets, "600", "root", "root")], got))
+
+
+def _assert_no_drift(found: list[Drift]) -> None:
+    """Fail with every drift; an item the read did not report is an error, never a pass or a failure."""
+    unread = [str(d) for d in found if d.field == "not read"]
+    if unread:
+        raise CannotCheck("; ".join(unread))
+    assert not found, "; ".join(map(str, found))
 
 
 def test_container_image_digest(host, config, container):
