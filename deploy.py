@@ -12,7 +12,7 @@ the failed hosts. The inventory already validated every host before connecting
 uses that config, one changed by ``--data`` overrides is validated again here.
 """
 
-from pyinfra import host
+from pyinfra.context import host
 
 import roles.base
 import roles.docker
@@ -20,7 +20,8 @@ import roles.rocm
 import roles.tuning
 import roles.vllm
 from rocmfleet.config import groupvars
-from rocmfleet.config.settings import ConfigError, host_config
+from rocmfleet.config.errors import ConfigError
+from rocmfleet.config.settings import host_config
 from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import vllm
 from rocmfleet.facts.state import HostState

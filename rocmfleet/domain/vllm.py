@@ -18,7 +18,7 @@ from rocmfleet.config.settings import HostConfig, HostSettings, Instance
 from rocmfleet.domain import cachedirs, envpolicy, partitions
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
-from rocmfleet.domain.topology import Topology
+from rocmfleet.domain.topology import Gpu, Topology
 
 #: Where the deploy keeps per-instance files on the host.
 CONFIG_DIR = "/etc/rocmfleet/vllm"
@@ -314,7 +314,7 @@ def placements(config: HostConfig, topology: Topology, host: str = "") -> dict[s
     return {p.name: p for p in placed}
 
 
-def _partition_note(placement: Placement, by_index: dict, policy: partitions.PartitionPolicy) -> str:
+def _partition_note(placement: Placement, by_index: dict[int, Gpu], policy: partitions.PartitionPolicy) -> str:
     """``compute partition CPX: GPUs 0,8 are partitions of physical GPUs 0000:05:00.0, 0000:27:00.0``."""
     physical = list(dict.fromkeys(by_index[i].physical for i in placement.gpus))
     return (

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from io import StringIO
 
-from pyinfra import host, state
-from pyinfra.api import StringCommand, operation
-from pyinfra.api.command import PyinfraCommand
+from pyinfra.api.command import PyinfraCommand, StringCommand
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operation import operation
+from pyinfra.context import host, state
 from pyinfra.operations import files as file_ops
 
 from rocmfleet.config.settings import HostConfig, Instance
@@ -38,9 +38,13 @@ from rocmfleet.facts.vllm import ManagedInstances, PortOwner, VllmReady
 from rocmfleet.fleet.rollout import rollout
 from rocmfleet.operations.fail import host_failure
 from rocmfleet.plan import instance as plan_instance
+from rocmfleet.plan.hoststate import WantedFile
 from rocmfleet.plan.instance import NO_KFD, HostPlacement
 
-__all__ = ["NO_KFD", "HostPlacement", "Placed"]
+__all__ = ["NO_KFD", "Commands", "HostPlacement", "Placed"]
+
+#: What an operation function yields (``@operation`` takes a generator).
+Commands = Generator[str | PyinfraCommand, None, None]
 
 
 class Placed:
@@ -86,7 +90,7 @@ def _instance(config: HostConfig, name: str) -> Instance:
 
 
 @operation()
-def place(config: HostConfig, placed: Placed | None = None):
+def place(config: HostConfig, placed: Placed | None = None) -> Commands:
     """
     Place the host's vLLM instances on the GPUs and NUMA nodes it shows now; fail the host if it
     cannot.
@@ -115,7 +119,7 @@ def place(config: HostConfig, placed: Placed | None = None):
 
 
 @operation()
-def instance_files(config: HostConfig, instance: str, placed: Placed | None = None):
+def instance_files(config: HostConfig, instance: str, placed: Placed | None = None) -> Commands:
     """
     Write one instance's environment file and systemd unit for its placement on this host.
 
@@ -135,7 +139,7 @@ def instance_files(config: HostConfig, instance: str, placed: Placed | None = No
     yield from _put_files(plan_instance.instance_files(config, _instance(config, instance), now).files)
 
 
-def _put_files(wanted: Sequence[plan_instance.WantedFile]) -> Iterator[PyinfraCommand]:
+def _put_files(wanted: Sequence[WantedFile]) -> Commands:
     for item in wanted:
         yield from file_ops.put._inner(
             src=StringIO(item.content.decode()),
@@ -149,7 +153,7 @@ def _put_files(wanted: Sequence[plan_instance.WantedFile]) -> Iterator[PyinfraCo
 
 
 @operation()
-def remove_orphans(keep: Sequence[str]):
+def remove_orphans(keep: Sequence[str]) -> Commands:
     """
     Stop and remove the vLLM instances rocmfleet made on this host that the data no longer names.
 
@@ -167,7 +171,8 @@ def remove_orphans(keep: Sequence[str]):
 
         vllm.remove_orphans(name="Remove vLLM instances the data no longer lists", keep=["a", "b"])
     """
-    orphans = sorted(set(host.get_fact(ManagedInstances)) - set(keep))
+    managed: list[str] = host.get_fact(ManagedInstances)
+    orphans = sorted(set(managed) - set(keep))
     if not orphans:
         host.noop("no vLLM instance of rocmfleet's besides those listed")
         return
@@ -181,7 +186,7 @@ def remove_orphans(keep: Sequence[str]):
 
 
 @operation()
-def clear_start_limit(unit: str):
+def clear_start_limit(unit: str) -> Commands:
     """
     Reset a unit's failed state and start rate limit (``systemctl reset-failed``).
 
@@ -196,7 +201,7 @@ def clear_start_limit(unit: str):
 
 
 @operation()
-def port_is_ours(instance: str, port: int, container: str):
+def port_is_ours(instance: str, port: int, container: str) -> Commands:
     """
     Fail the host when a process other than the instance's own container listens on its port.
 
@@ -218,7 +223,9 @@ def port_is_ours(instance: str, port: int, container: str):
 
 
 @operation()
-def serve_args_check(config: HostConfig, instance: str, last_good: rollout.LastGoodFiles, placed: Placed | None = None):
+def serve_args_check(
+    config: HostConfig, instance: str, last_good: rollout.LastGoodFiles, placed: Placed | None = None
+) -> Commands:
     """
     Check ``vllm serve`` arguments with the image's own vLLM argument parser; fail the host if it
     rejects them.
@@ -264,7 +271,9 @@ def serve_args_check(config: HostConfig, instance: str, last_good: rollout.LastG
 
 
 @operation()
-def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1800, rollback_timeout_s: int = 1800):
+def ready_or_roll_back(
+    targets: Sequence[rollout.WaitTarget], timeout_s: int = 1800, rollback_timeout_s: int = 1800
+) -> Commands:
     """
     Wait until every instance is ready; roll back each one that is not by the deadline, and fail the host.
 
@@ -314,7 +323,9 @@ def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1
 
 
 @operation()
-def last_good(config: HostConfig, instance: str, files: rollout.LastGoodFiles, placed: Placed | None = None):
+def last_good(
+    config: HostConfig, instance: str, files: rollout.LastGoodFiles, placed: Placed | None = None
+) -> Commands:
     """
     Keep the instance's live files as its last good version (it is ready with them).
 
@@ -356,7 +367,7 @@ def last_good(config: HostConfig, instance: str, files: rollout.LastGoodFiles, p
 
 
 @operation()
-def baked_cache_matches(config: HostConfig, placed: Placed | None = None):
+def baked_cache_matches(config: HostConfig, placed: Placed | None = None) -> Commands:
     """
     Fail the host when its image is a baked compile-cache image (``rocmfleet cache bake``) whose
     cache key differs from what this host's instances would compile, naming the field.

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra.api.deploy import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import OperationMeta
+from pyinfra.context import host
 from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 

@@ -8,11 +8,15 @@ A check whose precondition is already reported skips, naming it: with the unit s
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from rocmfleet.config.errors import CannotCheck
+from rocmfleet.config.settings import HostConfig, Instance
 from rocmfleet.domain import docker, partitions, readiness, vllm
+from rocmfleet.domain.placement import Placement
+from rocmfleet.domain.topology import Topology
 from rocmfleet.fleet.check import expect
 from rocmfleet.plan import vllmplan
 from rocmfleet.plan.drift import Drift, WantedMode, WantedUnit, drift
@@ -20,12 +24,12 @@ from rocmfleet.plan.instance import HostPlacement, instance_files, place_host
 
 
 @pytest.fixture
-def unit(host, instance, docker_running) -> str:
+def unit(host: Any, instance: Instance, docker_running: object) -> str:
     """The instance's unit name (its state: :func:`rocmfleet.fleet.check.expect.unit_state`)."""
     return vllm.files_of(instance).unit
 
 
-def _health(host, port: int):
+def _health(host: Any, port: int) -> Any:
     """``GET /health`` on ``port`` (testinfra's result), once per host and port: exit 0 for 200,
     22 for another HTTP status (``curl -f``: 503 once the engine is dead), 7 when nothing listens."""
     return expect.once(
@@ -34,7 +38,7 @@ def _health(host, port: int):
 
 
 @pytest.fixture
-def container(host, instance, unit) -> dict:
+def container(host: Any, instance: Instance, unit: str) -> dict[str, Any]:
     """``docker inspect`` of the instance's running container (read once: ``expect.container_inspect``)."""
     names = vllm.files_of(instance)
     if not expect.running(host, unit):
@@ -45,25 +49,27 @@ def container(host, instance, unit) -> dict:
 
 
 @pytest.fixture
-def placement(config, topology, instance):
+def placement(config: HostConfig, topology: Topology, instance: Instance) -> Placement:
     if partitions.mode_problems(topology, vllm.partition_policy(config)):
         pytest.skip("GPUs not in the profile's partition modes (reported by test_gpu_partition_modes)")
     return vllm.placements(config, topology)[instance.name]
 
 
-def test_gpu_partition_modes(config, topology):
+def test_gpu_partition_modes(config: HostConfig, topology: Topology) -> None:
     """Each physical GPU's compute and memory partition modes (sysfs, else KFD) against the profile's
     (SPX/NPS1 unless it opts into another); a mode that cannot be read passes."""
     problems = partitions.mode_problems(topology, vllm.partition_policy(config), profile=config.profile.name)
     assert not problems, "; ".join(problems)
 
 
-def test_unit_enabled_and_active(host, unit):
+def test_unit_enabled_and_active(host: Any, unit: str) -> None:
     """The unit is enabled and active, the deploy's rule (:func:`rocmfleet.plan.drift.drift`)."""
     _assert_no_drift(drift([WantedUnit(unit)], expect.gathered(host)))
 
 
-def test_instance_files_as_wanted(host, config, topology, instance, placement):
+def test_instance_files_as_wanted(
+    host: Any, config: HostConfig, topology: Topology, instance: Instance, placement: Placement
+) -> None:
     """The environment file holds what the deploy renders (:func:`rocmfleet.plan.instance.instance_files`,
     the deploy's own renderer, for the placement on this topology), and it, the unit and the secrets
     file are regular files with the deploy's modes and owners: no :func:`rocmfleet.plan.drift.drift`.
@@ -86,7 +92,7 @@ def _assert_no_drift(found: list[Drift]) -> None:
     assert not found, "; ".join(map(str, found))
 
 
-def test_container_image_digest(host, config, container):
+def test_container_image_digest(host: Any, config: HostConfig, container: dict[str, Any]) -> None:
     wanted = f"{config.image.repository}@{config.image.digest}"
     command = f"docker image inspect --format '{{{{json .RepoDigests}}}}' {container['Image']}"
     image = expect.once(host, command, lambda: host.run(command))  # instances share their image
@@ -97,12 +103,12 @@ def test_container_image_digest(host, config, container):
     )
 
 
-def test_container_arguments(config, instance, container):
+def test_container_arguments(config: HostConfig, instance: Instance, container: dict[str, Any]) -> None:
     wanted = vllm.serve_args(config, instance)
     assert container["Config"]["Cmd"] == wanted, f"vllm serve arguments {container['Config']['Cmd']}, want {wanted}"
 
 
-def test_container_environment(config, placement, container):
+def test_container_environment(config: HostConfig, placement: Placement, container: dict[str, Any]) -> None:
     live = dict(line.split("=", 1) for line in container["Config"]["Env"] or [] if "=" in line)
     wanted = vllm.container_env(config, placement)
     differ = sorted(k for k, v in wanted.items() if live.get(k) != v)
@@ -111,7 +117,7 @@ def test_container_environment(config, placement, container):
     assert not missing, f"secret variables not set in the container: {', '.join(missing)}"  # names only
 
 
-def test_container_devices_and_cpus(host, placement, container):
+def test_container_devices_and_cpus(host: Any, placement: Placement, container: dict[str, Any]) -> None:
     hc = container["HostConfig"]
     devices = sorted(d["PathOnHost"] for d in hc.get("Devices") or [])
     wanted = sorted([vllm.KFD, *placement.render_nodes])
@@ -124,14 +130,14 @@ def test_container_devices_and_cpus(host, placement, container):
         assert str(render) in (hc.get("GroupAdd") or []), f"group-add {hc.get('GroupAdd')} lacks render's GID"
 
 
-def test_port_answering(host, instance, unit):
+def test_port_answering(host: Any, instance: Instance, unit: str) -> None:
     if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     probe = _health(host, instance.port)
     assert probe.rc == 0, f"port {instance.port}: {probe.stderr.strip()}"
 
 
-def test_ready(host, config, instance, unit):
+def test_ready(host: Any, config: HostConfig, instance: Instance, unit: str) -> None:
     if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     if _health(host, instance.port).rc not in (0, 22):
