@@ -109,6 +109,12 @@ def layout(name: str) -> InstanceFiles:
     )
 
 
+def instance_of_unit(path: str) -> str:
+    """The instance name of a unit :func:`layout` named, from its name or path
+    (``/etc/systemd/system/vllm-a.service`` -> ``a``)."""
+    return path.rsplit("/", 1)[-1].removesuffix(".service").removeprefix("vllm-")
+
+
 def files_of(instance: Instance) -> InstanceFiles:
     """Unit, container and file names of ``instance`` (:func:`layout` of its name)."""
     return layout(instance.name)

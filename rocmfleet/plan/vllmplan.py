@@ -155,9 +155,7 @@ def plan(config: HostConfig, topology: Topology | None, got: Gathered, host_name
         image_missing=got.images.get(config.image.reference) is None,
     )
     keep = {i.name for i in config.instances()}
-    managed = {
-        p.rsplit("/", 1)[-1].removesuffix(".service").removeprefix("vllm-") for p in got.marked.get(UNIT_GLOB, [])
-    }
+    managed = {vllm.instance_of_unit(p) for p in got.marked.get(UNIT_GLOB, [])}
     result.orphans = sorted(managed - keep)
     if topology is not None:
         result.placed = place_host(config, topology, device_gids(got), host_name)
