@@ -27,7 +27,10 @@ CASES = sorted(p.name for p in PLANS.iterdir() if (p / "facts.json").is_file())
 
 def planned(case: str) -> tuple[dict[str, object], vllmplan.VllmPlan, object]:
     facts = json.loads((PLANS / case / "facts.json").read_text())
-    config = host_config(facts["data"])
+    profiles = PLANS / case / facts["profiles"] if "profiles" in facts else None
+    config = host_config(facts["data"], profiles) if profiles else host_config(facts["data"])
+    if "state_from" in facts:  # the same recorded read as another case
+        facts["state"] = json.loads((PLANS / facts["state_from"] / "facts.json").read_text())["state"]
     got = parse_state(facts["state"])
     topology = vllmplan.topology_of(got)
     assert topology != "unknown", f"{case}: the recorded topology does not parse"
@@ -50,6 +53,9 @@ def test_the_cases_cover_a_placed_host_and_a_refused_one():
     refused, todo, _ = planned("mi308x-8gpu-cpx")
     assert isinstance(todo.placed, str) and "compute partition CPX" in todo.placed
     assert all(i["why"] == ["no placement before execution"] for i in refused["instances"].values())  # type: ignore[attr-defined]
+    _, todo, _ = planned("mi308x-8gpu-cpx-tp1")  # the same host, a profile opted into CPX
+    assert isinstance(todo.placed, HostPlacement)
+    assert [p.gpus for p in todo.placed.placements.values()] == [(i,) for i in range(0, 32, 4)]
 
 
 def test_a_host_that_holds_the_rendered_files_has_no_drift_in_them():
