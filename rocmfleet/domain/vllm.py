@@ -18,7 +18,7 @@ from rocmfleet.config.settings import HostConfig, HostSettings, Instance
 from rocmfleet.domain import cachedirs, envpolicy, partitions
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
-from rocmfleet.domain.topology import Topology
+from rocmfleet.domain.topology import Gpu, Topology
 
 #: Where the deploy keeps per-instance files on the host.
 CONFIG_DIR = "/etc/rocmfleet/vllm"
@@ -72,24 +72,52 @@ def unit_timings(settings: HostSettings) -> UnitTimings:
     return UnitTimings(stop_grace_s=grace, timeout_start_s=grace + STOP_MARGIN_S, timeout_stop_s=grace + STOP_MARGIN_S)
 
 
+#: Where the instances' systemd units are.
+UNIT_DIR = "/etc/systemd/system"
+
+
 @dataclass(frozen=True)
 class InstanceFiles:
-    """Names and paths of one instance on the host."""
+    """Names and paths of one instance on the host: the one place they are spelled.
 
-    unit: str  # vllm-<name>.service
-    container: str  # vllm-<name>
-    env_file: str  # container environment (0600)
-    secrets_file: str  # systemd EnvironmentFile with the secret values (0600)
+    Attributes:
+        unit: ``vllm-<name>.service``.
+        container: ``vllm-<name>``.
+        env_file: the container environment, ``<CONFIG_DIR>/<name>.env`` (0600).
+        secrets_file: the systemd EnvironmentFile with the secret values, ``<CONFIG_DIR>/<name>.secrets`` (0600).
+        unit_path: ``<UNIT_DIR>/vllm-<name>.service`` (0644).
+        last_good_dir: ``<CONFIG_DIR>/<name>.last-good``, the copies of the last version found ready.
+    """
+
+    unit: str
+    container: str
+    env_file: str
+    secrets_file: str
+    unit_path: str
+    last_good_dir: str
+
+
+def layout(name: str) -> InstanceFiles:
+    """Unit, container and file names of the instance called ``name`` (also one the data no longer lists)."""
+    return InstanceFiles(
+        unit=f"vllm-{name}.service",
+        container=f"vllm-{name}",
+        env_file=f"{CONFIG_DIR}/{name}.env",
+        secrets_file=f"{CONFIG_DIR}/{name}.secrets",
+        unit_path=f"{UNIT_DIR}/vllm-{name}.service",
+        last_good_dir=f"{CONFIG_DIR}/{name}.last-good",
+    )
+
+
+def instance_of_unit(path: str) -> str:
+    """The instance name of a unit :func:`layout` named, from its name or path
+    (``/etc/systemd/system/vllm-a.service`` -> ``a``)."""
+    return path.rsplit("/", 1)[-1].removesuffix(".service").removeprefix("vllm-")
 
 
 def files_of(instance: Instance) -> InstanceFiles:
-    """Unit, container and file names of ``instance``."""
-    return InstanceFiles(
-        unit=f"vllm-{instance.name}.service",
-        container=f"vllm-{instance.name}",
-        env_file=f"{CONFIG_DIR}/{instance.name}.env",
-        secrets_file=f"{CONFIG_DIR}/{instance.name}.secrets",
-    )
+    """Unit, container and file names of ``instance`` (:func:`layout` of its name)."""
+    return layout(instance.name)
 
 
 def serve_args(config: HostConfig, instance: Instance) -> list[str]:
@@ -292,7 +320,7 @@ def placements(config: HostConfig, topology: Topology, host: str = "") -> dict[s
     return {p.name: p for p in placed}
 
 
-def _partition_note(placement: Placement, by_index: dict, policy: partitions.PartitionPolicy) -> str:
+def _partition_note(placement: Placement, by_index: dict[int, Gpu], policy: partitions.PartitionPolicy) -> str:
     """``compute partition CPX: GPUs 0,8 are partitions of physical GPUs 0000:05:00.0, 0000:27:00.0``."""
     physical = list(dict.fromkeys(by_index[i].physical for i in placement.gpus))
     return (

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import json
 import re
 import urllib.error
@@ -38,6 +39,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 #: Manifest media types accepted, most specific last as Docker sends them (OCI image-spec
 #: ``media-types.md``; Docker's ``manifest/manifestlist`` and ``manifest/schema2``).
@@ -115,16 +117,27 @@ def _basic(user: str, password: str) -> str:
 class _NoRedirectToHttp(urllib.request.HTTPRedirectHandler):
     """Follow redirects, dropping the Authorization header to another host (as Docker does)."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
             new.remove_header("Authorization")
         return new
 
 
-def _open(url: str, method: str, headers: Mapping[str, str], timeout_s: float):
+def _open(url: str, method: str, headers: Mapping[str, str], timeout_s: float) -> http.client.HTTPResponse:
     opener = urllib.request.build_opener(_NoRedirectToHttp)
-    return opener.open(urllib.request.Request(url, method=method, headers=dict(headers)), timeout=timeout_s)
+    response: http.client.HTTPResponse = opener.open(
+        urllib.request.Request(url, method=method, headers=dict(headers)), timeout=timeout_s
+    )
+    return response
 
 
 def _token(params: Mapping[str, str], scope: str, credentials: tuple[str, str] | None, timeout_s: float) -> str:
@@ -176,7 +189,7 @@ def resolve_digest(
         for _attempt in range(2):
             try:
                 with _open(url, method, headers, timeout_s) as response:
-                    digest = response.headers.get("Docker-Content-Digest", "").strip()
+                    digest = str(response.headers.get("Docker-Content-Digest", "")).strip()
                     body = response.read() if method == "GET" else b""
                 break
             except urllib.error.HTTPError as exc:

@@ -5,87 +5,84 @@ The order that keeps a failed new version from leaving an instance broken is in
 :mod:`rocmfleet.fleet.rollout.swap`; ``roles/vllm`` calls these operations in that order.
 
 Placement needs the host's GPU topology, which a bare host only has after the driver is
-installed and the host rebooted, later in the same run. So nothing is placed while pyinfra
-prepares the run: the operations that need a placement compute it when they execute
-(:func:`host_placement`, once per host and run), and a host whose topology is missing or does
-not fit fails alone with one line saying why (:mod:`rocmfleet.operations.fail`).
+installed and the host rebooted, later in the same run. So the operations that need a placement
+take a :class:`Placed`: while pyinfra prepares the run it holds the placement the role planned from
+its ``HostState`` read (none on a bare host), and when the first of them executes it reads the
+topology the host shows then and places the instances with the same pure function
+(:func:`rocmfleet.plan.instance.place_host`), once per host and run. A host whose topology is
+missing or does not fit fails alone with one line saying why (:mod:`rocmfleet.operations.fail`).
+A converged host calls none of these operations.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Generator, Sequence
+from dataclasses import replace
+from io import StringIO
 
-from pyinfra import host, state
-from pyinfra.api import StringCommand, operation
+from pyinfra.api.command import PyinfraCommand, StringCommand
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operation import operation
+from pyinfra.context import host, state
 from pyinfra.operations import files as file_ops
 
 from rocmfleet.config.settings import HostConfig, Instance
 from rocmfleet.domain import cachedirs, cachekey, vllm
-from rocmfleet.domain.placement import Placement, PlacementError
 from rocmfleet.facts.devices import DeviceGroupIds
 from rocmfleet.facts.docker import ImageLabels
 from rocmfleet.facts.rollout import LastGood
 from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.facts.vllm import ManagedInstances, PortOwner, VllmReady
 from rocmfleet.fleet.rollout import swap as rollout
-from rocmfleet.operations import this_run
 from rocmfleet.operations.fail import host_failure
+from rocmfleet.plan import instance as plan_instance
+from rocmfleet.plan.hoststate import WantedFile
+from rocmfleet.plan.instance import NO_KFD, HostPlacement
 
-#: Why a host that shows no KFD topology when the vllm role runs (after any reboot) fails.
-NO_KFD = (
-    "no GPUs in /sys/class/kfd after the driver install and reboot: amdgpu is not loaded or found no GPU "
-    "(see `dmesg | grep -i amdgpu` and `dkms status`); no vLLM instance was placed"
-)
+__all__ = ["NO_KFD", "Commands", "HostPlacement", "Placed"]
+
+#: What an operation function yields (``@operation`` takes a generator).
+Commands = Generator[str | PyinfraCommand, None, None]
 
 
-@dataclass(frozen=True)
-class HostPlacement:
-    """Where each instance of a host runs, from the topology the host shows at execution.
+class Placed:
+    """One host's placement for the vllm role's operations, made by the role per host and run.
 
-    Attributes:
-        placements: ``{instance name: Placement}`` (:func:`rocmfleet.domain.vllm.placements`).
-        device_gids: numeric group ids owning ``/dev/kfd`` and the render nodes (``DeviceGroupIds``).
+    Args:
+        config: the host's validated configuration.
+        planned: what the role planned while preparing (``rocmfleet.plan.vllmplan.VllmPlan.placed``):
+            the placement, the line the host fails with, or ``None`` (no topology yet: a bare host).
     """
 
-    placements: dict[str, Placement]
-    device_gids: list[int]
+    def __init__(self, config: HostConfig, planned: HostPlacement | str | None = None) -> None:
+        self.config = config
+        self.planned = planned
+        self._executed: HostPlacement | str | None = None
+
+    def now(self) -> HostPlacement | str | None:
+        """The placement the operations use now.
+
+        Returns:
+            while preparing, :attr:`planned`; at execution, the placement from the ``GpuTopology``
+            and ``DeviceGroupIds`` facts the host shows then (read at the first call, kept after: the
+            topology does not change after the driver's reboot), or the one line the host fails with.
+        """
+        if not state.is_executing:
+            return self.planned
+        if self._executed is None:
+            try:
+                self._executed = plan_instance.place_host(
+                    self.config, host.get_fact(GpuTopology), host.get_fact(DeviceGroupIds), host.name
+                )
+            except PyinfraError as exc:
+                self._executed = f"rocmfleet: could not read the GPU topology: {exc}"
+        return self._executed
 
 
-#: Placements computed while executing, per run (pyinfra's ``State``) and host name: the topology
-#: does not change after the reboot, so one fact read serves every operation of the role.
-_EXECUTED: weakref.WeakKeyDictionary[object, dict[str, HostPlacement | str]] = weakref.WeakKeyDictionary()
-
-
-def host_placement(config: HostConfig) -> HostPlacement | str | None:
-    """This host's :class:`HostPlacement`, or why there is none.
-
-    Returns:
-        the placement; a one-line reason (``str``) when the host has no KFD topology at execution
-        or its instances do not fit its GPUs; ``None`` while pyinfra prepares the run and the
-        host has no topology yet (a bare host before the driver's reboot: placed at execution).
-    """
-    run = _EXECUTED.setdefault(this_run(state), {})
-    if state.is_executing and host.name in run:
-        return run[host.name]
-    result: HostPlacement | str | None
-    try:
-        topology = host.get_fact(GpuTopology)
-        if topology is None:
-            result = f"rocmfleet: {NO_KFD}" if state.is_executing else None
-        else:
-            result = HostPlacement(vllm.placements(config, topology, host.name), host.get_fact(DeviceGroupIds))
-    except PlacementError as exc:
-        result = f"rocmfleet: placement: {exc}"
-    except PyinfraError as exc:
-        result = f"rocmfleet: could not read the GPU topology: {exc}"
-    if state.is_executing and result is not None:
-        run[host.name] = result
-    return result
+def _now(config: HostConfig, placed: Placed | None) -> HostPlacement | str | None:
+    return (placed or Placed(config)).now()
 
 
 def _instance(config: HostConfig, name: str) -> Instance:
@@ -93,12 +90,13 @@ def _instance(config: HostConfig, name: str) -> Instance:
 
 
 @operation()
-def place(config: HostConfig):
+def place(config: HostConfig, placed: Placed | None = None) -> Commands:
     """
     Place the host's vLLM instances on the GPUs and NUMA nodes it shows now; fail the host if it
     cannot.
 
     + config: the host's validated configuration
+    + placed: the host's :class:`Placed` (the role's; default: placed here)
 
     A no-op that says where each instance goes. While preparing a bare host (no KFD topology
     yet) it says placement waits for the driver; at execution a host without KFD, or whose
@@ -108,66 +106,54 @@ def place(config: HostConfig):
 
     .. code:: python
 
-        vllm.place(name="Place the vLLM instances on this host's GPUs", config=config)
+        vllm.place(name="Place the vLLM instances on this host's GPUs", config=config, placed=placed)
     """
-    placed = host_placement(config)
-    if placed is None:
+    now = _now(config, placed)
+    if now is None:
         host.noop("the GPU topology is read after the driver is installed and the host rebooted")
         return
-    if isinstance(placed, str):
-        yield host_failure(placed)
+    if isinstance(now, str):
+        yield host_failure(now)
         return
-    host.noop("; ".join(f"{name}: {', '.join(p.notes)}" for name, p in placed.placements.items()))
+    host.noop("; ".join(f"{name}: {', '.join(p.notes)}" for name, p in now.placements.items()))
 
 
 @operation()
-def instance_files(config: HostConfig, instance: str, unit_path: str):
+def instance_files(config: HostConfig, instance: str, placed: Placed | None = None) -> Commands:
     """
-    Render one instance's environment file and systemd unit from its placement on this host.
+    Write one instance's environment file and systemd unit for its placement on this host.
 
     + config: the host's validated configuration
     + instance: instance name
-    + unit_path: where the unit goes (``/etc/systemd/system/vllm-<instance>.service``)
+    + placed: the host's :class:`Placed` (the role's; default: placed here)
 
-    Both files come from ``templates/vllm/`` (``files.template``), rendered at execution with
-    the placement :func:`host_placement` computed, so that a bare host gets the topology it
-    shows after the driver's reboot. A no-op when both files are up to date. The unit runs
-    ``rocmfleet.domain.vllm.UNIT_SCRIPT`` (installed by ``roles/vllm``) with the GPUs' PCI addresses for
-    the GPU memory check and the timings of ``rocmfleet.domain.vllm.unit_timings``.
+    Both files are rendered by :func:`rocmfleet.plan.instance.instance_files` (``templates/vllm/``)
+    with the placement the host shows at execution, so that a bare host gets the topology it
+    shows after the driver's reboot, and written as ``files.template`` would (``files.put``: the
+    same commands). A no-op when both files are up to date.
     """
-    placed = host_placement(config)
-    if not isinstance(placed, HostPlacement):
+    now = _now(config, placed)
+    if not isinstance(now, HostPlacement):
         host.noop(f"{instance}: rendered once the host's GPU topology is known")
         return
-    inst = _instance(config, instance)
-    names = vllm.files_of(inst)
-    placement = placed.placements[instance]
-    yield from file_ops.template._inner(
-        src="templates/vllm/vllm.env.j2",
-        dest=names.env_file,
-        user="root",
-        group="root",
-        mode="600",
-        instance=instance,
-        env_lines=vllm.env_lines(vllm.container_env(config, placement)).rstrip("\n"),
-    )
-    yield from file_ops.template._inner(
-        src="templates/vllm/vllm.service.j2",
-        dest=unit_path,
-        mode="644",
-        **vllm.unit_template_vars(config, inst, placement, placed.device_gids, _gpu_bdfs(placement)),
-    )
+    yield from _put_files(plan_instance.instance_files(config, _instance(config, instance), now).files)
 
 
-def _gpu_bdfs(placement: Placement) -> list[str]:
-    """PCI addresses of the placement's GPUs, from the host's topology (cached fact)."""
-    topology = host.get_fact(GpuTopology)
-    by_index = {g.index: g.pci_address for g in topology.gpus} if topology else {}
-    return [by_index[i] for i in placement.gpus if i in by_index]
+def _put_files(wanted: Sequence[WantedFile]) -> Commands:
+    for item in wanted:
+        yield from file_ops.put._inner(
+            src=StringIO(item.content.decode()),
+            dest=item.path,
+            user=item.user,
+            group=item.group,
+            mode=item.mode,
+            add_deploy_dir=False,
+            create_remote_dir=True,
+        )
 
 
 @operation()
-def remove_orphans(keep: Sequence[str]):
+def remove_orphans(keep: Sequence[str]) -> Commands:
     """
     Stop and remove the vLLM instances rocmfleet made on this host that the data no longer names.
 
@@ -185,24 +171,22 @@ def remove_orphans(keep: Sequence[str]):
 
         vllm.remove_orphans(name="Remove vLLM instances the data no longer lists", keep=["a", "b"])
     """
-    orphans = sorted(set(host.get_fact(ManagedInstances)) - set(keep))
+    managed: list[str] = host.get_fact(ManagedInstances)
+    orphans = sorted(set(managed) - set(keep))
     if not orphans:
         host.noop("no vLLM instance of rocmfleet's besides those listed")
         return
     for name in orphans:
-        unit, container = f"vllm-{name}.service", f"vllm-{name}"
-        yield StringCommand("systemctl", "disable", "--now", unit)
-        yield StringCommand(f"docker rm --force {container} >/dev/null 2>&1 || true")
-        yield StringCommand(
-            "rm", "-rf", f"/etc/systemd/system/{unit}", f"{vllm.CONFIG_DIR}/{name}.env",
-            f"{vllm.CONFIG_DIR}/{name}.secrets", f"{vllm.CONFIG_DIR}/{name}.last-good",
-        )  # fmt: skip
-        yield StringCommand(f"systemctl reset-failed {unit} 2>/dev/null || true")
+        names = vllm.layout(name)
+        yield StringCommand("systemctl", "disable", "--now", names.unit)
+        yield StringCommand(f"docker rm --force {names.container} >/dev/null 2>&1 || true")
+        yield StringCommand("rm", "-rf", names.unit_path, names.env_file, names.secrets_file, names.last_good_dir)
+        yield StringCommand(f"systemctl reset-failed {names.unit} 2>/dev/null || true")
     yield StringCommand("systemctl", "daemon-reload")
 
 
 @operation()
-def clear_start_limit(unit: str):
+def clear_start_limit(unit: str) -> Commands:
     """
     Reset a unit's failed state and start rate limit (``systemctl reset-failed``).
 
@@ -217,7 +201,7 @@ def clear_start_limit(unit: str):
 
 
 @operation()
-def port_is_ours(instance: str, port: int, container: str):
+def port_is_ours(instance: str, port: int, container: str) -> Commands:
     """
     Fail the host when a process other than the instance's own container listens on its port.
 
@@ -239,7 +223,9 @@ def port_is_ours(instance: str, port: int, container: str):
 
 
 @operation()
-def serve_args_check(config: HostConfig, instance: str, last_good: rollout.LastGoodFiles):
+def serve_args_check(
+    config: HostConfig, instance: str, last_good: rollout.LastGoodFiles, placed: Placed | None = None
+) -> Commands:
     """
     Check ``vllm serve`` arguments with the image's own vLLM argument parser; fail the host if it
     rejects them.
@@ -247,10 +233,11 @@ def serve_args_check(config: HostConfig, instance: str, last_good: rollout.LastG
     + config: the host's validated configuration: the image the instance is about to run (pulled
       already; by digest), its ``vllm serve`` arguments (``rocmfleet.domain.vllm.serve_args``)
     + instance: instance name (for messages and the check container's label)
-    + last_good: its files (``rocmfleet.fleet.rollout.swap.last_good_files``)
+    + last_good: its files (:func:`rocmfleet.plan.instance.last_good_of`)
+    + placed: the host's :class:`Placed` (the role's; default: placed here)
 
     The container environment without secrets (``rocmfleet.domain.vllm.container_env``) depends on the
-    placement, so the check runs once the host's topology is known (:func:`host_placement`).
+    placement, so the check runs once the host's topology is known (:class:`Placed`).
 
     Runs ``python3`` in a throw-away container of ``image`` without devices or network
     (``rocmfleet.fleet.rollout.swap.serve_args_check_argv``): argparse's ``error: ...`` or vLLM's failed check
@@ -265,15 +252,16 @@ def serve_args_check(config: HostConfig, instance: str, last_good: rollout.LastG
             name="Check vllm serve arguments of vllm-a",
             config=config,
             instance="a",
-            last_good=rollout.last_good_files("/etc/rocmfleet/vllm", "a", unit, env_file, secrets_file),
+            last_good=plan_instance.last_good_of("a"),
+            placed=placed,
         )
     """
-    placed = host_placement(config)
-    if not isinstance(placed, HostPlacement):
+    now = _now(config, placed)
+    if not isinstance(now, HostPlacement):
         host.noop(f"{instance}: checked once the host's GPU topology is known")
         return
     image, serve_args = config.image.reference, vllm.serve_args(config, _instance(config, instance))
-    env = vllm.container_env(config, placed.placements[instance])
+    env = vllm.container_env(config, now.placements[instance])
     record = rollout.serve_record(image, serve_args, env)
     saved = host.get_fact(LastGood, files=last_good)
     if saved.serve == json.loads(record):
@@ -283,7 +271,9 @@ def serve_args_check(config: HostConfig, instance: str, last_good: rollout.LastG
 
 
 @operation()
-def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1800, rollback_timeout_s: int = 1800):
+def ready_or_roll_back(
+    targets: Sequence[rollout.WaitTarget], timeout_s: int = 1800, rollback_timeout_s: int = 1800
+) -> Commands:
     """
     Wait until every instance is ready; roll back each one that is not by the deadline, and fail the host.
 
@@ -333,14 +323,17 @@ def ready_or_roll_back(targets: Sequence[rollout.WaitTarget], timeout_s: int = 1
 
 
 @operation()
-def last_good(config: HostConfig, instance: str, files: rollout.LastGoodFiles):
+def last_good(
+    config: HostConfig, instance: str, files: rollout.LastGoodFiles, placed: Placed | None = None
+) -> Commands:
     """
     Keep the instance's live files as its last good version (it is ready with them).
 
     + config: the host's validated configuration (what the instance runs: image, ``vllm serve``
       arguments, environment; its port and served model name, to confirm it is ready)
     + instance: instance name
-    + files: its live files and last good directory (``rocmfleet.fleet.rollout.swap.last_good_files``)
+    + files: its live files and last good directory (:func:`rocmfleet.plan.instance.last_good_of`)
+    + placed: the host's :class:`Placed` (the role's; default: placed here)
 
     Run it after the instance was found ready (``ready_or_roll_back``). A no-op when the copies
     and ``serve.json`` already match. The copies are made on the host (secrets are never printed).
@@ -351,15 +344,13 @@ def last_good(config: HostConfig, instance: str, files: rollout.LastGoodFiles):
 
         vllm.last_good(name="Keep vllm-a as last good", config=config, instance="a", files=files)
     """
-    placed = host_placement(config)
-    if not isinstance(placed, HostPlacement):
+    now = _now(config, placed)
+    if not isinstance(now, HostPlacement):
         host.noop(f"{instance}: kept once the host's GPU topology is known")
         return
     inst = _instance(config, instance)
     port, model, container = inst.port, config.profile.served_model_name, vllm.files_of(inst).container
-    record = rollout.serve_record(
-        config.image.reference, vllm.serve_args(config, inst), vllm.container_env(config, placed.placements[instance])
-    )
+    record = plan_instance.serve_record(config, inst, now.placements[instance])
     saved = host.get_fact(LastGood, files=files)
     if saved.same and saved.serve == json.loads(record):
         host.noop(f"{instance}: its last good version is the running one")
@@ -376,12 +367,13 @@ def last_good(config: HostConfig, instance: str, files: rollout.LastGoodFiles):
 
 
 @operation()
-def baked_cache_matches(config: HostConfig):
+def baked_cache_matches(config: HostConfig, placed: Placed | None = None) -> Commands:
     """
     Fail the host when its image is a baked compile-cache image (``rocmfleet cache bake``) whose
     cache key differs from what this host's instances would compile, naming the field.
 
     + config: the host's validated configuration (the image, after it was pulled)
+    + placed: the host's :class:`Placed` (the role's; default: placed here)
 
     A no-op for an image that is not baked (its tag has no ``-rfcache-`` key) and for a baked one
     whose key matches (``rocmfleet.domain.cachekey.refusal``, with the GPU architecture of this host's
@@ -390,11 +382,11 @@ def baked_cache_matches(config: HostConfig):
     if not cachedirs.is_baked(config):
         host.noop("not a baked compile-cache image")
         return
-    placed = host_placement(config)
-    if not isinstance(placed, HostPlacement):
+    now = _now(config, placed)
+    if not isinstance(now, HostPlacement):
         host.noop("checked once the host's GPU topology is known")
         return
-    arch = next((p.gfx_arch for p in placed.placements.values() if p.gfx_arch), "")
+    arch = next((p.gfx_arch for p in now.placements.values() if p.gfx_arch), "")
     labels = host.get_fact(ImageLabels, image=config.image.reference)
     problems = cachekey.refusal(config.image.reference, labels, config, arch)
     if problems:

@@ -18,22 +18,27 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rocmfleet.config.settings import HostConfig, Instance
-from rocmfleet.config.vault import Secret
 from rocmfleet.domain import readiness, vllm
-from rocmfleet.domain.placement import Placement, PlacementError
 from rocmfleet.domain.topology import Topology, TopologyParseError
 from rocmfleet.facts import topology as topology_script
 from rocmfleet.facts.state import Gathered
 from rocmfleet.facts.topology import parse_fact_output
 from rocmfleet.facts.vllm import UNIT_MARKER
-from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.plan import hoststate
+from rocmfleet.plan.drift import Wanted, WantedUnit, drift
 from rocmfleet.plan.hoststate import WantedFile
+from rocmfleet.plan.instance import (
+    HostPlacement,
+    instance_files,
+    last_good_of,
+    place_host,
+    secrets_content,
+    serve_record,
+)
 from rocmfleet.scripts import DIR as SCRIPTS_DIR
 
-#: Where rocmfleet's vLLM units live, and the glob of those it may have made.
-UNIT_DIR = "/etc/systemd/system"
-UNIT_GLOB = f"{UNIT_DIR}/vllm-*.service"
+#: The glob of the vLLM units rocmfleet may have made (:func:`rocmfleet.domain.vllm.layout`).
+UNIT_GLOB = vllm.layout("*").unit_path
 #: Device files whose group ids the containers are given (``rocmfleet.facts.devices.DeviceGroupIds``).
 DEVICE_GLOB = "/dev/dri/renderD*"
 #: Name of the GPU topology script's run in the ``HostState`` read (``rocmfleet.facts.topology.SCRIPT``).
@@ -72,47 +77,25 @@ def script_files() -> list[WantedFile]:
     ]
 
 
-def last_good_of(instance: Instance) -> rollout.LastGoodFiles:
-    """The instance's live files and its last good directory (as ``roles/vllm`` names them)."""
+def device_gids(got: Gathered) -> list[int]:
+    """The group ids owning ``/dev/kfd`` and the render nodes, from the ``HostState`` read (as ``DeviceGroupIds``)."""
+    return hoststate.gids(got, [vllm.KFD, *(p for p in got.paths if p.startswith("/dev/dri/renderD"))])
+
+
+def wanted_instance(config: HostConfig, instance: Instance, placed: HostPlacement) -> list[Wanted]:
+    """What the deploy leaves of ``instance``, for :func:`rocmfleet.plan.drift.drift`: its
+    environment file and unit (:func:`rocmfleet.plan.instance.instance_files`), its secrets file
+    and its unit running and enabled."""
     names = vllm.files_of(instance)
-    return rollout.last_good_files(
-        vllm.CONFIG_DIR, instance.name, f"{UNIT_DIR}/{names.unit}", names.env_file, names.secrets_file
-    )
-
-
-def secrets_content(config: HostConfig) -> Secret:
-    """The secrets file of every instance (``vllm_secret_env`` as ``NAME=value`` lines)."""
-    values = {name: secret.reveal() for name, secret in config.settings.vllm_secret_env.items()}
-    return Secret(vllm.env_lines(values))
-
-
-def instance_files(
-    config: HostConfig, instance: Instance, placement: Placement, topology: Topology, device_gids: list[int]
-) -> list[WantedFile]:
-    """The environment file and unit of ``instance`` as ``rocmfleet.operations.vllm.instance_files``
-    renders them (``templates/vllm/``), locally."""
-    names = vllm.files_of(instance)
-    by_index = {g.index: g.pci_address for g in topology.gpus}
-    bdfs = [by_index[i] for i in placement.gpus if i in by_index]
-    env = hoststate.render(
-        "templates/vllm/vllm.env.j2",
-        instance=instance.name,
-        env_lines=vllm.env_lines(vllm.container_env(config, placement)).rstrip("\n"),
-    )
-    unit = hoststate.render(
-        "templates/vllm/vllm.service.j2", **vllm.unit_template_vars(config, instance, placement, device_gids, bdfs)
-    )
-    return [
-        WantedFile(names.env_file, env.encode(), "600", "root", "root"),
-        WantedFile(f"{UNIT_DIR}/{names.unit}", unit.encode(), "644"),
-    ]
+    secrets = WantedFile(names.secrets_file, secrets_content(config).reveal().encode(), "600", "root", "root")
+    return [*instance_files(config, instance, placed).files, secrets, WantedUnit(names.unit)]
 
 
 def query(config: HostConfig) -> dict[str, object]:
     """Keyword arguments of the one ``HostState`` read the role makes (``rocmfleet.facts.state``)."""
     paths = [d[0] for d in directories(config)] + [f.path for f in script_files()]
     for instance in config.instances():
-        files = last_good_of(instance)
+        files = last_good_of(instance.name)
         paths += [*files.live.values(), *(files.saved(n) for n in files.live), files.serve_json]
     units = [vllm.files_of(i).unit for i in config.instances()]
     ready = [(i.name, readiness.live_args(i.port, vllm.files_of(i).container)) for i in config.instances()]
@@ -138,7 +121,8 @@ class VllmPlan:
         dirty: instance names not clean (their operations run); all of them when the host has no
             usable placement yet.
         image_missing: the image is not on the host.
-        placed: a placement was computed from the topology read.
+        placed: the placement computed from the topology read (:func:`rocmfleet.plan.instance.place_host`),
+            the line the host fails with, or ``None`` without a topology (placed at execution).
         why: ``{instance: [reasons]}`` (for tests and debugging).
     """
 
@@ -147,7 +131,7 @@ class VllmPlan:
     orphans: list[str] = field(default_factory=list)
     dirty: list[str] = field(default_factory=list)
     image_missing: bool = True
-    placed: bool = False
+    placed: HostPlacement | str | None = None
     why: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -171,56 +155,87 @@ def plan(config: HostConfig, topology: Topology | None, got: Gathered, host_name
         image_missing=got.images.get(config.image.reference) is None,
     )
     keep = {i.name for i in config.instances()}
-    managed = {
-        p.rsplit("/", 1)[-1].removesuffix(".service").removeprefix("vllm-") for p in got.marked.get(UNIT_GLOB, [])
-    }
+    managed = {vllm.instance_of_unit(p) for p in got.marked.get(UNIT_GLOB, [])}
     result.orphans = sorted(managed - keep)
-    placements: dict[str, Placement] = {}
     if topology is not None:
-        try:
-            placements = vllm.placements(config, topology, host_name)
-            result.placed = True
-        except PlacementError:
-            placements = {}
-    device_gids = hoststate.gids(got, [vllm.KFD, *(p for p in got.paths if p.startswith("/dev/dri/renderD"))])
-    secrets = secrets_content(config).reveal().encode()
+        result.placed = place_host(config, topology, device_gids(got), host_name)
+    placed = result.placed if isinstance(result.placed, HostPlacement) else None
     for instance in config.instances():
-        reasons = _instance_differs(
-            config, instance, placements.get(instance.name), topology, device_gids, got, secrets
-        )
+        reasons = _instance_differs(config, instance, placed, got)
         if reasons:
             result.dirty.append(instance.name)
             result.why[instance.name] = reasons
     return result
 
 
-def _instance_differs(
-    config: HostConfig,
-    instance: Instance,
-    placement: Placement | None,
-    topology: Topology | None,
-    device_gids: list[int],
-    got: Gathered,
-    secrets: bytes,
-) -> list[str]:
+def _instance_differs(config: HostConfig, instance: Instance, placed: HostPlacement | None, got: Gathered) -> list[str]:
     """Why ``instance`` is not clean (empty: clean)."""
-    if placement is None or topology is None:
+    if placed is None:
         return ["no placement before execution"]
-    names = vllm.files_of(instance)
-    wanted = instance_files(config, instance, placement, topology, device_gids)
-    reasons = [f"{f.path} differs" for f in wanted if not hoststate.file_ok(got, f)]
-    if not hoststate.file_ok(got, WantedFile(names.secrets_file, secrets, "600", "root", "root")):
-        reasons.append(f"{names.secrets_file} differs")
-    files = last_good_of(instance)
+    reasons = [str(d) for d in drift(wanted_instance(config, instance, placed), got)]
+    files = last_good_of(instance.name)
     if not all(hoststate.same_content(got, live, files.saved(n)) for n, live in files.live.items()):
         reasons.append("last good copies differ from the live files")
-    record = rollout.serve_record(
-        config.image.reference, vllm.serve_args(config, instance), vllm.container_env(config, placement)
-    )
+    record = serve_record(config, instance, placed.placements[instance.name])
     if not hoststate.sha256_is(got, files.serve_json, record.encode()):
         reasons.append("serve.json differs")
-    if not hoststate.unit_running_enabled(got, names.unit):
-        reasons.append(f"{names.unit} not active and enabled")
     if got.ready.get(instance.name) != 0:
         reasons.append(f"not serving (vllm-probe.sh live exit {got.ready.get(instance.name)})")
     return reasons
+
+
+def plan_dict(config: HostConfig, todo: VllmPlan) -> dict[str, object]:
+    """``todo`` as JSON-ready data, to print and to compare with a checked-in expectation
+    (``tests/fixtures/plans/``): the placement, each instance's files as rendered (the text of its
+    environment file and unit; of its secrets file only the path and mode: secret values never
+    leave the deploy) and why it is not clean, then the directories, scripts and orphans to fix.
+
+    Args:
+        config: the host's validated configuration (the one ``todo`` was planned from).
+        todo: :func:`plan`'s result.
+    """
+    placed = todo.placed
+    placement: object = placed
+    if isinstance(placed, HostPlacement):
+        placement = {
+            "device_gids": placed.device_gids,
+            "instances": {
+                name: {
+                    "gpus": list(p.gpus),
+                    "gpu_bdfs": placed.gpu_bdfs.get(name, []),
+                    "render_nodes": list(p.render_nodes),
+                    "cpuset_cpus": p.cpuset_cpus,
+                    "cpuset_mems": p.cpuset_mems,
+                    "gfx_arch": p.gfx_arch,
+                    "notes": list(p.notes),
+                }
+                for name, p in placed.placements.items()
+            },
+        }
+    instances: dict[str, object] = {}
+    for instance in config.instances():
+        names = vllm.files_of(instance)
+        files: list[dict[str, object]] = []
+        if isinstance(placed, HostPlacement):
+            files = [
+                {"path": f.path, "mode": f.mode, "user": f.user, "group": f.group, "text": f.content.decode()}
+                for f in instance_files(config, instance, placed).files
+            ]
+        files.append({"path": names.secrets_file, "mode": "600", "user": "root", "group": "root"})
+        instances[instance.name] = {
+            "unit": names.unit,
+            "container": names.container,
+            "port": instance.port,
+            "dirty": instance.name in todo.dirty,
+            "why": todo.why.get(instance.name, []),
+            "files": files,
+        }
+    return {
+        "placed": placement,
+        "instances": instances,
+        "directories": [list(d) for d in todo.directories],
+        "scripts": [f.path for f in todo.scripts],
+        "orphans": todo.orphans,
+        "image_missing": todo.image_missing,
+        "clean": todo.clean,
+    }

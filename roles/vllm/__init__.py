@@ -2,8 +2,9 @@
 orphans removed, readiness with roll back to the last good version (the order: :mod:`rocmfleet.fleet.rollout.swap`).
 
 Placement reads the host's GPU topology when the operations execute, after the rocm role's
-reboot (:func:`rocmfleet.operations.vllm.host_placement`): a bare host gets its driver, reboots
-and is placed in the same run. A converged host costs no command of its own: the deploy's one
+reboot (:class:`rocmfleet.operations.vllm.Placed`, with the planner's own
+:func:`rocmfleet.plan.instance.place_host`): a bare host gets its driver, reboots and is placed in
+the same run. A converged host costs no command of its own: the deploy's one
 ``HostState`` read holds the topology and everything the role manages (:mod:`rocmfleet.plan.vllmplan`).
 """
 
@@ -11,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyinfra import host
-from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import OperationMeta
+from pyinfra.context import host
 from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 
@@ -27,23 +27,13 @@ from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.operations import secrets
 from rocmfleet.operations import vllm as vllm_ops
+from rocmfleet.operations.deploys import deploy
 from rocmfleet.plan import vllmplan
+from rocmfleet.plan.instance import last_good_of, secrets_content
 
 #: A restored version waits at least the default readiness deadline (``vllm_ready_timeout_s``):
 #: a short deadline set to fail a new version fast must not cut short the wait for the old one.
 ROLLBACK_MIN_TIMEOUT_S = HostSettings.model_fields["vllm_ready_timeout_s"].default
-
-
-def unit_path(instance_files: vllm.InstanceFiles) -> str:
-    """``/etc/systemd/system/vllm-<instance>.service``."""
-    return f"{rollout.SYSTEMD_DIR}/{instance_files.unit}"
-
-
-def last_good_of(instance_name: str, instance_files: vllm.InstanceFiles) -> rollout.LastGoodFiles:
-    """The instance's live files and its ``<instance>.last-good`` directory under ``vllm.CONFIG_DIR``."""
-    return rollout.last_good_files(
-        vllm.CONFIG_DIR, instance_name, unit_path(instance_files), instance_files.env_file, instance_files.secrets_file
-    )
 
 
 def _topology(got: Gathered) -> Topology | None:
@@ -76,12 +66,15 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
     todo = vllmplan.plan(config, topology, got, host.name)
     if todo.clean:
         if rebooted is not None:
-            _wait_and_keep(config, list(config.instances()), _if=rebooted.did_change)
+            _wait_and_keep(
+                config, list(config.instances()), vllm_ops.Placed(config, todo.placed), _if=rebooted.did_change
+            )
         return
     for path, mode, user, group in host.loop(todo.directories):
         files.directory(name=f"Create {path}", path=path, user=user, group=group, mode=mode)
     # A host without GPUs, or whose instances do not fit them, fails here, before any change.
-    vllm_ops.place(name="Place the vLLM instances on this host's GPUs", config=config)
+    placed = vllm_ops.Placed(config, todo.placed)
+    vllm_ops.place(name="Place the vLLM instances on this host's GPUs", config=config, placed=placed)
     # What the units run: the follower of the detached container and the GPU memory check.
     # A running unit keeps the script it started with (files.put replaces the file, it does not
     # rewrite it in place); the next start of each unit runs the new one.
@@ -105,7 +98,7 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
     # (a) The old containers keep serving while the new image is pulled.
     image = docker.image(name="Pull the vLLM image by digest", image=config.image.reference)
     # A baked compile cache (rocmfleet cache bake) runs only where its cache key matches.
-    vllm_ops.baked_cache_matches(name="Check a baked image's cache key against this host", config=config)
+    vllm_ops.baked_cache_matches(name="Check a baked image's cache key against this host", config=config, placed=placed)
 
     # (b) Every instance's new arguments go through the new image's own parser before any file is
     # written: a rejection fails the host with all instances untouched.
@@ -115,7 +108,8 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
             name=f"Check the vllm serve arguments of {names.unit} with the image's vLLM",
             config=config,
             instance=instance.name,
-            last_good=last_good_of(instance.name, names),
+            last_good=last_good_of(instance.name),
+            placed=placed,
         )
 
     # A port held by anything but the instance's own container fails the host, also before any file
@@ -130,14 +124,14 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
         )
 
     # (c) Write the files and swap what changed.
-    secret_content = vllmplan.secrets_content(config)
+    secret_content = secrets_content(config)
     for instance in host.loop(dirty):
         names = vllm.files_of(instance)
         unit_files = vllm_ops.instance_files(
             name=f"Render {names.env_file} and {names.unit}",
             config=config,
             instance=instance.name,
-            unit_path=unit_path(names),
+            placed=placed,
         )
         secret_env = secrets.secret_file(
             name=f"Write {names.secrets_file}", path=names.secrets_file, content=secret_content
@@ -161,10 +155,12 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
             _if=[changed, started.did_not_change],
         )
 
-    _wait_and_keep(config, dirty)
+    _wait_and_keep(config, dirty, placed)
 
 
-def _wait_and_keep(config: HostConfig, instances: list[Instance], **op_args: Any) -> None:
+def _wait_and_keep(
+    config: HostConfig, instances: list[Instance], placed: vllm_ops.Placed | None = None, **op_args: Any
+) -> None:
     """Wait until every instance is ready, rolling back those that are not, then keep the files
     of ``instances`` as their last good version. ``op_args``: pyinfra global arguments (``_if``)."""
     settings = config.settings
@@ -186,6 +182,7 @@ def _wait_and_keep(config: HostConfig, instances: list[Instance], **op_args: Any
             name=f"Keep the files of {names.unit} as its last good version",
             config=config,
             instance=instance.name,
-            files=last_good_of(instance.name, names),
+            files=last_good_of(instance.name),
+            placed=placed,
             **op_args,
         )

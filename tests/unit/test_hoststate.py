@@ -18,6 +18,7 @@ from rocmfleet.facts.topology import parse_fact_output
 from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.plan import hoststate, vllmplan
 from rocmfleet.plan.hoststate import WantedFile
+from rocmfleet.plan.instance import HostPlacement, instance_files, last_good_of, place_host, secrets_content
 from tests.unit.test_vllm_role import DATA, TOPOLOGY, changed, run_role
 
 # Output of state.sh on a Debian 12 host (one line per item, then the end line).
@@ -161,13 +162,16 @@ def converged_output(config, topology, *, skip: str = "", ready: int = 0) -> lis
     for f in vllmplan.script_files():
         path(f.path, mode=f.mode, content=f.content)
     path("/dev/kfd", "other", "660", gid="992")
-    placements = vllm.placements(config, topology)
-    secrets = vllmplan.secrets_content(config).reveal().encode()
+    placed = place_host(config, topology, [992])
+    assert isinstance(placed, HostPlacement)
+    secrets = secrets_content(config).reveal().encode()
     for inst in config.instances():
-        env, unit = vllmplan.instance_files(config, inst, placements[inst.name], topology, [992])
-        files = vllmplan.last_good_of(inst)
+        env, unit = instance_files(config, inst, placed).files
+        files = last_good_of(inst.name)
         record = rollout.serve_record(
-            config.image.reference, vllm.serve_args(config, inst), vllm.container_env(config, placements[inst.name])
+            config.image.reference,
+            vllm.serve_args(config, inst),
+            vllm.container_env(config, placed.placements[inst.name]),
         )
         for name, want in (("unit", unit), ("env", env), ("secrets", WantedFile("", secrets, "600"))):
             path(files.live[name], mode=want.mode, content=want.content)
@@ -200,7 +204,10 @@ def test_one_changed_file_makes_only_its_instance_dirty():
         config, topology, parse_state(converged_output(config, topology, skip="/etc/rocmfleet/vllm/b.env"))
     )
     assert todo.dirty == ["b"]
-    assert todo.why["b"] == ["/etc/rocmfleet/vllm/b.env differs", "last good copies differ from the live files"]
+    assert todo.why["b"] == [
+        "/etc/rocmfleet/vllm/b.env: not reported by the read",
+        "last good copies differ from the live files",
+    ]
     assert not todo.clean
 
 
@@ -219,7 +226,7 @@ def test_without_topology_every_instance_goes_through_the_operations():
     config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
     todo = vllmplan.plan(config, None, parse_state(converged_output(config, topology)))
     assert todo.dirty == ["a", "b"]
-    assert not todo.placed
+    assert todo.placed is None
 
 
 def test_a_changed_image_makes_every_instance_dirty():

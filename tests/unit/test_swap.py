@@ -682,7 +682,7 @@ def test_nothing_is_placed_while_preparing_a_host_without_gpus(ops, tmp_path, la
     vllm_ops = ops(fake, executing=False)
     files = instance_files(tmp_path, "tiny-llama-a")
     assert commands(vllm_ops.place._inner(lab_config)) == []
-    assert commands(vllm_ops.instance_files._inner(lab_config, "tiny-llama-a", "/etc/u")) == []
+    assert commands(vllm_ops.instance_files._inner(lab_config, "tiny-llama-a")) == []
     assert commands(vllm_ops.serve_args_check._inner(lab_config, "tiny-llama-a", files)) == []
     assert commands(vllm_ops.last_good._inner(lab_config, "tiny-llama-a", files)) == []
     assert fake.noops[0] == "the GPU topology is read after the driver is installed and the host rebooted"
@@ -707,9 +707,10 @@ def test_instances_that_do_not_fit_fail_the_host_with_the_placement_problem(ops,
 def test_placement_is_said_and_read_once_per_run(ops, lab_config):
     fake = FakeHost({}, {})
     vllm_ops = ops(fake)
-    assert list(vllm_ops.place._inner(lab_config)) == []
+    placed = vllm_ops.Placed(lab_config)  # the role's, one per host and run
+    assert list(vllm_ops.place._inner(lab_config, placed)) == []
     fake.facts["GpuTopology"] = None  # read again, this would fail the host
-    assert list(vllm_ops.place._inner(lab_config)) == []
+    assert list(vllm_ops.place._inner(lab_config, placed)) == []
     assert fake.noops[0].startswith("tiny-llama-a: ") and "tiny-llama-b: " in fake.noops[0]
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from rocmfleet import scripts
 from rocmfleet.config.errors import CannotCheck
 from rocmfleet.config.profiles import Image, Profile
-from rocmfleet.config.settings import HostConfig, HostSettings
+from rocmfleet.config.settings import HostConfig, HostSettings, Instance
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import rocm, tuning, vllm
 from rocmfleet.domain.rocm import RocmSettings
@@ -104,7 +104,8 @@ def _load() -> dict[str, Any] | None:
         raise ExpectationError(f"{FILE_ENV}={path}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("hosts"), dict):
         raise ExpectationError(f"{path}: not a rocmfleet expectations file (no hosts mapping)")
-    return data["hosts"]
+    hosts: dict[str, Any] = data["hosts"]
+    return hosts
 
 
 def host_name(host: Any) -> str:
@@ -123,7 +124,8 @@ def _entry(name: str) -> dict[str, Any] | None:
         return None
     if name not in hosts:
         raise ExpectationError(f"{os.environ.get(FILE_ENV)}: no expectations for host {name!r}")
-    return hosts[name]
+    entry: dict[str, Any] = hosts[name]
+    return entry
 
 
 def ssh_settings(host: Any) -> SshSettings | None:
@@ -156,7 +158,7 @@ def host_config(host: Any) -> HostConfig | None:
     return _config(host_name(host))
 
 
-def instances_of(host: Any) -> list:
+def instances_of(host: Any) -> list[Instance]:
     """The vLLM instances ``host`` runs (:meth:`HostConfig.instances`); none without a file."""
     config = host_config(host)
     return config.instances() if config else []
@@ -190,7 +192,7 @@ def once(host: Any, what: str, read: Callable[[], Any]) -> Any:
     return _memo[key]
 
 
-def container_inspect(host, container: str) -> Any:
+def container_inspect(host: Any, container: str) -> Any:
     """``docker inspect --type container CONTAINER`` (testinfra's result: ``rc``, ``stdout``,
     ``stderr``), run once per host and container in this process: the vllm checks of one
     instance and the cache check all read it (a ``docker`` command costs the host about 40 ms of
@@ -198,7 +200,7 @@ def container_inspect(host, container: str) -> Any:
     return once(host, f"docker inspect {container}", lambda: host.run(f"docker inspect --type container {container}"))
 
 
-def docker_server(host) -> tuple[str, bool]:
+def docker_server(host: Any) -> tuple[str, bool]:
     """The running dockerd's version and whether live-restore is on, from :func:`docker_info`
     (``docker info``'s ``ServerVersion`` is ``docker version``'s ``Server.Version``: one command).
 
@@ -215,7 +217,7 @@ def docker_server(host) -> tuple[str, bool]:
     return fields[0], fields[1] == "true"
 
 
-def render_gid(host) -> int | None:
+def render_gid(host: Any) -> int | None:
     """The ``render`` group's GID (``None``: no such group), from :func:`gathered`'s ``getent``.
 
     Raises:
@@ -230,14 +232,14 @@ def render_gid(host) -> int | None:
     return int(fields[2])
 
 
-def docker_info(host) -> Any:
+def docker_info(host: Any) -> Any:
     """``docker info`` as ``SERVER_VERSION LIVE_RESTORE`` (testinfra's result), once per host."""
     return once(
         host, "docker info", lambda: host.run("docker info --format '{{.ServerVersion}} {{.LiveRestoreEnabled}}'")
     )
 
 
-def in_container(host) -> bool:
+def in_container(host: Any) -> bool:
     """True on a container host: it shares another machine's kernel, CPUs and boot."""
     return ran(host, "virt")[0] == 0
 
@@ -272,10 +274,11 @@ RUNS = (("virt", "systemd-detect-virt --container"), ("render", "getent group re
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
-def check_query(rocm_settings: RocmSettings, instances: list) -> dict[str, object]:
+def check_query(rocm_settings: RocmSettings, instances: list[Instance]) -> dict[str, Any]:
     """The ``state.sh`` items of one host's checks (:func:`rocmfleet.facts.state.state_args`'
-    keyword arguments): the OS, :data:`PATHS`, :data:`TEXTS`, Docker's, the CPU tuning unit's and
-    each instance's unit, the driver and userspace packages, ``kernel.numa_balancing`` and :data:`RUNS`.
+    keyword arguments): the OS, :data:`PATHS`, each instance's environment, unit and secrets
+    files, :data:`TEXTS`, Docker's, the CPU tuning unit's and each instance's unit, the driver
+    and userspace packages, ``kernel.numa_balancing`` and :data:`RUNS`.
 
     Args:
         rocm_settings: the host's ``rocm_*`` settings (which packages to ask dpkg about).
@@ -283,9 +286,10 @@ def check_query(rocm_settings: RocmSettings, instances: list) -> dict[str, objec
     """
     units = [DOCKER_UNIT, tuning.CPU_UNIT, *(vllm.files_of(i).unit for i in instances)]
     packages = list(dict.fromkeys([*rocm_settings.rocm_driver_packages, *rocm_settings.userspace_packages]))
+    layouts = [vllm.files_of(i) for i in instances]
     return {
         "os": True,
-        "paths": list(PATHS),
+        "paths": [*PATHS, *(p for n in layouts for p in (n.env_file, n.unit_path, n.secrets_file))],
         "globs": [RENDER_NODES],
         "texts": list(TEXTS),
         "units": units,
@@ -295,7 +299,7 @@ def check_query(rocm_settings: RocmSettings, instances: list) -> dict[str, objec
     }
 
 
-def gathered(host) -> Gathered:
+def gathered(host: Any) -> Gathered:
     """What :func:`check_query` asks of ``host``, read in one ``state.sh`` command (the deploy's own
     composite read, :class:`rocmfleet.facts.state.HostState`), once per host and process: the
     checks used to run one command per file, unit and package, about 35 of a host's 60 (issue 16).
@@ -318,13 +322,13 @@ def gathered(host) -> Gathered:
         except ValueError as exc:
             return CannotCheck(str(exc))
 
-    found = once(host, "state", read)  # a failure too: one read per host, not one per check
+    found: Gathered | CannotCheck = once(host, "state", read)  # a failure too: one read per host, not one per check
     if isinstance(found, CannotCheck):
         raise found
     return found
 
 
-def path_state(host, path: str) -> PathState:
+def path_state(host: Any, path: str) -> PathState:
     """``path``'s type (``file``, ``dir``, ``link``, ``other``, ``missing``), mode and SHA-256, from :func:`gathered`.
 
     Raises:
@@ -336,12 +340,12 @@ def path_state(host, path: str) -> PathState:
     return found
 
 
-def exists(host, path: str) -> bool:
+def exists(host: Any, path: str) -> bool:
     """Whether ``path`` (one of :data:`PATHS`) exists: a dangling link counts, as for ``test -L``."""
     return path_state(host, path).type != "missing"
 
 
-def text(host, path: str) -> str | None:
+def text(host: Any, path: str) -> str | None:
     """The content of ``path`` (one of :data:`TEXTS`): its lines, each ending in a newline (as
     ``state.sh`` reads them: control characters but tabs dropped, a stray byte U+FFFD); ``None``
     for a missing path, ``""`` for an empty file.
@@ -365,7 +369,7 @@ def text(host, path: str) -> str | None:
     return "".join(line + "\n" for line in lines)
 
 
-def installed(host, name: str) -> bool:
+def installed(host: Any, name: str) -> bool:
     """Whether dpkg has ``name`` installed (status ``ii`` or ``hi``, the deploy's rule:
     :func:`rocmfleet.plan.hoststate.packages_installed`), from :func:`gathered`. ``name`` may carry an
     architecture (``rocm-core:amd64``: dpkg reports the bare name) or be a dpkg pattern
@@ -382,7 +386,7 @@ def installed(host, name: str) -> bool:
     return any(hoststate.packages_installed(got, [n]) for n in got.packages if fnmatchcase(n, bare))
 
 
-def device_nodes(host) -> dict[str, PathState]:
+def device_nodes(host: Any) -> dict[str, PathState]:
     """``/dev/kfd`` and every render node (:data:`RENDER_NODES`) that exists, by path, from :func:`gathered`."""
     found = gathered(host).paths
     return {path: found[path] for path in sorted(found) if path == "/dev/kfd" or fnmatchcase(path, RENDER_NODES)}
@@ -393,12 +397,12 @@ def device_nodes(host) -> dict[str, PathState]:
 RUNNING = ("active", "reloading")
 
 
-def running(host, unit: str) -> bool:
+def running(host: Any, unit: str) -> bool:
     """Whether ``unit`` runs (:data:`RUNNING`), from :func:`unit_state`."""
     return unit_state(host, unit).active in RUNNING
 
 
-def unit_state(host, unit: str) -> UnitState:
+def unit_state(host: Any, unit: str) -> UnitState:
     """``unit``'s ``ActiveState`` and ``UnitFileState`` (``active``, ``enabled``) from :func:`gathered`.
     Enabled is ``enabled``, the deploy's rule (:func:`rocmfleet.plan.hoststate.unit_enabled`): a unit
     the deploy enables is never ``static`` or ``indirect``, which ``systemctl is-enabled`` would
@@ -413,7 +417,7 @@ def unit_state(host, unit: str) -> UnitState:
     return found
 
 
-def ran(host, name: str) -> tuple[int, list[str]]:
+def ran(host: Any, name: str) -> tuple[int, list[str]]:
     """Exit status and output lines of the :data:`RUNS` command ``name``, from :func:`gathered`.
 
     Raises:

@@ -8,29 +8,28 @@ A check whose precondition is already reported skips, naming it: with the unit s
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
+from rocmfleet.config.errors import CannotCheck
+from rocmfleet.config.settings import HostConfig, Instance
 from rocmfleet.domain import docker, partitions, readiness, vllm
+from rocmfleet.domain.placement import Placement
+from rocmfleet.domain.topology import Topology
 from rocmfleet.fleet.check import expect
-
-if TYPE_CHECKING:
-    from testinfra.backend.base import CommandResult
-    from testinfra.host import Host
-
-    from rocmfleet.config.settings import HostConfig, Instance
-    from rocmfleet.domain.placement import Placement
-    from rocmfleet.domain.topology import Topology
+from rocmfleet.plan import vllmplan
+from rocmfleet.plan.drift import Drift, WantedMode, WantedUnit, drift
+from rocmfleet.plan.instance import HostPlacement, instance_files, place_host
 
 
 @pytest.fixture
-def unit(host: Host, instance: Instance, docker_running: None) -> str:
+def unit(host: Any, instance: Instance, docker_running: object) -> str:
     """The instance's unit name (its state: :func:`rocmfleet.fleet.check.expect.unit_state`)."""
     return vllm.files_of(instance).unit
 
 
-def _health(host: Host, port: int) -> CommandResult:
+def _health(host: Any, port: int) -> Any:
     """``GET /health`` on ``port`` (testinfra's result), once per host and port: exit 0 for 200,
     22 for another HTTP status (``curl -f``: 503 once the engine is dead), 7 when nothing listens."""
     return expect.once(
@@ -39,7 +38,7 @@ def _health(host: Host, port: int) -> CommandResult:
 
 
 @pytest.fixture
-def container(host: Host, instance: Instance, unit: str) -> dict[str, Any]:
+def container(host: Any, instance: Instance, unit: str) -> dict[str, Any]:
     """``docker inspect`` of the instance's running container (read once: ``expect.container_inspect``)."""
     names = vllm.files_of(instance)
     if not expect.running(host, unit):
@@ -63,13 +62,37 @@ def test_gpu_partition_modes(config: HostConfig, topology: Topology) -> None:
     assert not problems, "; ".join(problems)
 
 
-def test_unit_enabled_and_active(host: Host, unit: str) -> None:
-    state = expect.unit_state(host, unit)
-    assert state.enabled == "enabled", f"{unit} is {state.enabled}, not enabled"
-    assert state.active in expect.RUNNING, f"{unit} is {state.active}, not active"
+def test_unit_enabled_and_active(host: Any, unit: str) -> None:
+    """The unit is enabled and active, the deploy's rule (:func:`rocmfleet.plan.drift.drift`)."""
+    _assert_no_drift(drift([WantedUnit(unit)], expect.gathered(host)))
 
 
-def test_container_image_digest(host: Host, config: HostConfig, container: dict[str, Any]) -> None:
+def test_instance_files_as_wanted(
+    host: Any, config: HostConfig, topology: Topology, instance: Instance, placement: Placement
+) -> None:
+    """The environment file holds what the deploy renders (:func:`rocmfleet.plan.instance.instance_files`,
+    the deploy's own renderer, for the placement on this topology), and it, the unit and the secrets
+    file are regular files with the deploy's modes and owners: no :func:`rocmfleet.plan.drift.drift`.
+    The unit's text is not compared here: the image, devices and arguments it runs are the
+    container checks' (one fault, one failed check); the secrets' values never reach the check."""
+    got = expect.gathered(host)
+    placed = place_host(config, topology, vllmplan.device_gids(got))
+    assert isinstance(placed, HostPlacement), placed
+    rendered = instance_files(config, instance, placed)
+    secrets = vllm.files_of(instance).secrets_file
+    unit = WantedMode(rendered.unit.path, rendered.unit.mode)
+    _assert_no_drift(drift([rendered.env, unit, WantedMode(secrets, "600", "root", "root")], got))
+
+
+def _assert_no_drift(found: list[Drift]) -> None:
+    """Fail with every drift; an item the read did not report is an error, never a pass or a failure."""
+    unread = [str(d) for d in found if d.field == "not read"]
+    if unread:
+        raise CannotCheck("; ".join(unread))
+    assert not found, "; ".join(map(str, found))
+
+
+def test_container_image_digest(host: Any, config: HostConfig, container: dict[str, Any]) -> None:
     wanted = f"{config.image.repository}@{config.image.digest}"
     command = f"docker image inspect --format '{{{{json .RepoDigests}}}}' {container['Image']}"
     image = expect.once(host, command, lambda: host.run(command))  # instances share their image
@@ -94,7 +117,7 @@ def test_container_environment(config: HostConfig, placement: Placement, contain
     assert not missing, f"secret variables not set in the container: {', '.join(missing)}"  # names only
 
 
-def test_container_devices_and_cpus(host: Host, placement: Placement, container: dict[str, Any]) -> None:
+def test_container_devices_and_cpus(host: Any, placement: Placement, container: dict[str, Any]) -> None:
     hc = container["HostConfig"]
     devices = sorted(d["PathOnHost"] for d in hc.get("Devices") or [])
     wanted = sorted([vllm.KFD, *placement.render_nodes])
@@ -107,14 +130,14 @@ def test_container_devices_and_cpus(host: Host, placement: Placement, container:
         assert str(render) in (hc.get("GroupAdd") or []), f"group-add {hc.get('GroupAdd')} lacks render's GID"
 
 
-def test_port_answering(host: Host, instance: Instance, unit: str) -> None:
+def test_port_answering(host: Any, instance: Instance, unit: str) -> None:
     if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     probe = _health(host, instance.port)
     assert probe.rc == 0, f"port {instance.port}: {probe.stderr.strip()}"
 
 
-def test_ready(host: Host, config: HostConfig, instance: Instance, unit: str) -> None:
+def test_ready(host: Any, config: HostConfig, instance: Instance, unit: str) -> None:
     if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     if _health(host, instance.port).rc not in (0, 22):

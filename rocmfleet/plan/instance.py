@@ -1,0 +1,143 @@
+"""One vLLM instance as the deploy leaves it on a host: where it runs and its files (pure).
+
+:func:`place_host` places a host's instances on the topology it shows, and :func:`instance_files`
+renders one instance's environment file and unit from that placement: the one renderer, called
+by the deploy while it prepares (:mod:`rocmfleet.plan.vllmplan`), by the operation that writes the
+files when it executes (:func:`rocmfleet.operations.vllm.instance_files`, on a bare host once its
+driver's reboot shows the GPUs) and by ``rocmfleet check`` (``fleet/check/test_vllm.py``). Their
+paths are :func:`rocmfleet.domain.vllm.layout`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rocmfleet.config.settings import HostConfig, Instance
+from rocmfleet.config.vault import Secret
+from rocmfleet.domain import vllm
+from rocmfleet.domain.placement import Placement, PlacementError
+from rocmfleet.domain.topology import Topology
+from rocmfleet.fleet.rollout import swap as rollout
+from rocmfleet.plan import hoststate
+from rocmfleet.plan.hoststate import WantedFile
+
+#: Why a host that shows no KFD topology when the vllm role runs (after any reboot) fails.
+NO_KFD = (
+    "no GPUs in /sys/class/kfd after the driver install and reboot: amdgpu is not loaded or found no GPU "
+    "(see `dmesg | grep -i amdgpu` and `dkms status`); no vLLM instance was placed"
+)
+ENV_TEMPLATE = "templates/vllm/vllm.env.j2"
+UNIT_TEMPLATE = "templates/vllm/vllm.service.j2"
+
+
+@dataclass(frozen=True)
+class HostPlacement:
+    """Where each instance of a host runs, from the topology the host shows.
+
+    Attributes:
+        placements: ``{instance name: Placement}`` (:func:`rocmfleet.domain.vllm.placements`).
+        device_gids: numeric group ids owning ``/dev/kfd`` and the render nodes (``DeviceGroupIds``).
+        gpu_bdfs: ``{instance name: PCI addresses of its GPUs}``, for the unit's GPU memory check.
+    """
+
+    placements: dict[str, Placement]
+    device_gids: list[int]
+    gpu_bdfs: dict[str, list[str]]
+
+
+def place_host(
+    config: HostConfig, topology: Topology | None, device_gids: list[int], host_name: str = ""
+) -> HostPlacement | str:
+    """Place ``config``'s instances on ``topology``.
+
+    Args:
+        config: the host's validated configuration.
+        topology: the ``GpuTopology`` fact (``None``: the host shows no KFD).
+        device_gids: the ``DeviceGroupIds`` fact (or the same from a ``HostState`` read).
+        host_name: for the placement messages.
+
+    Returns:
+        the :class:`HostPlacement`, or the one line (``rocmfleet: ...``) the host fails with: no
+        KFD topology, or instances that do not fit its GPUs. Never raises for a host's problem.
+    """
+    if topology is None:
+        return f"rocmfleet: {NO_KFD}"
+    try:
+        placements = vllm.placements(config, topology, host_name)
+    except PlacementError as exc:
+        return f"rocmfleet: placement: {exc}"
+    by_index = {g.index: g.pci_address for g in topology.gpus}
+    bdfs = {name: [by_index[i] for i in p.gpus if i in by_index] for name, p in placements.items()}
+    return HostPlacement(placements, list(device_gids), bdfs)
+
+
+@dataclass(frozen=True)
+class RenderedFiles:
+    """One instance's environment file and unit as the deploy writes them.
+
+    Attributes:
+        env: ``<CONFIG_DIR>/<name>.env``, root's, 0600.
+        unit: ``/etc/systemd/system/vllm-<name>.service``, 0644 (owner left alone).
+    """
+
+    env: WantedFile
+    unit: WantedFile
+
+    @property
+    def files(self) -> tuple[WantedFile, WantedFile]:
+        """``(env, unit)``."""
+        return self.env, self.unit
+
+
+def instance_files(config: HostConfig, instance: Instance, placed: HostPlacement) -> RenderedFiles:
+    """Render ``instance``'s environment file and unit (``templates/vllm/``) from its placement.
+
+    Args:
+        config: the host's validated configuration.
+        instance: one of ``config.instances()``.
+        placed: the host's placement (:func:`place_host`).
+
+    Raises:
+        KeyError: ``placed`` has no placement for ``instance``.
+    """
+    names = vllm.files_of(instance)
+    placement = placed.placements[instance.name]
+    env = hoststate.render(
+        ENV_TEMPLATE,
+        instance=instance.name,
+        env_lines=vllm.env_lines(vllm.container_env(config, placement)).rstrip("\n"),
+    )
+    unit = hoststate.render(
+        UNIT_TEMPLATE,
+        **vllm.unit_template_vars(
+            config, instance, placement, placed.device_gids, placed.gpu_bdfs.get(instance.name, [])
+        ),
+    )
+    return RenderedFiles(
+        env=WantedFile(names.env_file, env.encode(), "600", "root", "root"),
+        unit=WantedFile(names.unit_path, unit.encode(), "644"),
+    )
+
+
+def secrets_content(config: HostConfig) -> Secret:
+    """The secrets file of every instance (``vllm_secret_env`` as ``NAME=value`` lines)."""
+    values = {name: secret.reveal() for name, secret in config.settings.vllm_secret_env.items()}
+    return Secret(vllm.env_lines(values))
+
+
+def last_good_of(name: str) -> rollout.LastGoodFiles:
+    """The live files of the instance called ``name`` and its last good directory
+    (:func:`rocmfleet.domain.vllm.layout`)."""
+    names = vllm.layout(name)
+    return rollout.LastGoodFiles(
+        directory=names.last_good_dir,
+        live={"unit": names.unit_path, "env": names.env_file, "secrets": names.secrets_file},
+    )
+
+
+def serve_record(config: HostConfig, instance: Instance, placement: Placement) -> str:
+    """What the instance runs: its last good version's ``serve.json``
+    (:func:`rocmfleet.fleet.rollout.swap.serve_record`)."""
+    return rollout.serve_record(
+        config.image.reference, vllm.serve_args(config, instance), vllm.container_env(config, placement)
+    )

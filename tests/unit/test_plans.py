@@ -1,0 +1,133 @@
+"""Plans from recorded facts against checked-in expectations (``tests/fixtures/plans/<case>/``),
+the way pyinfra's operation tests compare ``args + facts -> commands``.
+
+Each case holds ``facts.json`` (the host's data and the ``HostState`` read, ``state.sh``'s lines,
+GPU topology included) and ``expected.json`` (:func:`rocmfleet.plan.vllmplan.plan_dict` of the
+plan): the placement, every instance's rendered environment file and unit, and why it is dirty.
+``ROCMFLEET_WRITE_PLANS=1`` rewrites the expectations (review the diff: it is the change on hosts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rocmfleet.config.settings import host_config
+from rocmfleet.facts.state import parse_state
+from rocmfleet.plan import vllmplan
+from rocmfleet.plan.drift import drift
+from rocmfleet.plan.instance import HostPlacement, place_host
+
+PLANS = Path(__file__).resolve().parents[1] / "fixtures" / "plans"
+CASES = sorted(p.name for p in PLANS.iterdir() if (p / "facts.json").is_file())
+
+
+def planned(case: str) -> tuple[dict[str, object], vllmplan.VllmPlan, object]:
+    facts = json.loads((PLANS / case / "facts.json").read_text())
+    profiles = PLANS / case / facts["profiles"] if "profiles" in facts else None
+    config = host_config(facts["data"], profiles) if profiles else host_config(facts["data"])
+    if "state_from" in facts:  # the same recorded read as another case
+        facts["state"] = json.loads((PLANS / facts["state_from"] / "facts.json").read_text())["state"]
+    got = parse_state(facts["state"])
+    topology = vllmplan.topology_of(got)
+    assert topology != "unknown", f"{case}: the recorded topology does not parse"
+    todo = vllmplan.plan(config, topology, got, facts["host"])
+    return vllmplan.plan_dict(config, todo), todo, config
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_plan_from_recorded_facts_is_the_expected_one(case):
+    found, _, _ = planned(case)
+    expected = PLANS / case / "expected.json"
+    if os.environ.get("ROCMFLEET_WRITE_PLANS"):
+        expected.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+    assert found == json.loads(expected.read_text())
+
+
+def test_the_cases_cover_a_placed_host_and_a_refused_one():
+    lab, todo, _ = planned("lab-1")
+    assert isinstance(todo.placed, HostPlacement) and todo.dirty == ["tiny-llama-a", "tiny-llama-b"]
+    refused, todo, _ = planned("mi308x-8gpu-cpx")
+    assert isinstance(todo.placed, str) and "compute partition CPX" in todo.placed
+    assert all(i["why"] == ["no placement before execution"] for i in refused["instances"].values())  # type: ignore[attr-defined]
+    _, todo, _ = planned("mi308x-8gpu-cpx-tp1")  # the same host, a profile opted into CPX
+    assert isinstance(todo.placed, HostPlacement)
+    assert [p.gpus for p in todo.placed.placements.values()] == [(i,) for i in range(0, 32, 4)]
+
+
+def test_a_host_that_holds_the_rendered_files_has_no_drift_in_them():
+    facts = json.loads((PLANS / "lab-1" / "facts.json").read_text())
+    config = host_config(facts["data"])
+    got = parse_state(facts["state"])
+    topology = vllmplan.topology_of(got)
+    assert topology != "unknown"
+    placed = place_host(config, topology, vllmplan.device_gids(got))
+    assert isinstance(placed, HostPlacement)
+    wanted = [w for i in config.instances() for w in vllmplan.wanted_instance(config, i, placed)]
+    before = {str(d) for d in drift(wanted, got)}
+    assert "/etc/rocmfleet/vllm/tiny-llama-a.env: not reported by the read" in before
+    lines = [line for line in facts["state"] if '"end"' not in line]
+    for want in wanted:
+        if hasattr(want, "content"):
+            item = {"kind": "path", "path": want.path, "type": "file", "mode": want.mode or "644"}
+            item |= {"user": want.user or "root", "group": want.group or "root", "gid": "0", "sha256": want.sha256}
+            lines.append(json.dumps(item))
+        else:
+            lines.append(
+                json.dumps(
+                    {"kind": "unit", "unit": want.unit, "load": "loaded", "active": "active", "enabled": "enabled"}
+                )
+            )
+    assert drift(wanted, parse_state([*lines, '{"kind":"end"}'])) == []
+    # one byte, one mode, one state off: each its own drift
+    changed = [
+        line.replace('"mode": "600"', '"mode": "644"', 1) if "tiny-llama-b.env" in line else line for line in lines
+    ]
+    changed = [
+        line.replace('"active": "active"', '"active": "failed"') if "tiny-llama-a.service" in line else line
+        for line in changed
+    ]
+    assert [str(d) for d in drift(wanted, parse_state([*changed, '{"kind":"end"}']))] == [
+        "vllm-tiny-llama-a.service: active failed, want active",
+        "/etc/rocmfleet/vllm/tiny-llama-b.env: mode 644, want 600",
+    ]
+
+
+def test_the_check_asserts_no_drift_with_the_deploys_renderer():
+    """``fleet/check/test_vllm.py``'s files check, on the lab case's read: not read is an error, a
+    host holding the rendered files passes, a changed environment file fails."""
+    from rocmfleet.config.errors import CannotCheck
+    from rocmfleet.domain import vllm
+    from rocmfleet.fleet.check import expect
+    from rocmfleet.fleet.check import test_vllm as check
+
+    facts = json.loads((PLANS / "lab-1" / "facts.json").read_text())
+    config = host_config(facts["data"])
+    got = parse_state(facts["state"])
+    topology = vllmplan.topology_of(got)
+    assert topology is not None and topology != "unknown"
+    instance = config.instances()[0]
+    placement = vllm.placements(config, topology)[instance.name]
+    expect._memo[("plan-case", "state")] = got
+    try:
+        with pytest.raises(CannotCheck, match="not reported by the read"):
+            check.test_instance_files_as_wanted("plan-case", config, topology, instance, placement)
+        placed = place_host(config, topology, vllmplan.device_gids(got))
+        assert isinstance(placed, HostPlacement)
+        lines = [line for line in facts["state"] if '"end"' not in line]
+        for want in vllmplan.wanted_instance(config, instance, placed)[:3]:
+            sha = getattr(want, "sha256", "")
+            item = {"kind": "path", "path": want.path, "type": "file", "mode": want.mode, "user": "root"}
+            lines.append(json.dumps({**item, "group": "root", "gid": "0", "sha256": sha}))
+        expect._memo[("plan-case", "state")] = parse_state([*lines, '{"kind":"end"}'])
+        check.test_instance_files_as_wanted("plan-case", config, topology, instance, placement)
+        env = vllm.files_of(instance).env_file
+        edited = [line.replace('"sha256": "', '"sha256": "00', 1) if env in line else line for line in lines]
+        expect._memo[("plan-case", "state")] = parse_state([*edited, '{"kind":"end"}'])
+        with pytest.raises(AssertionError, match=f"{env}: content"):
+            check.test_instance_files_as_wanted("plan-case", config, topology, instance, placement)
+    finally:
+        expect._memo.pop(("plan-case", "state"), None)
