@@ -66,6 +66,8 @@ def test_settings_from_pyinfra_data_and_back():
         "ssh_key": "/k",
         "ssh_known_hosts_file": "/kh",
         "ssh_strict_host_key_checking": "yes",
+        "ssh_config_file": "/cfg",
+        "ssh_connect_retries": 2,
         "_sudo": True,
         "_sudo_user": "root",
         "vllm_profile": "x",
@@ -73,23 +75,32 @@ def test_settings_from_pyinfra_data_and_back():
     one = SshSettings.from_host_data("gpu-1", data)
     assert (one.hostname, one.port, one.user, one.key, one.known_hosts_file) == ("10.0.0.1", 2222, "ops", "/k", "/kh")
     assert (one.strict_host_key_checking, one.sudo, one.sudo_user) == ("yes", True, "root")
+    assert one.options == {"ssh_config_file": "/cfg", "ssh_connect_retries": 2}
     assert one.where == "ops@10.0.0.1:2222"
-    assert SshSettings.from_dict(one.to_dict()) == one
+    assert SshSettings.from_dict(json.loads(json.dumps(one.to_dict()))) == one
     bare = SshSettings.from_host_data("gpu-2", {})
-    assert (bare.hostname, bare.port, bare.user, bare.sudo, bare.where) == ("gpu-2", 22, None, False, "gpu-2:22")
+    assert (bare.hostname, bare.port, bare.user, bare.sudo, bare.where) == ("gpu-2", None, None, False, "gpu-2")
     with pytest.raises(ValueError, match="ssh_strict_host_key_checking 'maybe'"):
         SshSettings.from_host_data("gpu-3", {"ssh_strict_host_key_checking": "maybe"})
 
 
-def test_host_key_policy_follows_pyinfras_strict_host_key_checking():
-    assert isinstance(connect.host_key_policy("yes"), paramiko.RejectPolicy)
-    assert isinstance(connect.host_key_policy("ask"), paramiko.RejectPolicy)
-    assert isinstance(connect.host_key_policy("no"), paramiko.WarningPolicy)
-    assert isinstance(connect.host_key_policy("off"), paramiko.WarningPolicy)
-    assert isinstance(connect.host_key_policy(None), connect.AcceptForThisRun)
-    assert isinstance(connect.host_key_policy("accept-new"), connect.AcceptForThisRun)
-    with pytest.raises(ValueError, match="ssh_strict_host_key_checking"):
-        connect.host_key_policy("maybe")
+def test_the_keys_are_pyinfras_own_and_reach_its_connector_unchanged():
+    from pyinfra.connectors.ssh import ConnectorData
+
+    assert connect.pyinfra_ssh_keys() == sorted(ConnectorData.__annotations__)
+    assert {"ssh_config_file", "ssh_connect_retries", "ssh_paramiko_connect_kwargs"} <= set(connect.pyinfra_ssh_keys())
+    data = SshSettings.from_host_data(
+        "gpu-1", {"ssh_config_file": "/cfg", "ssh_strict_host_key_checking": "ask", "ssh_allow_agent": False}
+    ).connector_data()
+    assert data == {
+        "ssh_hostname": "gpu-1",
+        "ssh_config_file": "/cfg",
+        "ssh_allow_agent": False,
+        "ssh_strict_host_key_checking": "yes",  # a fleet command never asks
+        "ssh_paramiko_connect_kwargs": {"banner_timeout": 10.0, "auth_timeout": 10.0},
+    }  # unset keys are left to pyinfra's defaults and the SSH config (Port, User, IdentityFile)
+    mine = SshSettings("h", options={"ssh_paramiko_connect_kwargs": {"banner_timeout": 60}}).connector_data()
+    assert mine["ssh_paramiko_connect_kwargs"] == {"banner_timeout": 60, "auth_timeout": 10.0}
 
 
 def test_sudo_command_is_pyinfras_form():
@@ -135,31 +146,63 @@ def test_with_the_command_log_set_each_command_is_one_line_there(server, tmp_pat
     assert len(log.read_text().splitlines()) == 2  # unset: nothing more
 
 
-def test_unknown_and_changed_host_keys_are_refused(server, tmp_path):
+def test_unknown_and_changed_host_keys_are_pyinfras_rules(server, tmp_path):
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
-    with pytest.raises(ConnectError, match=r"ops@127\.0\.0\.1:\d+: SSHException: .*not found in known_hosts"):
+    with pytest.raises(
+        ConnectError, match=r"ops@127\.0\.0\.1:\d+: SSH error .*No host key for .* found in known_hosts"
+    ):
         Session.open(settings_for(server, known_hosts_file=str(empty)))
-    Session.open(settings_for(server, known_hosts_file=str(empty), strict_host_key_checking="accept-new")).close()
-    assert empty.read_text() == ""  # accepted for the run, never written
+    for strict in ("accept-new", None):  # None: pyinfra's default, accept-new
+        Session.open(settings_for(server, known_hosts_file=str(empty), strict_host_key_checking=strict)).close()
+    assert empty.read_text().startswith(f"[127.0.0.1]:{server.port} ecdsa-sha2-nistp256 ")  # as the deploy writes it
     other = paramiko.HostKeys()
     other.add(f"[127.0.0.1]:{server.port}", "ecdsa-sha2-nistp256", paramiko.ECDSAKey.generate())
     changed = tmp_path / "changed_known_hosts"
     other.save(str(changed))
     for strict in ("yes", "no", None):  # a changed key is refused whatever the policy
-        with pytest.raises(ConnectError, match="BadHostKeyException"):
+        with pytest.raises(ConnectError, match="SSH host key error"):
             Session.open(settings_for(server, known_hosts_file=str(changed), strict_host_key_checking=strict))
 
 
 def test_wrong_key_and_closed_port_are_connect_errors(server, tmp_path):
     stranger = tmp_path / "stranger"
     paramiko.ECDSAKey.generate().write_private_key_file(str(stranger))
-    with pytest.raises(ConnectError, match=r"ops@127\.0\.0\.1:\d+: \w*(Authentication|SSH)Exception"):
+    with pytest.raises(ConnectError, match=r"ops@127\.0\.0\.1:\d+: Authentication error \(username=ops, key="):
         Session.open(settings_for(server, key=str(stranger)))
     assert server.users == []
     closed = settings_for(server, port=1)
-    assert connect.reachable(closed).startswith("ops@127.0.0.1:1: ")
+    assert connect.reachable(closed).startswith("ops@127.0.0.1:1: Could not connect")
     assert connect.reachable(settings_for(server)) is None
+
+
+def test_ssh_connect_retries_are_pyinfras(tmp_path):
+    """A host that drops the connection before its banner is tried 1 + ``ssh_connect_retries`` times."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def drop():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+            conn.close()
+
+    threading.Thread(target=drop, daemon=True).start()
+    settings = SshSettings("127.0.0.1", port=listener.getsockname()[1], connect_timeout_s=2)
+    try:
+        for retries, tries in ((0, 1), (2, 3)):
+            accepted.clear()
+            with pytest.raises(ConnectError):
+                Session.open(SshSettings(**{**settings.to_dict(), "options": {"ssh_connect_retries": retries}}))
+            assert len(accepted) == tries
+    finally:
+        listener.close()
 
 
 def test_sudo_wraps_every_command_and_a_refusal_is_reported_once(tmp_path):
