@@ -422,3 +422,113 @@ def test_a_session_sends_small_messages_at_once(server):
         sock = session.client.get_transport().sock
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == connect.USER_TIMEOUT_S * 1000
+
+
+# --- a host reached only through an SSH config entry, over a ProxyJump hop --------------------
+
+
+def _behind_a_jump(tmp_path: Path) -> tuple[LoopbackSshServer, LoopbackSshServer, str]:
+    """A jump server, a target server, and an OpenSSH config whose ``gpu-behind`` alias reaches the
+    target only through ``bastion`` (HostName, Port, User, IdentityFile, ProxyJump, known hosts)."""
+    (tmp_path / "jump").mkdir()
+    (tmp_path / "target").mkdir()
+    jump = _server(tmp_path / "jump")
+    target = _server(tmp_path / "target")
+    config = f"""
+Host bastion
+    HostName 127.0.0.1
+    Port {jump.port}
+    User hopper
+    IdentityFile {jump.client_key_file}
+    UserKnownHostsFile {jump.known_hosts}
+    StrictHostKeyChecking yes
+
+Host gpu-behind
+    HostName 127.0.0.1
+    Port {target.port}
+    User ops
+    IdentityFile {target.client_key_file}
+    UserKnownHostsFile {target.known_hosts}
+    ProxyJump bastion
+"""
+    return jump, target, config
+
+
+def test_a_host_behind_an_ssh_config_alias_and_proxyjump_is_reached_as_the_deploy_reaches_it(tmp_path):
+    from pyinfra.api import Config, Inventory, State
+
+    jump, target, config = _behind_a_jump(tmp_path)
+    config_file = tmp_path / "ssh_config"
+    config_file.write_text(config)
+    data = {"ssh_config_file": str(config_file), "ssh_strict_host_key_checking": "yes", "_sudo": True}
+    try:
+        settings = SshSettings.from_host_data("gpu-behind", data)
+        with Session.open(settings) as session:
+            assert session.run("echo $SUDO_AS").stdout == "root\n"
+            assert session.run("echo second").stdout == "second\n"  # one connection carries both
+        assert jump.forwarded == [("127.0.0.1", target.port)] and jump.users == ["hopper"]
+        assert target.users == ["ops"] and target.commands[-1] == "sudo -H -n sh -c 'echo second'"
+        for _ in range(50):  # closing the session closed its hop too (the server sees it a moment later)
+            if not any(t.is_active() for t in jump.transports):
+                break
+            time.sleep(0.1)
+        assert not any(t.is_active() for t in jump.transports)
+
+        # pyinfra's own connection of the deploy, from the same host data: the same hop, user, target
+        inventory = Inventory(([("gpu-behind", data)], {}))
+        state = State(inventory, Config())
+        host = inventory.get_host("gpu-behind")
+        host.connect(raise_exceptions=True)
+        ok, output = host.run_shell_command("echo deploy")
+        host.disconnect()
+        assert ok and output.stdout == "deploy"
+        assert jump.forwarded == [("127.0.0.1", target.port)] * 2 and jump.users == ["hopper"] * 2
+        assert target.users == ["ops", "ops"] and state is host.state
+
+        # without the SSH config entry the alias is no address at all: the issue's failure
+        empty = tmp_path / "empty_ssh_config"
+        empty.write_text("")
+        with pytest.raises(ConnectError, match="gpu-behind: Could not resolve hostname"):
+            Session.open(SshSettings.from_host_data("gpu-behind", {**data, "ssh_config_file": str(empty)}))
+    finally:
+        jump.close()
+        target.close()
+
+
+def test_the_users_own_ssh_config_is_read_from_home(tmp_path, monkeypatch):
+    from pyinfra.connectors.sshuserclient import client as pyinfra_client
+
+    jump, target, config = _behind_a_jump(tmp_path)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(config)
+    monkeypatch.setenv("HOME", str(home))
+    pyinfra_client.get_ssh_config.cache.clear()  # pyinfra reads ~/.ssh/config once per process
+    try:
+        assert connect.reachable(SshSettings.from_host_data("gpu-behind", {})) is None
+        assert jump.forwarded == [("127.0.0.1", target.port)] and target.users == ["ops"]
+    finally:
+        pyinfra_client.get_ssh_config.cache.clear()
+        jump.close()
+        target.close()
+
+
+def test_check_runs_on_a_host_behind_a_jump(tmp_path, lab_data):
+    """The check process gets the whole SSH settings (``ssh_config_file`` too) and connects the same way."""
+    from rocmfleet.config.settings import host_config
+    from rocmfleet.fleet.check import compliance
+    from rocmfleet.fleet.inventory import Target
+
+    jump, target, config = _behind_a_jump(tmp_path)
+    config_file = tmp_path / "ssh_config"
+    config_file.write_text(config)
+    checks = tmp_path / "test_behind.py"
+    checks.write_text("def test_runs(host):\n    assert host.run('echo ok').stdout == 'ok\\n'\n")
+    settings = SshSettings.from_host_data("gpu-behind", {"ssh_config_file": str(config_file)})
+    try:
+        results = compliance.run_host(Target("gpu-behind", settings, host_config(lab_data)), [str(checks)], 60)
+    finally:
+        jump.close()
+        target.close()
+    assert {r.check: r.outcome for r in results} == {"host::reachable": "passed", "behind::runs": "passed"}
+    assert set(jump.forwarded) == {("127.0.0.1", target.port)} and set(target.users) == {"ops"}
