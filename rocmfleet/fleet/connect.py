@@ -41,6 +41,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rocmfleet.config.settings import pyinfra_ssh_keys
+
 if TYPE_CHECKING:
     import paramiko
     from pyinfra.api import Inventory, State
@@ -79,17 +81,6 @@ _FIELD_KEYS = {
     "known_hosts_file": "ssh_known_hosts_file",
     "strict_host_key_checking": "ssh_strict_host_key_checking",
 }
-
-
-def pyinfra_ssh_keys() -> list[str]:
-    """Every host data key of pyinfra's SSH connector (``ssh_port``, ``ssh_config_file``, ...), sorted.
-
-    Read from pyinfra's own connector data class (``SSHConnector.data_cls``, the ``ConnectorData``
-    of ``pyinfra/connectors/ssh.py``), never restated here.
-    """
-    from pyinfra.connectors.ssh import SSHConnector
-
-    return sorted(SSHConnector.data_cls.__annotations__)
 
 
 class ConnectError(RuntimeError):

@@ -12,6 +12,7 @@ import pytest
 import testinfra.host
 
 from rocmfleet.config.errors import CannotCheck
+from rocmfleet.config.settings import pyinfra_ssh_keys
 from rocmfleet.fleet import connect
 from rocmfleet.fleet.check.backend import SessionBackend
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session, SshSettings
@@ -87,8 +88,8 @@ def test_settings_from_pyinfra_data_and_back():
 def test_the_keys_are_pyinfras_own_and_reach_its_connector_unchanged():
     from pyinfra.connectors.ssh import ConnectorData
 
-    assert connect.pyinfra_ssh_keys() == sorted(ConnectorData.__annotations__)
-    assert {"ssh_config_file", "ssh_connect_retries", "ssh_paramiko_connect_kwargs"} <= set(connect.pyinfra_ssh_keys())
+    assert pyinfra_ssh_keys() == sorted(ConnectorData.__annotations__)
+    assert {"ssh_config_file", "ssh_connect_retries", "ssh_paramiko_connect_kwargs"} <= set(pyinfra_ssh_keys())
     data = SshSettings.from_host_data(
         "gpu-1", {"ssh_config_file": "/cfg", "ssh_strict_host_key_checking": "ask", "ssh_allow_agent": False}
     ).connector_data()
@@ -258,6 +259,7 @@ def test_key_files_are_never_key_material(server):
 SAMPLE_CHECKS = """
 from rocmfleet.fleet.check import expect
 from rocmfleet.config.errors import CannotCheck
+from rocmfleet.config.settings import pyinfra_ssh_keys
 
 
 def test_sees_its_expectations(host):
@@ -532,3 +534,21 @@ def test_check_runs_on_a_host_behind_a_jump(tmp_path, lab_data):
         target.close()
     assert {r.check: r.outcome for r in results} == {"host::reachable": "passed", "behind::runs": "passed"}
     assert set(jump.forwarded) == {("127.0.0.1", target.port)} and set(target.users) == {"ops"}
+
+
+def test_an_ssh_key_pyinfra_does_not_know_is_refused_with_did_you_mean(lab_data):
+    from rocmfleet.config.errors import ConfigError
+    from rocmfleet.config.settings import host_config
+
+    data = {**lab_data, "ssh_prot": 2222, "ssh_confg_file": "~/.ssh/fleet", "ssh_qwertyuiopasdf": 1, "vllm_profle": "x"}
+    with pytest.raises(ConfigError) as info:
+        host_config(data)
+    problems = {p.key: p.message for p in info.value.problems}
+    assert problems["ssh_prot"].endswith("did you mean 'ssh_port'?")
+    assert problems["ssh_confg_file"].endswith("did you mean 'ssh_config_file'?")
+    assert (
+        problems["ssh_qwertyuiopasdf"].startswith("not an SSH key pyinfra knows")
+        and "ssh_paramiko_connect_kwargs" in (problems["ssh_qwertyuiopasdf"])
+    )  # no near miss: pyinfra's keys are listed
+    assert "vllm_profle" in problems  # every problem at once
+    host_config({**lab_data, **dict.fromkeys(["ssh_config_file", "ssh_connect_retries"], None)})  # pyinfra's own: fine
