@@ -45,7 +45,8 @@ from rocmfleet.config.settings import pyinfra_ssh_keys
 
 if TYPE_CHECKING:
     import paramiko
-    from pyinfra.api import Inventory, State
+    from pyinfra.api.inventory import Inventory
+    from pyinfra.api.state import State
 
 #: Seconds for the TCP connection, the SSH banner and authentication each (OpenSSH's
 #: ``ConnectTimeout`` as ``rocmfleet check`` used it before).
@@ -191,11 +192,14 @@ def _pyinfra_state(connect_timeout_s: float) -> tuple[State, Inventory]:
 
     pyinfra's SSH connector reads the connect timeout and its loaded-key cache from the state.
     """
-    from pyinfra.api import Config, Inventory, State
+    from pyinfra.api.config import Config
+    from pyinfra.api.inventory import Inventory
+    from pyinfra.api.state import State
 
-    inventory = Inventory(([], {}))
+    inventory = Inventory(([], {}))  # type: ignore[no-untyped-call]  # pyinfra 3.10 leaves it unannotated
     state = State()
-    state.init(inventory, Config(CONNECT_TIMEOUT=connect_timeout_s, PARALLEL=1))  # State(inventory) skips an empty one
+    config = Config(CONNECT_TIMEOUT=connect_timeout_s, PARALLEL=1)  # type: ignore[no-untyped-call]  # idem
+    state.init(inventory, config)  # State(inventory) skips an empty one
     return state, inventory
 
 
@@ -253,7 +257,7 @@ class Session:
                 reason: could not connect or resolve, SSH error such as an unknown host key,
                 host key mismatch, authentication error).
         """
-        from pyinfra.api import Host
+        from pyinfra.api.host import Host
         from pyinfra.connectors.ssh import SSHConnector
 
         logging.getLogger("paramiko").setLevel(logging.CRITICAL)  # its errors reach our messages
