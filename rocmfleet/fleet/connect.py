@@ -265,10 +265,13 @@ class Session:
         host = Host(name or settings.hostname, inventory, [], connector_cls=SSHConnector)
         for key, value in settings.connector_data().items():
             setattr(host.data, key, value)  # pyinfra's override data: wins over the (empty) inventory's
+        connector: SSHConnector | None = None
         try:
             connector = SSHConnector(state, host)
             connector.connect()
         except Exception as exc:  # noqa: BLE001 - pyinfra's ConnectError, a bad data type, a key file: all are "cannot connect"
+            if connector is not None and connector.client is not None:
+                connector.client.close()
             reason = str(exc) or type(exc).__name__
             raise ConnectError(f"{settings.where}: {reason}") from None
         client = connector.client
