@@ -137,8 +137,24 @@ class InstanceOverride(BaseModel):
     )
 
 
+def pyinfra_ssh_keys() -> list[str]:
+    """Every host data key of pyinfra's SSH connector (``ssh_port``, ``ssh_config_file``, ...), sorted.
+
+    Read from pyinfra's own connector data class (``SSHConnector.data_cls``, the ``ConnectorData``
+    of ``pyinfra/connectors/ssh.py``), never restated here.
+    """
+    from pyinfra.connectors.ssh import SSHConnector
+
+    return sorted(SSHConnector.data_cls.__annotations__)
+
+
 class ConnectionSettings(BaseModel):
-    """pyinfra's SSH keys that rocmfleet checks early (pyinfra would only fail at connect time)."""
+    """pyinfra's SSH keys that rocmfleet checks early (pyinfra would only fail at connect time).
+
+    An ``ssh_*`` key pyinfra's SSH connector does not know is refused (:meth:`unknown_keys`):
+    pyinfra ignores it, so a misspelt ``ssh_config_file`` or ``ssh_known_hosts_file`` would
+    silently connect some other way.
+    """
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
@@ -158,6 +174,17 @@ class ConnectionSettings(BaseModel):
         default=None,
         description="OpenSSH's StrictHostKeyChecking, as pyinfra reads it; `rocmfleet check`/`bench` never ask.",
     )
+
+    @staticmethod
+    def unknown_keys(data: dict[str, Any]) -> list[Problem]:
+        """One problem per ``ssh_*`` key of ``data`` that pyinfra does not know, with a "did you mean"."""
+        known = pyinfra_ssh_keys()
+        problems = []
+        for key in sorted(k for k in data if k.startswith("ssh_") and k not in known):
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; pyinfra's are {', '.join(known)}"
+            problems.append(Problem(key, "not an SSH key pyinfra knows (it would ignore it)" + hint))
+        return problems
 
 
 class HostSettings(BaseModel):
@@ -479,6 +506,7 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
     for key in sorted(foreign):
         near = difflib.get_close_matches(key, _all_fields(), n=1)
         problems.append(Problem(key, "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")))
+    problems += ConnectionSettings.unknown_keys(data)
     validated: dict[str, Any] = {}
     for name, model, prefixes in (
         ("connection", ConnectionSettings, None),

@@ -1,43 +1,52 @@
 """The one SSH layer of every rocmfleet command that talks to hosts outside the deploy.
 
-``rocmfleet check``, ``rocmfleet bench`` (and the commands to come: ``rollout``, ``status``)
-connect through this module, and only through it. One :class:`SshSettings` per host is read
-from the same pyinfra inventory data the deploy uses (pyinfra's key names and defaults, from
-``pyinfra/connectors/ssh.py``'s ``ConnectorData`` and the ``_sudo``/``_sudo_user`` global
-arguments), and one :class:`Session` per host opens one paramiko connection with it: the
-library pyinfra's own SSH connector, testinfra's ``paramiko://`` backend and fabric are all
-built on. The check suite gets a testinfra backend over that session
-(:mod:`rocmfleet.fleet.check.backend`); the benchmark runs its commands with :meth:`Session.run`.
+``rocmfleet check``, ``status``, ``bench``, ``rollout``, ``restart`` and ``cache bake`` connect
+through this module, and only through it. One :class:`SshSettings` per host is read from the same
+pyinfra inventory data the deploy uses, and one :class:`Session` per host opens one connection
+with **pyinfra's own SSH connector** (``pyinfra.connectors.ssh.SSHConnector.connect``, pyinfra
+3.10), so every ``ssh_*`` host data key pyinfra documents, ``~/.ssh/config`` (``Host`` aliases,
+``HostName``, ``Port``, ``User``, ``IdentityFile``, ``ProxyJump``, ``ProxyCommand``,
+``UserKnownHostsFile``, ...), known hosts, the agent and ``ssh_connect_retries`` mean exactly what
+they mean in ``pyinfra ... deploy.py``. The commands then run on channels of that connection
+(:meth:`Session.run`), with rocmfleet's deadlines. The check suite gets a testinfra backend over
+that session (:mod:`rocmfleet.fleet.check.backend`); the benchmark runs its commands with
+:meth:`Session.run`.
 
-What is decided here, once:
+What rocmfleet adds or decides, once:
 
-* **Host keys**: the ``ssh_known_hosts_file`` (default ``~/.ssh/known_hosts``) is loaded; a key
-  that differs from the file's is always refused (paramiko's ``BadHostKeyException``). A host
-  missing from it follows ``ssh_strict_host_key_checking`` (:func:`host_key_policy`): ``yes``
-  and ``ask`` reject (nobody can answer a fleet command), ``no``/``off`` accept with a warning,
-  unset or ``accept-new`` accept for this run without writing the file.
-* **Authentication**: keys only (``ssh_key``, else the agent and ``~/.ssh/id_*``); never a
-  password prompt.
+* **Never asks**: ``ssh_strict_host_key_checking: ask`` is taken as ``yes`` (a fleet command has
+  nobody to answer; the deploy would prompt). Unset is pyinfra's default, ``accept-new``: a host
+  missing from known_hosts is accepted and its key appended to the file, as the deploy does.
 * **Sudo**: with ``_sudo`` every command runs as ``sudo -H -n [-u USER] sh -c 'COMMAND'``
   (pyinfra's own form, ``pyinfra/connectors/util.py``); ``-n`` makes sudo fail at once where it
   would ask for a password, and :meth:`Session.sudo_problem` says so once per host.
-* **Timeouts**: :data:`CONNECT_TIMEOUT_S` for TCP, banner and authentication; every command has
-  its own deadline (:class:`CommandTimeout`).
-* **No OpenSSH multiplexing**: a session is one TCP connection whose channels carry every
-  command, so there is no ``ControlPath`` socket whose length depends on the host name (the
-  108-byte ``sun_path`` limit that made long names fail or silently lose multiplexing).
+* **Timeouts**: :data:`CONNECT_TIMEOUT_S` for TCP (pyinfra's ``CONNECT_TIMEOUT``), the banner and
+  authentication (paramiko's ``banner_timeout``/``auth_timeout``, which
+  ``ssh_paramiko_connect_kwargs`` may override); every command has its own deadline
+  (:class:`CommandTimeout`); keep-alives and ``TCP_USER_TIMEOUT`` notice a dead host.
+* **No OpenSSH multiplexing**: a session is one SSH connection (plus one per ``ProxyJump`` hop)
+  whose channels carry every command, so there is no ``ControlPath`` socket whose length depends
+  on the host name (the 108-byte ``sun_path`` limit).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import shlex
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rocmfleet.config.settings import pyinfra_ssh_keys
+
+if TYPE_CHECKING:
+    import paramiko
+    from pyinfra.api.inventory import Inventory
+    from pyinfra.api.state import State
 
 #: Seconds for the TCP connection, the SSH banner and authentication each (OpenSSH's
 #: ``ConnectTimeout`` as ``rocmfleet check`` used it before).
@@ -64,11 +73,21 @@ LOG_COMMAND_CHARS = 120
 _READ_CHUNK = 65536
 _POLL_S = 0.2
 
+#: The :class:`SshSettings` fields that are pyinfra host data keys, and their keys.
+_FIELD_KEYS = {
+    "hostname": "ssh_hostname",
+    "port": "ssh_port",
+    "user": "ssh_user",
+    "key": "ssh_key",
+    "known_hosts_file": "ssh_known_hosts_file",
+    "strict_host_key_checking": "ssh_strict_host_key_checking",
+}
+
 
 class ConnectError(RuntimeError):
     """A host cannot be connected to: DNS, TCP, SSH handshake, host key or authentication.
 
-    The message names the destination (``user@address:port``) and paramiko's reason.
+    The message names the destination (``user@address[:port]``) and pyinfra's reason.
     """
 
 
@@ -81,19 +100,25 @@ class SshSettings:
     """How to reach one host and run commands there, from pyinfra's inventory data.
 
     Attributes:
-        hostname: address to connect to (``ssh_hostname``; default the inventory name).
-        port: TCP port (``ssh_port``, default 22).
-        user: login user (``ssh_user``; ``None`` is the local user, as pyinfra).
-        key: private key file (``ssh_key``); ``None`` tries the agent and ``~/.ssh/id_*``.
-        known_hosts_file: ``ssh_known_hosts_file``; ``None`` is ``~/.ssh/known_hosts``.
-        strict_host_key_checking: ``ssh_strict_host_key_checking`` (:data:`STRICT_VALUES` or ``None``).
+        hostname: ``ssh_hostname``, default the inventory name; an ``~/.ssh/config`` ``Host``
+            alias is looked up there by pyinfra (``HostName``, ``Port``, ``User``, ``ProxyJump``).
+        port: ``ssh_port``; ``None`` leaves it to the SSH config's ``Port``, else 22.
+        user: ``ssh_user``; ``None`` leaves it to the SSH config's ``User``, else the local user.
+        key: ``ssh_key``; ``None``: the SSH config's ``IdentityFile``, the agent, ``~/.ssh/id_*``.
+        known_hosts_file: ``ssh_known_hosts_file``; ``None``: ``UserKnownHostsFile``, else
+            ``~/.ssh/known_hosts``.
+        strict_host_key_checking: ``ssh_strict_host_key_checking`` (:data:`STRICT_VALUES` or
+            ``None``: pyinfra's default, ``accept-new``).
         sudo: pyinfra's ``_sudo``: run every command through ``sudo -n``.
         sudo_user: pyinfra's ``_sudo_user`` (``None`` is root).
         connect_timeout_s: seconds for TCP, banner and authentication each.
+        options: the host's other ``ssh_*`` keys pyinfra knows (``ssh_config_file``,
+            ``ssh_connect_retries``, ``ssh_allow_agent``, ``ssh_paramiko_connect_kwargs``, ...), as
+            the inventory gives them; handed to pyinfra unchanged.
     """
 
     hostname: str
-    port: int = 22
+    port: int | None = None
     user: str | None = None
     key: str | None = None
     known_hosts_file: str | None = None
@@ -101,6 +126,7 @@ class SshSettings:
     sudo: bool = False
     sudo_user: str | None = None
     connect_timeout_s: float = CONNECT_TIMEOUT_S
+    options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_host_data(cls, name: str, data: dict[str, Any]) -> SshSettings:
@@ -113,19 +139,22 @@ class SshSettings:
         strict = data.get("ssh_strict_host_key_checking")
         if strict is not None and strict not in STRICT_VALUES:
             raise ValueError(f"ssh_strict_host_key_checking {strict!r}: expected one of {', '.join(STRICT_VALUES)}")
+        fields = set(_FIELD_KEYS.values())
         return cls(
             hostname=str(data.get("ssh_hostname") or name),
-            port=int(data.get("ssh_port") or 22),
+            port=int(data["ssh_port"]) if data.get("ssh_port") else None,
             user=data.get("ssh_user") or None,
             key=data.get("ssh_key") or None,
             known_hosts_file=data.get("ssh_known_hosts_file") or None,
             strict_host_key_checking=strict,
             sudo=bool(data.get("_sudo")),
             sudo_user=data.get("_sudo_user") or None,
+            options={k: data[k] for k in pyinfra_ssh_keys() if k in data and k not in fields and data[k] is not None},
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields (no secret among them: keys are file names, never key material)."""
+        """JSON-ready fields: key files are file names, never key material (``ssh_password`` and
+        ``ssh_key_password`` are in ``options`` only when the inventory sets them)."""
         return asdict(self)
 
     @classmethod
@@ -135,39 +164,43 @@ class SshSettings:
 
     @property
     def where(self) -> str:
-        """``user@address:port`` (``address:port`` without a user), for messages."""
-        return f"{self.user + '@' if self.user else ''}{self.hostname}:{self.port}"
+        """``user@address:port`` (without the user or port the inventory does not set), for messages."""
+        return f"{self.user + '@' if self.user else ''}{self.hostname}{f':{self.port}' if self.port else ''}"
+
+    def connector_data(self) -> dict[str, Any]:
+        """The pyinfra host data pyinfra's SSH connector reads for this host (only keys that are set).
+
+        ``ask`` becomes ``yes`` (nobody can answer a fleet command); paramiko's banner and
+        authentication timeouts are :attr:`connect_timeout_s` unless ``ssh_paramiko_connect_kwargs``
+        says otherwise.
+        """
+        data = dict(self.options)
+        for attribute, key in _FIELD_KEYS.items():
+            value = getattr(self, attribute)
+            if value is not None:
+                data[key] = value
+        if data.get("ssh_strict_host_key_checking") == "ask":
+            data["ssh_strict_host_key_checking"] = "yes"
+        timeouts = {"banner_timeout": self.connect_timeout_s, "auth_timeout": self.connect_timeout_s}
+        data["ssh_paramiko_connect_kwargs"] = {**timeouts, **(self.options.get("ssh_paramiko_connect_kwargs") or {})}
+        return data
 
 
-class AcceptForThisRun:
-    """paramiko host-key policy: accept a host missing from known_hosts, in memory only.
+@functools.cache
+def _pyinfra_state(connect_timeout_s: float) -> tuple[State, Inventory]:
+    """A pyinfra ``State`` with no hosts, whose config carries ``CONNECT_TIMEOUT`` (one per timeout), and its inventory.
 
-    paramiko's own ``AutoAddPolicy`` rewrites the whole known_hosts file it loaded; a fleet
-    command never changes the operator's file.
+    pyinfra's SSH connector reads the connect timeout and its loaded-key cache from the state.
     """
+    from pyinfra.api.config import Config
+    from pyinfra.api.inventory import Inventory
+    from pyinfra.api.state import State
 
-    def missing_host_key(self, client, hostname: str, key) -> None:
-        client.get_host_keys().add(hostname, key.get_name(), key)
-
-
-def host_key_policy(strict: str | None):
-    """paramiko's policy for a host key missing from known_hosts, from ``ssh_strict_host_key_checking``.
-
-    ``yes``/``ask``: reject (a fleet command cannot ask); ``no``/``off``: accept with a warning;
-    unset or ``accept-new``: accept for this connection (the file is not written).
-
-    Raises:
-        ValueError: any other value.
-    """
-    from paramiko import RejectPolicy, WarningPolicy
-
-    if strict in ("yes", "ask"):
-        return RejectPolicy()
-    if strict in ("no", "off"):
-        return WarningPolicy()
-    if strict in (None, "accept-new"):
-        return AcceptForThisRun()
-    raise ValueError(f"ssh_strict_host_key_checking {strict!r}: expected one of {', '.join(STRICT_VALUES)}")
+    inventory = Inventory(([], {}))  # type: ignore[no-untyped-call]  # pyinfra 3.10 leaves it unannotated
+    state = State()
+    config = Config(CONNECT_TIMEOUT=connect_timeout_s, PARALLEL=1)  # type: ignore[no-untyped-call]  # idem
+    state.init(inventory, config)  # State(inventory) skips an empty one
+    return state, inventory
 
 
 def sudo_command(command: str, user: str | None = None) -> str:
@@ -205,50 +238,49 @@ class Session:
     transport is (one channel per command).
     """
 
-    def __init__(self, settings: SshSettings, client) -> None:
+    def __init__(self, settings: SshSettings, client: paramiko.SSHClient) -> None:
         self.settings = settings
         self.client = client
         self._sudo_problem: str | None | bool = False  # False: not probed yet
 
     @classmethod
-    def open(cls, settings: SshSettings) -> Session:
-        """Connect to ``settings.hostname`` with the inventory's key and host-key settings.
+    def open(cls, settings: SshSettings, name: str | None = None) -> Session:
+        """Connect as ``pyinfra ... deploy.py`` connects: pyinfra's ``SSHConnector.connect``.
+
+        Args:
+            settings: the host's SSH settings (its pyinfra data).
+            name: the inventory name, for pyinfra's messages (default ``settings.hostname``).
 
         Raises:
-            ConnectError: anything that stops the connection (the message names
-                ``user@address:port`` and the reason: refused, timed out, unknown or changed
-                host key, authentication failed).
+            ConnectError: anything that stops the connection after pyinfra's
+                ``ssh_connect_retries`` (the message names ``user@address[:port]`` and pyinfra's
+                reason: could not connect or resolve, SSH error such as an unknown host key,
+                host key mismatch, authentication error).
         """
-        import paramiko
+        from pyinfra.api.host import Host
+        from pyinfra.connectors.ssh import SSHConnector
 
         logging.getLogger("paramiko").setLevel(logging.CRITICAL)  # its errors reach our messages
-        client = paramiko.SSHClient()
-        client.set_missing_host_key_policy(host_key_policy(settings.strict_host_key_checking))
-        known_hosts = os.path.expanduser(settings.known_hosts_file or "~/.ssh/known_hosts")
+        state, inventory = _pyinfra_state(settings.connect_timeout_s)
+        host = Host(name or settings.hostname, inventory, [], connector_cls=SSHConnector)
+        for key, value in settings.connector_data().items():
+            setattr(host.data, key, value)  # pyinfra's override data: wins over the (empty) inventory's
+        connector: SSHConnector | None = None
         try:
-            if settings.known_hosts_file or os.path.isfile(known_hosts):
-                client.load_host_keys(known_hosts)
-            client.connect(
-                settings.hostname,
-                port=settings.port,
-                username=settings.user,
-                key_filename=os.path.expanduser(settings.key) if settings.key else None,
-                timeout=settings.connect_timeout_s,
-                banner_timeout=settings.connect_timeout_s,
-                auth_timeout=settings.connect_timeout_s,
-                allow_agent=True,
-                look_for_keys=settings.key is None,
-            )
-        except Exception as exc:  # noqa: BLE001 - socket, DNS, paramiko: all are "cannot connect"
-            client.close()
-            reason = str(exc) or "no detail"
-            if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in reason:
-                reason += f" ({known_hosts}; ssh_strict_host_key_checking {settings.strict_host_key_checking})"
-            raise ConnectError(f"{settings.where}: {type(exc).__name__}: {reason}") from None
+            connector = SSHConnector(state, host)
+            connector.connect()
+        except Exception as exc:  # noqa: BLE001 - pyinfra's ConnectError, a bad data type, a key file: all are "cannot connect"
+            if connector is not None and connector.client is not None:
+                connector.client.close()
+            reason = str(exc) or type(exc).__name__
+            raise ConnectError(f"{settings.where}: {reason}") from None
+        client = connector.client
+        assert client is not None  # connect() either sets it or raises
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(KEEPALIVE_S)
-            _tcp_options(transport.sock)
+            for hop in _transports(transport):
+                _tcp_options(hop.sock)
         return cls(settings, client)
 
     def __enter__(self) -> Session:
@@ -258,8 +290,12 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connection and those of its ``ProxyJump`` hops (idempotent)."""
+        transport = self.client.get_transport()
+        hops = _transports(transport)[1:] if transport is not None else []
         self.client.close()
+        for hop in hops:
+            hop.close()
 
     def command(self, command: str, sudo: bool | None = None) -> str:
         """``command`` as it is sent: wrapped by :func:`sudo_command` when ``sudo`` (default: the settings')."""
@@ -373,6 +409,20 @@ class Session:
                 )
             )
         return self._sudo_problem  # type: ignore[return-value]
+
+
+def _transports(transport: paramiko.Transport) -> list[paramiko.Transport]:
+    """``transport``, then those of the ``ProxyJump`` hops it runs through (the first hop last).
+
+    pyinfra's SSH client reaches a jumped host over a ``direct-tcpip`` channel of the hop's
+    connection, so the transport's socket is a channel, whose transport is the hop's.
+    """
+    import paramiko
+
+    chain = [transport]
+    while isinstance(chain[-1].sock, paramiko.Channel):
+        chain.append(chain[-1].sock.get_transport())
+    return chain
 
 
 def _tcp_options(sock: Any) -> None:

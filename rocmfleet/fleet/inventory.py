@@ -3,14 +3,16 @@
 Fleet commands (``rocmfleet check``, ``rocmfleet bench``) read the same pyinfra inventory and
 group data as the deploy, so there is no second inventory to keep: :func:`load_fleet` validates
 it exactly as ``rocmfleet validate`` does, once per run, and returns one :class:`Target` per
-host, carrying its :class:`rocmfleet.fleet.connect.SshSettings` (pyinfra's ``ssh_*``, ``_sudo`` and
-``_sudo_user`` data, with pyinfra's defaults).
+host, carrying its :class:`rocmfleet.fleet.connect.SshSettings`: its ``ssh_*`` data, every key
+pyinfra's SSH connector knows, and ``_sudo``/``_sudo_user``; what the data leaves unset is left
+to pyinfra and the SSH config (``~/.ssh/config`` or ``ssh_config_file``), as in the deploy.
 """
 
 from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
+from typing import Any
 
 from rocmfleet.config.settings import HostConfig
 from rocmfleet.config.validate import InventoryError, report, validate_inventory
@@ -34,7 +36,7 @@ def _matches(name: str, groups: list[str], patterns: list[str]) -> bool:
     return any(fnmatch.fnmatch(name, p) or p in groups for p in patterns)
 
 
-def load_fleet(inventory: str, limit: list[str] | None = None, overrides: dict | None = None) -> list[Target]:
+def load_fleet(inventory: str, limit: list[str] | None = None, overrides: dict[str, Any] | None = None) -> list[Target]:
     """Validate ``inventory`` and return its hosts, optionally limited (pyinfra's ``--limit`` rules).
 
     Args:

@@ -825,7 +825,7 @@ def test_unreachable_host_fails_in_the_report_and_the_others_run(
     lines: list[str] = []
     assert benchrun.bench(fleet, tmp_path, 600, lines.append, connector=connector) == 1
     (down,) = [line for line in lines if line.startswith("lab-2: ")]
-    assert down.startswith("lab-2: FAIL unreachable (root@10.213.0.12:22): ")
+    assert down.startswith("lab-2: FAIL unreachable (root@10.213.0.12): ")
     assert down.endswith("OSError: [Errno 113] No route to host")
     assert sum(": PASS " in line for line in lines) == 2
     (run_dir,) = tmp_path.iterdir()

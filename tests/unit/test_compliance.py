@@ -137,7 +137,8 @@ def test_ssh_settings_come_from_pyinfra_data(inventory):
     assert [t.name for t in targets] == ["gpu-1", "gpu-2"]
     one = targets[0].ssh
     assert (one.hostname, one.port, one.user, one.key, one.sudo) == ("10.0.0.1", 2222, "ops", "/k", True)
-    assert (targets[1].ssh.hostname, targets[1].ssh.port, targets[1].ssh.sudo) == ("gpu-2", 22, False)
+    # no ssh_port: pyinfra takes the SSH config's Port, else 22
+    assert (targets[1].ssh.hostname, targets[1].ssh.port, targets[1].ssh.sudo) == ("gpu-2", None, False)
     assert [t.name for t in load_fleet(str(path), ["gpu-2"])] == ["gpu-2"]
     assert [t.name for t in load_fleet(str(path), ["gpu_nodes"])] == ["gpu-1", "gpu-2"]
     with pytest.raises(FleetError, match="matches no host"):

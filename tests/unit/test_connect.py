@@ -12,6 +12,7 @@ import pytest
 import testinfra.host
 
 from rocmfleet.config.errors import CannotCheck
+from rocmfleet.config.settings import pyinfra_ssh_keys
 from rocmfleet.fleet import connect
 from rocmfleet.fleet.check.backend import SessionBackend
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session, SshSettings
@@ -66,6 +67,8 @@ def test_settings_from_pyinfra_data_and_back():
         "ssh_key": "/k",
         "ssh_known_hosts_file": "/kh",
         "ssh_strict_host_key_checking": "yes",
+        "ssh_config_file": "/cfg",
+        "ssh_connect_retries": 2,
         "_sudo": True,
         "_sudo_user": "root",
         "vllm_profile": "x",
@@ -73,23 +76,32 @@ def test_settings_from_pyinfra_data_and_back():
     one = SshSettings.from_host_data("gpu-1", data)
     assert (one.hostname, one.port, one.user, one.key, one.known_hosts_file) == ("10.0.0.1", 2222, "ops", "/k", "/kh")
     assert (one.strict_host_key_checking, one.sudo, one.sudo_user) == ("yes", True, "root")
+    assert one.options == {"ssh_config_file": "/cfg", "ssh_connect_retries": 2}
     assert one.where == "ops@10.0.0.1:2222"
-    assert SshSettings.from_dict(one.to_dict()) == one
+    assert SshSettings.from_dict(json.loads(json.dumps(one.to_dict()))) == one
     bare = SshSettings.from_host_data("gpu-2", {})
-    assert (bare.hostname, bare.port, bare.user, bare.sudo, bare.where) == ("gpu-2", 22, None, False, "gpu-2:22")
+    assert (bare.hostname, bare.port, bare.user, bare.sudo, bare.where) == ("gpu-2", None, None, False, "gpu-2")
     with pytest.raises(ValueError, match="ssh_strict_host_key_checking 'maybe'"):
         SshSettings.from_host_data("gpu-3", {"ssh_strict_host_key_checking": "maybe"})
 
 
-def test_host_key_policy_follows_pyinfras_strict_host_key_checking():
-    assert isinstance(connect.host_key_policy("yes"), paramiko.RejectPolicy)
-    assert isinstance(connect.host_key_policy("ask"), paramiko.RejectPolicy)
-    assert isinstance(connect.host_key_policy("no"), paramiko.WarningPolicy)
-    assert isinstance(connect.host_key_policy("off"), paramiko.WarningPolicy)
-    assert isinstance(connect.host_key_policy(None), connect.AcceptForThisRun)
-    assert isinstance(connect.host_key_policy("accept-new"), connect.AcceptForThisRun)
-    with pytest.raises(ValueError, match="ssh_strict_host_key_checking"):
-        connect.host_key_policy("maybe")
+def test_the_keys_are_pyinfras_own_and_reach_its_connector_unchanged():
+    from pyinfra.connectors.ssh import ConnectorData
+
+    assert pyinfra_ssh_keys() == sorted(ConnectorData.__annotations__)
+    assert {"ssh_config_file", "ssh_connect_retries", "ssh_paramiko_connect_kwargs"} <= set(pyinfra_ssh_keys())
+    data = SshSettings.from_host_data(
+        "gpu-1", {"ssh_config_file": "/cfg", "ssh_strict_host_key_checking": "ask", "ssh_allow_agent": False}
+    ).connector_data()
+    assert data == {
+        "ssh_hostname": "gpu-1",
+        "ssh_config_file": "/cfg",
+        "ssh_allow_agent": False,
+        "ssh_strict_host_key_checking": "yes",  # a fleet command never asks
+        "ssh_paramiko_connect_kwargs": {"banner_timeout": 10.0, "auth_timeout": 10.0},
+    }  # unset keys are left to pyinfra's defaults and the SSH config (Port, User, IdentityFile)
+    mine = SshSettings("h", options={"ssh_paramiko_connect_kwargs": {"banner_timeout": 60}}).connector_data()
+    assert mine["ssh_paramiko_connect_kwargs"] == {"banner_timeout": 60, "auth_timeout": 10.0}
 
 
 def test_sudo_command_is_pyinfras_form():
@@ -135,31 +147,63 @@ def test_with_the_command_log_set_each_command_is_one_line_there(server, tmp_pat
     assert len(log.read_text().splitlines()) == 2  # unset: nothing more
 
 
-def test_unknown_and_changed_host_keys_are_refused(server, tmp_path):
+def test_unknown_and_changed_host_keys_are_pyinfras_rules(server, tmp_path):
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
-    with pytest.raises(ConnectError, match=r"ops@127\.0\.0\.1:\d+: SSHException: .*not found in known_hosts"):
+    with pytest.raises(
+        ConnectError, match=r"ops@127\.0\.0\.1:\d+: SSH error .*No host key for .* found in known_hosts"
+    ):
         Session.open(settings_for(server, known_hosts_file=str(empty)))
-    Session.open(settings_for(server, known_hosts_file=str(empty), strict_host_key_checking="accept-new")).close()
-    assert empty.read_text() == ""  # accepted for the run, never written
+    for strict in ("accept-new", None):  # None: pyinfra's default, accept-new
+        Session.open(settings_for(server, known_hosts_file=str(empty), strict_host_key_checking=strict)).close()
+    assert empty.read_text().startswith(f"[127.0.0.1]:{server.port} ecdsa-sha2-nistp256 ")  # as the deploy writes it
     other = paramiko.HostKeys()
     other.add(f"[127.0.0.1]:{server.port}", "ecdsa-sha2-nistp256", paramiko.ECDSAKey.generate())
     changed = tmp_path / "changed_known_hosts"
     other.save(str(changed))
     for strict in ("yes", "no", None):  # a changed key is refused whatever the policy
-        with pytest.raises(ConnectError, match="BadHostKeyException"):
+        with pytest.raises(ConnectError, match="SSH host key error"):
             Session.open(settings_for(server, known_hosts_file=str(changed), strict_host_key_checking=strict))
 
 
 def test_wrong_key_and_closed_port_are_connect_errors(server, tmp_path):
     stranger = tmp_path / "stranger"
     paramiko.ECDSAKey.generate().write_private_key_file(str(stranger))
-    with pytest.raises(ConnectError, match=r"ops@127\.0\.0\.1:\d+: \w*(Authentication|SSH)Exception"):
+    with pytest.raises(ConnectError, match=r"ops@127\.0\.0\.1:\d+: Authentication error \(username=ops, key="):
         Session.open(settings_for(server, key=str(stranger)))
     assert server.users == []
     closed = settings_for(server, port=1)
-    assert connect.reachable(closed).startswith("ops@127.0.0.1:1: ")
+    assert connect.reachable(closed).startswith("ops@127.0.0.1:1: Could not connect")
     assert connect.reachable(settings_for(server)) is None
+
+
+def test_ssh_connect_retries_are_pyinfras(tmp_path):
+    """A host that drops the connection before its banner is tried 1 + ``ssh_connect_retries`` times."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def drop():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+            conn.close()
+
+    threading.Thread(target=drop, daemon=True).start()
+    settings = SshSettings("127.0.0.1", port=listener.getsockname()[1], connect_timeout_s=2)
+    try:
+        for retries, tries in ((0, 1), (2, 3)):
+            accepted.clear()
+            with pytest.raises(ConnectError):
+                Session.open(SshSettings(**{**settings.to_dict(), "options": {"ssh_connect_retries": retries}}))
+            assert len(accepted) == tries
+    finally:
+        listener.close()
 
 
 def test_sudo_wraps_every_command_and_a_refusal_is_reported_once(tmp_path):
@@ -215,6 +259,7 @@ def test_key_files_are_never_key_material(server):
 SAMPLE_CHECKS = """
 from rocmfleet.fleet.check import expect
 from rocmfleet.config.errors import CannotCheck
+from rocmfleet.config.settings import pyinfra_ssh_keys
 
 
 def test_sees_its_expectations(host):
@@ -379,3 +424,131 @@ def test_a_session_sends_small_messages_at_once(server):
         sock = session.client.get_transport().sock
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == connect.USER_TIMEOUT_S * 1000
+
+
+# --- a host reached only through an SSH config entry, over a ProxyJump hop --------------------
+
+
+def _behind_a_jump(tmp_path: Path) -> tuple[LoopbackSshServer, LoopbackSshServer, str]:
+    """A jump server, a target server, and an OpenSSH config whose ``gpu-behind`` alias reaches the
+    target only through ``bastion`` (HostName, Port, User, IdentityFile, ProxyJump, known hosts)."""
+    (tmp_path / "jump").mkdir()
+    (tmp_path / "target").mkdir()
+    jump = _server(tmp_path / "jump")
+    target = _server(tmp_path / "target")
+    config = f"""
+Host bastion
+    HostName 127.0.0.1
+    Port {jump.port}
+    User hopper
+    IdentityFile {jump.client_key_file}
+    UserKnownHostsFile {jump.known_hosts}
+    StrictHostKeyChecking yes
+
+Host gpu-behind
+    HostName 127.0.0.1
+    Port {target.port}
+    User ops
+    IdentityFile {target.client_key_file}
+    UserKnownHostsFile {target.known_hosts}
+    ProxyJump bastion
+"""
+    return jump, target, config
+
+
+def test_a_host_behind_an_ssh_config_alias_and_proxyjump_is_reached_as_the_deploy_reaches_it(tmp_path):
+    from pyinfra.api import Config, Inventory, State
+
+    jump, target, config = _behind_a_jump(tmp_path)
+    config_file = tmp_path / "ssh_config"
+    config_file.write_text(config)
+    data = {"ssh_config_file": str(config_file), "ssh_strict_host_key_checking": "yes", "_sudo": True}
+    try:
+        settings = SshSettings.from_host_data("gpu-behind", data)
+        with Session.open(settings) as session:
+            assert session.run("echo $SUDO_AS").stdout == "root\n"
+            assert session.run("echo second").stdout == "second\n"  # one connection carries both
+        assert jump.forwarded == [("127.0.0.1", target.port)] and jump.users == ["hopper"]
+        assert target.users == ["ops"] and target.commands[-1] == "sudo -H -n sh -c 'echo second'"
+        for _ in range(50):  # closing the session closed its hop too (the server sees it a moment later)
+            if not any(t.is_active() for t in jump.transports):
+                break
+            time.sleep(0.1)
+        assert not any(t.is_active() for t in jump.transports)
+
+        # pyinfra's own connection of the deploy, from the same host data: the same hop, user, target
+        inventory = Inventory(([("gpu-behind", data)], {}))
+        state = State(inventory, Config())
+        host = inventory.get_host("gpu-behind")
+        host.connect(raise_exceptions=True)
+        ok, output = host.run_shell_command("echo deploy")
+        host.disconnect()
+        assert ok and output.stdout == "deploy"
+        assert jump.forwarded == [("127.0.0.1", target.port)] * 2 and jump.users == ["hopper"] * 2
+        assert target.users == ["ops", "ops"] and state is host.state
+
+        # without the SSH config entry the alias is no address at all: the issue's failure
+        empty = tmp_path / "empty_ssh_config"
+        empty.write_text("")
+        with pytest.raises(ConnectError, match="gpu-behind: Could not resolve hostname"):
+            Session.open(SshSettings.from_host_data("gpu-behind", {**data, "ssh_config_file": str(empty)}))
+    finally:
+        jump.close()
+        target.close()
+
+
+def test_the_users_own_ssh_config_is_read_from_home(tmp_path, monkeypatch):
+    from pyinfra.connectors.sshuserclient import client as pyinfra_client
+
+    jump, target, config = _behind_a_jump(tmp_path)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(config)
+    monkeypatch.setenv("HOME", str(home))
+    pyinfra_client.get_ssh_config.cache.clear()  # pyinfra reads ~/.ssh/config once per process
+    try:
+        assert connect.reachable(SshSettings.from_host_data("gpu-behind", {})) is None
+        assert jump.forwarded == [("127.0.0.1", target.port)] and target.users == ["ops"]
+    finally:
+        pyinfra_client.get_ssh_config.cache.clear()
+        jump.close()
+        target.close()
+
+
+def test_check_runs_on_a_host_behind_a_jump(tmp_path, lab_data):
+    """The check process gets the whole SSH settings (``ssh_config_file`` too) and connects the same way."""
+    from rocmfleet.config.settings import host_config
+    from rocmfleet.fleet.check import compliance
+    from rocmfleet.fleet.inventory import Target
+
+    jump, target, config = _behind_a_jump(tmp_path)
+    config_file = tmp_path / "ssh_config"
+    config_file.write_text(config)
+    checks = tmp_path / "test_behind.py"
+    checks.write_text("def test_runs(host):\n    assert host.run('echo ok').stdout == 'ok\\n'\n")
+    settings = SshSettings.from_host_data("gpu-behind", {"ssh_config_file": str(config_file)})
+    try:
+        results = compliance.run_host(Target("gpu-behind", settings, host_config(lab_data)), [str(checks)], 60)
+    finally:
+        jump.close()
+        target.close()
+    assert {r.check: r.outcome for r in results} == {"host::reachable": "passed", "behind::runs": "passed"}
+    assert set(jump.forwarded) == {("127.0.0.1", target.port)} and set(target.users) == {"ops"}
+
+
+def test_an_ssh_key_pyinfra_does_not_know_is_refused_with_did_you_mean(lab_data):
+    from rocmfleet.config.errors import ConfigError
+    from rocmfleet.config.settings import host_config
+
+    data = {**lab_data, "ssh_prot": 2222, "ssh_confg_file": "~/.ssh/fleet", "ssh_qwertyuiopasdf": 1, "vllm_profle": "x"}
+    with pytest.raises(ConfigError) as info:
+        host_config(data)
+    problems = {p.key: p.message for p in info.value.problems}
+    assert problems["ssh_prot"].endswith("did you mean 'ssh_port'?")
+    assert problems["ssh_confg_file"].endswith("did you mean 'ssh_config_file'?")
+    assert (
+        problems["ssh_qwertyuiopasdf"].startswith("not an SSH key pyinfra knows")
+        and "ssh_paramiko_connect_kwargs" in (problems["ssh_qwertyuiopasdf"])
+    )  # no near miss: pyinfra's keys are listed
+    assert "vllm_profle" in problems  # every problem at once
+    host_config({**lab_data, **dict.fromkeys(["ssh_config_file", "ssh_connect_retries"], None)})  # pyinfra's own: fine
