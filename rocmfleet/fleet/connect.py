@@ -196,9 +196,9 @@ def _pyinfra_state(connect_timeout_s: float) -> tuple[State, Inventory]:
     from pyinfra.api.inventory import Inventory
     from pyinfra.api.state import State
 
-    inventory = Inventory(([], {}))  # type: ignore[no-untyped-call]  # pyinfra 3.10 leaves it unannotated
+    inventory = Inventory(([], {}))
     state = State()
-    config = Config(CONNECT_TIMEOUT=connect_timeout_s, PARALLEL=1)  # type: ignore[no-untyped-call]  # idem
+    config = Config(CONNECT_TIMEOUT=connect_timeout_s, PARALLEL=1)  # type: ignore[no-untyped-call]  # pyinfra 3.10 leaves it unannotated
     state.init(inventory, config)  # State(inventory) skips an empty one
     return state, inventory
 
