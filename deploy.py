@@ -12,6 +12,9 @@ the failed hosts. The inventory already validated every host before connecting
 uses that config, one changed by ``--data`` overrides is validated again here.
 """
 
+import sys
+import types
+
 from pyinfra.context import host
 
 import roles.base
@@ -27,6 +30,15 @@ from rocmfleet.domain import vllm
 from rocmfleet.facts.state import HostState
 from rocmfleet.operations import fail
 from rocmfleet.plan import hoststate, vllmplan
+
+# pyinfra orders each operation by walking the call stack (``inspect.getframeinfo`` of every
+# frame). This file is exec()'d by pyinfra, not imported, so for its frames ``inspect.getmodule``
+# finds no module and scans all of ``sys.modules`` (~900 here) each time: about a fifth of the
+# control CPU of a no-op converge. A module entry naming this file turns that scan into one cache
+# hit. Nothing that runs on the hosts changes.
+if "rocmfleet._deploy_file" not in sys.modules:
+    sys.modules["rocmfleet._deploy_file"] = types.ModuleType("rocmfleet._deploy_file")
+    sys.modules["rocmfleet._deploy_file"].__file__ = __file__
 
 try:
     # Group files that could not be read (an inventory without check_on_load still loads them).
