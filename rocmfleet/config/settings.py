@@ -34,6 +34,7 @@ from pydantic.functional_validators import AfterValidator, PlainValidator
 from rocmfleet.config import groupvars
 from rocmfleet.config.errors import ConfigError, Problem
 from rocmfleet.config.profiles import Image, ImageDigest, ImageName, ImageTag, Profile, ProfileError, load_profile
+from rocmfleet.config.sshkeys import pyinfra_ssh_keys as pyinfra_ssh_keys
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import docker, envpolicy
 from rocmfleet.domain.docker import DockerDaemon
@@ -135,17 +136,6 @@ class InstanceOverride(BaseModel):
         max_length=MAX_GPUS,
         description="Host GPU indices (KFD order) the instance gets; each below `vllm_gpu_count`.",
     )
-
-
-def pyinfra_ssh_keys() -> list[str]:
-    """Every host data key of pyinfra's SSH connector (``ssh_port``, ``ssh_config_file``, ...), sorted.
-
-    Read from pyinfra's own connector data class (``SSHConnector.data_cls``, the ``ConnectorData``
-    of ``pyinfra/connectors/ssh.py``), never restated here.
-    """
-    from pyinfra.connectors.ssh import SSHConnector
-
-    return sorted(SSHConnector.data_cls.__annotations__)
 
 
 class ConnectionSettings(BaseModel):

@@ -41,7 +41,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rocmfleet.config.settings import pyinfra_ssh_keys
+from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 
 if TYPE_CHECKING:
     import paramiko

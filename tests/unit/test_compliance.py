@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from rocmfleet.config.errors import CannotCheck
-from rocmfleet.fleet.check import compliance, cvs
+from rocmfleet.fleet.check import checkfile, compliance, cvs
 from rocmfleet.fleet.check.compliance import CheckResult
 from rocmfleet.fleet.inventory import FleetError, load_fleet
 from tests.unit.test_topology import FIXTURES
@@ -377,7 +377,7 @@ def test_expectations_hold_each_hosts_data_and_no_secret(lab_data, tmp_path, mon
     path = tmp_path / "expect.json"
     path.write_text(text)
     monkeypatch.setenv(expect.FILE_ENV, str(path))
-    for cache in (expect._load, expect._config):
+    for cache in (checkfile.load, expect._config):
         cache.cache_clear()
     try:
         assert expect.host_names() == ["gpu-1", "gpu-2"]
@@ -388,7 +388,7 @@ def test_expectations_hold_each_hosts_data_and_no_secret(lab_data, tmp_path, mon
         with pytest.raises(expect.ExpectationError, match="no expectations for host 'gpu-9'"):
             expect.host_config("gpu-9")
     finally:
-        for cache in (expect._load, expect._config):
+        for cache in (checkfile.load, expect._config):
             cache.cache_clear()
 
 

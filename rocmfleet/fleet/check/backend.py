@@ -26,6 +26,7 @@ import pytest
 from testinfra.backend import base
 
 from rocmfleet.config.errors import CannotCheck
+from rocmfleet.fleet.check import checkfile
 from rocmfleet.fleet.check.report import over_budget
 from rocmfleet.fleet.connect import COMMAND_TIMEOUT_S, CommandTimeout, Session, SshSettings
 
@@ -96,9 +97,7 @@ class SessionBackend(base.BaseBackend):  # type: ignore[misc]  # testinfra ships
     def session(self) -> Session:
         if self._session is not None:
             return self._session
-        from rocmfleet.fleet.check import expect
-
-        settings = self._settings or expect.ssh_settings(self.hostname)
+        settings = self._settings or checkfile.ssh_settings(self.hostname)
         if settings is None:
             raise CannotCheck(f"no SSH settings for {self.hostname}: run the checks with `rocmfleet check`")
         return Session.open(settings)

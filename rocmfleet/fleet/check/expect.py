@@ -35,14 +35,16 @@ from rocmfleet.domain import rocm, tuning, vllm
 from rocmfleet.domain.rocm import RocmSettings
 from rocmfleet.domain.tuning import TuningSettings
 from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, state_args
+
+# re-exported: the checks read these through this module
+from rocmfleet.fleet.check.checkfile import FILE_ENV as FILE_ENV
+from rocmfleet.fleet.check.checkfile import ExpectationError as ExpectationError
+from rocmfleet.fleet.check.checkfile import entry as _entry
+from rocmfleet.fleet.check.checkfile import host_name as host_name
+from rocmfleet.fleet.check.checkfile import host_names as host_names
+from rocmfleet.fleet.check.checkfile import ssh_settings as ssh_settings
 from rocmfleet.fleet.connect import SshSettings
 from rocmfleet.plan import hoststate
-
-FILE_ENV = "ROCMFLEET_CHECK_FILE"
-
-
-class ExpectationError(RuntimeError):
-    """The expectations file is missing, unreadable or not what :func:`expectations_json` writes."""
 
 
 def host_expectations(ssh: SshSettings, config: HostConfig) -> dict[str, Any]:
@@ -90,52 +92,6 @@ def config_from_dict(data: dict[str, Any]) -> HostConfig:
         RocmSettings.model_validate(data["rocm"]),
         TuningSettings.model_validate(data["tuning"]),
     )
-
-
-@functools.cache
-def _load() -> dict[str, Any] | None:
-    path = os.environ.get(FILE_ENV)
-    if not path:
-        return None
-    try:
-        with open(path, encoding="utf-8") as file:
-            data = json.load(file)
-    except (OSError, ValueError) as exc:
-        raise ExpectationError(f"{FILE_ENV}={path}: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("hosts"), dict):
-        raise ExpectationError(f"{path}: not a rocmfleet expectations file (no hosts mapping)")
-    hosts: dict[str, Any] = data["hosts"]
-    return hosts
-
-
-def host_name(host: Any) -> str:
-    """The inventory name of ``host``: a testinfra ``Host`` (its backend's host name) or a name."""
-    return host if isinstance(host, str) else host.backend.hostname
-
-
-def host_names() -> list[str]:
-    """The hosts of the expectations file, in its order (empty without one)."""
-    return list(_load() or {})
-
-
-def _entry(name: str) -> dict[str, Any] | None:
-    hosts = _load()
-    if hosts is None:
-        return None
-    if name not in hosts:
-        raise ExpectationError(f"{os.environ.get(FILE_ENV)}: no expectations for host {name!r}")
-    entry: dict[str, Any] = hosts[name]
-    return entry
-
-
-def ssh_settings(host: Any) -> SshSettings | None:
-    """The SSH settings of ``host`` (a name or testinfra ``Host``); ``None`` without a file.
-
-    Raises:
-        ExpectationError: the file does not name this host.
-    """
-    entry = _entry(host_name(host))
-    return SshSettings.from_dict(entry["ssh"]) if entry else None
 
 
 @functools.cache

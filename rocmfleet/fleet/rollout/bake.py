@@ -24,11 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocmfleet.domain import cachedirs
-from rocmfleet.fleet.cache import cachebake
 from rocmfleet.fleet.cache.cachebake import Baked, BakeError
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError
 from rocmfleet.fleet.inventory import Target
-from rocmfleet.fleet.rollout import command, fleetimage
 from rocmfleet.fleet.rollout.batches import parse_max_unavailable
 from rocmfleet.fleet.rollout.fleetimage import CommandError
 from rocmfleet.fleet.rollout.progress import Emit, to_stderr
@@ -51,11 +49,6 @@ class BakeSteps:
     #: ``run_rollout``'s keyword arguments: its options are passed through as given.
     rollout: Callable[..., int]
 
-    @classmethod
-    def real(cls) -> BakeSteps:
-        """The real steps, looked up when called (tests replace them in their modules)."""
-        return cls(fleetimage.load, fleetimage.resolve, fleetimage.with_image, cachebake.bake, command.run_rollout)
-
 
 def bake_and_roll(
     inventory: str,
@@ -63,7 +56,8 @@ def bake_and_roll(
     canary: int = 1,
     limit: list[str] | None = None,
     emit: Emit = print,
-    steps: BakeSteps | None = None,
+    *,
+    steps: BakeSteps,
     error: Emit | None = None,
     **rollout_options: Any,
 ) -> int:
@@ -75,6 +69,7 @@ def bake_and_roll(
         canary: hosts in the rollout's first batch; at least 1 (the bake runs on the first).
         limit: ``--limit`` patterns, as for the rollout.
         emit: where progress goes (stdout); error: where errors go (default stderr).
+        steps: the steps it calls (:func:`rocmfleet.cli` passes the real ones, tests stand-ins).
         rollout_options: passed to :func:`rocmfleet.fleet.rollout.command.run_rollout` (``max_unavailable``,
             ``force``, ``results_dir``, ``progress_factory``).
 
@@ -82,7 +77,6 @@ def bake_and_roll(
         The rollout's exit status; 1 when the bake failed (nothing rolled); 2 when nothing started
         (bad options, a baked base image, an unreadable registry).
     """
-    steps = steps or BakeSteps.real()
     say_error: Emit = error or to_stderr
     try:
         # a recorded rollout refuses this one: say so before the bake stops the canary's instance

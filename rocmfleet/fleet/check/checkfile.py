@@ -1,0 +1,68 @@
+"""The expectations file of one ``rocmfleet check`` pytest process: which hosts, their SSH settings.
+
+The parent writes it (:func:`rocmfleet.fleet.check.expect.expectations_json`); this module only
+reads it, and imports nothing of the configuration, so the testinfra backend
+(:mod:`rocmfleet.fleet.check.backend`) finds a host's SSH settings without the config layer.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+from rocmfleet.fleet.connect import SshSettings
+
+#: The environment variable naming the expectations file.
+FILE_ENV = "ROCMFLEET_CHECK_FILE"
+
+
+class ExpectationError(RuntimeError):
+    """The expectations file is missing, unreadable or not what :func:`expectations_json` writes."""
+
+
+@functools.cache
+def load() -> dict[str, Any] | None:
+    path = os.environ.get(FILE_ENV)
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
+    except (OSError, ValueError) as exc:
+        raise ExpectationError(f"{FILE_ENV}={path}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("hosts"), dict):
+        raise ExpectationError(f"{path}: not a rocmfleet expectations file (no hosts mapping)")
+    hosts: dict[str, Any] = data["hosts"]
+    return hosts
+
+
+def host_name(host: Any) -> str:
+    """The inventory name of ``host``: a testinfra ``Host`` (its backend's host name) or a name."""
+    return host if isinstance(host, str) else host.backend.hostname
+
+
+def host_names() -> list[str]:
+    """The hosts of the expectations file, in its order (empty without one)."""
+    return list(load() or {})
+
+
+def entry(name: str) -> dict[str, Any] | None:
+    hosts = load()
+    if hosts is None:
+        return None
+    if name not in hosts:
+        raise ExpectationError(f"{os.environ.get(FILE_ENV)}: no expectations for host {name!r}")
+    entry: dict[str, Any] = hosts[name]
+    return entry
+
+
+def ssh_settings(host: Any) -> SshSettings | None:
+    """The SSH settings of ``host`` (a name or testinfra ``Host``); ``None`` without a file.
+
+    Raises:
+        ExpectationError: the file does not name this host.
+    """
+    found = entry(host_name(host))
+    return SshSettings.from_dict(found["ssh"]) if found else None
