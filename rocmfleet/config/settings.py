@@ -34,7 +34,7 @@ from pydantic.functional_validators import AfterValidator, PlainValidator
 from rocmfleet.config import groupvars
 from rocmfleet.config.errors import ConfigError, Problem
 from rocmfleet.config.profiles import Image, ImageDigest, ImageName, ImageTag, Profile, ProfileError, load_profile
-from rocmfleet.config.sshkeys import pyinfra_ssh_keys as pyinfra_ssh_keys
+from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import docker, envpolicy
 from rocmfleet.domain.docker import DockerDaemon

@@ -376,16 +376,16 @@ def test_expectations_hold_each_hosts_data_and_no_secret(lab_data, tmp_path, mon
     assert "hf_neverShown" not in text
     path = tmp_path / "expect.json"
     path.write_text(text)
-    monkeypatch.setenv(expect.FILE_ENV, str(path))
+    monkeypatch.setenv(checkfile.FILE_ENV, str(path))
     for cache in (checkfile.load, expect._config):
         cache.cache_clear()
     try:
-        assert expect.host_names() == ["gpu-1", "gpu-2"]
+        assert checkfile.host_names() == ["gpu-1", "gpu-2"]
         assert [i.name for i in expect.instances_of("gpu-1")] == ["tiny-llama-a", "tiny-llama-b"]
         assert [i.name for i in expect.instances_of("gpu-2")] == ["solo"]
-        assert expect.ssh_settings("gpu-2").hostname == "10.0.0.2"
+        assert checkfile.ssh_settings("gpu-2").hostname == "10.0.0.2"
         assert expect.host_config("gpu-1").settings.vllm_secret_env["HF_TOKEN"].reveal() == ""
-        with pytest.raises(expect.ExpectationError, match="no expectations for host 'gpu-9'"):
+        with pytest.raises(checkfile.ExpectationError, match="no expectations for host 'gpu-9'"):
             expect.host_config("gpu-9")
     finally:
         for cache in (checkfile.load, expect._config):

@@ -12,7 +12,7 @@ import pytest
 import testinfra.host
 
 from rocmfleet.config.errors import CannotCheck
-from rocmfleet.config.settings import pyinfra_ssh_keys
+from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 from rocmfleet.fleet import connect
 from rocmfleet.fleet.check.backend import SessionBackend
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session, SshSettings
@@ -259,7 +259,7 @@ def test_key_files_are_never_key_material(server):
 SAMPLE_CHECKS = """
 from rocmfleet.fleet.check import expect
 from rocmfleet.config.errors import CannotCheck
-from rocmfleet.config.settings import pyinfra_ssh_keys
+from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 
 
 def test_sees_its_expectations(host):
@@ -348,7 +348,7 @@ import os
 
 import pytest
 
-from rocmfleet.fleet.check import expect
+from rocmfleet.fleet.check import checkfile
 
 
 def test_process(host):
@@ -356,7 +356,7 @@ def test_process(host):
 
 
 def test_own_expectations(host, config):
-    wanted = {"root": ["tiny-llama-a", "tiny-llama-b"], "svc": ["solo"]}[expect.ssh_settings(host).user]
+    wanted = {"root": ["tiny-llama-a", "tiny-llama-b"], "svc": ["solo"]}[checkfile.ssh_settings(host).user]
     assert [i.name for i in config.instances()] == wanted
 
 

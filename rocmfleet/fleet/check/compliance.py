@@ -41,7 +41,7 @@ from typing import TypeVar
 
 from rocmfleet.fleet import check as checks
 from rocmfleet.fleet import connect
-from rocmfleet.fleet.check import backend, expect, report
+from rocmfleet.fleet.check import backend, checkfile, expect, report
 from rocmfleet.fleet.inventory import Target
 
 #: Modules of the suite, in the order they run (``rocmfleet/fleet/check/test_<name>.py``).
@@ -211,7 +211,7 @@ def run_group(
         with os.fdopen(os.open(data, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as out:
             out.write(expect.expectations_json({t.name: (t.ssh, t.config) for t in targets}))
         report_file.touch(0o600)
-        env = {**os.environ, expect.FILE_ENV: str(data), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        env = {**os.environ, checkfile.FILE_ENV: str(data), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         started = time.monotonic()
         deadline = started + timeout_s * len(targets) + STARTUP_S
         with (

@@ -13,7 +13,7 @@ import pytest
 from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.topology import GpuTopology, parse_fact_output
-from rocmfleet.fleet.check import expect
+from rocmfleet.fleet.check import checkfile, expect
 
 if TYPE_CHECKING:
     from testinfra.host import Host
@@ -35,7 +35,7 @@ def runs_here(host_name: str | None, instance: str | None, per_host: dict[str, l
 
 
 def _per_host() -> dict[str, list[str]]:
-    return {name: [i.name for i in expect.instances_of(name)] for name in expect.host_names()}
+    return {name: [i.name for i in expect.instances_of(name)] for name in checkfile.host_names()}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -52,7 +52,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _params(item: pytest.Item) -> tuple[str | None, str | None]:
     params = getattr(getattr(item, "callspec", None), "params", {})
     host = params.get("_testinfra_host")
-    return (expect.host_name(host) if host is not None else None), params.get("instance")
+    return (checkfile.host_name(host) if host is not None else None), params.get("instance")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -78,7 +78,7 @@ def config(host: Host) -> HostConfig:
     """The host's validated configuration; checks that need it skip without an inventory."""
     found = expect.host_config(host)
     if found is None:
-        pytest.skip(f"no expectations given ({expect.FILE_ENV} is unset): nothing to compare with")
+        pytest.skip(f"no expectations given ({checkfile.FILE_ENV} is unset): nothing to compare with")
     return found
 
 

@@ -35,14 +35,8 @@ from rocmfleet.domain import rocm, tuning, vllm
 from rocmfleet.domain.rocm import RocmSettings
 from rocmfleet.domain.tuning import TuningSettings
 from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, state_args
-
-# re-exported: the checks read these through this module
-from rocmfleet.fleet.check.checkfile import FILE_ENV as FILE_ENV
-from rocmfleet.fleet.check.checkfile import ExpectationError as ExpectationError
+from rocmfleet.fleet.check.checkfile import FILE_ENV, ExpectationError, host_name
 from rocmfleet.fleet.check.checkfile import entry as _entry
-from rocmfleet.fleet.check.checkfile import host_name as host_name
-from rocmfleet.fleet.check.checkfile import host_names as host_names
-from rocmfleet.fleet.check.checkfile import ssh_settings as ssh_settings
 from rocmfleet.fleet.connect import SshSettings
 from rocmfleet.plan import hoststate
 
