@@ -1,16 +1,16 @@
-"""Facts about the last good version of vLLM instances (:mod:`rocmfleet.fleet.rollout.swap`)."""
+"""Facts about the last good version of vLLM instances (:mod:`rocmfleet.domain.lastgood`)."""
 
 from __future__ import annotations
 
 from pyinfra.api.facts import FactBase
 
-from rocmfleet.fleet.rollout.swap import LastGoodFiles, LastGoodState, last_good_state_command, parse_last_good_state
+from rocmfleet.domain.lastgood import LastGoodFiles, LastGoodState, last_good_state_command, parse_last_good_state
 
 
 class LastGood(FactBase[LastGoodState]):
     """
     How an instance's live unit, environment and secrets files compare with their last good copies,
-    and the last good version's ``serve.json`` (see :mod:`rocmfleet.fleet.rollout.swap`).
+    and the last good version's ``serve.json`` (see :mod:`rocmfleet.domain.lastgood`).
 
     .. code:: python
 

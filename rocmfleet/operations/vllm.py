@@ -29,7 +29,7 @@ from pyinfra.context import host, state
 from pyinfra.operations import files as file_ops
 
 from rocmfleet.config.settings import HostConfig, Instance
-from rocmfleet.domain import cachedirs, cachekey, vllm
+from rocmfleet.domain import cachedirs, cachekey, lastgood, vllm
 from rocmfleet.facts.devices import DeviceGroupIds
 from rocmfleet.facts.docker import ImageLabels
 from rocmfleet.facts.rollout import LastGood
@@ -224,7 +224,7 @@ def port_is_ours(instance: str, port: int, container: str) -> Commands:
 
 @operation()
 def serve_args_check(
-    config: HostConfig, instance: str, last_good: rollout.LastGoodFiles, placed: Placed | None = None
+    config: HostConfig, instance: str, last_good: lastgood.LastGoodFiles, placed: Placed | None = None
 ) -> Commands:
     """
     Check ``vllm serve`` arguments with the image's own vLLM argument parser; fail the host if it
@@ -262,7 +262,7 @@ def serve_args_check(
         return
     image, serve_args = config.image.reference, vllm.serve_args(config, _instance(config, instance))
     env = vllm.container_env(config, now.placements[instance])
-    record = rollout.serve_record(image, serve_args, env)
+    record = lastgood.serve_record(image, serve_args, env)
     saved = host.get_fact(LastGood, files=last_good)
     if saved.serve == json.loads(record):
         host.noop(f"{instance}: its last good version ran these vllm serve arguments on this image")
@@ -324,7 +324,7 @@ def ready_or_roll_back(
 
 @operation()
 def last_good(
-    config: HostConfig, instance: str, files: rollout.LastGoodFiles, placed: Placed | None = None
+    config: HostConfig, instance: str, files: lastgood.LastGoodFiles, placed: Placed | None = None
 ) -> Commands:
     """
     Keep the instance's live files as its last good version (it is ready with them).
@@ -363,7 +363,7 @@ def last_good(
             f"rocmfleet: {instance}: not ready on port {port}; its files are not kept as the last good version"
         )
         return
-    yield StringCommand(rollout.save_last_good_script(files, record))
+    yield StringCommand(lastgood.save_last_good_script(files, record))
 
 
 @operation()

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 from rocmfleet.config.settings import HostConfig, Instance
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import vllm
+from rocmfleet.domain import lastgood, vllm
 from rocmfleet.domain.placement import Placement, PlacementError
 from rocmfleet.domain.topology import Topology
-from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.plan import hoststate
 from rocmfleet.plan.hoststate import WantedFile
 
@@ -125,11 +124,11 @@ def secrets_content(config: HostConfig) -> Secret:
     return Secret(vllm.env_lines(values))
 
 
-def last_good_of(name: str) -> rollout.LastGoodFiles:
+def last_good_of(name: str) -> lastgood.LastGoodFiles:
     """The live files of the instance called ``name`` and its last good directory
     (:func:`rocmfleet.domain.vllm.layout`)."""
     names = vllm.layout(name)
-    return rollout.LastGoodFiles(
+    return lastgood.LastGoodFiles(
         directory=names.last_good_dir,
         live={"unit": names.unit_path, "env": names.env_file, "secrets": names.secrets_file},
     )
@@ -137,7 +136,7 @@ def last_good_of(name: str) -> rollout.LastGoodFiles:
 
 def serve_record(config: HostConfig, instance: Instance, placement: Placement) -> str:
     """What the instance runs: its last good version's ``serve.json``
-    (:func:`rocmfleet.fleet.rollout.swap.serve_record`)."""
-    return rollout.serve_record(
+    (:func:`rocmfleet.domain.lastgood.serve_record`)."""
+    return lastgood.serve_record(
         config.image.reference, vllm.serve_args(config, instance), vllm.container_env(config, placement)
     )

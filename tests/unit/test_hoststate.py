@@ -12,10 +12,9 @@ import pytest
 
 from rocmfleet import scripts
 from rocmfleet.config.settings import host_config
-from rocmfleet.domain import vllm
+from rocmfleet.domain import lastgood, vllm
 from rocmfleet.facts.state import HostState, parse_state, state_args
 from rocmfleet.facts.topology import parse_fact_output
-from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.plan import hoststate, vllmplan
 from rocmfleet.plan.hoststate import WantedFile
 from rocmfleet.plan.instance import HostPlacement, instance_files, last_good_of, place_host, secrets_content
@@ -168,7 +167,7 @@ def converged_output(config, topology, *, skip: str = "", ready: int = 0) -> lis
     for inst in config.instances():
         env, unit = instance_files(config, inst, placed).files
         files = last_good_of(inst.name)
-        record = rollout.serve_record(
+        record = lastgood.serve_record(
             config.image.reference,
             vllm.serve_args(config, inst),
             vllm.container_env(config, placed.placements[inst.name]),

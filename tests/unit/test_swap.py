@@ -1,4 +1,5 @@
-"""rocmfleet.fleet.rollout.swap: the argument check, the last good copies, wait and roll back.
+"""rocmfleet.fleet.rollout.swap and rocmfleet.domain.lastgood: the argument check, the last good copies,
+wait and roll back.
 
 The shell is run for real (``sh``) in a temporary directory, with stand-ins for ``curl``,
 ``docker``, ``systemctl``, ``journalctl`` and ``install`` (without ``-o``/``-g``) on ``PATH``.
@@ -23,7 +24,7 @@ from pyinfra.api import FunctionCommand
 
 from rocmfleet import scripts
 from rocmfleet.config.profiles import ReadyProbe
-from rocmfleet.domain import readiness, vllm
+from rocmfleet.domain import lastgood, readiness, vllm
 from rocmfleet.fleet.rollout import hoststeps, swap
 from tests.unit.conftest import TOPOLOGY
 
@@ -35,11 +36,11 @@ OLD_IMAGE = "reg:5000/vllm:old@sha256:" + "cd" * 32
 
 
 def test_serve_record_is_one_sorted_json_line():
-    record = swap.serve_record(IMAGE, ["/m", "--port", "8000"], {"B": "2", "A": "1"})
+    record = lastgood.serve_record(IMAGE, ["/m", "--port", "8000"], {"B": "2", "A": "1"})
     assert record == (
         '{"env": {"A": "1", "B": "2"}, "image": "' + IMAGE + '", "serve_args": ["/m", "--port", "8000"]}\n'
     )
-    assert record == swap.serve_record(IMAGE, ("/m", "--port", "8000"), {"A": "1", "B": "2"})
+    assert record == lastgood.serve_record(IMAGE, ("/m", "--port", "8000"), {"A": "1", "B": "2"})
 
 
 def test_check_runs_a_throwaway_container_without_devices_network_or_pull():
@@ -223,10 +224,10 @@ def host(tmp_path):
     return run
 
 
-def instance_files(tmp_path: Path, name: str) -> swap.LastGoodFiles:
+def instance_files(tmp_path: Path, name: str) -> lastgood.LastGoodFiles:
     etc = tmp_path / "etc"
     (etc / "systemd").mkdir(parents=True, exist_ok=True)
-    return swap.last_good_files(
+    return lastgood.last_good_files(
         str(etc),
         name,
         str(etc / "systemd" / f"vllm-{name}.service"),
@@ -235,19 +236,19 @@ def instance_files(tmp_path: Path, name: str) -> swap.LastGoodFiles:
     )
 
 
-def write_live(files: swap.LastGoodFiles, version: str) -> None:
+def write_live(files: lastgood.LastGoodFiles, version: str) -> None:
     for name, path in files.live.items():
         Path(path).write_text(f"{name} of {version}\n")
 
 
-def live_text(files: swap.LastGoodFiles) -> dict[str, str]:
+def live_text(files: lastgood.LastGoodFiles) -> dict[str, str]:
     return {name: Path(path).read_text() for name, path in files.live.items()}
 
 
-def last_good_state(host, files) -> swap.LastGoodState:
-    result = host(swap.last_good_state_command(files))
+def last_good_state(host, files) -> lastgood.LastGoodState:
+    result = host(lastgood.last_good_state_command(files))
     assert result.returncode == 0, result.stderr
-    return swap.parse_last_good_state(result.stdout.splitlines())
+    return lastgood.parse_last_good_state(result.stdout.splitlines())
 
 
 def test_state_of_an_instance_never_saved_is_incomplete(host, tmp_path):
@@ -261,14 +262,14 @@ def test_state_of_an_instance_never_saved_is_incomplete(host, tmp_path):
 def test_save_then_state_is_same_and_names_the_image(host, tmp_path):
     files = instance_files(tmp_path, "a")
     write_live(files, "v1")
-    record = swap.serve_record(OLD_IMAGE, ["/m"], {"A": "1"})
-    assert host(swap.save_last_good_script(files, record)).returncode == 0
+    record = lastgood.serve_record(OLD_IMAGE, ["/m"], {"A": "1"})
+    assert host(lastgood.save_last_good_script(files, record)).returncode == 0
     state = last_good_state(host, files)
     assert (state.complete, state.same, state.image) == (True, True, OLD_IMAGE)
     assert state.serve == json.loads(record)
     assert Path(files.serve_json).read_text() == record
     assert stat.S_IMODE(os.stat(files.directory).st_mode) == 0o700
-    for name in swap.SAVED_FILES:
+    for name in lastgood.SAVED_FILES:
         assert stat.S_IMODE(os.stat(files.saved(name)).st_mode) == 0o600
         assert Path(files.saved(name)).read_text() == f"{name} of v1\n"
 
@@ -276,7 +277,7 @@ def test_save_then_state_is_same_and_names_the_image(host, tmp_path):
 def test_a_new_env_file_makes_the_state_differ(host, tmp_path):
     files = instance_files(tmp_path, "a")
     write_live(files, "v1")
-    host(swap.save_last_good_script(files, swap.serve_record(OLD_IMAGE, ["/m"], {})))
+    host(lastgood.save_last_good_script(files, lastgood.serve_record(OLD_IMAGE, ["/m"], {})))
     Path(files.live["env"]).write_text("env of v2\n")
     state = last_good_state(host, files)
     assert state.files == {"unit": "same", "env": "differs", "secrets": "same"}
@@ -284,7 +285,7 @@ def test_a_new_env_file_makes_the_state_differ(host, tmp_path):
 
 
 def test_parse_ignores_noise_and_bad_json():
-    state = swap.parse_last_good_state(["unit same", "env differs", "secrets same", "serve {not json", "junk"])
+    state = lastgood.parse_last_good_state(["unit same", "env differs", "secrets same", "serve {not json", "junk"])
     assert state.files == {"unit": "same", "env": "differs", "secrets": "same"}
     assert (state.serve, state.complete) == (None, False)
 
@@ -292,7 +293,7 @@ def test_parse_ignores_noise_and_bad_json():
 # --- wait, and roll back what is not ready -------------------------------------------------------
 
 
-def target(files: swap.LastGoodFiles, name: str, port: int, roll_back_to: str | None) -> swap.WaitTarget:
+def target(files: lastgood.LastGoodFiles, name: str, port: int, roll_back_to: str | None) -> swap.WaitTarget:
     return swap.WaitTarget(
         name=name,
         unit=f"vllm-{name}.service",
@@ -323,7 +324,7 @@ def test_the_instance_not_ready_is_rolled_back_and_the_host_fails(host, tmp_path
     a, b = instance_files(tmp_path, "a"), instance_files(tmp_path, "b")
     for files in (a, b):
         write_live(files, "v1")
-        host(swap.save_last_good_script(files, swap.serve_record(OLD_IMAGE, ["/m"], {})))
+        host(lastgood.save_last_good_script(files, lastgood.serve_record(OLD_IMAGE, ["/m"], {})))
         write_live(files, "v2")
     (host.state / "ready-8001").touch()  # b's new version is ready; a's is not
     (host.state / "heals-vllm-a.service").write_text("8000")  # a's old version comes back
@@ -352,7 +353,7 @@ def test_the_instance_not_ready_is_rolled_back_and_the_host_fails(host, tmp_path
 def test_the_rollback_puts_the_copies_back_with_the_live_modes(host, tmp_path):
     files = instance_files(tmp_path, "a")
     write_live(files, "v1")
-    host(swap.save_last_good_script(files, swap.serve_record(OLD_IMAGE, ["/m"], {})))
+    host(lastgood.save_last_good_script(files, lastgood.serve_record(OLD_IMAGE, ["/m"], {})))
     write_live(files, "v2")
     for path in files.live.values():
         os.chmod(path, 0o666)
@@ -376,7 +377,7 @@ def test_without_a_version_to_roll_back_to_it_only_fails(host, tmp_path):
 def test_an_old_version_that_does_not_come_back_is_said_too(host, tmp_path):
     a = instance_files(tmp_path, "a")
     write_live(a, "v1")
-    host(swap.save_last_good_script(a, swap.serve_record(OLD_IMAGE, ["/m"], {})))
+    host(lastgood.save_last_good_script(a, lastgood.serve_record(OLD_IMAGE, ["/m"], {})))
     write_live(a, "v2")
     result = host(swap.wait_or_roll_back_script([target(a, "a", 8000, OLD_IMAGE)], 1, 1, 1))
     assert result.returncode == 1
@@ -585,7 +586,7 @@ def test_live_is_not_serving_on_a_silent_port_or_one_held_by_another_process(hos
 def test_a_wrong_answer_rolls_back_at_once_and_the_old_version_is_not_asked_it(host, tmp_path):
     a = instance_files(tmp_path, "a")
     write_live(a, "v1")
-    host(swap.save_last_good_script(a, swap.serve_record(OLD_IMAGE, ["/m"], {})))
+    host(lastgood.save_last_good_script(a, lastgood.serve_record(OLD_IMAGE, ["/m"], {})))
     write_live(a, "v2")
     (host.state / "ready-8000").touch()
     (host.state / "completions-8000").write_text(answer(" Berlin"))  # the old version answers the same
@@ -610,7 +611,7 @@ class FakeHost:
 
     name = "gpu-1"
 
-    def __init__(self, ready: dict[int, bool], saved: dict[str, swap.LastGoodState], **facts) -> None:
+    def __init__(self, ready: dict[int, bool], saved: dict[str, lastgood.LastGoodState], **facts) -> None:
         self.ready, self.saved, self.noops = ready, saved, []
         self.facts = {"GpuTopology": TOPOLOGY, "DeviceGroupIds": [44, 992], **facts}
 
@@ -630,8 +631,8 @@ class FakeHost:
         self.noops.append(message)
 
 
-def saved_state(files: str, serve: dict | None) -> swap.LastGoodState:
-    return swap.LastGoodState(files=dict.fromkeys(swap.SAVED_FILES, files), serve=serve)
+def saved_state(files: str, serve: dict | None) -> lastgood.LastGoodState:
+    return lastgood.LastGoodState(files=dict.fromkeys(lastgood.SAVED_FILES, files), serve=serve)
 
 
 @pytest.fixture
@@ -665,7 +666,7 @@ def test_check_is_a_noop_when_the_last_good_version_ran_the_same(ops, tmp_path, 
     files = instance_files(tmp_path, "tiny-llama-a")
     inst = lab_config.instances()[0]
     args, env = vllm.serve_args(lab_config, inst), expected_env(lab_config, inst.name)
-    record = json.loads(swap.serve_record(lab_config.image.reference, args, env))
+    record = json.loads(lastgood.serve_record(lab_config.image.reference, args, env))
     fake = FakeHost({}, {files.directory: saved_state("same", record)})
     vllm_ops = ops(fake)
     assert list(vllm_ops.serve_args_check._inner(lab_config, inst.name, files)) == []
@@ -767,10 +768,10 @@ def test_last_good_is_kept_once_and_only_when_ready(ops, tmp_path, lab_config):
     inst = lab_config.instances()[0]
     files = instance_files(tmp_path, inst.name)
     env = expected_env(lab_config, inst.name)
-    record = swap.serve_record(lab_config.image.reference, vllm.serve_args(lab_config, inst), env)
+    record = lastgood.serve_record(lab_config.image.reference, vllm.serve_args(lab_config, inst), env)
     unsaved = FakeHost({8000: True}, {files.directory: saved_state("missing", None)})
     assert commands(ops(unsaved).last_good._inner(lab_config, inst.name, files)) == [
-        swap.save_last_good_script(files, record)
+        lastgood.save_last_good_script(files, record)
     ]
     saved = FakeHost({8000: True}, {files.directory: saved_state("same", json.loads(record))})
     assert commands(ops(saved).last_good._inner(lab_config, inst.name, files)) == []
@@ -931,11 +932,11 @@ def test_a_rolling_restart_gives_up_at_once_on_a_failed_unit(host, lab_data, mon
 
 
 def test_served_by_reads_the_port_and_name_as_vllm_does():
-    assert swap.served_by(["/m", "--served-model-name", "tiny", "--port", "8001"]) == (8001, "tiny")
-    assert swap.served_by(["/m", "--port=8002", "--port", "8003"]) == (8003, "/m")  # the last wins; the model
-    assert swap.served_by(["/m", "--served-model-name", "a", "b", "--host", "0.0.0.0"]) == (8000, "a")
-    assert swap.served_by(["/m", "--served-model-name=x"]) == (8000, "x")
-    assert swap.served_by([]) == (8000, None)
+    assert lastgood.served_by(["/m", "--served-model-name", "tiny", "--port", "8001"]) == (8001, "tiny")
+    assert lastgood.served_by(["/m", "--port=8002", "--port", "8003"]) == (8003, "/m")  # the last wins; the model
+    assert lastgood.served_by(["/m", "--served-model-name", "a", "b", "--host", "0.0.0.0"]) == (8000, "a")
+    assert lastgood.served_by(["/m", "--served-model-name=x"]) == (8000, "x")
+    assert lastgood.served_by([]) == (8000, None)
     old = {"image": OLD_IMAGE, "serve_args": ["/m", "--served-model-name", "old", "--port", "8005"], "env": {}}
     assert saved_state("differs", old).served == (8005, "old")
     assert saved_state("differs", None).served == (None, None)
@@ -944,7 +945,7 @@ def test_served_by_reads_the_port_and_name_as_vllm_does():
 def test_the_restored_version_is_probed_on_its_own_port_and_served_name(host, tmp_path):
     a = instance_files(tmp_path, "a")
     write_live(a, "v1")
-    host(swap.save_last_good_script(a, swap.serve_record(OLD_IMAGE, ["/m", "--port", "8005"], {})))
+    host(lastgood.save_last_good_script(a, lastgood.serve_record(OLD_IMAGE, ["/m", "--port", "8005"], {})))
     write_live(a, "v2")
     (host.state / "heals-vllm-a.service").write_text("8005")  # the old version comes back on its port
     (host.state / "models-8005").write_text('{"data":[{"id":"old-tiny"}]}')

@@ -15,10 +15,9 @@ import textwrap
 from pathlib import Path
 
 from rocmfleet.config.settings import host_config
-from rocmfleet.domain import vllm
+from rocmfleet.domain import lastgood, vllm
 from rocmfleet.domain.placement import InstanceShape, place
 from rocmfleet.facts.topology import parse_fact_output
-from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.operations.vllm import NO_KFD
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +46,7 @@ def records() -> dict[str, str]:
     shapes = [InstanceShape(i.name, i.port, i.gpus, 1) for i in config.instances()]
     placed = {p.name: p for p in place(shapes, parse_fact_output(TOPOLOGY))}
     return {
-        i.name: rollout.serve_record(
+        i.name: lastgood.serve_record(
             config.image.reference, vllm.serve_args(config, i), vllm.container_env(config, placed[i.name])
         )
         for i in config.instances()
