@@ -22,7 +22,7 @@ from rocmfleet.domain import envpolicy, imageref, memfit
 from rocmfleet.domain.benchshape import BenchSettings
 from rocmfleet.domain.flags import FlagError, Rendered, ServingSettings, parse_version, render
 from rocmfleet.domain.memfit import ModelMemory
-from rocmfleet.domain.partitions import (
+from rocmfleet.domain.partitionmodes import (
     MI300X_MEMORY_GIB,
     ComputePartition,
     MemoryPartition,

@@ -23,50 +23,15 @@ reboot while no process uses the GPUs).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
-from rocmfleet.domain.partitionmodes import MI300X_MEMORY_GIB as MI300X_MEMORY_GIB
-from rocmfleet.domain.partitionmodes import PARTITIONS_PER_GPU as PARTITIONS_PER_GPU
-from rocmfleet.domain.partitionmodes import ComputePartition as ComputePartition
-from rocmfleet.domain.partitionmodes import MemoryPartition as MemoryPartition
+from rocmfleet.domain.partitionmodes import PartitionPolicy
 from rocmfleet.domain.topology import Gpu, Topology, format_id_list
 
 
 def set_command(kind: Literal["compute", "memory"], mode: str) -> str:
     """The ``amd-smi`` command that puts every GPU of a host in ``mode`` (reference §7.1, [A1])."""
     return f"amd-smi set --gpu all --{kind}-partition {mode}"
-
-
-@dataclass(frozen=True)
-class PartitionPolicy:
-    """What a profile asks of the GPUs' partitions.
-
-    Attributes:
-        compute: compute partition mode every physical GPU must be in (``SPX``...``CPX``).
-        memory: memory partition mode every physical GPU must be in (``NPS1``, ``NPS2``, ``NPS4``).
-        tp_on_one_gpu: allow the ranks of one TP group on partitions of the same physical GPU
-            (off: each rank on its own physical GPU).
-    """
-
-    compute: str = "SPX"
-    memory: str = "NPS1"
-    tp_on_one_gpu: bool = False
-
-    @property
-    def partitioned(self) -> bool:
-        """Whether a physical GPU is more than one ROCm device in this mode."""
-        return self.compute != "SPX"
-
-
-def policy_problems(policy: PartitionPolicy) -> list[str]:
-    """Combinations AMD does not support: NPS4 (or NPS2) memory partitions need a compute mode with at
-    least as many partitions ([A7]: "NPS4 is only compatible with CPX" on MI300X; reference §7.1)."""
-    if policy.memory == "NPS4" and policy.compute != "CPX":
-        return [f"memory_partition NPS4 needs compute_partition CPX (got {policy.compute}); reference §7.1 [A7]"]
-    if policy.memory == "NPS2" and policy.compute == "SPX":
-        return ["memory_partition NPS2 needs a partitioned compute mode (DPX or CPX), not SPX [A7]"]
-    return []
 
 
 def mode_problems(topology: Topology, policy: PartitionPolicy, host: str = "", profile: str = "") -> list[str]:

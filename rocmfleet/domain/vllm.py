@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from rocmfleet.config.settings import HostConfig, HostSettings, Instance
-from rocmfleet.domain import cachedirs, envpolicy, partitions
+from rocmfleet.domain import cachedirs, envpolicy, partitionmodes, partitions
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
 from rocmfleet.domain.topology import Gpu, Topology
@@ -280,10 +280,10 @@ def instance_shapes(config: HostConfig, topology: Topology | None = None) -> lis
     return [InstanceShape(i.name, i.port, g, tp, heads) for i, g in zip(instances, gpus, strict=True)]
 
 
-def partition_policy(config: HostConfig) -> partitions.PartitionPolicy:
+def partition_policy(config: HostConfig) -> partitionmodes.PartitionPolicy:
     """The profile's compute and memory partition modes (:mod:`rocmfleet.domain.partitions`)."""
     p = config.profile
-    return partitions.PartitionPolicy(p.compute_partition, p.memory_partition, p.tp_on_one_gpu)
+    return partitionmodes.PartitionPolicy(p.compute_partition, p.memory_partition, p.tp_on_one_gpu)
 
 
 def placements(config: HostConfig, topology: Topology, host: str = "") -> dict[str, Placement]:
@@ -320,7 +320,7 @@ def placements(config: HostConfig, topology: Topology, host: str = "") -> dict[s
     return {p.name: p for p in placed}
 
 
-def _partition_note(placement: Placement, by_index: dict[int, Gpu], policy: partitions.PartitionPolicy) -> str:
+def _partition_note(placement: Placement, by_index: dict[int, Gpu], policy: partitionmodes.PartitionPolicy) -> str:
     """``compute partition CPX: GPUs 0,8 are partitions of physical GPUs 0000:05:00.0, 0000:27:00.0``."""
     physical = list(dict.fromkeys(by_index[i].physical for i in placement.gpus))
     return (

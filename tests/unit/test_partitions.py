@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from rocmfleet.config.settings import host_config
-from rocmfleet.domain import partitions, vllm
-from rocmfleet.domain.partitions import PartitionPolicy, mode_problems, spread
+from rocmfleet.domain import vllm
+from rocmfleet.domain.partitionmodes import PartitionPolicy, policy_problems
+from rocmfleet.domain.partitions import mode_problems, spread
 from rocmfleet.domain.placement import PlacementError
 from rocmfleet.domain.topology import PciSysfs, Topology, build_topology, read_kfd_tree
 from rocmfleet.facts.topology import GpuTopology
@@ -104,8 +105,8 @@ def test_unknown_modes_are_not_held_against_the_host():
 
 
 def test_nps4_needs_cpx():
-    assert partitions.policy_problems(PartitionPolicy("SPX", "NPS4"))
-    assert partitions.policy_problems(PartitionPolicy("CPX", "NPS4")) == []
+    assert policy_problems(PartitionPolicy("SPX", "NPS4"))
+    assert policy_problems(PartitionPolicy("CPX", "NPS4")) == []
 
 
 def test_fact_reads_memory_partition():
