@@ -8,14 +8,20 @@ the numeric GIDs owning those device files, ``--security-opt seccomp=unconfined`
 the GPUs' NUMA nodes (§7). The official image's entrypoint is ``vllm serve``
 (vllm-project/vllm ``docker/Dockerfile.rocm``), so arguments after the image are
 ``vllm serve`` arguments, rendered for the image's vLLM version by :mod:`rocmfleet.domain.flags`.
+
+This module reads no host configuration: it takes :class:`VllmSettings`, the values it needs,
+which the plan layer builds from a host's validated configuration
+(:func:`rocmfleet.plan.instance.vllm_settings`), and instances shaped as :class:`ServedInstance`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
+from typing import Protocol
 
-from rocmfleet.config.settings import HostConfig, HostSettings, Instance
-from rocmfleet.domain import cachedirs, envpolicy, partitionmodes, partitions
+from rocmfleet.domain import cachedirs, envpolicy, partitions
+from rocmfleet.domain.partitionmodes import PartitionPolicy
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
 from rocmfleet.domain.topology import Gpu, Topology
@@ -32,6 +38,71 @@ UNIT_SCRIPT = f"{SCRIPT_DIR}/vllm-unit.sh"
 UNIT_SCRIPTS = {"vllm-unit.sh": "755", "gpu_free.py": "644"}
 #: Exit status of ``vllm-unit.sh run`` when another process holds the GPUs (``gpu_free.HELD_EXIT``).
 GPU_HELD_EXIT = 75
+
+
+class ServedInstance(Protocol):
+    """One vLLM server of a host, as this module reads it (``rocmfleet.config.settings.Instance`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def gpus(self) -> tuple[int, ...]: ...
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """What the vLLM service of one host is made of: every value this module reads, built from the
+    host's validated configuration by :func:`rocmfleet.plan.instance.vllm_settings`.
+
+    Attributes:
+        image: the image reference, pinned by digest (``repository:tag@sha256:...``).
+        image_tag: the image's tag (label ``org.rocmfleet.image-tag``).
+        profile: the profile's name (label ``org.rocmfleet.profile``).
+        model: the profile's model (path or id): the first ``vllm serve`` argument.
+        served_model_name: the name the API serves it under.
+        flags: the profile's ``vllm serve`` flags for its vLLM version (``Profile.render().args``).
+        env_profile: what the container environment is rendered from (the profile, as
+            :class:`rocmfleet.domain.envpolicy.EnvProfile`).
+        vllm_env: host data's ``vllm_env`` (no secrets).
+        ready_timeout_s: ``vllm_ready_timeout_s``, seconds.
+        stop_grace_s: ``vllm_stop_grace_s``, seconds (:class:`UnitTimings`).
+        shm_size_gib: ``vllm_shm_size_gib``.
+        hf_cache_dir: ``vllm_hf_cache_dir``, the host's Hugging Face cache.
+        secret_env: the names of ``vllm_secret_env`` (never their values).
+        instances: the host's instances (``HostConfig.instances()``), in order.
+        cache_mounts: ``{instance name: its compiler cache mounts}`` (:func:`rocmfleet.domain.cachedirs.mounts`).
+        aiter_seed_dirs: ``{instance name: the directory its unit seeds with AITER modules, or None}``
+            (:func:`rocmfleet.domain.cachedirs.aiter_seed_dir`).
+        tensor_parallel_size: the profile's TP size.
+        attention_heads: the model's attention heads (the profile's; ``None``: unknown).
+        partition_policy: the profile's compute and memory partition modes.
+        automatic_gpus: the instances' GPUs come from the profile's ``gpus_per_instance`` (neither
+            ``vllm_instances`` nor the profile's ``instance_gpus`` lists them), so that in a partitioned
+            mode they are chosen on the topology (:func:`instance_shapes`).
+    """
+
+    image: str
+    image_tag: str
+    profile: str
+    model: str
+    served_model_name: str
+    flags: tuple[str, ...]
+    env_profile: envpolicy.EnvProfile
+    vllm_env: Mapping[str, str]
+    ready_timeout_s: int | None
+    stop_grace_s: int
+    shm_size_gib: int
+    hf_cache_dir: str
+    secret_env: tuple[str, ...]
+    instances: tuple[ServedInstance, ...]
+    cache_mounts: Mapping[str, tuple[cachedirs.Mount, ...]]
+    aiter_seed_dirs: Mapping[str, str | None]
+    tensor_parallel_size: int
+    attention_heads: int | None
+    partition_policy: PartitionPolicy
+    automatic_gpus: bool
 
 
 @dataclass(frozen=True)
@@ -66,9 +137,8 @@ class UnitTimings:
 STOP_MARGIN_S = 30
 
 
-def unit_timings(settings: HostSettings) -> UnitTimings:
-    """:class:`UnitTimings` from ``vllm_stop_grace_s``."""
-    grace = settings.vllm_stop_grace_s
+def unit_timings(grace: int) -> UnitTimings:
+    """:class:`UnitTimings` from the grace period ``grace`` (``vllm_stop_grace_s``, seconds)."""
     return UnitTimings(stop_grace_s=grace, timeout_start_s=grace + STOP_MARGIN_S, timeout_stop_s=grace + STOP_MARGIN_S)
 
 
@@ -115,38 +185,35 @@ def instance_of_unit(path: str) -> str:
     return path.rsplit("/", 1)[-1].removesuffix(".service").removeprefix("vllm-")
 
 
-def files_of(instance: Instance) -> InstanceFiles:
+def files_of(instance: cachedirs.NamedInstance) -> InstanceFiles:
     """Unit, container and file names of ``instance`` (:func:`layout` of its name)."""
     return layout(instance.name)
 
 
-def serve_args(config: HostConfig, instance: Instance) -> list[str]:
+def serve_args(service: VllmSettings, instance: ServedInstance) -> list[str]:
     """``vllm serve`` arguments: model, served name, address, then the profile's flags for its vLLM."""
-    profile = config.profile
     return [
-        profile.model,
-        "--served-model-name", profile.served_model_name,
+        service.model,
+        "--served-model-name", service.served_model_name,
         "--host", "0.0.0.0",
         "--port", str(instance.port),
-        *profile.render().args,
+        *service.flags,
     ]  # fmt: skip
 
 
-def container_env(config: HostConfig, placement: Placement) -> dict[str, str]:
+def container_env(service: VllmSettings, placement: Placement) -> dict[str, str]:
     """Container environment: the profile's rendered variables, its named sets and the safe values for
     the placement's GPU architecture, then ``vllm_env``, then ``VLLM_ENGINE_READY_TIMEOUT_S`` from
     ``vllm_ready_timeout_s`` (vLLM >= 0.14), then visible devices
     (:func:`rocmfleet.domain.envpolicy.container_env`), then the compiler cache paths
     (:func:`rocmfleet.domain.cachedirs.env`)."""
-    env = envpolicy.container_env(
-        config.profile, config.settings.vllm_env, placement, config.settings.vllm_ready_timeout_s
-    )
+    env = envpolicy.container_env(service.env_profile, service.vllm_env, placement, service.ready_timeout_s)
     return {**env, **cachedirs.env()}
 
 
 def docker_run_argv(
-    config: HostConfig,
-    instance: Instance,
+    service: VllmSettings,
+    instance: ServedInstance,
     placement: Placement,
     device_gids: list[int],
     cache_mounts: list[cachedirs.Mount] | None = None,
@@ -154,19 +221,22 @@ def docker_run_argv(
     """The full ``docker run`` command of ``instance``'s unit.
 
     Args:
-        config: validated host configuration.
-        instance: the instance to run.
+        service: the host's vLLM settings (:class:`VllmSettings`).
+        instance: the instance to run, one of ``service.instances``.
         placement: its render nodes and NUMA binding (:func:`rocmfleet.domain.placement.place`).
         device_gids: numeric group ids owning the GPU device files on the host (the
             ``DeviceGroupIds`` fact); numeric because the image's ``/etc/group`` may lack
             ``render`` or number it differently.
-        cache_mounts: the compiler cache mounts; default :func:`rocmfleet.domain.cachedirs.mounts`
-            (the instance's own directories, or none for a baked image). ``rocmfleet cache bake``
-            passes its empty bake directories.
+        cache_mounts: the compiler cache mounts; default the instance's ``service.cache_mounts``
+            (:func:`rocmfleet.domain.cachedirs.mounts`: its own directories, or none for a baked image).
+            ``rocmfleet cache bake`` passes its empty bake directories.
 
     Returns:
         argv, starting with ``/usr/bin/docker run --detach``; the image is pinned by digest, secrets
         appear only as ``--env NAME`` (their values come from the unit's EnvironmentFile).
+
+    Raises:
+        KeyError: ``cache_mounts`` is not given and ``service.cache_mounts`` has no entry for ``instance``.
 
     The container is created detached and is Docker's (``--restart no``: the unit restarts it):
     with ``live-restore`` it outlives a dockerd restart. ``--init`` runs Docker's init as PID 1,
@@ -176,15 +246,15 @@ def docker_run_argv(
     the next start removes it (``vllm-unit.sh clear``).
     """
     files = files_of(instance)
-    settings = config.settings
+    mounts = service.cache_mounts[instance.name] if cache_mounts is None else cache_mounts
     argv = [
         "/usr/bin/docker", "run", "--detach", "--init",
         "--restart", "no",
-        "--stop-timeout", str(settings.vllm_stop_grace_s),
+        "--stop-timeout", str(service.stop_grace_s),
         "--name", files.container,
         "--network=host",
         "--ipc=host",
-        "--shm-size", f"{settings.vllm_shm_size_gib}g",
+        "--shm-size", f"{service.shm_size_gib}g",
         "--security-opt", "seccomp=unconfined",
         "--cap-add=SYS_PTRACE",
         "--device", KFD,
@@ -196,59 +266,63 @@ def docker_run_argv(
     if placement.cpuset_cpus:
         argv += ["--cpuset-cpus", placement.cpuset_cpus, "--cpuset-mems", placement.cpuset_mems]
     argv += ["--env-file", files.env_file]
-    for name in sorted(settings.vllm_secret_env):
+    for name in sorted(service.secret_env):
         argv += ["--env", name]
     argv += [
-        *(a for m in (cachedirs.mounts(config, instance) if cache_mounts is None else cache_mounts)
-          for a in ("--volume", m.arg())),
-        "--volume", f"{settings.vllm_hf_cache_dir}:/root/.cache/huggingface",
+        *(a for m in mounts for a in ("--volume", m.arg())),
+        "--volume", f"{service.hf_cache_dir}:/root/.cache/huggingface",
         "--label", f"org.rocmfleet.instance={instance.name}",
-        "--label", f"org.rocmfleet.profile={config.profile.name}",
-        "--label", f"org.rocmfleet.image-tag={config.image.tag}",
-        config.image.reference,
+        "--label", f"org.rocmfleet.profile={service.profile}",
+        "--label", f"org.rocmfleet.image-tag={service.image_tag}",
+        service.image,
     ]  # fmt: skip
-    return argv + serve_args(config, instance)
+    return argv + serve_args(service, instance)
 
 
 def unit_exec_start(
-    config: HostConfig, instance: Instance, placement: Placement, device_gids: list[int], gpu_bdfs: list[str]
+    service: VllmSettings, instance: ServedInstance, placement: Placement, device_gids: list[int], gpu_bdfs: list[str]
 ) -> list[str]:
     """The unit's ``ExecStart`` argv: ``vllm-unit.sh run CONTAINER INSTANCE BDFS -- <docker run argv>``.
 
     Args:
+        service, instance, placement, device_gids: as :func:`docker_run_argv`.
         gpu_bdfs: PCI addresses (``0000:05:00.0``) of the instance's GPUs, for the GPU memory check
             (``amd-smi process --gpu``); empty: no check.
     """
     files = files_of(instance)
     return [
         UNIT_SCRIPT, "run", files.container, instance.name, ",".join(gpu_bdfs), "--",
-        *docker_run_argv(config, instance, placement, device_gids),
+        *docker_run_argv(service, instance, placement, device_gids),
     ]  # fmt: skip
 
 
 def unit_template_vars(
-    config: HostConfig, instance: Instance, placement: Placement, device_gids: list[int], gpu_bdfs: list[str]
+    service: VllmSettings, instance: ServedInstance, placement: Placement, device_gids: list[int], gpu_bdfs: list[str]
 ) -> dict[str, object]:
     """What ``templates/vllm/vllm.service.j2`` is rendered with for ``instance`` (arguments as
     :func:`unit_exec_start`): names, the quoted ``ExecStart``, the ``ExecStartPre`` that seeds the
     instance's AITER JIT directory (:func:`rocmfleet.domain.cachedirs.aiter_seed_dir`; empty for a baked
-    image) and :func:`unit_timings`."""
+    image; ``service.aiter_seed_dirs``) and :func:`unit_timings`.
+
+    Raises:
+        KeyError: ``service.aiter_seed_dirs`` or ``service.cache_mounts`` has no entry for ``instance``.
+    """
     files = files_of(instance)
-    seed = cachedirs.aiter_seed_dir(config, instance)
+    seed = service.aiter_seed_dirs[instance.name]
     return {
         "instance": instance.name,
         # Description= expands systemd specifiers: a literal % is %% (systemd.unit(5), "Specifiers").
-        "model": config.profile.served_model_name.replace("%", "%%"),
+        "model": service.served_model_name.replace("%", "%%"),
         "port": instance.port,
-        "image": config.image.reference,
+        "image": service.image,
         "container": files.container,
         "secrets_file": files.secrets_file,
         "notes": placement.notes,
         "script": UNIT_SCRIPT,
-        "seed_aiter": exec_line([UNIT_SCRIPT, "seed-aiter", config.image.reference, seed]) if seed else "",
-        "exec_start": exec_line(unit_exec_start(config, instance, placement, device_gids, gpu_bdfs)),
+        "seed_aiter": exec_line([UNIT_SCRIPT, "seed-aiter", service.image, seed]) if seed else "",
+        "exec_start": exec_line(unit_exec_start(service, instance, placement, device_gids, gpu_bdfs)),
         "gpu_held_exit": GPU_HELD_EXIT,
-        **asdict(unit_timings(config.settings)),
+        **asdict(unit_timings(service.stop_grace_s)),
     }
 
 
@@ -257,42 +331,37 @@ def env_lines(env: dict[str, str]) -> str:
     return "".join(f"{name}={value}\n" for name, value in sorted(env.items()))
 
 
-def instance_shapes(config: HostConfig, topology: Topology | None = None) -> list[InstanceShape]:
+def instance_shapes(service: VllmSettings, topology: Topology | None = None) -> list[InstanceShape]:
     """What each of the host's instances asks of placement: GPUs, TP size, attention heads.
 
     With ``topology`` and a profile in a partitioned compute mode (``compute_partition`` other than
-    SPX) whose instances come from ``gpus_per_instance``, the GPUs are chosen on the topology by
-    :func:`rocmfleet.domain.partitions.spread` (distinct physical GPUs per TP group, instances spread
-    over GPUs and NUMA nodes); otherwise they are the configured indices.
+    SPX) whose instances come from ``gpus_per_instance`` (``service.automatic_gpus``), the GPUs are
+    chosen on the topology by :func:`rocmfleet.domain.partitions.spread` (distinct physical GPUs per
+    TP group, instances spread over GPUs and NUMA nodes); otherwise they are the configured indices.
 
     Raises:
         PlacementError: the partitions cannot be spread as the profile asks.
     """
-    tp, heads = config.profile.tensor_parallel_size, config.profile.attention_heads
-    instances = config.instances()
+    tp, heads = service.tensor_parallel_size, service.attention_heads
+    instances = service.instances
     gpus = [i.gpus for i in instances]
-    policy = partition_policy(config)
-    automatic = config.settings.vllm_instances is None and config.profile.instance_gpus is None
-    if topology is not None and policy.partitioned and automatic:
+    policy = service.partition_policy
+    if topology is not None and policy.partitioned and service.automatic_gpus:
         gpus, problems = partitions.spread([i.name for i in instances], [len(g) for g in gpus], topology, policy)
         if problems:
             raise PlacementError(problems)
     return [InstanceShape(i.name, i.port, g, tp, heads) for i, g in zip(instances, gpus, strict=True)]
 
 
-def partition_policy(config: HostConfig) -> partitionmodes.PartitionPolicy:
-    """The profile's compute and memory partition modes (:mod:`rocmfleet.domain.partitions`)."""
-    p = config.profile
-    return partitionmodes.PartitionPolicy(p.compute_partition, p.memory_partition, p.tp_on_one_gpu)
-
-
-def placements(config: HostConfig, topology: Topology, host: str = "") -> dict[str, Placement]:
+def placements(service: VllmSettings, topology: Topology, host: str = "") -> dict[str, Placement]:
     """Each instance's placement on ``topology`` (the ``GpuTopology`` fact), by instance name.
 
     The host's GPUs must be in the profile's partition modes (SPX/NPS1 unless it says otherwise),
     and no TP group may share a physical GPU unless the profile allows it.
 
     Args:
+        service: the host's vLLM settings (:class:`VllmSettings`).
+        topology: the host's GPUs.
         host: the host's name, for the messages.
 
     Raises:
@@ -300,13 +369,13 @@ def placements(config: HostConfig, topology: Topology, host: str = "") -> dict[s
             ``amd-smi`` command that changes it), or instances that do not fit this host's GPUs
             (:func:`rocmfleet.domain.placement.place`).
     """
-    policy = partition_policy(config)
-    problems = partitions.mode_problems(topology, policy, host, config.profile.name)
+    policy = service.partition_policy
+    problems = partitions.mode_problems(topology, policy, host, service.profile)
     if problems:
         raise PlacementError(problems)
-    shapes = instance_shapes(config, topology)
+    shapes = instance_shapes(service, topology)
     by_index = {g.index: g for g in topology.gpus}
-    tp = config.profile.tensor_parallel_size
+    tp = service.tensor_parallel_size
     problems = [
         p
         for s in shapes
@@ -320,7 +389,7 @@ def placements(config: HostConfig, topology: Topology, host: str = "") -> dict[s
     return {p.name: p for p in placed}
 
 
-def _partition_note(placement: Placement, by_index: dict[int, Gpu], policy: partitionmodes.PartitionPolicy) -> str:
+def _partition_note(placement: Placement, by_index: dict[int, Gpu], policy: PartitionPolicy) -> str:
     """``compute partition CPX: GPUs 0,8 are partitions of physical GPUs 0000:05:00.0, 0000:27:00.0``."""
     physical = list(dict.fromkeys(by_index[i].physical for i in placement.gpus))
     return (

@@ -260,8 +260,9 @@ def serve_args_check(
     if not isinstance(now, HostPlacement):
         host.noop(f"{instance}: checked once the host's GPU topology is known")
         return
-    image, serve_args = config.image.reference, vllm.serve_args(config, _instance(config, instance))
-    env = vllm.container_env(config, now.placements[instance])
+    service = plan_instance.vllm_settings(config)
+    image, serve_args = service.image, vllm.serve_args(service, _instance(config, instance))
+    env = vllm.container_env(service, now.placements[instance])
     record = lastgood.serve_record(image, serve_args, env)
     saved = host.get_fact(LastGood, files=last_good)
     if saved.serve == json.loads(record):

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from rocmfleet.config.settings import HostConfig, Instance
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import lastgood, vllm
+from rocmfleet.domain import cachedirs, lastgood, vllm
+from rocmfleet.domain.partitionmodes import PartitionPolicy
 from rocmfleet.domain.placement import Placement, PlacementError
 from rocmfleet.domain.topology import Topology
 from rocmfleet.plan import hoststate
@@ -27,6 +28,36 @@ NO_KFD = (
 )
 ENV_TEMPLATE = "templates/vllm/vllm.env.j2"
 UNIT_TEMPLATE = "templates/vllm/vllm.service.j2"
+
+
+def vllm_settings(config: HostConfig) -> vllm.VllmSettings:
+    """The values :mod:`rocmfleet.domain.vllm` reads, from the host's validated configuration: its image,
+    profile (name, model, rendered flags, partition modes, TP size), ``vllm_*`` host settings, instances
+    and their compiler cache directories (:mod:`rocmfleet.domain.cachedirs`)."""
+    profile, settings = config.profile, config.settings
+    instances = tuple(config.instances())
+    return vllm.VllmSettings(
+        image=config.image.reference,
+        image_tag=config.image.tag,
+        profile=profile.name,
+        model=profile.model,
+        served_model_name=profile.served_model_name,
+        flags=tuple(profile.render().args),
+        env_profile=profile,
+        vllm_env=settings.vllm_env,
+        ready_timeout_s=settings.vllm_ready_timeout_s,
+        stop_grace_s=settings.vllm_stop_grace_s,
+        shm_size_gib=settings.vllm_shm_size_gib,
+        hf_cache_dir=settings.vllm_hf_cache_dir,
+        secret_env=tuple(settings.vllm_secret_env),
+        instances=instances,
+        cache_mounts={i.name: tuple(cachedirs.mounts(config, i)) for i in instances},
+        aiter_seed_dirs={i.name: cachedirs.aiter_seed_dir(config, i) for i in instances},
+        tensor_parallel_size=profile.tensor_parallel_size,
+        attention_heads=profile.attention_heads,
+        partition_policy=PartitionPolicy(profile.compute_partition, profile.memory_partition, profile.tp_on_one_gpu),
+        automatic_gpus=settings.vllm_instances is None and profile.instance_gpus is None,
+    )
 
 
 @dataclass(frozen=True)
@@ -62,7 +93,7 @@ def place_host(
     if topology is None:
         return f"rocmfleet: {NO_KFD}"
     try:
-        placements = vllm.placements(config, topology, host_name)
+        placements = vllm.placements(vllm_settings(config), topology, host_name)
     except PlacementError as exc:
         return f"rocmfleet: placement: {exc}"
     by_index = {g.index: g.pci_address for g in topology.gpus}
@@ -101,15 +132,16 @@ def instance_files(config: HostConfig, instance: Instance, placed: HostPlacement
     """
     names = vllm.files_of(instance)
     placement = placed.placements[instance.name]
+    service = vllm_settings(config)
     env = hoststate.render(
         ENV_TEMPLATE,
         instance=instance.name,
-        env_lines=vllm.env_lines(vllm.container_env(config, placement)).rstrip("\n"),
+        env_lines=vllm.env_lines(vllm.container_env(service, placement)).rstrip("\n"),
     )
     unit = hoststate.render(
         UNIT_TEMPLATE,
         **vllm.unit_template_vars(
-            config, instance, placement, placed.device_gids, placed.gpu_bdfs.get(instance.name, [])
+            service, instance, placement, placed.device_gids, placed.gpu_bdfs.get(instance.name, [])
         ),
     )
     return RenderedFiles(
@@ -137,6 +169,7 @@ def last_good_of(name: str) -> lastgood.LastGoodFiles:
 def serve_record(config: HostConfig, instance: Instance, placement: Placement) -> str:
     """What the instance runs: its last good version's ``serve.json``
     (:func:`rocmfleet.domain.lastgood.serve_record`)."""
+    service = vllm_settings(config)
     return lastgood.serve_record(
-        config.image.reference, vllm.serve_args(config, instance), vllm.container_env(config, placement)
+        service.image, vllm.serve_args(service, instance), vllm.container_env(service, placement)
     )

@@ -15,6 +15,7 @@ from rocmfleet.config.settings import host_config
 from rocmfleet.domain import cachedirs, cachekey, readiness, vllm, warmup
 from rocmfleet.domain.cachekey import CacheKey, ImageFacts
 from rocmfleet.fleet.cache import cachebake
+from rocmfleet.plan.instance import vllm_settings
 
 from .conftest import DIGEST
 
@@ -180,7 +181,10 @@ def test_base_image_is_never_refused(lab_config):
 
 
 def test_instances_get_their_own_writable_cache_dirs(lab_config, lab_placements):
-    argv = {i.name: vllm.docker_run_argv(lab_config, i, lab_placements[i.name], []) for i in lab_config.instances()}
+    argv = {
+        i.name: vllm.docker_run_argv(vllm_settings(lab_config), i, lab_placements[i.name], [])
+        for i in lab_config.instances()
+    }
     a = [argv["tiny-llama-a"][i + 1] for i, x in enumerate(argv["tiny-llama-a"]) if x == "--volume"]
     assert "/var/cache/vllm/tiny-llama-a/triton:/root/.triton/cache" in a
     assert "/var/cache/vllm/tiny-llama-a/aiter:/root/.aiter/jit" in a
@@ -217,11 +221,11 @@ def test_sharing_is_detected(lab_config, monkeypatch):
 def test_baked_image_mounts_no_cache_and_env_points_at_the_layer(lab_data, lab_placements):
     config, _ = _baked(lab_data, _key(lab_data))
     instance = config.instances()[0]
-    argv = vllm.docker_run_argv(config, instance, lab_placements[instance.name], [])
+    argv = vllm.docker_run_argv(vllm_settings(config), instance, lab_placements[instance.name], [])
     volumes = [argv[i + 1] for i, x in enumerate(argv) if x == "--volume"]
     assert volumes == ["/var/cache/huggingface:/root/.cache/huggingface"]
     assert cachedirs.mounts(config, instance) == [] and cachedirs.writable_sharing(config) == []
-    env = vllm.container_env(config, lab_placements[instance.name])
+    env = vllm.container_env(vllm_settings(config), lab_placements[instance.name])
     assert env["TRITON_CACHE_DIR"] == "/root/.triton/cache" and env["AITER_JIT_DIR"] == "/root/.aiter/jit"
 
 

@@ -10,6 +10,7 @@ from rocmfleet.config.profiles import ProfileError, load_profile, load_profiles
 from rocmfleet.config.settings import host_config
 from rocmfleet.domain import envpolicy, vllm
 from rocmfleet.domain.placement import Placement
+from rocmfleet.plan.instance import vllm_settings
 from tests.unit.conftest import TOPOLOGY
 from tests.unit.test_partitions import PROFILES, _config
 
@@ -65,9 +66,9 @@ def test_llama_reproduces_the_production_guidance(profiles):
 def test_container_env_reads_the_placements_arch(tmp_path):
     config = _config(tmp_path, "deepseek-r1", vllm_version="0.16.0")
     placement = Placement("d", (), {"CUDA_VISIBLE_DEVICES": "0"}, "", "", gpus=(0,), gfx_arch="gfx942")
-    assert vllm.container_env(config, placement)[FP4] == "0"
+    assert vllm.container_env(vllm_settings(config), placement)[FP4] == "0"
     placement = Placement("d", (), {"CUDA_VISIBLE_DEVICES": "0"}, "", "", gpus=(0,), gfx_arch="gfx950")
-    assert FP4 not in vllm.container_env(config, placement)
+    assert FP4 not in vllm.container_env(vllm_settings(config), placement)
 
 
 def test_every_env_set_is_documented():
@@ -166,8 +167,8 @@ def test_engine_ready_timeout_is_rendered_only_for_vllm_that_reads_it():
 def test_engine_ready_timeout_follows_the_setting_and_is_refused_in_vllm_env(lab_data):
     lab_data["vllm_ready_timeout_s"] = 5400
     config = host_config(lab_data)
-    placement = vllm.placements(config, TOPOLOGY)[config.instances()[0].name]
-    assert vllm.container_env(config, placement)["VLLM_ENGINE_READY_TIMEOUT_S"] == "5400"
+    placement = vllm.placements(vllm_settings(config), TOPOLOGY)[config.instances()[0].name]
+    assert vllm.container_env(vllm_settings(config), placement)["VLLM_ENGINE_READY_TIMEOUT_S"] == "5400"
     lab_data["vllm_env"] = {"VLLM_ENGINE_READY_TIMEOUT_S": "60"}
     with pytest.raises(ConfigError) as exc:
         host_config(lab_data)

@@ -17,7 +17,14 @@ from rocmfleet.facts.state import HostState, parse_state, state_args
 from rocmfleet.facts.topology import parse_fact_output
 from rocmfleet.plan import hoststate, vllmplan
 from rocmfleet.plan.hoststate import WantedFile
-from rocmfleet.plan.instance import HostPlacement, instance_files, last_good_of, place_host, secrets_content
+from rocmfleet.plan.instance import (
+    HostPlacement,
+    instance_files,
+    last_good_of,
+    place_host,
+    secrets_content,
+    vllm_settings,
+)
 from tests.unit.test_vllm_role import DATA, TOPOLOGY, changed, run_role
 
 # Output of state.sh on a Debian 12 host (one line per item, then the end line).
@@ -169,8 +176,8 @@ def converged_output(config, topology, *, skip: str = "", ready: int = 0) -> lis
         files = last_good_of(inst.name)
         record = lastgood.serve_record(
             config.image.reference,
-            vllm.serve_args(config, inst),
-            vllm.container_env(config, placed.placements[inst.name]),
+            vllm.serve_args(vllm_settings(config), inst),
+            vllm.container_env(vllm_settings(config), placed.placements[inst.name]),
         )
         for name, want in (("unit", unit), ("env", env), ("secrets", WantedFile("", secrets, "600"))):
             path(files.live[name], mode=want.mode, content=want.content)

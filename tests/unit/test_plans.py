@@ -19,7 +19,7 @@ from rocmfleet.config.settings import host_config
 from rocmfleet.facts.state import parse_state
 from rocmfleet.plan import vllmplan
 from rocmfleet.plan.drift import drift
-from rocmfleet.plan.instance import HostPlacement, place_host
+from rocmfleet.plan.instance import HostPlacement, place_host, vllm_settings
 
 PLANS = Path(__file__).resolve().parents[1] / "fixtures" / "plans"
 CASES = sorted(p.name for p in PLANS.iterdir() if (p / "facts.json").is_file())
@@ -110,7 +110,7 @@ def test_the_check_asserts_no_drift_with_the_deploys_renderer():
     topology = vllmplan.topology_of(got)
     assert topology is not None and topology != "unknown"
     instance = config.instances()[0]
-    placement = vllm.placements(config, topology)[instance.name]
+    placement = vllm.placements(vllm_settings(config), topology)[instance.name]
     expect._memo[("plan-case", "state")] = got
     try:
         with pytest.raises(CannotCheck, match="not reported by the read"):

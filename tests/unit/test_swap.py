@@ -26,6 +26,7 @@ from rocmfleet import scripts
 from rocmfleet.config.profiles import ReadyProbe
 from rocmfleet.domain import lastgood, readiness, vllm
 from rocmfleet.fleet.rollout import hoststeps, swap
+from rocmfleet.plan.instance import vllm_settings
 from tests.unit.conftest import TOPOLOGY
 
 IMAGE = "reg:5000/vllm:new@sha256:" + "ab" * 32
@@ -652,7 +653,7 @@ def commands(generator) -> list[str]:
 
 
 def expected_env(config, name: str) -> dict[str, str]:
-    return vllm.container_env(config, vllm.placements(config, TOPOLOGY)[name])
+    return vllm.container_env(vllm_settings(config), vllm.placements(vllm_settings(config), TOPOLOGY)[name])
 
 
 def failure(commands_: list) -> str:
@@ -665,7 +666,7 @@ def failure(commands_: list) -> str:
 def test_check_is_a_noop_when_the_last_good_version_ran_the_same(ops, tmp_path, lab_config):
     files = instance_files(tmp_path, "tiny-llama-a")
     inst = lab_config.instances()[0]
-    args, env = vllm.serve_args(lab_config, inst), expected_env(lab_config, inst.name)
+    args, env = vllm.serve_args(vllm_settings(lab_config), inst), expected_env(lab_config, inst.name)
     record = json.loads(lastgood.serve_record(lab_config.image.reference, args, env))
     fake = FakeHost({}, {files.directory: saved_state("same", record)})
     vllm_ops = ops(fake)
@@ -768,7 +769,7 @@ def test_last_good_is_kept_once_and_only_when_ready(ops, tmp_path, lab_config):
     inst = lab_config.instances()[0]
     files = instance_files(tmp_path, inst.name)
     env = expected_env(lab_config, inst.name)
-    record = lastgood.serve_record(lab_config.image.reference, vllm.serve_args(lab_config, inst), env)
+    record = lastgood.serve_record(lab_config.image.reference, vllm.serve_args(vllm_settings(lab_config), inst), env)
     unsaved = FakeHost({8000: True}, {files.directory: saved_state("missing", None)})
     assert commands(ops(unsaved).last_good._inner(lab_config, inst.name, files)) == [
         lastgood.save_last_good_script(files, record)

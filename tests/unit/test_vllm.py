@@ -3,12 +3,15 @@ from __future__ import annotations
 from rocmfleet.config.settings import host_config
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import cachedirs, vllm
+from rocmfleet.plan.instance import vllm_settings
 from tests.unit.conftest import DIGEST
 
 
 def test_docker_run_argv_follows_amd_and_vllm_docs(lab_config, lab_placements):
     instance = lab_config.instances()[1]
-    argv = vllm.docker_run_argv(lab_config, instance, lab_placements[instance.name], device_gids=[992, 44, 992])
+    argv = vllm.docker_run_argv(
+        vllm_settings(lab_config), instance, lab_placements[instance.name], device_gids=[992, 44, 992]
+    )
     # detached and Docker's (live-restore keeps it across dockerd restarts); --init forwards SIGTERM
     assert argv[:9] == [
         "/usr/bin/docker", "run", "--detach", "--init", "--restart", "no", "--stop-timeout", "90", "--name",
@@ -46,13 +49,13 @@ def test_secrets_are_named_on_the_command_line_never_valued(lab_data, lab_placem
     lab_data["vllm_secret_env"] = {"HF_TOKEN": Secret("hf_SECRETvalue")}
     config = host_config(lab_data)
     instance = config.instances()[0]
-    argv = vllm.docker_run_argv(config, instance, lab_placements[instance.name], [])
+    argv = vllm.docker_run_argv(vllm_settings(config), instance, lab_placements[instance.name], [])
     assert "--env" in argv and argv[argv.index("--env") + 1] == "HF_TOKEN"
     assert "hf_SECRETvalue" not in " ".join(argv)
 
 
 def test_container_env_has_profile_flags_user_env_and_visible_devices(lab_config, lab_placements):
-    env = vllm.container_env(lab_config, lab_placements["tiny-llama-a"])
+    env = vllm.container_env(vllm_settings(lab_config), lab_placements["tiny-llama-a"])
     # the lab profile's vLLM is 0.32: it reads VLLM_ENGINE_READY_TIMEOUT_S, rendered from vllm_ready_timeout_s
     assert env == {
         "VLLM_CPU_KVCACHE_SPACE": "1",

@@ -19,6 +19,7 @@ from rocmfleet.domain import lastgood, vllm
 from rocmfleet.domain.placement import InstanceShape, place
 from rocmfleet.facts.topology import parse_fact_output
 from rocmfleet.operations.vllm import NO_KFD
+from rocmfleet.plan.instance import vllm_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = {
@@ -45,9 +46,10 @@ def records() -> dict[str, str]:
     config = host_config(DATA)
     shapes = [InstanceShape(i.name, i.port, i.gpus, 1) for i in config.instances()]
     placed = {p.name: p for p in place(shapes, parse_fact_output(TOPOLOGY))}
+    service = vllm_settings(config)
     return {
         i.name: lastgood.serve_record(
-            config.image.reference, vllm.serve_args(config, i), vllm.container_env(config, placed[i.name])
+            service.image, vllm.serve_args(service, i), vllm.container_env(service, placed[i.name])
         )
         for i in config.instances()
     }

@@ -13,6 +13,7 @@ from rocmfleet.config.settings import host_config
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import vllm
 from rocmfleet.facts.vllm import UNIT_MARKER
+from rocmfleet.plan.instance import vllm_settings
 from rocmfleet.scripts import gpu_free
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +23,7 @@ BDFS = ["0000:05:00.0"]
 def render(config, placements, instance_index=0, bdfs=BDFS) -> str:
     instance = config.instances()[instance_index]
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT), keep_trailing_newline=True)
-    variables = vllm.unit_template_vars(config, instance, placements[instance.name], [992], bdfs)
+    variables = vllm.unit_template_vars(vllm_settings(config), instance, placements[instance.name], [992], bdfs)
     return env.get_template("templates/vllm/vllm.service.j2").render(**variables)
 
 

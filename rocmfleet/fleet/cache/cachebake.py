@@ -38,6 +38,7 @@ from rocmfleet.config.settings import HostConfig, Instance
 from rocmfleet.domain import cachedirs, cachekey, readiness, vllm, warmup
 from rocmfleet.domain.cachekey import CacheKey, ImageFacts
 from rocmfleet.domain.placement import Placement
+from rocmfleet.plan.instance import vllm_settings
 
 if TYPE_CHECKING:
     from rocmfleet.fleet.inventory import Target
@@ -210,7 +211,7 @@ def bake_run_argv(
     ``bake_dir/<name>`` mounted at each :data:`~rocmfleet.domain.cachedirs.LAYOUT` path and the cache
     variables set, whatever the host's current files say."""
     mounts = [cachedirs.Mount(f"{bake_dir}/{d.name}", d.path) for d in cachedirs.LAYOUT]
-    argv = vllm.docker_run_argv(config, instance, placement, device_gids, cache_mounts=mounts)
+    argv = vllm.docker_run_argv(vllm_settings(config), instance, placement, device_gids, cache_mounts=mounts)
     extra = ["-d", *(a for name, value in cachedirs.env().items() for a in ("--env", f"{name}={value}"))]
     return [*argv[:2], *extra, *argv[2:]]
 
@@ -272,7 +273,7 @@ def bake(target: Target, emit: Callable[[str], None] = print, ready_timeout_s: i
         topology = parse_fact_output(run(GpuTopology().command(), "reading the GPU topology").splitlines())
         if topology is None:
             raise BakeError(f"{target.name}: no GPUs in /sys/class/kfd")
-        placement = vllm.placements(config, topology, target.name)[instance.name]
+        placement = vllm.placements(vllm_settings(config), topology, target.name)[instance.name]
         if not placement.gfx_arch:
             raise BakeError(f"{target.name}: the GPUs of {instance.name} are of more than one architecture")
         gids = DeviceGroupIds().process(run(DeviceGroupIds().command(), "reading device group ids").splitlines())

@@ -20,7 +20,7 @@ from rocmfleet.domain.topology import Topology
 from rocmfleet.fleet.check import expect
 from rocmfleet.plan import vllmplan
 from rocmfleet.plan.drift import Drift, WantedMode, WantedUnit, drift
-from rocmfleet.plan.instance import HostPlacement, instance_files, place_host
+from rocmfleet.plan.instance import HostPlacement, instance_files, place_host, vllm_settings
 
 
 @pytest.fixture
@@ -50,15 +50,15 @@ def container(host: Any, instance: Instance, unit: str) -> dict[str, Any]:
 
 @pytest.fixture
 def placement(config: HostConfig, topology: Topology, instance: Instance) -> Placement:
-    if partitions.mode_problems(topology, vllm.partition_policy(config)):
+    if partitions.mode_problems(topology, vllm_settings(config).partition_policy):
         pytest.skip("GPUs not in the profile's partition modes (reported by test_gpu_partition_modes)")
-    return vllm.placements(config, topology)[instance.name]
+    return vllm.placements(vllm_settings(config), topology)[instance.name]
 
 
 def test_gpu_partition_modes(config: HostConfig, topology: Topology) -> None:
     """Each physical GPU's compute and memory partition modes (sysfs, else KFD) against the profile's
     (SPX/NPS1 unless it opts into another); a mode that cannot be read passes."""
-    problems = partitions.mode_problems(topology, vllm.partition_policy(config), profile=config.profile.name)
+    problems = partitions.mode_problems(topology, vllm_settings(config).partition_policy, profile=config.profile.name)
     assert not problems, "; ".join(problems)
 
 
@@ -104,13 +104,13 @@ def test_container_image_digest(host: Any, config: HostConfig, container: dict[s
 
 
 def test_container_arguments(config: HostConfig, instance: Instance, container: dict[str, Any]) -> None:
-    wanted = vllm.serve_args(config, instance)
+    wanted = vllm.serve_args(vllm_settings(config), instance)
     assert container["Config"]["Cmd"] == wanted, f"vllm serve arguments {container['Config']['Cmd']}, want {wanted}"
 
 
 def test_container_environment(config: HostConfig, placement: Placement, container: dict[str, Any]) -> None:
     live = dict(line.split("=", 1) for line in container["Config"]["Env"] or [] if "=" in line)
-    wanted = vllm.container_env(config, placement)
+    wanted = vllm.container_env(vllm_settings(config), placement)
     differ = sorted(k for k, v in wanted.items() if live.get(k) != v)
     assert not differ, "environment differs: " + ", ".join(f"{k}={live.get(k)!r}, want {wanted[k]!r}" for k in differ)
     missing = sorted(name for name in config.settings.vllm_secret_env if name not in live)
