@@ -172,12 +172,13 @@ def _rollout(args: argparse.Namespace) -> int:
         if args.resume or args.rollback:
             print("rocmfleet: --bake starts a new rollout; not with --resume or --rollback", file=sys.stderr)
             return 2
+        from rocmfleet.fleet import inventory
         from rocmfleet.fleet.cache import cachebake
         from rocmfleet.fleet.rollout import bake, fleetimage
 
         # looked up here, when called: tests replace them in their modules
         steps = bake.BakeSteps(
-            fleetimage.load, fleetimage.resolve, fleetimage.with_image, cachebake.bake, command.run_rollout
+            inventory.load_targets, fleetimage.resolve, fleetimage.with_image, cachebake.bake, command.run_rollout
         )
         return bake.bake_and_roll(
             args.inventory,

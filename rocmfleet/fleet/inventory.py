@@ -2,34 +2,25 @@
 
 Fleet commands (``rocmfleet check``, ``rocmfleet bench``) read the same pyinfra inventory and
 group data as the deploy, so there is no second inventory to keep: :func:`load_fleet` validates
-it exactly as ``rocmfleet validate`` does, once per run, and returns one :class:`Target` per
-host, carrying its :class:`rocmfleet.fleet.connect.SshSettings`: its ``ssh_*`` data, every key
-pyinfra's SSH connector knows, and ``_sudo``/``_sudo_user``; what the data leaves unset is left
-to pyinfra and the SSH config (``~/.ssh/config`` or ``ssh_config_file``), as in the deploy.
+it exactly as ``rocmfleet validate`` does, once per run, and returns one
+:class:`rocmfleet.fleet.target.Target` per host, carrying its
+:class:`rocmfleet.fleet.connect.SshSettings`: its ``ssh_*`` data, every key pyinfra's SSH
+connector knows, and ``_sudo``/``_sudo_user``; what the data leaves unset is left to pyinfra and
+the SSH config (``~/.ssh/config`` or ``ssh_config_file``), as in the deploy.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
 from typing import Any
 
-from rocmfleet.config.settings import HostConfig
 from rocmfleet.config.validate import InventoryError, report, validate_inventory
 from rocmfleet.fleet.connect import SshSettings
+from rocmfleet.fleet.target import Target
 
 
 class FleetError(ValueError):
     """The fleet cannot be loaded: invalid inventory or group data, or a ``--limit`` matching no host."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """One host of the fleet: its inventory name, SSH settings and validated configuration."""
-
-    name: str
-    ssh: SshSettings
-    config: HostConfig
 
 
 def _matches(name: str, groups: list[str], patterns: list[str]) -> bool:
@@ -62,3 +53,15 @@ def load_fleet(inventory: str, limit: list[str] | None = None, overrides: dict[s
     if not targets:
         raise FleetError(f"--limit {','.join(limit or [])} matches no host of {inventory}")
     return targets
+
+
+def load_targets(
+    inventory: str, limit: list[str] | None = None, overrides: dict[str, Any] | None = None
+) -> dict[str, Target]:
+    """:func:`load_fleet`'s hosts by name, in inventory order (what ``rocmfleet rollout``, ``restart``
+    and ``status`` work on).
+
+    Raises:
+        FleetError: as :func:`load_fleet` (a ``ValueError``: the commands exit 2 with its message).
+    """
+    return {t.name: t for t in load_fleet(inventory, limit, overrides)}

@@ -48,7 +48,7 @@ from rocmfleet.fleet.bench.bench import (
 )
 from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
 from rocmfleet.fleet.connect import SshSettings
-from rocmfleet.fleet.inventory import Target
+from rocmfleet.fleet.target import Target
 from tests.unit.conftest import DIGEST
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
@@ -865,6 +865,18 @@ def test_benchmark_errors_and_timeouts_fail_the_case_with_secrets_masked(
     lines.clear()
     outcome = benchrun.bench_host(fleet[0], tmp_path, "R", 0, lines.append, lambda t: FakeHost(raw))
     assert all(line.endswith("FAIL not run: the host's --timeout-s ran out") for line in lines) and len(lines) == 2
+
+
+def test_gate_results_split_the_cases_that_gave_a_result_from_those_that_did_not(
+    fleet: list[Target], raw: dict[str, Any], tmp_path: Path
+) -> None:
+    error, results, errors = benchrun.gate_results(fleet[1], tmp_path, 600, [].append, lambda t: FakeHost(raw))
+    assert error is None and errors == [] and list(results) == ["lab-2:200x15-c4"]
+    error, results, errors = benchrun.gate_results(
+        fleet[1], tmp_path, 600, [].append, lambda t: FakeHost(raw, exit_code=124)
+    )
+    assert error is None and results == {}
+    assert errors == ["lab-2:200x15-c4: timed out after 600 s (--timeout-s)"]
 
 
 def test_cli_bench_without_a_valid_inventory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

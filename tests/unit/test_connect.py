@@ -287,7 +287,7 @@ def test_run_host_checks_a_long_named_host_with_its_own_expectations(tmp_path, l
     from rocmfleet.config.settings import host_config
     from rocmfleet.config.vault import Secret
     from rocmfleet.fleet.check import compliance
-    from rocmfleet.fleet.inventory import Target
+    from rocmfleet.fleet.target import Target
 
     server = _server(tmp_path)
     checks = tmp_path / "test_sample.py"
@@ -314,7 +314,7 @@ def test_run_host_checks_a_long_named_host_with_its_own_expectations(tmp_path, l
 def test_run_host_without_sudo_rights_makes_every_host_check_an_error(tmp_path, lab_data):
     from rocmfleet.config.settings import host_config
     from rocmfleet.fleet.check import compliance
-    from rocmfleet.fleet.inventory import Target
+    from rocmfleet.fleet.target import Target
 
     server = _server(tmp_path, sudo_mode="refuse")
     checks = tmp_path / "test_sample.py"
@@ -378,7 +378,7 @@ def test_only_second_differs(host):
 def test_one_process_checks_several_hosts_each_with_its_own_data_and_deadline(tmp_path, lab_data):
     from rocmfleet.config.settings import host_config
     from rocmfleet.fleet.check import compliance
-    from rocmfleet.fleet.inventory import Target
+    from rocmfleet.fleet.target import Target
 
     server = _server(tmp_path)
     (tmp_path / "conftest.py").write_text(GROUP_CONFTEST)
@@ -519,7 +519,7 @@ def test_check_runs_on_a_host_behind_a_jump(tmp_path, lab_data):
     """The check process gets the whole SSH settings (``ssh_config_file`` too) and connects the same way."""
     from rocmfleet.config.settings import host_config
     from rocmfleet.fleet.check import compliance
-    from rocmfleet.fleet.inventory import Target
+    from rocmfleet.fleet.target import Target
 
     jump, target, config = _behind_a_jump(tmp_path)
     config_file = tmp_path / "ssh_config"

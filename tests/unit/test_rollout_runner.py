@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rocmfleet import scripts
+from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet import registry
 from rocmfleet.fleet.bench.bench import Thresholds
 from rocmfleet.fleet.rollout import batches as rbatches
@@ -453,6 +454,32 @@ def test_a_deploy_whose_host_stops_answering_is_stopped_and_reported(monkeypatch
     assert proc.returncode is not None  # the deploy was stopped, not left running
 
 
+def test_the_check_and_bench_steps_are_the_ones_given(tmp_path):
+    """HostSteps runs the check and benchmark the rollout command passes in; without them those steps fail."""
+    calls = []
+
+    def check(target, timeout_s):
+        calls.append(("check", target, timeout_s))
+        return ["vllm::ready: failed: not ready"]
+
+    def bench(target, directory, timeout_s, emit):
+        calls.append(("bench", target, directory, timeout_s))
+        return None, {"h/a:short": "result"}, ["h/a:long: timed out"]
+
+    target = _Target(1)
+    steps = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "id", bench_timeout_s=7, check=check, bench=bench)
+    assert steps.check("h") == ["vllm::ready: failed: not ready"]
+    assert steps.bench("h", "before") == ({"h/a:short": "result"}, ["h/a:long: timed out"])
+    assert calls == [("check", target, hoststeps.CHECK_TIMEOUT_S), ("bench", target, tmp_path / "bench" / "before", 7)]
+    unreachable = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "id", bench=lambda *a: ("unreachable", {}, []))
+    with pytest.raises(StepError, match="before the switch: unreachable"):
+        unreachable.bench("h", "before")
+    observer = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "status")
+    for step in (lambda: observer.check("h"), lambda: observer.bench("h", "after")):
+        with pytest.raises(StepError, match="no .* step given"):
+            step()
+
+
 def test_a_deploy_that_ends_is_returned_with_its_output(monkeypatch):
     steps = hoststeps.HostSteps("inv.py", {"h": _Target(1)}, None, "id")
     script = "echo out; echo err >&2; exit 3"
@@ -709,7 +736,7 @@ def stand_in_fleet(tmp_path, monkeypatch, prod_targets):
         return images[reference]
 
     steps = CliSteps()
-    monkeypatch.setattr(fleetimage, "load", load)
+    monkeypatch.setattr(fleet_inventory, "load_targets", load)
     monkeypatch.setattr(fleetimage, "resolve", resolve)
     monkeypatch.setattr(hoststeps, "HostSteps", lambda *args, **kwargs: steps)
     monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s: [])

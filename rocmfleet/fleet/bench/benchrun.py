@@ -45,7 +45,7 @@ from rocmfleet.fleet.bench.bench import (
 )
 from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Result, Session
-from rocmfleet.fleet.inventory import Target
+from rocmfleet.fleet.target import Target
 
 #: Seconds a short command (``cat``, ``rm``) may take.
 SHORT_COMMAND_S = 60
@@ -240,6 +240,28 @@ def bench_host(
     finally:
         conn.close()
     return outcome
+
+
+def gate_results(
+    target: Target, root: Path, timeout_s: float, emit: Emit, connector: Callable[[Target], Session] = connect
+) -> tuple[str | None, dict[str, BenchResult], list[str]]:
+    """:func:`bench_host` (run id ``run``, results under ``root``; ``connector`` as there), as a
+    rollout's gate reads it.
+
+    Returns:
+        ``(error, results, errors)``: the host's error when it could not be benchmarked at all (else
+        ``None``), ``{"<target>:<case>": result}`` of the cases that gave a result, and
+        ``"<target>:<case>: <error>"`` of those that did not.
+    """
+    outcome = bench_host(target, root, "run", timeout_s, emit, connector)
+    results, errors = {}, []
+    for case in outcome.cases:
+        key = f"{case.target}:{case.case.name}"
+        if case.result is not None and case.error is None:
+            results[key] = case.result
+        else:
+            errors.append(f"{key}: {case.error}")
+    return outcome.error, results, errors
 
 
 # --- the fleet -------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from rocmfleet.domain.placement import Placement
 from rocmfleet.plan.instance import vllm_settings
 
 if TYPE_CHECKING:
-    from rocmfleet.fleet.inventory import Target
+    from rocmfleet.fleet.target import Target
 
 TEMPLATES = project.TEMPLATES_DIR / "cache"
 #: Host directory under which a bake keeps its cache directories and build context.
@@ -235,7 +235,7 @@ def bake(target: Target, emit: Callable[[str], None] = print, ready_timeout_s: i
     """Bake the compile caches of ``target``'s first instance into an image and push it.
 
     Args:
-        target: a :class:`rocmfleet.fleet.inventory.Target` (validated config and SSH settings).
+        target: a :class:`rocmfleet.fleet.target.Target` (validated config and SSH settings).
         emit: where progress lines go.
         ready_timeout_s: how long the bake container may take to be ready (default the host's
             ``vllm_ready_timeout_s``).

@@ -42,7 +42,7 @@ from typing import TypeVar
 from rocmfleet.fleet import check as checks
 from rocmfleet.fleet import connect
 from rocmfleet.fleet.check import backend, checkfile, expect, report
-from rocmfleet.fleet.inventory import Target
+from rocmfleet.fleet.target import Target
 
 #: Modules of the suite, in the order they run (``rocmfleet/fleet/check/test_<name>.py``).
 MODULES = ("rocm", "tuning", "docker", "vllm", "cache", "cvs")
@@ -264,6 +264,18 @@ def run_host(target: Target, paths: list[str], timeout_s: float) -> list[CheckRe
     if reach.outcome != "passed":
         return [reach]
     return [reach, *run_group([target], paths, timeout_s)]
+
+
+def vllm_failures(target: Target, timeout_s: float) -> list[str]:
+    """``rocmfleet check --select vllm`` on one host (:func:`run_host`), as a rollout's gate reads it:
+    one ``check: outcome: message`` line per check that neither passed nor was skipped; empty: it passes.
+
+    Args:
+        target: the host.
+        timeout_s: the host's deadline, seconds.
+    """
+    results = run_host(target, module_paths(["vllm"]), timeout_s)
+    return [f"{r.check}: {r.outcome}: {r.message}" for r in results if r.outcome not in ("passed", "skipped")]
 
 
 def _tail(text: str, lines: int = 5) -> str:

@@ -26,11 +26,11 @@ from typing import Any
 from rocmfleet.domain import cachedirs
 from rocmfleet.fleet.cache.cachebake import Baked, BakeError
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError
-from rocmfleet.fleet.inventory import Target
 from rocmfleet.fleet.rollout.batches import parse_max_unavailable
 from rocmfleet.fleet.rollout.fleetimage import CommandError
 from rocmfleet.fleet.rollout.progress import Emit, to_stderr
 from rocmfleet.fleet.rollout.state import ImageRef, deploy_refusal
+from rocmfleet.fleet.target import Target
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rocmfleet.config.groupdata_edit import IMAGE_KEYS, parse, unified_diff
+from rocmfleet.fleet import inventory as fleet_inventory
+from rocmfleet.fleet.bench import benchrun
 from rocmfleet.fleet.bench.bench import new_run_id
 from rocmfleet.fleet.check import compliance
-from rocmfleet.fleet.inventory import Target
 from rocmfleet.fleet.rollout import fleetimage, hoststeps
 from rocmfleet.fleet.rollout.batches import PlanError, parse_max_unavailable, plan_batches
 from rocmfleet.fleet.rollout.fleetimage import CommandError
@@ -39,6 +40,7 @@ from rocmfleet.fleet.rollout.state import (
     save_state,
     state_path,
 )
+from rocmfleet.fleet.target import Target
 
 
 def _finish(state: RolloutState, path: Path, code: int, emit: Emit, error: Emit = to_stderr) -> int:
@@ -173,7 +175,10 @@ def _runner(
         with lock, open(log, "a", encoding="utf-8") as out:
             out.write(line + "\n")
 
-    steps = hoststeps.HostSteps(inventory, targets, path.parent / state.id, state.id, emit=to_log)
+    steps = hoststeps.HostSteps(
+        inventory, targets, path.parent / state.id, state.id, emit=to_log,
+        check=compliance.vllm_failures, bench=benchrun.gate_results,
+    )  # fmt: skip
     revert = fleetimage.revert_data(state.data_edit, emit, error) if state.data_edit else None
     progress = progress_factory(len(state.hosts)) if progress_factory else LineProgress(emit)
     return Runner(state, path, steps, progress, on_data_revert=revert), progress
@@ -202,7 +207,7 @@ def _continue(
             f"restart {state.id} ({state.status}) changes no image: nothing to roll back; "
             f"`rocmfleet restart {inventory} --resume` finishes it (a failed host is restarted and gated again)"
         )
-    targets = fleetimage.load(inventory, None)
+    targets = fleet_inventory.load_targets(inventory, None)
     missing = sorted(set(state.hosts) - set(targets))
     if missing:
         raise CommandError(f"hosts of rollout {state.id} are no longer in {inventory}: {', '.join(missing)}")
@@ -232,7 +237,7 @@ def _start(
 ) -> int:  # fmt: skip
     if canary < 0:
         raise CommandError(f"--canary {canary}: must be >= 0")
-    targets = fleetimage.load(inventory, limit)
+    targets = fleet_inventory.load_targets(inventory, limit)
     parse_max_unavailable(max_unavailable, len(targets))  # refused before any connection
     wanted_ref = fleetimage.resolve(image, targets) if image else None
     if wanted_ref:
@@ -299,7 +304,7 @@ def _start(
                 before={k: (str(previous[k]) if k in previous else None) for k in IMAGE_KEYS},
                 after=wanted_ref.data(),
             )
-        reloaded = fleetimage.load(inventory, limit)
+        reloaded = fleet_inventory.load_targets(inventory, limit)
         wrong = [n for n, t in reloaded.items() if t.config.image.digest != wanted_ref.digest]
         if wrong:
             if data_edit is not None:

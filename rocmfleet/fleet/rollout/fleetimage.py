@@ -1,6 +1,7 @@
-"""The fleet's image: hosts loaded from the inventory, an image pinned on them, its digest from the
-registry, and the group data file that pins it (edited by a rollout's ``--image``, put back when
-it fails). :class:`CommandError`: a command that cannot start (exit 2).
+"""The fleet's image: an image pinned on the hosts (:func:`rocmfleet.fleet.inventory.load_targets`
+loads them), its digest from the registry, and the group data file that pins it (edited by a
+rollout's ``--image``, put back when it fails). :class:`CommandError`: a command that cannot start
+(exit 2).
 """
 
 from __future__ import annotations
@@ -11,24 +12,14 @@ from pathlib import Path
 
 from rocmfleet.config import groupvars
 from rocmfleet.config.groupdata_edit import EditError, holders, set_keys, unified_diff, unset_keys
-from rocmfleet.fleet.inventory import FleetError, Target, load_fleet
 from rocmfleet.fleet.registry import RegistryError, parse_image, resolve_digest
 from rocmfleet.fleet.rollout.progress import Emit, to_stderr
 from rocmfleet.fleet.rollout.state import DataEdit, ImageRef
+from rocmfleet.fleet.target import Target
 
 
 class CommandError(RuntimeError):
     """The command cannot start (exit 2); the message says why."""
-
-
-def load(
-    inventory: str, limit: list[str] | None = None, overrides: dict[str, object] | None = None
-) -> dict[str, Target]:
-    """The inventory's hosts (``--limit`` patterns), validated, by name in inventory order."""
-    try:
-        return {t.name: t for t in load_fleet(inventory, limit, overrides)}
-    except FleetError as exc:
-        raise CommandError(str(exc)) from None
 
 
 def with_image(target: Target, image: ImageRef) -> Target:

@@ -13,9 +13,11 @@
   with the deploy's targets, :func:`rocmfleet.fleet.rollout.swap.wait_targets`, on stdin) go over
   :mod:`rocmfleet.fleet.connect`. A restart that fails leaves its host drained and marked ``failed``
   (nothing to roll back); ``--resume`` restarts and gates it again.
-* **check** is ``rocmfleet check --select vllm`` on the one host (:func:`rocmfleet.fleet.check.compliance.run_host`),
-  **bench** the smoke benchmark (:func:`rocmfleet.fleet.bench.benchrun.bench_host`), results under the
-  rollout's directory.
+* **check** is ``rocmfleet check --select vllm`` on the one host, **bench** the smoke benchmark,
+  results under the rollout's directory: the rollout command passes them in (:data:`HostCheck`,
+  :data:`HostBench`; :func:`rocmfleet.fleet.check.compliance.vllm_failures` and
+  :func:`rocmfleet.fleet.bench.benchrun.gate_results`), so these steps need not load the check
+  suite or the benchmark.
 """
 
 from __future__ import annotations
@@ -40,14 +42,12 @@ from rocmfleet import project, scripts
 from rocmfleet.domain.readiness import probe_script
 from rocmfleet.domain.vllm import files_of
 from rocmfleet.fleet.bench.bench import BenchResult, Thresholds
-from rocmfleet.fleet.bench.benchrun import bench_host
-from rocmfleet.fleet.check import compliance
 from rocmfleet.fleet.connect import Result, Session, reachable
-from rocmfleet.fleet.inventory import Target
 from rocmfleet.fleet.rollout.progress import Emit
 from rocmfleet.fleet.rollout.runner import StepError
 from rocmfleet.fleet.rollout.state import OWN_DEPLOY_ENV, ImageRef
 from rocmfleet.fleet.rollout.swap import wait_or_roll_back_script, wait_targets
+from rocmfleet.fleet.target import Target
 
 #: The deploy file, beside ``rocmfleet/`` at the project root.
 DEPLOY_FILE = project.DEPLOY_FILE
@@ -57,6 +57,16 @@ PULL_TIMEOUT_S = 3600
 DEPLOY_MARGIN_S = 1800
 #: Seconds between readiness polls of a rolling restart.
 POLL_S = 5
+#: ``check(target, timeout_s) -> lines``: ``rocmfleet check --select vllm`` on one host within
+#: ``timeout_s`` seconds, one ``check: outcome: message`` line per check that neither passed nor
+#: was skipped (empty: it passes).
+HostCheck = Callable[[Target, float], list[str]]
+#: ``bench(target, directory, timeout_s, emit) -> (error, results, errors)``: the smoke benchmark of
+#: one host, its results under ``directory``: ``error`` when the host could not be benchmarked at
+#: all (else ``None``), ``{"<target>:<case>": result}`` of the cases that gave one, and
+#: ``"<target>:<case>: <error>"`` of those that did not.
+HostBench = Callable[[Target, Path, float, Emit], tuple[str | None, dict[str, BenchResult], list[str]]]
+
 #: Seconds a rolling restart's wait may take beyond ``vllm_ready_timeout_s`` (its logs, its end).
 WAIT_MARGIN_S = 120
 #: Seconds between the checks that a host being deployed still answers SSH.
@@ -175,6 +185,9 @@ class HostSteps:
         rollout_id: put in the deploys' environment (:data:`~rocmfleet.fleet.rollout.state.OWN_DEPLOY_ENV`).
         bench_timeout_s: seconds each host's benchmark may take.
         emit: where the deploy's and benchmark's lines go (a log file, not the console).
+        check: the check step (:data:`HostCheck`); ``None`` where the steps only observe
+            (``rocmfleet status``): :meth:`check` then fails with a :class:`StepError`.
+        bench: the benchmark step (:data:`HostBench`); ``None``: :meth:`bench` fails likewise.
     """
 
     def __init__(
@@ -185,9 +198,12 @@ class HostSteps:
         rollout_id: str,
         bench_timeout_s: float = 1800,
         emit: Emit = lambda line: None,
+        check: HostCheck | None = None,
+        bench: HostBench | None = None,
     ) -> None:
         self.inventory, self.targets, self.run_dir, self.rollout_id = inventory, dict(targets), run_dir, rollout_id
         self.bench_timeout_s, self.emit = bench_timeout_s, emit
+        self._check, self._bench = check, bench
 
     # -- SSH helpers --
     def _run(self, host: str, command: str, timeout_s: float, gate: str, stdin: str | None = None) -> Result:
@@ -244,16 +260,13 @@ class HostSteps:
         self._hook(host, "undrain")
 
     def bench(self, host: str, label: str) -> tuple[dict[str, BenchResult], list[str]]:
-        outcome = bench_host(self.targets[host], self.run_dir / "bench" / label, "run", self.bench_timeout_s, self.emit)
-        if outcome.error:
-            raise StepError("benchmark", f"{label} the switch: {outcome.error}")
-        results, errors = {}, []
-        for case in outcome.cases:
-            key = f"{case.target}:{case.case.name}"
-            if case.result is not None and case.error is None:
-                results[key] = case.result
-            else:
-                errors.append(f"{key}: {case.error}")
+        if self._bench is None:
+            raise StepError("benchmark", f"{host}: no benchmark step given to these host steps")
+        error, results, errors = self._bench(
+            self.targets[host], self.run_dir / "bench" / label, self.bench_timeout_s, self.emit
+        )
+        if error:
+            raise StepError("benchmark", f"{label} the switch: {error}")
         return results, errors
 
     def thresholds(self, host: str) -> Thresholds:
@@ -366,8 +379,9 @@ class HostSteps:
         return {"restart": restarted - started, "readiness": time.monotonic() - restarted}
 
     def check(self, host: str) -> list[str]:
-        results = compliance.run_host(self.targets[host], compliance.module_paths(["vllm"]), CHECK_TIMEOUT_S)
-        return [f"{r.check}: {r.outcome}: {r.message}" for r in results if r.outcome not in ("passed", "skipped")]
+        if self._check is None:
+            raise StepError("check", f"{host}: no check step given to these host steps")
+        return self._check(self.targets[host], CHECK_TIMEOUT_S)
 
     def rollback(self, host: str, image: ImageRef) -> None:
         before = self.targets[host]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from rocmfleet.fleet.rollout import fleetimage, hoststeps
+from rocmfleet.fleet import inventory as fleet_inventory
+from rocmfleet.fleet.rollout import hoststeps
 from rocmfleet.fleet.rollout.hoststeps import InstanceStatus, parallel
 from rocmfleet.fleet.rollout.runner import step_failure
 from rocmfleet.fleet.rollout.state import RolloutState, load_state, results_root, state_path
@@ -15,7 +16,7 @@ def fleet_status(
     inventory: str, limit: list[str] | None = None, results_dir: str | None = None
 ) -> tuple[list[InstanceStatus], RolloutState | None]:
     """``rocmfleet status``: every instance of every host (unit, image, ready, uptime) and any rollout recorded."""
-    targets = fleetimage.load(inventory, limit)
+    targets = fleet_inventory.load_targets(inventory, limit)
     steps = hoststeps.HostSteps(inventory, targets, Path("."), "status")
 
     def one(name: str) -> list[InstanceStatus]:
