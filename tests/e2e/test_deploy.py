@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from rocmfleet.domain.topology import parse_id_list
-from tests.conftest import connect, lab_command, pyinfra_json
+from tests.conftest import connect, pyinfra_json, rocmfleet_cli
 
 pytestmark = pytest.mark.lab
 
@@ -198,16 +198,10 @@ def test_reboot_inside_a_host_brings_vllm_back(lab, first_deploy, ssh_config):
         assert connect(address, ssh_config).service(unit).is_running
 
 
-def test_lab_restart_brings_vllm_back(lab, first_deploy, ssh_config):
-    name, address = sorted(lab.hosts.items())[1]
-    lab_command("restart", name, timeout_s=600)
-    for unit, port in units(lab, name).items():
-        wait_for_completion(address, port)
-        assert connect(address, ssh_config).service(unit).is_running
-
-
-def test_a_new_digest_for_one_host_restarts_only_that_hosts_units(lab, first_deploy, ssh_config):
-    """Roll lab-3 to the second image tag and back; the other hosts' containers keep running."""
+def test_a_new_digest_for_one_host_restarts_only_that_hosts_units(lab, first_deploy, ssh_config, tmp_path):
+    """Roll lab-3 to the second image tag and back; the other hosts' containers keep running.
+    While lab-3 runs the other digest, ``rocmfleet check`` against the group data fails lab-3's
+    image digest and nothing on the other hosts (issue 6: a container not running the wanted image)."""
     names = sorted(lab.hosts)
     target = names[-1]
     repo = f"{lab.registry}/rocmfleet-lab/vllm-cpu"
@@ -241,3 +235,19 @@ def test_a_new_digest_for_one_host_restarts_only_that_hosts_units(lab, first_dep
             else:
                 assert value == before[key], key
         wait_for_completion(lab.hosts[target])
+        if tag != "0.32.0-lab.1":
+            assert_check_fails_the_digest_only_on(target, repo, lab.images[f"{repo}:0.32.0-lab.1"], tmp_path)
+
+
+def assert_check_fails_the_digest_only_on(target: str, repo: str, wanted: str, tmp_path) -> None:
+    """``rocmfleet check`` over the lab with its group data (which wants ``repo@wanted``): ``target``'s
+    container image digest fails, saying what the data wants; no other host fails anything."""
+    report_file = tmp_path / "check.json"
+    proc = rocmfleet_cli("check", "inventories/lab.py", "--json", str(report_file))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output[-4000:]
+    results = json.loads(report_file.read_text())["results"]
+    failed = {(r["host"], r["check"]) for r in results if r["outcome"] == "failed"}
+    assert {host for host, _ in failed} == {target}, failed
+    assert (target, "vllm::container_image_digest[lab-tiny-llama-0]") in failed, failed
+    assert f"group data wants {repo}@{wanted}" in output, output[-4000:]

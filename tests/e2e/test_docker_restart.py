@@ -178,7 +178,16 @@ def port_closed(lab, name: str, port: int) -> bool:
     return lab_ssh(lab, name, f"ss -Hltn 'sport = :{port}'").stdout.strip() == ""
 
 
-def test_systemctl_stop_stops_the_container_within_the_grace_period_and_closes_the_port(lab):
+def test_a_unit_stopped_killed_and_crashing_three_times_then_deployed(lab):
+    """One instance through the unit's life (each full start of vLLM is the lab's dearest step, so the
+    container is killed while it starts rather than after it serves):
+
+    - ``systemctl stop`` stops the container within the grace period and closes the port; the unit
+      stays stopped;
+    - a killed container is replaced by the unit after its back-off (``RestartSec``), once;
+    - three quick crashes leave the unit failed at its start limit, not restarting in a loop;
+    - a deploy (its files unchanged) brings the failed unit back: it resets the start limit first.
+    """
     name, instance, port = other_host(lab)
     unit = f"vllm-{instance}.service"
     all_answer(lab)
@@ -190,32 +199,18 @@ def test_systemctl_stop_stops_the_container_within_the_grace_period_and_closes_t
         assert container_state(lab, name, instance).endswith(" false")
         assert port_closed(lab, name, port)
         assert unit_property(lab, name, unit, "ActiveState") == "inactive"  # stopped, not restarted
-    finally:
-        lab_ssh(lab, name, f"systemctl start {unit}")
-        wait_until(lambda: healthy(lab.hosts[name], port), 900, f"{unit} answers again")
 
+        lab_ssh(lab, name, f"systemctl reset-failed {unit}; systemctl start {unit}")
+        wait_until(lambda: container_state(lab, name, instance).endswith(" true"), 300, "the container runs")
+        before = container_state(lab, name, instance)
+        restarts = int(unit_property(lab, name, unit, "NRestarts") or 0)
+        killed = time.monotonic()
+        assert lab_ssh(lab, name, f"docker kill vllm-{instance}").returncode == 0
+        wait_until(lambda: container_state(lab, name, instance).endswith(" true")
+                   and container_state(lab, name, instance) != before, 300, "a new container runs")  # fmt: skip
+        assert time.monotonic() - killed >= RESTART_S - 2, "restarted without the back-off"
+        assert int(unit_property(lab, name, unit, "NRestarts")) == restarts + 1
 
-def test_a_killed_container_is_replaced_by_the_unit_after_its_back_off(lab):
-    name, instance, port = other_host(lab)
-    unit = f"vllm-{instance}.service"
-    all_answer(lab)
-    lab_ssh(lab, name, f"systemctl reset-failed {unit}")
-    before = container_state(lab, name, instance)
-    restarts = int(unit_property(lab, name, unit, "NRestarts") or 0)
-    killed = time.monotonic()
-    assert lab_ssh(lab, name, f"docker kill vllm-{instance}").returncode == 0
-    wait_until(lambda: container_state(lab, name, instance).endswith(" true")
-               and container_state(lab, name, instance) != before, 300, "a new container runs")  # fmt: skip
-    assert time.monotonic() - killed >= RESTART_S - 2, "restarted without the back-off"
-    assert int(unit_property(lab, name, unit, "NRestarts")) == restarts + 1
-    wait_until(lambda: healthy(lab.hosts[name], port), 900, f"{unit} answers again")
-
-
-def test_three_quick_crashes_leave_the_unit_failed_with_its_start_limit(lab):
-    name, instance, port = other_host(lab)
-    unit = f"vllm-{instance}.service"
-    all_answer(lab)
-    try:
         lab_ssh(lab, name, f"systemctl reset-failed {unit}; systemctl restart {unit}")
         for crash in range(3):
             wait_until(lambda: container_state(lab, name, instance).endswith(" true"), 300, f"start {crash + 1}")
@@ -230,7 +225,7 @@ def test_three_quick_crashes_leave_the_unit_failed_with_its_start_limit(lab):
         assert container_state(lab, name, instance).endswith(" false")
         status = lab_ssh(lab, name, f"systemctl status {unit} --no-pager --lines 20").stdout
         assert "Start request repeated too quickly" in status, status
-        # A deploy (its files unchanged) brings the failed unit back: it resets the start limit first.
+
         rc, _, stderr = pyinfra_json("deploy.py", "-y", "--limit", name, timeout_s=1200)
         assert rc == 0, stderr[-3000:]
         assert unit_property(lab, name, unit, "ActiveState") == "active"
