@@ -158,7 +158,7 @@ def test_allowed_downgrade_reboots_the_host_once(lab, deploy_file, first):
     assert rc == 0, output[-4000:]
     assert rebooted == {n: int(n == name) for n in lab.hosts}
     assert "amdgpu driver 30.30 installed" in output
-    assert driver_versions(lab)[name] == "1:6.14.14.303000"
+    assert driver_versions(lab)[name].startswith("1:6.14.14.303000-")  # amdgpu 30.30
 
 
 def test_dry_run_says_which_hosts_would_reboot_and_why(lab, deploy_file, first):
@@ -178,6 +178,6 @@ def test_version_upgrade_reboots_only_the_host_that_needs_it_once_then_nothing(l
     assert rc == 0, output[-4000:]
     assert rebooted == {n: int(n == name) for n in lab.hosts}
     assert "amdgpu driver 31.50 installed" in output
-    assert set(driver_versions(lab).values()) == {"1:6.14.14.315000"}
+    assert all(v.startswith("1:6.14.14.315000-") for v in driver_versions(lab).values())  # amdgpu 31.50
     rc, report, output, rebooted = run(lab, deploy_file)
     assert rc == 0 and changed(report) == {} and set(rebooted.values()) == {0}
