@@ -210,7 +210,7 @@ def _rollout(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from rocmfleet.fleet.rollout.fleetimage import CommandError
-    from rocmfleet.fleet.rollout.report import status_json
+    from rocmfleet.fleet.rollout.report import drift_cell, status_json
     from rocmfleet.fleet.rollout.status import fleet_status
 
     try:
@@ -225,12 +225,15 @@ def _status(args: argparse.Namespace) -> int:
         import rich.table
 
         steps = state.hosts if state is not None and state.blocking else {}
-        table = rich.table.Table("host", "instance", "unit", "image", "ready", "uptime", "rollout step", box=None)
+        table = rich.table.Table(
+            "host", "instance", "unit", "image", "ready", "uptime", "rollout step", "drift", box=None
+        )
         for r in rows:
             uptime = "-" if r.uptime_s is None else f"{r.uptime_s / 3600:.1f} h"
             step = steps[r.host].step if r.host in steps else "-"
             ready = {True: "yes", False: "NO", None: "-"}[r.ready]
-            table.add_row(r.host, r.instance, f"{r.active}/{r.sub}", r.error or str(r.image), ready, uptime, step)
+            image = r.error or str(r.image)
+            table.add_row(r.host, r.instance, f"{r.active}/{r.sub}", image, ready, uptime, step, drift_cell(r.drift))
         rich.console.Console().print(table)
         if state is not None:
             what = state.target.reference if state.target else "same image"
@@ -440,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         ro.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
         ro.set_defaults(func=_rollout)
-    st = sub.add_parser("status", help="per host and instance: unit state, image, ready, uptime, rollout step")
+    st = sub.add_parser("status", help="per host and instance: unit state, image, ready, uptime, rollout step, drift")
     st.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     st.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -168,6 +168,57 @@ def plan(config: HostConfig, topology: Topology | None, got: Gathered, host_name
     return result
 
 
+def instance_drift(config: HostConfig, got: Gathered, host_name: str = "") -> dict[str, list[str]]:
+    """Per instance of ``config``, why it is not as wanted: :func:`plan`'s reasons (``VllmPlan.why``)
+    from ``got`` and the GPU topology it holds (``rocmfleet status``'s ``drift``).
+
+    Args:
+        config: the host's validated configuration.
+        got: a ``HostState`` read with (at least) :func:`query`'s items.
+        host_name: for placement messages.
+
+    Returns:
+        ``{instance: [reasons]}`` for every instance of ``config``, in its order; an empty list:
+        as wanted.
+
+    Raises:
+        ValueError: the read holds no usable GPU topology (:func:`topology_of` is ``"unknown"``:
+            the topology script did not run, failed, or printed what the parser refuses).
+    """
+    topology = topology_of(got)
+    if topology == "unknown":
+        ran = got.runs.get(TOPOLOGY_RUN)
+        if ran is None:
+            raise ValueError("the read holds no run of the GPU topology script")
+        if ran[0] != 0:
+            raise ValueError(f"the GPU topology script exited {ran[0]}")
+        raise ValueError("the GPU topology script printed what the GpuTopology parser refuses")
+    todo = plan(config, topology, got, host_name)
+    return {i.name: list(todo.why.get(i.name, [])) for i in config.instances()}
+
+
+def dry_lines(todo: VllmPlan, image: str) -> list[str]:
+    """What ``--dry`` says of ``todo`` (the role prefixes each line with the host's ``[name]``): one
+    line per dirty instance with its reasons joined by ``; ``, one per orphan, then one for the
+    image when it is missing and one for the role's directories and scripts to create or fix.
+
+    Args:
+        todo: :func:`plan`'s result.
+        image: the pinned image reference (``config.image.reference``).
+
+    Returns:
+        the lines, in that order; none when ``todo`` is clean.
+    """
+    lines = [f"would change vllm instance {name}: {'; '.join(todo.why.get(name, []))}" for name in todo.dirty]
+    lines += [f"would remove vllm instance {name} (no longer in the data)" for name in todo.orphans]
+    if todo.image_missing:
+        lines.append(f"would pull vllm image {image} (not on the host)")
+    paths = [d[0] for d in todo.directories] + [f.path for f in todo.scripts]
+    if paths:
+        lines.append(f"would create or fix {', '.join(paths)} (vllm role)")
+    return lines
+
+
 def _instance_differs(config: HostConfig, instance: Instance, placed: HostPlacement | None, got: Gathered) -> list[str]:
     """Why ``instance`` is not clean (empty: clean)."""
     if placed is None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyinfra import logger
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import OperationMeta
-from pyinfra.context import host
+from pyinfra.context import host, state
 from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 
@@ -59,11 +60,17 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
     files, unit, last good version and readiness are all as wanted gets none. ``rebooted``: the
     rocm role's reboot operation; when it reboots the host, the instances are waited for again.
     ``got``: the host's ``HostState`` read with (at least) ``vllmplan.query``'s items; read here
-    when not given.
+    when not given. ``--dry`` says what differs, one line per instance to change or remove
+    (:func:`rocmfleet.plan.vllmplan.dry_lines`).
     """
     got = got if got is not None else host.get_fact(HostState, **vllmplan.query(config))
     topology = _topology(got)
     todo = vllmplan.plan(config, topology, got, host.name)
+    # Said as the rocm role's operations say what they would do: while pyinfra prepares with its
+    # change detection (``--dry``, or a run that asks before executing), not with ``-y``.
+    if not state.is_executing and state.check_for_changes:
+        for line in vllmplan.dry_lines(todo, config.image.reference):
+            logger.warning(f"{host.print_prefix}{line}")
     if todo.clean:
         if rebooted is not None:
             _wait_and_keep(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet.config.settings import host_config
+from rocmfleet.config.settings import HostConfig, host_config
 from rocmfleet.facts.state import parse_state
 from rocmfleet.plan import vllmplan
 from rocmfleet.plan.drift import drift
@@ -131,3 +131,35 @@ def test_the_check_asserts_no_drift_with_the_deploys_renderer():
             check.test_instance_files_as_wanted("plan-case", config, topology, instance, placement)
     finally:
         expect._memo.pop(("plan-case", "state"), None)
+
+
+def test_dry_says_each_instance_to_change_with_the_plans_reasons_and_each_orphan():
+    _, todo, config = planned("lab-1")
+    assert isinstance(config, HostConfig)
+    lines = vllmplan.dry_lines(todo, config.image.reference)
+    assert lines[:2] == [f"would change vllm instance {n}: {'; '.join(todo.why[n])}" for n in todo.dirty]
+    assert lines[0].startswith(
+        "would change vllm instance tiny-llama-a: /etc/rocmfleet/vllm/tiny-llama-a.env: not reported by the read; "
+        "/etc/systemd/system/vllm-tiny-llama-a.service: not reported by the read; "
+    )
+    assert lines[0].endswith("; serve.json differs; not serving (vllm-probe.sh live exit None)")
+    assert lines[2:] == [
+        f"would pull vllm image {config.image.reference} (not on the host)",
+        "would create or fix /etc/rocmfleet/vllm, /var/cache/vllm, /var/cache/huggingface, /usr/local/lib/rocmfleet, "
+        "/usr/local/lib/rocmfleet/vllm-unit.sh, /usr/local/lib/rocmfleet/gpu_free.py (vllm role)",
+    ]
+    gone = vllmplan.VllmPlan(orphans=["old-x"], image_missing=False)
+    assert vllmplan.dry_lines(gone, config.image.reference) == [
+        "would remove vllm instance old-x (no longer in the data)"
+    ]
+    assert vllmplan.dry_lines(vllmplan.VllmPlan(image_missing=False), config.image.reference) == []
+
+
+def test_instance_drift_is_the_plans_reasons_per_instance_and_refuses_a_read_without_topology():
+    _, todo, config = planned("lab-1")
+    assert isinstance(config, HostConfig)
+    facts = json.loads((PLANS / "lab-1" / "facts.json").read_text())
+    assert vllmplan.instance_drift(config, parse_state(facts["state"]), "lab-1") == todo.why
+    failed = [line.replace('"rc": 0', '"rc": 124') if '"ran"' in line else line for line in facts["state"]]
+    with pytest.raises(ValueError, match="the GPU topology script exited 124"):
+        vllmplan.instance_drift(config, parse_state(failed), "lab-1")

@@ -55,9 +55,11 @@ def records() -> dict[str, str]:
     }
 
 
-def run_role(tmp_path: Path, responses: dict, rc: int = 0, others: dict | None = None) -> tuple[list[dict], str]:
+def run_role(
+    tmp_path: Path, responses: dict, rc: int = 0, others: dict | None = None, mode: str = "-y"
+) -> tuple[list[dict], str]:
     """Run ``roles.vllm.apply`` on the fake host ``gpu-1`` (and ``others``: {name: responses});
-    the JSON report's operations, and stderr."""
+    the JSON report's operations (none under ``mode="--dry"``), and stderr."""
     inventory, deploy = tmp_path / "inventory.py", tmp_path / "deploy.py"
     hosts = [
         (f"@fake/{name}", {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": answers})
@@ -76,7 +78,7 @@ def run_role(tmp_path: Path, responses: dict, rc: int = 0, others: dict | None =
         )
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "-y", "--json", str(inventory), str(deploy)],
+        [sys.executable, "-m", "pyinfra", mode, "--json", str(inventory), str(deploy)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -84,6 +86,8 @@ def run_role(tmp_path: Path, responses: dict, rc: int = 0, others: dict | None =
         env={**os.environ, "PYINFRA_PROGRESS": "off"},
     )
     assert proc.returncode == rc, proc.stderr[-4000:]
+    if mode == "--dry":
+        return [], proc.stderr
     return json.loads(proc.stdout)["results"]["operations"], proc.stderr
 
 
@@ -199,3 +203,32 @@ def test_a_stranger_on_one_port_fails_the_host_before_any_instance_is_swapped(tm
     assert failed[0] == "Check port 8001 is free or held by vllm-b"
     swapped = [op["name"] for op in operations if "@fake/gpu-1" in op["success"] and "Render" in op["name"]]
     assert swapped == []
+
+
+def test_dry_says_per_instance_what_differs_and_which_orphan_goes(tmp_path):
+    """``--dry``: one line per instance to change (the plan's reasons) and per orphan, as the rocm
+    role says what it would remove; ``-y`` runs say nothing of it (no change detection)."""
+    responses = {
+        "timeout 20 sh -c '": TOPOLOGY,
+        "stat -c %g /dev/kfd": ["992"],
+        "vllm-probe.sh ready 80": ["ready"],
+        "vllm-probe.sh owner 80": ["free"],
+        "' state.sh ": [
+            json.dumps({"kind": "marked", "glob": "/etc/systemd/system/vllm-*.service", "path": p})
+            for p in ("/etc/systemd/system/vllm-a.service", "/etc/systemd/system/vllm-old.service")
+        ]
+        + [json.dumps({"kind": "ready", "key": "b", "rc": 7}), '{"kind":"end"}'],
+    }
+    _, stderr = run_role(tmp_path, responses, mode="--dry")
+    said = [line.strip() for line in stderr.splitlines() if "] would " in line]
+    assert said[0].startswith(
+        "[@fake/gpu-1] would change vllm instance a: /etc/rocmfleet/vllm/a.env: not reported by the read; "
+    )
+    assert said[1].startswith("[@fake/gpu-1] would change vllm instance b: ")
+    assert said[1].endswith("; serve.json differs; not serving (vllm-probe.sh live exit 7)")
+    assert said[2] == "[@fake/gpu-1] would remove vllm instance old (no longer in the data)"
+    assert said[3] == f"[@fake/gpu-1] would pull vllm image {host_config(DATA).image.reference} (not on the host)"
+    assert said[4].startswith("[@fake/gpu-1] would create or fix /etc/rocmfleet/vllm, ")
+    assert len(said) == 5
+    _, stderr = run_role(tmp_path, responses)
+    assert "] would " not in stderr

@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -79,7 +79,9 @@ CHECK_TIMEOUT_S = 300
 
 @dataclass(frozen=True)
 class InstanceStatus:
-    """One vLLM instance now: its unit's state, image, readiness and uptime."""
+    """One vLLM instance now: its unit's state, image, readiness and uptime, and its drift: why
+    the deploy would change it (``rocmfleet.plan.vllmplan.instance_drift``; empty: as wanted,
+    ``None``: not read)."""
 
     host: str
     instance: str
@@ -89,6 +91,7 @@ class InstanceStatus:
     ready: bool | None = None
     uptime_s: float | None = None
     error: str | None = None
+    drift: tuple[str, ...] | None = None
 
     def row(self) -> dict[str, object]:
         """JSON-ready fields."""
@@ -100,6 +103,7 @@ class InstanceStatus:
             "ready": self.ready,
             "uptime_s": None if self.uptime_s is None else round(self.uptime_s),
             "error": self.error,
+            "drift": None if self.drift is None else list(self.drift),
         }
 
 
@@ -204,14 +208,48 @@ class HostSteps:
         self.inventory, self.targets, self.run_dir, self.rollout_id = inventory, dict(targets), run_dir, rollout_id
         self.bench_timeout_s, self.emit = bench_timeout_s, emit
         self._check, self._bench = check, bench
+        self._held: dict[str, Session] = {}
 
     # -- SSH helpers --
+    @contextlib.contextmanager
+    def connected(self, host: str, gate: str = "observe") -> Iterator[None]:
+        """Hold one connection to ``host`` while the block runs: every step of ``host`` inside it
+        runs its commands over that connection (``rocmfleet status``: one per host per command);
+        outside, each step opens its own.
+
+        Raises:
+            StepError: ``gate``, when ``host`` cannot be connected to.
+        """
+        try:
+            session = Session.open(self.targets[host].ssh)
+        except Exception as exc:  # noqa: BLE001 - unreachable, refused, broken: the step failed
+            raise StepError(gate, f"{host}: {type(exc).__name__}: {exc}") from None
+        self._held[host] = session
+        try:
+            yield
+        finally:
+            self._held.pop(host, None)
+            session.close()
+
     def _run(self, host: str, command: str, timeout_s: float, gate: str, stdin: str | None = None) -> Result:
         try:
+            held = self._held.get(host)
+            if held is not None:
+                return held.run(command, timeout_s=timeout_s, stdin=stdin)
             with Session.open(self.targets[host].ssh) as session:
                 return session.run(command, timeout_s=timeout_s, stdin=stdin)
         except Exception as exc:  # noqa: BLE001 - unreachable, timed out, broken: this step failed
             raise StepError(gate, f"{host}: {type(exc).__name__}: {exc}") from None
+
+    def run(self, host: str, command: str, timeout_s: float, gate: str) -> Result:
+        """``command`` on ``host`` (over the connection :meth:`connected` holds, if any); never
+        raises on its exit status.
+
+        Raises:
+            StepError: ``gate``, when the host cannot be connected to, the command timed out or the
+                connection broke.
+        """
+        return self._run(host, command, timeout_s, gate)
 
     def observe(self, host: str) -> tuple[float | None, list[InstanceStatus], dict[str, float | None]]:
         """The host's clock, its instances now and their containers' start times (no readiness)."""

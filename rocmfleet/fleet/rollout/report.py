@@ -67,8 +67,17 @@ def left_drained(state: RolloutState, hosts: Sequence[str]) -> str:
     )
 
 
+def drift_cell(drift: Sequence[str] | None) -> str:
+    """The ``drift`` column of ``rocmfleet status``'s table: ``as wanted`` (no reason), ``N to
+    change`` (``N`` reasons: ``--json`` lists them), ``-`` (not read)."""
+    if drift is None:
+        return "-"
+    return f"{len(drift)} to change" if drift else "as wanted"
+
+
 def status_json(rows: Sequence[Mapping[str, object]], state: RolloutState | None) -> str:
-    """``rocmfleet status --json``: ``{"rollout": {...} | null, "instances": [...]}``."""
+    """``rocmfleet status --json``: ``{"rollout": {...} | null, "instances": [...]}``; ``rows`` are
+    :meth:`rocmfleet.fleet.rollout.hoststeps.InstanceStatus.row`'s (``drift``: the reasons, or null)."""
     rollout = None
     if state is not None:
         rollout = {

@@ -1,31 +1,89 @@
-"""``rocmfleet status``: every vLLM instance of every host (unit, image, ready, uptime) and the rollout recorded."""
+"""``rocmfleet status``: every vLLM instance of every host (unit, image, ready, uptime, drift) and
+the rollout recorded."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from rocmfleet import scripts
+from rocmfleet.facts.state import parse_state, state_args
 from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.rollout import hoststeps
 from rocmfleet.fleet.rollout.hoststeps import InstanceStatus, parallel
-from rocmfleet.fleet.rollout.runner import step_failure
+from rocmfleet.fleet.rollout.runner import StepError, step_failure
 from rocmfleet.fleet.rollout.state import RolloutState, load_state, results_root, state_path
+from rocmfleet.plan import vllmplan
+
+#: Seconds the ``HostState`` read of a host may take (its GPU topology script runs under ``timeout 20``).
+STATE_TIMEOUT_S = 120
+
+
+def read_drift(steps: hoststeps.HostSteps, host: str) -> dict[str, list[str]]:
+    """Per instance of ``host``, why the deploy would change it: the vllm role's own ``HostState``
+    read (:func:`rocmfleet.plan.vllmplan.query`, ``state.sh`` and its parser) over ``steps``'
+    connection, planned with :func:`rocmfleet.plan.vllmplan.instance_drift` from the host's
+    validated configuration (``steps.targets[host].config``).
+
+    Returns:
+        ``{instance: [reasons]}`` (an empty list: as wanted).
+
+    Raises:
+        StepError: ``drift``, when the read fails (the host cannot be reached, ``state.sh`` exits
+            non-zero or prints what the parser refuses, the GPU topology cannot be read).
+    """
+    config = steps.targets[host].config
+    query: dict[str, Any] = vllmplan.query(config)  # state_args' keyword arguments
+    command = scripts.command("state.sh", *state_args(**query))
+    result = steps.run(host, command, STATE_TIMEOUT_S, "drift")
+    if result.exit_status != 0:
+        raise StepError("drift", f"{host}: state.sh exited {result.exit_status}: {result.stderr.strip()[-300:]}")
+    try:  # a file's stray byte is one U+FFFD in its own text, as in the check's read
+        got = parse_state(result.stdout_bytes.decode("utf-8", "replace").splitlines())
+        return vllmplan.instance_drift(config, got, host)
+    except ValueError as exc:
+        raise StepError("drift", f"{host}: {exc}") from None
 
 
 def fleet_status(
     inventory: str, limit: list[str] | None = None, results_dir: str | None = None
 ) -> tuple[list[InstanceStatus], RolloutState | None]:
-    """``rocmfleet status``: every instance of every host (unit, image, ready, uptime) and any rollout recorded."""
+    """``rocmfleet status``: every instance of every host (unit, image, ready, uptime, drift) and any rollout recorded.
+
+    One connection per host carries its reads (:meth:`~rocmfleet.fleet.rollout.hoststeps.HostSteps.connected`).
+    A host that cannot be read gets one row with ``error`` (nothing raised); a host whose
+    ``HostState`` read alone fails keeps its rows, each with ``drift`` ``None`` and that ``error``.
+
+    Raises:
+        FleetError: the inventory cannot be loaded (a ``ValueError``, as
+            :func:`rocmfleet.fleet.inventory.load_targets`).
+    """
     targets = fleet_inventory.load_targets(inventory, limit)
     steps = hoststeps.HostSteps(inventory, targets, Path("."), "status")
 
     def one(name: str) -> list[InstanceStatus]:
+        drift: dict[str, list[str]] = {}
+        failed: str | None = None
         try:
-            _now, instances, _started = steps.observe(name)
-            ready = steps.ready(name)
+            with steps.connected(name):
+                _now, instances, _started = steps.observe(name)
+                ready = steps.ready(name)
+                try:
+                    drift = read_drift(steps, name)
+                except Exception as exc:  # noqa: BLE001 - the rows stay, without their drift
+                    failed = step_failure(exc)
         except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
             return [InstanceStatus(name, "-", "unknown", "unknown", None, None, None, step_failure(exc))]
-        return [replace(i, ready=ready.get(i.instance)) for i in instances]
+        return [
+            replace(
+                i,
+                ready=ready.get(i.instance),
+                error=i.error or failed,
+                drift=tuple(drift[i.instance]) if i.instance in drift else None,
+            )
+            for i in instances
+        ]
 
     rows = [row for rows in parallel(one, list(targets)) for row in rows]
     return rows, load_state(state_path(results_root(results_dir, inventory), inventory))
