@@ -7,7 +7,6 @@ from pathlib import Path
 
 from rocmfleet.config import groupvars
 from rocmfleet.config.groupvars import load_group_vars
-from rocmfleet.facts.devices import DeviceGroupIds
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,9 +83,3 @@ def test_prod_inventory_loads_and_every_host_validates():
 
     for h in hosts:
         assert host_config(h["data"]).image.tag == "v0.33.0"
-
-
-def test_device_group_ids_fact_parses_stat_output():
-    fact = DeviceGroupIds()
-    assert fact.process(["992", "992", "44", ""]) == [44, 992]
-    assert fact.process([]) == []

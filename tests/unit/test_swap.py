@@ -604,6 +604,7 @@ def test_a_wrong_answer_rolls_back_at_once_and_the_old_version_is_not_asked_it(h
 
 
 # --- the operations' decisions (pyinfra's host replaced by a stand-in with canned facts) ---------
+# (those needing no host data or files are JSON cases: tests/operations/vllm.*/)
 
 
 class FakeHost:
@@ -714,29 +715,6 @@ def test_placement_is_said_and_read_once_per_run(ops, lab_config):
     fake.facts["GpuTopology"] = None  # read again, this would fail the host
     assert list(vllm_ops.place._inner(lab_config, placed)) == []
     assert fake.noops[0].startswith("tiny-llama-a: ") and "tiny-llama-b: " in fake.noops[0]
-
-
-def test_orphans_are_stopped_and_removed_with_their_files(ops):
-    fake = FakeHost({}, {}, ManagedInstances=["a", "gone", "b"])
-    assert commands(ops(fake).remove_orphans._inner(["a", "b"])) == [
-        "systemctl disable --now vllm-gone.service",
-        "docker rm --force vllm-gone >/dev/null 2>&1 || true",
-        "rm -rf /etc/systemd/system/vllm-gone.service /etc/rocmfleet/vllm/gone.env "
-        "/etc/rocmfleet/vllm/gone.secrets /etc/rocmfleet/vllm/gone.last-good",
-        "systemctl reset-failed vllm-gone.service 2>/dev/null || true",
-        "systemctl daemon-reload",
-    ]
-    fake = FakeHost({}, {}, ManagedInstances=["a", "b"])
-    assert commands(ops(fake).remove_orphans._inner(["a", "b", "c"])) == []
-
-
-def test_a_stranger_on_the_port_fails_the_host(ops):
-    fake = FakeHost({}, {}, PortOwner={8000: "free", 8001: "ours", 8002: "other 4242 python3 -m http.server 8002"})
-    vllm_ops = ops(fake)
-    assert list(vllm_ops.port_is_ours._inner("a", 8000, "vllm-a")) == []
-    assert list(vllm_ops.port_is_ours._inner("b", 8001, "vllm-b")) == []
-    message = failure(list(vllm_ops.port_is_ours._inner("c", 8002, "vllm-c")))
-    assert message.startswith("rocmfleet: port 8002 of vLLM instance c is held by 4242 python3 -m http.server 8002")
 
 
 def test_wait_rolls_back_only_what_is_not_ready_and_has_a_different_last_good(ops, tmp_path):

@@ -1,0 +1,63 @@
+"""Every operation case of ``tests/operations/<module.op>/<case>.json`` (layout: ``tests/operations/README.md``).
+
+A case runs ``rocmfleet.operations.<module>.<op>._inner(*args, **kwargs)`` with the one stand-in host of
+:mod:`tests.harness` answering the case's ``facts``, and compares the commands it yields
+(:func:`tests.harness.render_command`), its noop messages, the warnings it logs and the exception it
+raises with the case's ``commands``, ``noop_description``, ``warnings`` and ``exception``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocmfleet.config.settings import host_config
+from tests.harness import FakeHost, FakeState, as_pyinfra, cases, load, render_command
+
+#: Tagged arguments: ``{"$tag": value}`` in ``args``/``kwargs`` is ``ARGUMENTS[tag](value)``.
+ARGUMENTS = {
+    # a host's RocmSettings from its data (a vLLM profile added, as every host has one)
+    "rocm_settings": lambda data: host_config({"vllm_profile": "llama-4-scout", **data}).rocm,
+    # a tuple (JSON has lists only)
+    "tuple": tuple,
+}
+
+
+def argument(value: Any) -> Any:
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)).startswith("$"):
+        ((tag, inner),) = value.items()
+        return ARGUMENTS[tag.removeprefix("$")](inner)
+    return value
+
+
+def operation(path: Path) -> Any:
+    module, _, name = path.parent.name.partition(".")
+    return getattr(importlib.import_module(f"rocmfleet.operations.{module}"), name)
+
+
+@pytest.mark.parametrize("path", cases("operations"))
+def test_operation(path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    case = load(path)
+    op = operation(path)
+    args = [argument(a) for a in case.get("args", [])]
+    kwargs = {k: argument(v) for k, v in case.get("kwargs", {}).items()}
+    host = FakeHost(case.get("facts", {}))
+    with caplog.at_level(logging.WARNING, logger="pyinfra"), as_pyinfra(host, FakeState(case.get("executing", True))):
+        if "exception" in case:
+            expected = case["exception"]
+            with pytest.raises(Exception) as raised:  # noqa: PT011 - the type is checked by name below
+                list(op._inner(*args, **kwargs))
+            assert type(raised.value).__name__ == expected["name"]
+            assert str(raised.value) == expected["message"]
+            return
+        commands = [render_command(c) for c in op._inner(*args, **kwargs)]
+    assert commands == case["commands"]
+    noops = case.get("noop_description", [])
+    assert host.noops == ([noops] if isinstance(noops, str) else noops)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "pyinfra" and r.levelno >= logging.WARNING]
+    assert warnings == case.get("warnings", [])
+    assert host.unasked() == [], "facts the case gives that the operation did not ask for"
