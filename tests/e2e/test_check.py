@@ -66,9 +66,9 @@ def test_every_lab_host_passes(lab, tmp_path):
 def test_a_reverted_sysctl_and_a_render_node_of_another_group_fail_their_checks_alone(lab, tmp_path):
     """Two faults that need no restart, on two hosts, in one run: each host fails exactly its check."""
     revert = "sed -i 's/^kernel.numa_balancing = {}$/kernel.numa_balancing = {}/' " + tuning.SYSCTL_FILE
-    ssh_ok(lab, "lab-2", revert.format(0, 1))
-    ssh_ok(lab, "lab-3", "chgrp nogroup /dev/dri/renderD129")
     try:
+        ssh_ok(lab, "lab-2", revert.format(0, 1))
+        ssh_ok(lab, "lab-3", "chgrp nogroup /dev/dri/renderD129")
         rc, report, output = check(tmp_path)
         assert rc == 1, output[-4000:]
         assert failures(report) == {
@@ -77,9 +77,9 @@ def test_a_reverted_sysctl_and_a_render_node_of_another_group_fail_their_checks_
         }
         assert "/dev/dri/renderD129 nogroup" in output
         assert report["hosts"]["lab-1"] == "passed"
-    finally:
-        ssh_ok(lab, "lab-2", revert.format(1, 0))
-        ssh_ok(lab, "lab-3", "chgrp render /dev/dri/renderD129")
+    finally:  # every repair runs, whichever step failed
+        lab_ssh(lab, "lab-2", revert.format(1, 0))
+        lab_ssh(lab, "lab-3", "chgrp render /dev/dri/renderD129")
 
 
 def test_a_known_answer_the_model_does_not_give_fails_readiness(lab, tmp_path):
@@ -116,10 +116,10 @@ def test_a_stopped_unit_a_stopped_docker_and_a_powered_off_host_each_fail_their_
     unit_host, unit_container, unit_port = LAB_1_A
     docker_host, docker_container, docker_port = LAB_2
     off_host, off_container, off_port = LAB_3
-    ssh_ok(lab, unit_host, f"systemctl stop {unit_container}.service")
-    ssh_ok(lab, docker_host, "systemctl stop docker.socket docker.service")
-    hosts.stop(off_host)  # an orderly poweroff, as `systemctl poweroff` inside it, waited for
     try:
+        ssh_ok(lab, unit_host, f"systemctl stop {unit_container}.service")
+        ssh_ok(lab, docker_host, "systemctl stop docker.socket docker.service")
+        hosts.stop(off_host)  # an orderly poweroff, as `systemctl poweroff` inside it, waited for
         rc, report, output = check(tmp_path)
         assert rc == 1, output[-4000:]
         assert failures(report) == {
@@ -130,9 +130,9 @@ def test_a_stopped_unit_a_stopped_docker_and_a_powered_off_host_each_fail_their_
         skipped = f"{docker_host}  SKIP  vllm::ready[{docker_container.removeprefix('vllm-')}]  Docker is not running"
         assert skipped in output
         assert [r["check"] for r in report["results"] if r["host"] == off_host] == ["host::reachable"]
-    finally:
-        ssh_ok(lab, unit_host, f"systemctl start {unit_container}.service")
-        ssh_ok(lab, docker_host, f"systemctl start docker.service {docker_container}.service")
+    finally:  # every repair runs, whichever step failed
+        lab_ssh(lab, unit_host, f"systemctl start {unit_container}.service")
+        lab_ssh(lab, docker_host, f"systemctl start docker.service {docker_container}.service")
         lab_command("restart", off_host)
         wait_ready(lab, unit_host, unit_container, unit_port)
         wait_ready(lab, docker_host, docker_container, docker_port)
