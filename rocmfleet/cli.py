@@ -232,8 +232,11 @@ def _status(args: argparse.Namespace) -> int:
             uptime = "-" if r.uptime_s is None else f"{r.uptime_s / 3600:.1f} h"
             step = steps[r.host].step if r.host in steps else "-"
             ready = {True: "yes", False: "NO", None: "-"}[r.ready]
-            image = r.error or str(r.image)
-            table.add_row(r.host, r.instance, f"{r.active}/{r.sub}", image, ready, uptime, step, drift_cell(r.drift))
+            if r.image is None:  # the host could not be read: the error in place of the image
+                image, drift = r.error or "-", drift_cell(r.drift)
+            else:  # the image was read; an error is the drift read's, said in its cell
+                image, drift = str(r.image), r.error if r.error and r.drift is None else drift_cell(r.drift)
+            table.add_row(r.host, r.instance, f"{r.active}/{r.sub}", image, ready, uptime, step, drift)
         rich.console.Console().print(table)
         if state is not None:
             what = state.target.reference if state.target else "same image"

@@ -217,5 +217,6 @@ def test_the_table_has_a_drift_column(fleet, capsys, monkeypatch):
     rows = {tuple(line.split()[:2]): line[at:].strip() for line in lines}
     assert rows[("lab-1", "tiny-llama-a")] == "7 to change"
     assert rows[("lab-2", "tiny-llama-b")] == "as wanted"
-    assert rows[("lab-4", "tiny-llama-a")] == "-"
+    assert rows[("lab-4", "tiny-llama-a")] == "lab-4: state.sh exited 126: state.sh: stand-in"  # the drift read's
+    assert IMAGE in next(line for line in lines if line.split()[:2] == ["lab-4", "tiny-llama-a"])  # the image stays
     assert drift_cell(None) == "-" and drift_cell([]) == "as wanted" and drift_cell(["x"]) == "1 to change"
