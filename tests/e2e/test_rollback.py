@@ -9,7 +9,9 @@ The bad version passes vLLM's argument parser but never gets ready: the second i
 (another digest, so the unit changes) with ``VLLM_CPU_OMP_THREADS_BIND`` set to something that is
 not a CPU list. vLLM reads that variable only when its CPU worker starts
 (``vllm/utils/ompmultiprocessing.py``, ``cpu_resource_utils.parse_id_list``: ``int()`` raises),
-so the parser check accepts it and the engine dies at every start.
+so the parser check accepts it and the engine dies at every start. The lab profile runs the worker
+in the API server's process, where the binding is not read: the bad version turns
+``VLLM_ENABLE_V1_MULTIPROCESSING`` back on.
 
 Readiness checks answers (issue 12): a version whose answer to the profile's known-answer request
 does not match (the lab profile's ``expect_regex`` edited to something the model never says, on
@@ -50,7 +52,12 @@ def bad_version_inventory(tmp_path: Path, lab, target: str, data: dict | None = 
     bad = data or {
         "vllm_image_tag": BAD_TAG,
         "vllm_image_digest": lab.images[f"{repo}:{BAD_TAG}"],
-        "vllm_env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "not-a-cpu-list"},
+        # The CPU worker reads the binding only in its own process: multiprocessing on for this version.
+        "vllm_env": {
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": "not-a-cpu-list",
+        },
         "vllm_ready_timeout_s": BAD_TIMEOUT_S,
     }
     path = tmp_path / "lab_bad_version.py"

@@ -83,7 +83,7 @@ def profiles() -> dict[str, Profile]:
 LAB_PROFILES = {
     "lab-tiny-llama": (
         "0.32.0",
-        {"VLLM_USE_AOT_COMPILE": "0"},
+        {"VLLM_USE_AOT_COMPILE": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
         ["--tensor-parallel-size", "1", "--max-model-len", "2048", "--dtype", "bfloat16"],
     )
 }

@@ -60,6 +60,7 @@ def test_container_env_has_profile_flags_user_env_and_visible_devices(lab_config
     assert env == {
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_USE_AOT_COMPILE": "0",  # the profile's extra_env
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_ENGINE_READY_TIMEOUT_S": "1800",
         "CUDA_VISIBLE_DEVICES": "0",
         **cachedirs.env(),
