@@ -113,7 +113,8 @@ def test_key_is_stable_and_canonical(lab_data):
 def test_key_leaves_out_visible_devices_and_cache_paths(lab_data):
     env = _key(lab_data).env
     assert not set(env) & cachekey.ENV_EXCLUDED
-    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_AOT_COMPILE": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # the profile's extra_env counts
+    # the profile's extra_env counts
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_AOT_COMPILE": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def test_model_revision_forms():
