@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -52,16 +53,23 @@ def ssh_listener():
     sock.close()
 
 
+@pytest.fixture(scope="module")
+def pyinfra_runs(ssh_listener) -> dict[str, subprocess.CompletedProcess]:
+    """``pyinfra -y <case>/inventory.py deploy.py`` of every case, run side by side (one per core,
+    at least two: each is mostly its interpreter's imports); {case: the finished process}."""
+    env = {**os.environ, **VAULT_ENV, "ROCMFLEET_CORPUS_SSH_PORT": str(ssh_listener.getsockname()[1])}
+
+    def run(case: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "pyinfra", "-y", f"tests/corpus/{case}/inventory.py", "deploy.py"]
+        return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        return dict(zip(CASES, pool.map(run, CASES), strict=True))
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_pyinfra_stops_before_connecting(case, ssh_listener):
-    proc = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "-y", f"tests/corpus/{case}/inventory.py", "deploy.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **VAULT_ENV, "ROCMFLEET_CORPUS_SSH_PORT": str(ssh_listener.getsockname()[1])},
-    )
+def test_pyinfra_stops_before_connecting(case, pyinfra_runs, ssh_listener):
+    proc = pyinfra_runs[case]
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output
     assert "Connecting to hosts" not in output
@@ -69,7 +77,7 @@ def test_pyinfra_stops_before_connecting(case, ssh_listener):
     for line in expected(case):
         assert line in output
     with pytest.raises(BlockingIOError):
-        ssh_listener.accept()  # nobody knocked
+        ssh_listener.accept()  # nobody knocked (a knock fails the first case checked after it)
 
 
 def test_five_independent_problems_in_three_files_are_all_reported(capsys, monkeypatch):
