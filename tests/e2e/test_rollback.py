@@ -5,13 +5,10 @@ Needs root and the lab (``./dev test`` brings both); alone, on a lab that is up 
 whole lab, a bad version on one host, then the good configuration again), so nobody else may be
 deploying to the lab meanwhile.
 
-The bad version passes vLLM's argument parser but never gets ready: the second image tag
-(another digest, so the unit changes) with ``VLLM_CPU_OMP_THREADS_BIND`` set to something that is
-not a CPU list. vLLM reads that variable only when its CPU worker starts
-(``vllm/utils/ompmultiprocessing.py``, ``cpu_resource_utils.parse_id_list``: ``int()`` raises),
-so the parser check accepts it and the engine dies at every start. The lab profile runs the worker
-in the API server's process, where the binding is not read: the bad version turns
-``VLLM_ENABLE_V1_MULTIPROCESSING`` back on.
+The bad version passes vLLM's argument check but never gets ready: the lab's stand-in tag
+``0.32.0-lab.never-ready`` (tests/lab/image.py: its entrypoint exits 1 a few seconds after it
+starts, as an engine that dies while it loads; its ``python3`` still checks the arguments), so
+the unit restarts it until systemd gives up and the deploy's wait stops waiting for it.
 
 Readiness checks answers (issue 12): a version whose answer to the profile's known-answer request
 does not match (the lab profile's ``expect_regex`` edited to something the model never says, on
@@ -40,7 +37,7 @@ pytestmark = pytest.mark.lab
 UNIT = "vllm-lab-tiny-llama-0.service"  # inventories/lab.py: the hosts after the first run one instance
 CONTAINER = UNIT.removesuffix(".service")
 REPO = "rocmfleet-lab/vllm-cpu"
-GOOD_TAG, BAD_TAG = "0.32.0-lab.1", "0.32.0-lab.2"
+GOOD_TAG, BAD_TAG, NEVER_READY_TAG = "0.32.0-lab.1", "0.32.0-lab.2", "0.32.0-lab.never-ready"
 #: Short, to fail the new version fast; the old one still gets the default deadline to come back.
 BAD_TIMEOUT_S = 180
 
@@ -50,14 +47,8 @@ def bad_version_inventory(tmp_path: Path, lab, target: str, data: dict | None = 
     wins over groups)."""
     repo = f"{lab.registry}/{REPO}"
     bad = data or {
-        "vllm_image_tag": BAD_TAG,
-        "vllm_image_digest": lab.images[f"{repo}:{BAD_TAG}"],
-        # The CPU worker reads the binding only in its own process: multiprocessing on for this version.
-        "vllm_env": {
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
-            "VLLM_CPU_OMP_THREADS_BIND": "not-a-cpu-list",
-        },
+        "vllm_image_tag": NEVER_READY_TAG,
+        "vllm_image_digest": lab.images[f"{repo}:{NEVER_READY_TAG}"],
         "vllm_ready_timeout_s": BAD_TIMEOUT_S,
     }
     path = tmp_path / "lab_bad_version.py"
@@ -124,10 +115,12 @@ def test_the_parser_check_rejects_bad_arguments_without_touching_the_running_con
 def test_a_version_that_never_gets_ready_is_rolled_back_on_its_host_only(lab, converged, ssh_config, tmp_path):
     target, address = sorted(lab.hosts.items())[1]
     repo = f"{lab.registry}/{REPO}"
-    good_digest, bad_digest = lab.images[f"{repo}:{GOOD_TAG}"], lab.images[f"{repo}:{BAD_TAG}"]
+    good_digest, bad_digest = lab.images[f"{repo}:{GOOD_TAG}"], lab.images[f"{repo}:{NEVER_READY_TAG}"]
     host = connect(address, ssh_config)
     unit_path = f"/etc/systemd/system/{UNIT}"
     good_unit = host.file(unit_path).content_string
+    env_path = f"/etc/rocmfleet/vllm/{CONTAINER.removeprefix('vllm-')}.env"
+    good_env = host.file(env_path).content_string
     saved = json.loads(
         host.file(f"/etc/rocmfleet/vllm/{CONTAINER.removeprefix('vllm-')}.last-good/serve.json").content_string
     )
@@ -150,13 +143,13 @@ def test_a_version_that_never_gets_ready_is_rolled_back_on_its_host_only(lab, co
     wait = by_name["vllm | Wait until every vLLM instance is ready; roll back each one that is not"]
     assert wait["error"] == [target]
     said = json.dumps(report) + stderr
-    assert f"({UNIT}, port 8000, image {repo}:{BAD_TAG}@{bad_digest}) not ready after {BAD_TIMEOUT_S} s" in said
+    assert f"({UNIT}, port 8000, image {repo}:{NEVER_READY_TAG}@{bad_digest}) not ready after {BAD_TIMEOUT_S} s" in said
     assert f"{UNIT} rolled back to image {repo}:{GOOD_TAG}@{good_digest}: ready again" in said
     assert "last 40 log lines of its container:" in stderr  # followed by them (pyinfra prints the op's output)
 
     # The target is back on the old image, with the old files, and serves.
     assert host.file(unit_path).content_string == good_unit
-    assert "not-a-cpu-list" not in host.check_output("cat /etc/rocmfleet/vllm/%s.env", CONTAINER.removeprefix("vllm-"))
+    assert host.file(env_path).content_string == good_env
     image = host.check_output("docker inspect --format '{{.Config.Image}}' %s", CONTAINER)
     assert image == f"{repo}:{GOOD_TAG}@{good_digest}"
     assert complete(address)["model"] == "tiny-llama"
