@@ -28,16 +28,19 @@ from pathlib import Path
 
 import pytest
 
+from rocmfleet.domain.vllm import layout
 from rocmfleet.fleet.rollout import swap
 from tests.conftest import ROOT, connect, pyinfra_json
 from tests.e2e.test_deploy import complete, pyinfra_deploy
+from tests.lab.image import NEVER_READY_TAG
 
 pytestmark = pytest.mark.lab
 
-UNIT = "vllm-lab-tiny-llama-0.service"  # inventories/lab.py: the hosts after the first run one instance
-CONTAINER = UNIT.removesuffix(".service")
+FILES = layout("lab-tiny-llama-0")  # inventories/lab.py: the hosts after the first run one instance
+UNIT, CONTAINER = FILES.unit, FILES.container
+SERVE_JSON = f"{FILES.last_good_dir}/serve.json"  # the last good version (rocmfleet.domain.lastgood)
 REPO = "rocmfleet-lab/vllm-cpu"
-GOOD_TAG, BAD_TAG, NEVER_READY_TAG = "0.32.0-lab.1", "0.32.0-lab.2", "0.32.0-lab.never-ready"
+GOOD_TAG, BAD_TAG = "0.32.0-lab.1", "0.32.0-lab.2"
 #: Short, to fail the new version fast; the old one still gets the default deadline to come back.
 BAD_TIMEOUT_S = 180
 
@@ -117,13 +120,9 @@ def test_a_version_that_never_gets_ready_is_rolled_back_on_its_host_only(lab, co
     repo = f"{lab.registry}/{REPO}"
     good_digest, bad_digest = lab.images[f"{repo}:{GOOD_TAG}"], lab.images[f"{repo}:{NEVER_READY_TAG}"]
     host = connect(address, ssh_config)
-    unit_path = f"/etc/systemd/system/{UNIT}"
-    good_unit = host.file(unit_path).content_string
-    env_path = f"/etc/rocmfleet/vllm/{CONTAINER.removeprefix('vllm-')}.env"
-    good_env = host.file(env_path).content_string
-    saved = json.loads(
-        host.file(f"/etc/rocmfleet/vllm/{CONTAINER.removeprefix('vllm-')}.last-good/serve.json").content_string
-    )
+    good_unit = host.file(FILES.unit_path).content_string
+    good_env = host.file(FILES.env_file).content_string
+    saved = json.loads(host.file(SERVE_JSON).content_string)
     assert saved["image"] == f"{repo}:{GOOD_TAG}@{good_digest}"  # the converged deploy kept it as last good
     before = started(lab, ssh_config)
 
@@ -148,8 +147,8 @@ def test_a_version_that_never_gets_ready_is_rolled_back_on_its_host_only(lab, co
     assert "last 40 log lines of its container:" in stderr  # followed by them (pyinfra prints the op's output)
 
     # The target is back on the old image, with the old files, and serves.
-    assert host.file(unit_path).content_string == good_unit
-    assert host.file(env_path).content_string == good_env
+    assert host.file(FILES.unit_path).content_string == good_unit
+    assert host.file(FILES.env_file).content_string == good_env
     image = host.check_output("docker inspect --format '{{.Config.Image}}' %s", CONTAINER)
     assert image == f"{repo}:{GOOD_TAG}@{good_digest}"
     assert complete(address)["model"] == "tiny-llama"
@@ -219,9 +218,9 @@ def test_a_wrong_known_answer_is_rolled_back_to_the_last_good_version(lab, conve
         assert f"{UNIT} rolled back to image {good}: ready again" in said
         assert host.check_output("docker inspect --format '{{.Config.Image}}' %s", CONTAINER) == good
         assert complete(address)["choices"][0]["text"]  # the old version serves
-        saved = host.file(f"/etc/rocmfleet/vllm/{CONTAINER.removeprefix('vllm-')}.last-good/serve.json")
+        saved = host.file(SERVE_JSON)
         assert json.loads(saved.content_string)["image"] == good  # the wrong version was never kept
-        assert new not in host.file(f"/etc/systemd/system/{UNIT}").content_string
+        assert new not in host.file(FILES.unit_path).content_string
     finally:
         rc, report, stderr = pyinfra_deploy()
     assert rc == 0, stderr[-4000:]
@@ -236,9 +235,7 @@ def test_an_instance_with_a_non_ascii_served_name_becomes_ready(lab, converged, 
         assert rc == 0, stderr[-4000:]
         assert models(address) == [name]
         # the known answer was checked with that name, and it was kept as the last good version
-        saved = connect(address, ssh_config).file(
-            f"/etc/rocmfleet/vllm/{CONTAINER.removeprefix('vllm-')}.last-good/serve.json"
-        )
+        saved = connect(address, ssh_config).file(SERVE_JSON)
         assert name in json.loads(saved.content_string)["serve_args"]
     finally:
         rc, report, stderr = pyinfra_deploy()

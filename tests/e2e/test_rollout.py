@@ -38,12 +38,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, lab_command
+from tests.lab.image import SLOW_TAG
 
 pytestmark = pytest.mark.lab
 
 REPO = "rocmfleet-lab/vllm-cpu"
 GOOD = ("0.32.0-lab.1", "0.32.0-lab.2")
-SLOW = "0.32.0-lab.slow"
 LAB_YML = ROOT / "group_vars" / "lab.yml"
 INVENTORY = "inventories/lab.py"
 
@@ -260,7 +260,7 @@ def test_slow_version_fails_the_benchmark_gate_at_the_canary_and_rolls_back(base
     lab = baseline
     before = running(lab)
     saved = LAB_YML.read_text()
-    done = rollout("--image", image(lab, SLOW), "--max-unavailable", "1")
+    done = rollout("--image", image(lab, SLOW_TAG), "--max-unavailable", "1")
     assert LAB_YML.read_text() == saved
     assert_stopped_at_the_canary(lab, results, done, before, "benchmark")
     assert "median_ttft_ms" in report_of(results)
