@@ -1,7 +1,8 @@
 """``rocmfleet rollout`` on the lab: capacity held, a slow version stopped at the canary, a killed
 rollout resumed (a plain deploy and a second rollout refused meanwhile), a host lost mid-batch
 (the switched hosts rolled back; the lost one, which the rollout's own rollback cannot reach, by
-``--rollback`` once it is back).
+``--rollback`` once it is back), a registry that stops answering a host after the canary pulled
+(the command's end: its summary, exit 1, no traceback).
 
 Needs root and a deployed lab (``./dev test`` brings it; alone: ``ROCMFLEET_LAB_REUSE=1
 .venv/bin/pytest -m lab tests/e2e/test_rollout.py``). It deploys, so nobody else may deploy to the
@@ -37,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, lab_command
+from tests.conftest import ROOT, lab_command, lab_ssh
 from tests.lab.image import SLOW_TAG
 
 pytestmark = pytest.mark.lab
@@ -295,5 +296,35 @@ def test_powered_off_host_fails_its_batch_and_the_switched_hosts_roll_back(basel
     again = rollout("--rollback")
     assert again.returncode == 0, again.stdout + again.stderr
     assert state_of(results)["status"] == "rolled_back"
+    assert running(lab) == before
+    assert check().returncode == 0
+
+
+def test_a_registry_that_stops_answering_a_host_mid_rollout_ends_in_a_summary(baseline, results):
+    """The registry answers the control machine and the canary, then not lab-3 (its port 5000
+    refused on lab-3, as a registry that went away): lab-3's pull fails, its batch never
+    switches, the canary goes back, and the command ends with its summary on stderr, exit 1 and
+    no traceback (issue 24). Issue 26 will make this a pause rather than a rollback."""
+    lab = baseline
+    names = list(lab.hosts)
+    before = running(lab)
+    _current, new = other_good(lab)
+    registry_ip, _, port = lab.registry.rpartition(":")
+    rule = f"OUTPUT -p tcp -d {registry_ip} --dport {port} -j REJECT --reject-with tcp-reset"
+    assert lab_ssh(lab, names[2], f"iptables -I {rule}").returncode == 0
+    try:
+        done = rollout("--image", image(lab, new), "--canary", "1", "--max-unavailable", "2")
+    finally:
+        lab_ssh(lab, names[2], f"iptables -D {rule}")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    state = state_of(results)
+    assert state["status"] == "rolled_back", state
+    assert f"{names[2]}: pull gate failed" in state["failure"], state["failure"]
+    path = results / "lab" / "rollout-state.json"
+    summary = f"rollout {state['id']}: rolled_back; report {path.parent / state['id'] / 'report.md'}; state {path}"
+    assert summary in done.stderr.splitlines(), done.stderr
+    assert state["hosts"][names[0]]["step"] == "rolled_back"
+    assert state["hosts"][names[1]]["step"] == "pending" and state["hosts"][names[2]]["step"] == "pending", state
     assert running(lab) == before
     assert check().returncode == 0
