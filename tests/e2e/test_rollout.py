@@ -180,17 +180,24 @@ def wait_for_step(
     raise AssertionError(f"{host} did not reach {step} in {timeout_s} s")
 
 
-def assert_stopped_at_the_canary(lab, results, done, before, gate: str) -> None:
+def assert_rolled_back_with_a_summary(results, done) -> dict:
+    """The command's end after a rollback (issue 24): exit 1, the summary line on stderr, no
+    traceback; the state it left."""
     assert done.returncode == 1, done.stdout + done.stderr
-    state = state_of(results)
-    canary = state["batches"][0][0]
-    assert state["status"] == "rolled_back", state
-    assert canary in state["failure"] and gate in state["failure"], state["failure"]
-    # The command's end (issue 24): the canary's error and the summary on stderr, no traceback.
     assert "Traceback" not in done.stderr, done.stderr
+    state = state_of(results)
+    assert state["status"] == "rolled_back", state
     path = results / "lab" / "rollout-state.json"
     summary = f"rollout {state['id']}: rolled_back; report {path.parent / state['id'] / 'report.md'}; state {path}"
     assert summary in done.stderr.splitlines(), done.stderr
+    return state
+
+
+def assert_stopped_at_the_canary(lab, results, done, before, gate: str) -> None:
+    state = assert_rolled_back_with_a_summary(results, done)
+    canary = state["batches"][0][0]
+    assert canary in state["failure"] and gate in state["failure"], state["failure"]
+    # The canary's error on stderr too.
     said = [line for line in done.stderr.splitlines() if line.startswith(f"{canary}: rolled_back: ")]
     assert len(said) == 1 and gate in said[0], done.stderr
     assert [h for h, s in state["hosts"].items() if s["step"] != "pending"] == [canary]
@@ -316,14 +323,8 @@ def test_a_registry_that_stops_answering_a_host_mid_rollout_ends_in_a_summary(ba
         done = rollout("--image", image(lab, new), "--canary", "1", "--max-unavailable", "2")
     finally:
         lab_ssh(lab, names[2], f"iptables -D {rule}")
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    state = state_of(results)
-    assert state["status"] == "rolled_back", state
+    state = assert_rolled_back_with_a_summary(results, done)
     assert f"{names[2]}: pull gate failed" in state["failure"], state["failure"]
-    path = results / "lab" / "rollout-state.json"
-    summary = f"rollout {state['id']}: rolled_back; report {path.parent / state['id'] / 'report.md'}; state {path}"
-    assert summary in done.stderr.splitlines(), done.stderr
     assert state["hosts"][names[0]]["step"] == "rolled_back"
     assert state["hosts"][names[1]]["step"] == "pending" and state["hosts"][names[2]]["step"] == "pending", state
     assert running(lab) == before
