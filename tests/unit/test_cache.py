@@ -351,7 +351,8 @@ def test_pack_puts_each_cache_at_its_container_path(tmp_path):
 
 
 def test_capture_sizes_follow_vllm_defaults(lab_config):
-    profile = lab_config.profile
+    profile = lab_config.profile.model_copy(update={"max_num_seqs": None})  # vLLM's default, 256
+    assert warmup.capture_sizes(lab_config.profile) == [1, 2, 4, 8, 16]  # the lab profile's 8
     sizes = warmup.capture_sizes(profile)
     assert sizes[:5] == [1, 2, 4, 8, 16] and sizes[-1] == 512 and 248 in sizes and 256 in sizes and 264 not in sizes
     small = profile.model_copy(update={"max_num_seqs": 16})
@@ -361,8 +362,7 @@ def test_capture_sizes_follow_vllm_defaults(lab_config):
 
 
 def test_plan_has_bench_shapes_then_every_capture_size(lab_config):
-    profile = lab_config.profile.model_copy(update={"max_num_seqs": 8})
-    steps = warmup.plan(profile)
+    steps = warmup.plan(lab_config.profile)  # max_num_seqs 8
     assert steps[0] == warmup.Step(200, 15, 4, 4)  # the lab profile's smoke case (bench section)
     assert [s.concurrency for s in steps[1:]] == [1, 2, 4, 8, 16]
     assert all(s.requests == s.concurrency for s in steps)

@@ -84,7 +84,7 @@ LAB_PROFILES = {
     "lab-tiny-llama": (
         "0.32.0",
         {"VLLM_USE_AOT_COMPILE": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
-        ["--tensor-parallel-size", "1", "--max-model-len", "2048", "--dtype", "bfloat16"],
+        ["--tensor-parallel-size", "1", "--max-model-len", "2048", "--max-num-seqs", "8", "--dtype", "bfloat16"],
     )
 }
 

@@ -787,6 +787,8 @@ def test_the_wait_command_stays_small_for_many_instances(tmp_path, lab_config, c
     from rocmfleet import scripts
     from rocmfleet.domain import warmup
 
+    profile = lab_config.profile.model_copy(update={"max_num_seqs": None})  # vLLM's 256: 52 warm-up steps
+
     def targets(n: int) -> list[swap.WaitTarget]:
         files = instance_files(tmp_path, "a")
         base = target(files, "a", 8000, OLD_IMAGE).__dict__
@@ -796,9 +798,7 @@ def test_the_wait_command_stays_small_for_many_instances(tmp_path, lab_config, c
                     **base,
                     "name": f"i{i}",
                     "port": 8000 + i,
-                    "warmup": scripts.in_wait("vllm-warmup.sh", *warmup.args(lab_config.profile, 8000 + i))
-                    if warm
-                    else None,
+                    "warmup": scripts.in_wait("vllm-warmup.sh", *warmup.args(profile, 8000 + i)) if warm else None,
                     "ready_probe": PARIS,
                 }
             )

@@ -41,6 +41,7 @@ def test_docker_run_argv_follows_amd_and_vllm_docs(lab_config, lab_placements):
         "--port", "8001",
         "--tensor-parallel-size", "1",
         "--max-model-len", "2048",
+        "--max-num-seqs", "8",
         "--dtype", "bfloat16",
     ]  # fmt: skip
 

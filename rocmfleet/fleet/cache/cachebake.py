@@ -242,7 +242,8 @@ def bake(target: Target, emit: Callable[[str], None] = print, ready_timeout_s: i
 
     Raises:
         BakeError: any step failed (the message names it and the host); the instance's unit is
-            started again if it was running, and the bake container is stopped.
+            started again if it was running, and the bake container is stopped. A bake that
+            succeeds returns once that unit's instance is ready again.
         rocmfleet.fleet.connect.ConnectError: the host cannot be reached.
     """
     from rocmfleet.facts.devices import DeviceGroupIds
@@ -290,6 +291,12 @@ def bake(target: Target, emit: Callable[[str], None] = print, ready_timeout_s: i
         # (cachedirs.aiter_seed_dir), so that the bake builds, and the layer adds, only what the image lacks.
         seed = scripts.command("vllm-unit.sh", "seed-aiter", config.image.reference, f"{bake_dir}/aiter")
         run(seed, "seeding AITER's JIT directory", BUILD_TIMEOUT_S)
+        timeout = ready_timeout_s or config.settings.vllm_ready_timeout_s
+        # the same wait for the bake container and, after the bake, the instance's own (same name, port)
+        wait = readiness.wait_script(
+            instance.port, config.profile.served_model_name, timeout, names.container,
+            ready_probe=config.profile.ready_probe,
+        )  # fmt: skip
         was = run(scripts.command("cache-bake.sh", "stop", names.unit), f"stopping {names.unit}").strip()
         try:
             # The unit's container is Docker's and outlives its stop (issue 11): it goes, so that the bake
@@ -297,14 +304,6 @@ def bake(target: Target, emit: Callable[[str], None] = print, ready_timeout_s: i
             session.run(f"docker rm {shlex.quote(names.container)} >/dev/null 2>&1 || true", timeout_s=120)
             emit(f"{target.name}: starting {names.container} from the base image with empty caches")
             run(shlex.join(bake_run_argv(config, instance, placement, gids, bake_dir)), "starting the bake container")
-            timeout = ready_timeout_s or config.settings.vllm_ready_timeout_s
-            wait = readiness.wait_script(
-                instance.port,
-                config.profile.served_model_name,
-                timeout,
-                names.container,
-                ready_probe=config.profile.ready_probe,
-            )
             run(wait, "waiting for the bake container to be ready", timeout + 60)
             steps = warmup.plan(config.profile)
             emit(f"{target.name}: warm-up, {len(steps)} step(s)")
@@ -328,6 +327,12 @@ def bake(target: Target, emit: Callable[[str], None] = print, ready_timeout_s: i
         if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
             raise BakeError(f"{target.name}: docker push of {ref} gave no digest: {pushed.strip()[-300:]!r}")
         run(scripts.command("cache-bake.sh", "clean", context), "cleaning up")
+        if was == "active":
+            # The instance (started again above, while the layer was packed and pushed) serves before the
+            # bake returns: a rollout's preflight checks it next (issue 27: `rollout --bake` failed on a
+            # check of the canary's instance still starting).
+            emit(f"{target.name}: waiting until {names.unit} is ready again")
+            run(wait, f"waiting for {names.unit} to be ready again", timeout + 60)
         repository, tag = ref.rsplit(":", 1)
         return Baked(repository, tag, digest, key, found)
 
