@@ -242,7 +242,9 @@ class CpuShare:
         of: how many instances share the node.
         node_cpus: all CPUs of the node.
         by_sibling_ranges: whether the node's sibling ranges were split alike (:func:`split_cpus`).
-        sharers: the names of the instances sharing the node, in order.
+
+    The note names no other instance: it goes into the unit file, and a neighbour renamed or
+    added with the same shares must not change this instance's unit (and restart it).
     """
 
     node: int
@@ -251,15 +253,13 @@ class CpuShare:
     of: int
     node_cpus: tuple[int, ...]
     by_sibling_ranges: bool
-    sharers: tuple[str, ...]
 
     def note(self) -> str:
-        """One line for ``Placement.notes``, e.g. ``NUMA node 0 (CPUs 0-15,128-143) shared by 'a', 'b':
-        share 1 of 2 = 0-7,128-135, each sibling range split alike``."""
+        """One line for ``Placement.notes``, e.g. ``NUMA node 0 (CPUs 0-15,128-143): share 1 of 2 =
+        0-7,128-135, each sibling range split alike``."""
         how = ", each sibling range split alike" if self.by_sibling_ranges else ""
         return (
-            f"NUMA node {self.node} (CPUs {format_id_list(self.node_cpus)}) shared by "
-            f"{', '.join(repr(n) for n in self.sharers)}: share {self.index + 1} of {self.of} = "
+            f"NUMA node {self.node} (CPUs {format_id_list(self.node_cpus)}): share {self.index + 1} of {self.of} = "
             f"{format_id_list(self.cpus)}{how}"
         )
 
@@ -296,9 +296,7 @@ def share_node_cpus(
             problems.append(f"NUMA node {node}: {exc}; instances sharing it: {who}")
             pieces, by_ranges = [() for _ in sharers], False
         for j, (i, piece) in enumerate(zip(sharers, pieces, strict=True)):
-            shares[i][node] = CpuShare(
-                node, piece, j, len(sharers), node_cpus, by_ranges, tuple(names[s] for s in sharers)
-            )
+            shares[i][node] = CpuShare(node, piece, j, len(sharers), node_cpus, by_ranges)
     return shares, problems
 
 

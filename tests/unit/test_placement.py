@@ -76,18 +76,14 @@ def test_mi308x_render_nodes_follow_drm_render_minor():
         visible_devices_env=cuda(4),
         cpuset_cpus="0-55,224-279",
         cpuset_mems="0",
-        notes=(
-            "NUMA node 0 (CPUs 0-111,224-335) shared by 'a', 'b': share 1 of 2 = 0-55,224-279,"
-            " each sibling range split alike",
-        ),
+        notes=("NUMA node 0 (CPUs 0-111,224-335): share 1 of 2 = 0-55,224-279, each sibling range split alike",),
     )
     # Inside b's container its GPUs are 0-3 again (only its render nodes are passed).
     assert b.render_nodes == tuple(f"/dev/dri/renderD{m}" for m in (136, 137, 138, 139))
     assert b.visible_devices_env == cuda(4)
     assert (b.cpuset_cpus, b.cpuset_mems) == ("56-111,280-335", "0")
     assert b.notes == (
-        "NUMA node 0 (CPUs 0-111,224-335) shared by 'a', 'b': share 2 of 2 = 56-111,280-335,"
-        " each sibling range split alike",
+        "NUMA node 0 (CPUs 0-111,224-335): share 2 of 2 = 56-111,280-335, each sibling range split alike",
     )
 
 
@@ -132,8 +128,7 @@ def test_mi210_nps1_one_instance_per_gpu():
     ]
     assert [p.cpuset_mems for p in placements] == ["0"] * 4 + ["1"] * 4
     assert placements[2].notes == (
-        "NUMA node 0 (CPUs 0-63,128-191) shared by 'g0', 'g1', 'g2', 'g3': share 3 of 4 = 32-47,160-175,"
-        " each sibling range split alike",
+        "NUMA node 0 (CPUs 0-63,128-191): share 3 of 4 = 32-47,160-175, each sibling range split alike",
     )
 
 
@@ -236,10 +231,8 @@ def test_spanning_instance_takes_its_share_of_each_node_in_instance_order():
     assert (b.cpuset_cpus, b.cpuset_mems) == ("96-127,224-255", "1")
     assert wide.notes == (
         "spans NUMA nodes 0-1: bound to their union",
-        "NUMA node 0 (CPUs 0-63,128-191) shared by 'a', 'wide': share 2 of 2 = 32-63,160-191,"
-        " each sibling range split alike",
-        "NUMA node 1 (CPUs 64-127,192-255) shared by 'wide', 'b': share 1 of 2 = 64-95,192-223,"
-        " each sibling range split alike",
+        "NUMA node 0 (CPUs 0-63,128-191): share 2 of 2 = 32-63,160-191, each sibling range split alike",
+        "NUMA node 1 (CPUs 64-127,192-255): share 1 of 2 = 64-95,192-223, each sibling range split alike",
     )
 
 
@@ -281,7 +274,7 @@ def test_two_cpus_two_instances_get_one_each():
     topo = Topology(mi210_nps1().gpus[:2], (NumaNode(0, (0, 1), 1024),))
     a, b = place([shape("a", 8000, [0], 1), shape("b", 8001, [1], 1)], topo)
     assert (a.cpuset_cpus, a.cpuset_mems, b.cpuset_cpus, b.cpuset_mems) == ("0", "0", "1", "0")
-    assert a.notes == ("NUMA node 0 (CPUs 0-1) shared by 'a', 'b': share 1 of 2 = 0",)
+    assert a.notes == ("NUMA node 0 (CPUs 0-1): share 1 of 2 = 0",)
 
 
 def test_ranges_of_different_lengths_are_split_as_one_list():
@@ -289,7 +282,7 @@ def test_ranges_of_different_lengths_are_split_as_one_list():
     topo = Topology(mi210_nps1().gpus[:2], (NumaNode(0, (0, 1, 2, 5, 6), 1024),))
     a, b = place([shape("a", 8000, [0], 1), shape("b", 8001, [1], 1)], topo)
     assert (a.cpuset_cpus, b.cpuset_cpus) == ("0-2", "5-6")
-    assert a.notes == ("NUMA node 0 (CPUs 0-2,5-6) shared by 'a', 'b': share 1 of 2 = 0-2",)
+    assert a.notes == ("NUMA node 0 (CPUs 0-2,5-6): share 1 of 2 = 0-2",)
 
 
 def test_a_node_with_fewer_cpus_than_instances_is_refused():

@@ -163,3 +163,24 @@ def test_instance_drift_is_the_plans_reasons_per_instance_and_refuses_a_read_wit
     failed = [line.replace('"rc": 0', '"rc": 124') if '"ran"' in line else line for line in facts["state"]]
     with pytest.raises(ValueError, match="the GPU topology script exited 124"):
         vllmplan.instance_drift(config, parse_state(failed), "lab-1")
+
+
+def test_a_renamed_neighbour_leaves_an_instance_s_files_as_they_were():
+    # lab-1's tiny-llama-b renamed tiny-llama-c, same port and GPU: tiny-llama-a's env file and
+    # unit are unchanged (its unit once named its neighbours, and the rename restarted it).
+    facts = json.loads((PLANS / "lab-1" / "facts.json").read_text())
+    got = parse_state(facts["state"])
+
+    def files_of_a(second: str) -> object:
+        data = {
+            **facts["data"],
+            "vllm_instances": [
+                {"name": "tiny-llama-a", "port": 8000, "gpus": [0]},
+                {"name": second, "port": 8001, "gpus": [1]},
+            ],
+        }
+        config = host_config(data)
+        todo = vllmplan.plan(config, vllmplan.topology_of(got), got, facts["host"])
+        return vllmplan.plan_dict(config, todo)["instances"]["tiny-llama-a"]["files"]  # type: ignore[index]
+
+    assert files_of_a("tiny-llama-b") == files_of_a("tiny-llama-c")
