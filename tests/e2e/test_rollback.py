@@ -10,12 +10,12 @@ The bad version passes vLLM's argument check but never gets ready: the lab's sta
 starts, as an engine that dies while it loads; its ``python3`` still checks the arguments), so
 the unit restarts it until systemd gives up and the deploy's wait stops waiting for it.
 
-Readiness checks answers (issue 12): a version whose answer to the profile's known-answer request
-does not match (the lab profile's ``expect_regex`` edited to something the model never says, on
-the second image tag so that there is a version to roll back to) is given up at once and rolled
-back; an instance served under a non-ASCII name (``tiny-llama-é``) becomes ready. Both edit
-``group_vars/profiles/lab-tiny-llama.yml`` for one ``--limit`` deploy of one host and put it
-back, then deploy the whole lab again.
+Readiness checks answers (issue 12): an instance served under a non-ASCII name (``tiny-llama-é``)
+becomes ready; then a version whose answer to the profile's known-answer request does not match
+(the lab profile's ``expect_regex`` edited to something the model never says, on the second image
+tag so that there is a version to roll back to) is given up at once and rolled back to it. One
+test, two ``--limit`` deploys of one host with ``group_vars/profiles/lab-tiny-llama.yml`` edited
+and put back, then one deploy of the whole lab.
 """
 
 from __future__ import annotations
@@ -194,11 +194,18 @@ def models(address: str, port: int = 8000) -> list[str]:
         return [entry["id"] for entry in json.loads(response.read())["data"]]
 
 
-def test_a_wrong_known_answer_is_rolled_back_to_the_last_good_version(lab, converged, ssh_config, tmp_path):
+def test_a_non_ascii_served_name_gets_ready_and_a_wrong_known_answer_rolls_back_to_it(
+    lab, converged, ssh_config, tmp_path
+):
+    """One host (``--limit``), two deploys, one restore: the instance served as ``tiny-llama-é``
+    becomes ready and is kept as the last good version; then another image whose known answer
+    (the profile's ``expect_regex``, edited) does not match is given up at once and rolled back to
+    that last good version, name included."""
     target, address = sorted(lab.hosts.items())[1]
     repo = f"{lab.registry}/{REPO}"
     good, new = (f"{repo}:{tag}@{lab.images[f'{repo}:{tag}']}" for tag in (GOOD_TAG, BAD_TAG))
     host = connect(address, ssh_config)
+    name = "tiny-llama-é"
     # Another image (so the unit changes and there is a version to roll back to) that serves the
     # same model well; only the profile's expected answer is wrong.
     data = {"vllm_image_tag": BAD_TAG, "vllm_image_digest": lab.images[f"{repo}:{BAD_TAG}"]}
@@ -206,8 +213,14 @@ def test_a_wrong_known_answer_is_rolled_back_to_the_last_good_version(lab, conve
     line = known_answer_line()
     wrong = line[: len(line) - len(line.lstrip())] + 'expect_regex: "^rocmfleet: not what the model says$"'
     try:
-        with profile_edited(line, wrong):
-            rc, report, stderr = pyinfra_json("deploy.py", "-y", "--limit", target, inventory=inventory)
+        with profile_edited("served_model_name: tiny-llama\n", f'served_model_name: "{name}"\n'):
+            rc, report, stderr = pyinfra_deploy("--limit", target)
+            assert rc == 0, stderr[-4000:]
+            assert models(address) == [name]
+            # the known answer was checked with that name, and it was kept as the last good version
+            assert name in json.loads(host.file(SERVE_JSON).content_string)["serve_args"]
+            with profile_edited(line, wrong):
+                rc, report, stderr = pyinfra_json("deploy.py", "-y", "--limit", target, inventory=inventory)
         said = json.dumps(report) + stderr
         # The only host of a --limit run failed: pyinfra stops (pyinfra/api/state.py, fail_hosts:
         # "No hosts remaining!") without a JSON report; the operation's output is on stderr.
@@ -217,26 +230,10 @@ def test_a_wrong_known_answer_is_rolled_back_to_the_last_good_version(lab, conve
         assert "which does not match" in said and "not what the model says" in said
         assert f"{UNIT} rolled back to image {good}: ready again" in said
         assert host.check_output("docker inspect --format '{{.Config.Image}}' %s", CONTAINER) == good
-        assert complete(address)["choices"][0]["text"]  # the old version serves
-        saved = host.file(SERVE_JSON)
-        assert json.loads(saved.content_string)["image"] == good  # the wrong version was never kept
+        assert models(address) == [name]  # the last good version's arguments, not only its image
+        saved = json.loads(host.file(SERVE_JSON).content_string)
+        assert saved["image"] == good and name in saved["serve_args"]  # the wrong version was never kept
         assert new not in host.file(FILES.unit_path).content_string
-    finally:
-        rc, report, stderr = pyinfra_deploy()
-    assert rc == 0, stderr[-4000:]
-
-
-def test_an_instance_with_a_non_ascii_served_name_becomes_ready(lab, converged, ssh_config):
-    target, address = sorted(lab.hosts.items())[1]
-    name = "tiny-llama-é"
-    try:
-        with profile_edited("served_model_name: tiny-llama\n", f'served_model_name: "{name}"\n'):
-            rc, report, stderr = pyinfra_deploy("--limit", target)
-        assert rc == 0, stderr[-4000:]
-        assert models(address) == [name]
-        # the known answer was checked with that name, and it was kept as the last good version
-        saved = connect(address, ssh_config).file(SERVE_JSON)
-        assert name in json.loads(saved.content_string)["serve_args"]
     finally:
         rc, report, stderr = pyinfra_deploy()
     assert rc == 0, stderr[-4000:]

@@ -1,8 +1,8 @@
-"""``rocmfleet rollout`` on the lab: capacity held, a slow version stopped at the canary, a killed
-rollout resumed (a plain deploy and a second rollout refused meanwhile), a host lost mid-batch
-(the switched hosts rolled back; the lost one, which the rollout's own rollback cannot reach, by
-``--rollback`` once it is back), a registry that stops answering a host after the canary pulled
-(the command's end: its summary, exit 1, no traceback).
+"""``rocmfleet rollout`` on the lab: capacity held, a killed rollout resumed (a plain deploy and a
+second rollout refused meanwhile), ``--bake`` of a slow version stopped at the canary, a host lost
+mid-batch (the switched host rolled back; the lost one, which the rollout's own rollback cannot
+reach, by ``--rollback`` once it is back), a registry that stops answering a host after the canary
+pulled. Every failed rollout ends with its summary on stderr, exit 1 and no traceback (issue 24).
 
 Needs root and a deployed lab (``./dev test`` brings it; alone: ``ROCMFLEET_LAB_REUSE=1
 .venv/bin/pytest -m lab tests/e2e/test_rollout.py``). It deploys, so nobody else may deploy to the
@@ -14,10 +14,14 @@ serve --max-num-seqs 1``, ready, but the smoke benchmark's concurrent requests q
 to first token is many times the good version's.
 
 Each rollout restarts vLLM on the hosts it switches and on those it returns, the lab's dearest
-step, so the module keeps to one rollout per property: a version that never gets ready is rolled
-back by the deploy the canary's switch runs (tests/e2e/test_rollback.py shows that on its host
-alone; the rollout's handling of a failed gate is the slow version's case), and a killed rollout
-is shown resumed here, not also rolled back (``--rollback`` runs in the lost-host case).
+step, so the module keeps to one rollout per property, and only the good tag's rolls across every
+host: the failure cases roll out over an inventory of lab-2 and lab-3 (:func:`without_lab_1`; one
+instance each, lab-1 has two; ``--image`` with ``--limit`` is refused, as it should be), a canary
+of one host and batches of one, which is all a failure after a switched host needs. A
+version that never gets ready is rolled back by the deploy the canary's switch runs
+(tests/e2e/test_rollback.py shows that on its host alone; the rollout's handling of a failed gate
+is the slow version's case), and a killed rollout is shown resumed here, not also rolled back
+(``--rollback`` runs in the lost-host case).
 
 One baseline for the module: the tests run on whatever good tag the lab runs and move it to the
 other one (``--image`` pins it in ``group_vars/lab.yml``, which stays consistent with what runs,
@@ -77,18 +81,36 @@ def results(tmp_path, monkeypatch, baseline):
         rollout("--rollback")
 
 
-def rollout(*args: str, timeout_s: float = 1800) -> subprocess.CompletedProcess:
+def rollout(*args: str, inventory: str = INVENTORY, timeout_s: float = 1800) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", "rollout", INVENTORY, *args],
+        [sys.executable, "-m", "rocmfleet.cli", "rollout", inventory, *args],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ),
     )  # fmt: skip
 
 
-def start_rollout(*args: str) -> subprocess.Popen:
+def start_rollout(*args: str, inventory: str = INVENTORY) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "rocmfleet.cli", "rollout", INVENTORY, *args],
+        [sys.executable, "-m", "rocmfleet.cli", "rollout", inventory, *args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+
+
+def without_lab_1(tmp_path: Path) -> str:
+    """``inventories/lab.py`` less its first host, as ``<tmp>/inventory/lab.py``: the same group
+    data, and the same name, so the same rollout record and results directory. It runs the lab's
+    inventory file afresh on each load (``runpy``), as pyinfra does with an inventory: an import of
+    it would be Python's cached module from the second load on, and its group files would go
+    unrecorded (``rocmfleet.config.groupvars.LOADED``)."""
+    path = tmp_path / "inventory" / "lab.py"
+    path.parent.mkdir()
+    path.write_text(
+        "import runpy as _runpy\n"
+        f"_lab = _runpy.run_path({str(ROOT / INVENTORY)!r})\n"
+        "_first = _lab['all'][0][0][0]\n"
+        "all = ([(n, d) for n, d in _lab['all'][0] if n != _first], _lab['all'][1])  # noqa: A001\n"
+        "gpu_nodes = ([n for n in _lab['gpu_nodes'][0] if n != _first], _lab['gpu_nodes'][1])\n"
+    )
+    return str(path)
 
 
 def image(lab, tag: str) -> str:
@@ -180,15 +202,15 @@ def wait_for_step(
     raise AssertionError(f"{host} did not reach {step} in {timeout_s} s")
 
 
-def assert_rolled_back_with_a_summary(results, done) -> dict:
+def assert_rolled_back_with_a_summary(results, done, status: str = "rolled_back") -> dict:
     """The command's end after a rollback (issue 24): exit 1, the summary line on stderr, no
-    traceback; the state it left."""
+    traceback; the state it left (``status``)."""
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     state = state_of(results)
-    assert state["status"] == "rolled_back", state
+    assert state["status"] == status, state
     path = results / "lab" / "rollout-state.json"
-    summary = f"rollout {state['id']}: rolled_back; report {path.parent / state['id'] / 'report.md'}; state {path}"
+    summary = f"rollout {state['id']}: {status}; report {path.parent / state['id'] / 'report.md'}; state {path}"
     assert summary in done.stderr.splitlines(), done.stderr
     return state
 
@@ -264,22 +286,32 @@ def test_good_tag_rolls_across_the_lab_holding_capacity_through_a_kill_and_resum
     assert check().returncode == 0
 
 
-def test_slow_version_fails_the_benchmark_gate_at_the_canary_and_rolls_back(baseline, results):
+def test_a_baked_slow_version_fails_the_benchmark_gate_at_the_canary_and_rolls_back(baseline, results, tmp_path):
+    """``rollout --bake --image <slow tag>`` over lab-2 and lab-3: the bake on the canary (lab-2)
+    from the slow tag, the baked image pushed, then the rollout of it: the canary's benchmark gate
+    fails and it goes back to what it ran; lab-3 is never touched; ``group_vars/lab.yml`` is as it was."""
     lab = baseline
+    canary = list(lab.hosts)[1]
     before = running(lab)
     saved = LAB_YML.read_text()
-    done = rollout("--image", image(lab, SLOW_TAG), "--max-unavailable", "1")
+    done = rollout("--bake", "--image", image(lab, SLOW_TAG), inventory=without_lab_1(tmp_path))
     assert LAB_YML.read_text() == saved
+    assert f"bake on the canary {canary} from {image(lab, SLOW_TAG)}@sha256:" in done.stdout, done.stdout
+    baked = [line for line in done.stdout.splitlines() if line.startswith(f"baked {image(lab, SLOW_TAG)}-rfcache-")]
+    assert len(baked) == 1 and " files); rolling it out" in baked[0], done.stdout
     assert_stopped_at_the_canary(lab, results, done, before, "benchmark")
+    assert state_of(results)["batches"] == [[canary], [list(lab.hosts)[2]]]
     assert "median_ttft_ms" in report_of(results)
 
 
-def test_powered_off_host_fails_its_batch_and_the_switched_hosts_roll_back(baseline, results):
+def test_powered_off_host_fails_its_batch_and_the_switched_hosts_roll_back(baseline, results, tmp_path):
+    """Over lab-2 and lab-3: lab-2 the canary, switched and gated; lab-3 powered off while it switches."""
     lab = baseline
     names = list(lab.hosts)
     before = running(lab)
     _current, new = other_good(lab)
-    proc = start_rollout("--image", image(lab, new), "--canary", "1", "--max-unavailable", "2")
+    inventory = without_lab_1(tmp_path)
+    proc = start_rollout("--image", image(lab, new), inventory=inventory)
     started = None
     try:
         wait_for_step(results, names[2], "switching", proc)
@@ -291,25 +323,24 @@ def test_powered_off_host_fails_its_batch_and_the_switched_hosts_roll_back(basel
         if proc.poll() is None:
             proc.kill()
         lab_command("poweron", names[2])
-    assert proc.returncode == 1, out
     assert took < 600, f"{took:.0f} s after the power-off"
-    state = state_of(results)
-    assert names[2] in state["failure"], state["failure"]
-    assert state["hosts"][names[0]]["step"] == "rolled_back"
-    assert state["hosts"][names[1]]["step"] in ("rolled_back", "pending")
     # lab-3 was touched (switching) and is still off while the rollout rolls back: its own rollback
     # cannot reach it, and the rollout says so; the operator's --rollback finishes once it is back.
-    assert state["status"] == "rollback_failed" and f"rollback: {names[2]}: " in state["failure"], state
-    again = rollout("--rollback")
+    ended = subprocess.CompletedProcess(proc.args, proc.returncode, out, out)  # stderr joins stdout here
+    state = assert_rolled_back_with_a_summary(results, ended, "rollback_failed")
+    assert names[2] in state["failure"] and f"rollback: {names[2]}: " in state["failure"], state
+    assert state["batches"] == [[names[1]], [names[2]]]
+    assert state["hosts"][names[1]]["step"] == "rolled_back", state
+    again = rollout("--rollback", inventory=inventory)
     assert again.returncode == 0, again.stdout + again.stderr
     assert state_of(results)["status"] == "rolled_back"
     assert running(lab) == before
     assert check().returncode == 0
 
 
-def test_a_registry_that_stops_answering_a_host_mid_rollout_ends_in_a_summary(baseline, results):
-    """The registry answers the control machine and the canary, then not lab-3 (its port 5000
-    refused on lab-3, as a registry that went away): lab-3's pull fails, its batch never
+def test_a_registry_that_stops_answering_a_host_mid_rollout_ends_in_a_summary(baseline, results, tmp_path):
+    """Over lab-2 and lab-3: the registry answers the control machine and the canary (lab-2), then not lab-3 (its port
+    5000 refused on lab-3, as a registry that went away): lab-3's pull fails, its batch never
     switches, the canary goes back, and the command ends with its summary on stderr, exit 1 and
     no traceback (issue 24). Issue 26 will make this a pause rather than a rollback."""
     lab = baseline
@@ -320,12 +351,11 @@ def test_a_registry_that_stops_answering_a_host_mid_rollout_ends_in_a_summary(ba
     rule = f"OUTPUT -p tcp -d {registry_ip} --dport {port} -j REJECT --reject-with tcp-reset"
     assert lab_ssh(lab, names[2], f"iptables -I {rule}").returncode == 0
     try:
-        done = rollout("--image", image(lab, new), "--canary", "1", "--max-unavailable", "2")
+        done = rollout("--image", image(lab, new), inventory=without_lab_1(tmp_path))
     finally:
         lab_ssh(lab, names[2], f"iptables -D {rule}")
     state = assert_rolled_back_with_a_summary(results, done)
     assert f"{names[2]}: pull gate failed" in state["failure"], state["failure"]
-    assert state["hosts"][names[0]]["step"] == "rolled_back"
-    assert state["hosts"][names[1]]["step"] == "pending" and state["hosts"][names[2]]["step"] == "pending", state
+    assert state["hosts"][names[1]]["step"] == "rolled_back" and state["hosts"][names[2]]["step"] == "pending", state
     assert running(lab) == before
     assert check().returncode == 0
