@@ -30,6 +30,11 @@ _loading = False  # True while validate_inventory executes an inventory file
 #: ``deploy.py`` takes a host's config from here when its data is the same (no ``--data``
 #: override changed it), so a host is validated once per run (issue 16).
 _VALIDATED: dict[str, tuple[dict[str, Any], HostConfig]] = {}
+#: Modules an inventory imported that read group files (``from inventories.common import ...``):
+#: dropped from Python's module cache before the next load, or that load would find them cached,
+#: skip their ``load_group_vars`` calls and record none of their files (``rocmfleet rollout
+#: --image`` then found no group file to pin the image in).
+_READERS: set[str] = set()
 
 
 class InventoryError(ValueError):
@@ -53,11 +58,17 @@ def _load(inventory: str, overrides: dict[str, Any] | None = None) -> tuple[Inve
         raw.update(groups)
         return groups
 
+    for name in _READERS:
+        sys.modules.pop(name, None)
+    imported = set(sys.modules)
     _loading = True
     cli_inventory._get_groups_from_filename = capture
     try:
         with ctx_state.use(State()):
-            return cli_inventory.make_inventory(inventory, override_data=overrides, cwd=str(Path.cwd())), raw
+            loaded = cli_inventory.make_inventory(inventory, override_data=overrides, cwd=str(Path.cwd()))
+        callers = {g.caller_file for g in groupvars.LOADED if g.caller_file}
+        _READERS.update(n for n in set(sys.modules) - imported if getattr(sys.modules[n], "__file__", None) in callers)
+        return loaded, raw
     except UnicodeDecodeError as exc:
         raise InventoryError(f"{inventory}: not UTF-8 text (byte offset {exc.start}): save the file as UTF-8") from None
     except Exception as exc:  # noqa: BLE001 - pyinfra wraps errors in user code (UnexpectedExternalError)

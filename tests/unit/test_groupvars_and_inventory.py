@@ -83,3 +83,24 @@ def test_prod_inventory_loads_and_every_host_validates():
 
     for h in hosts:
         assert host_config(h["data"]).image.tag == "v0.33.0"
+
+
+def test_an_inventory_that_imports_its_hosts_records_their_group_files_on_every_load(tmp_path, monkeypatch):
+    # inventories/site.py imports the module that reads group_vars/site.yml: Python caches that
+    # import, and a second load in one process (rocmfleet rollout loads the inventory three times)
+    # recorded no group file at all.
+    from rocmfleet.config.validate import validate_inventory
+
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "site.yml").write_text("vllm_profile: lab-tiny-llama\n")
+    (tmp_path / "inventories").mkdir()
+    (tmp_path / "inventories" / "site_common.py").write_text(
+        "from rocmfleet.config.groupvars import load_group_vars\nhosts = ['h1']\nsite = load_group_vars('site')\n"
+    )
+    inventory = tmp_path / "inventories" / "site.py"
+    inventory.write_text("from inventories.site_common import hosts, site\ngpu_nodes = (hosts, site)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for _ in range(2):
+        validate_inventory(str(inventory))
+        assert [g.path for g in groupvars.LOADED] == [tmp_path / "group_vars" / "site.yml"]
