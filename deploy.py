@@ -29,7 +29,7 @@ from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import vllm
 from rocmfleet.facts.state import HostState
 from rocmfleet.operations import fail
-from rocmfleet.plan import hoststate, vllmplan
+from rocmfleet.plan import hoststate, rocmplan, vllmplan
 
 # pyinfra orders each operation by walking the call stack (``inspect.getframeinfo`` of every
 # frame). This file is exec()'d by pyinfra, not imported, so for its frames ``inspect.getmodule``
@@ -61,11 +61,15 @@ else:
             vllmplan.query(config),
         ),
     )
-    found = roles.rocm.preflight(config.rocm, got=got)
+    # What the rocm role would do (nothing, on a converged host: then none of its operations, its
+    # reboot or its driver checks is called, and the host costs no command beyond the read).
+    rocm_todo = rocmplan.differs(config.rocm, got)
+    found = roles.rocm.preflight(config.rocm, got=got, todo=rocm_todo)
     roles.base.apply(config.settings, got=got)
-    roles.rocm.apply(config.rocm, got=got, found=found)
+    roles.rocm.apply(config.rocm, got=got, found=found, todo=rocm_todo)
     tuning_reboot = roles.tuning.apply(config.tuning, got=got)
-    rebooted = roles.rocm.reboot(config.rocm, predicted=tuning_reboot, got=got, found=found)
+    settled = not rocm_todo and not tuning_reboot and roles.tuning.cmdline_settled(config.tuning, got)
+    rebooted = roles.rocm.reboot(config.rocm, predicted=tuning_reboot, got=got, found=found, settled=settled)
     instances = [(vllm.files_of(i).container, i.port) for i in config.instances()]
     roles.docker.apply(config.settings, instances=instances, got=got)
     roles.vllm.apply(config, rebooted=rebooted, got=got)

@@ -180,6 +180,30 @@ class AmdgpuLoaded(FactBase[dict[str, bool]]):
         return {"module": "module" in lines, "kfd": "kfd" in lines, "container": "container" in lines}
 
 
+def keyring_fetch(src: str) -> str:
+    """Shell that downloads the key at ``src`` through apt's proxy (``Acquire::http::Proxy``) and
+    dearmors it into the temporary file ``$tmp`` (``$tmp.key`` the download); it fails, changing
+    nothing, when the download or ``gpg`` does. Shared by :class:`KeyringMatches` and
+    ``rocmfleet.operations.rocm.keyring``.
+
+    Example: ``keyring_fetch("https://repo.radeon.com/rocm/rocm.gpg.key")``.
+    """
+    return (
+        "eval $(apt-config shell P Acquire::http::Proxy); "
+        f'tmp=$(mktemp); curl -fsSL ${{P:+--proxy "$P"}} {shlex.quote(src)} -o "$tmp.key" && '
+        f'gpg --batch --yes --dearmor -o "$tmp" "$tmp.key"'
+    )
+
+
+def version_from_repo(versions: dict[str, list[tuple[str, str]]], package: str, repo: str) -> str | None:
+    """The version of ``package`` that the repository ``repo`` offers, from :class:`AptRepoVersions`
+    (``None``: apt knows none from there, e.g. its lists predate the source file)."""
+    for version, source in versions.get(package, []):
+        if source.split()[0].rstrip("/") == repo.rstrip("/"):
+            return version
+    return None
+
+
 class KeyringMatches(FactBase[str]):
     """``same`` when the keyring at ``dest`` equals the dearmored key fetched by ``src_fetch``."""
 

@@ -23,6 +23,8 @@ from rocmfleet.facts.rocm import (
     KeyringMatches,
     RocmOnHost,
     SecureBoot,
+    keyring_fetch,
+    version_from_repo,
 )
 from rocmfleet.operations import Commands
 from rocmfleet.operations.fail import host_failure
@@ -38,13 +40,6 @@ def mark_reboot(reason_key: str, reason: str) -> StringCommand:
     return StringCommand(
         f"mkdir -p {REBOOT_DIR} && printf '%s\\n' {shlex.quote(reason)} > {REBOOT_DIR}/{shlex.quote(reason_key)}"
     )
-
-
-def _from_repo(versions: dict[str, list[tuple[str, str]]], package: str, repo: str) -> str | None:
-    for version, source in versions.get(package, []):
-        if source.split()[0].rstrip("/") == repo.rstrip("/"):
-            return version
-    return None
 
 
 def _would_fail(message: str) -> FunctionCommand:
@@ -117,11 +112,11 @@ def packages_from_repo(packages: list[str], repo: str, reboot_reason: str | None
     source file) the lists are updated first.
     """
     versions = host.get_fact(AptRepoVersions, packages=packages)
-    wanted = {p: _from_repo(versions, p, repo) for p in packages}
+    wanted = {p: version_from_repo(versions, p, repo) for p in packages}
     if None in wanted.values():
         yield noninteractive_apt("update")
         versions = host.get_fact(AptRepoVersions, packages=packages)
-        wanted = {p: _from_repo(versions, p, repo) for p in packages}
+        wanted = {p: version_from_repo(versions, p, repo) for p in packages}
         missing = [p for p, v in wanted.items() if v is None]
         if missing:
             known = {p: versions.get(p, []) for p in missing}
@@ -225,11 +220,7 @@ def keyring(src: str, dest: str) -> Commands:
     keyring is missing, so a rotated key is never picked up, and its download ignores apt's
     proxy, the only way out of a host that reaches packages through one.
     """
-    fetch = (
-        "eval $(apt-config shell P Acquire::http::Proxy); "
-        f'tmp=$(mktemp); curl -fsSL ${{P:+--proxy "$P"}} {shlex.quote(src)} -o "$tmp.key" && '
-        f'gpg --batch --yes --dearmor -o "$tmp" "$tmp.key"'
-    )
+    fetch = keyring_fetch(src)
     probe = host.get_fact(KeyringMatches, src_fetch=fetch, dest=dest)
     if probe == "same":
         host.noop(f"{dest} matches {src}")

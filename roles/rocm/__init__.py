@@ -21,7 +21,7 @@ from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import reboot as reboot_ops
 from rocmfleet.operations import rocm as rocm_ops
 from rocmfleet.operations.deploys import deploy
-from rocmfleet.plan import hoststate
+from rocmfleet.plan import hoststate, rocmplan
 from rocmfleet.plan.hoststate import WantedFile
 
 
@@ -38,34 +38,23 @@ def _target(got: Gathered | None = None) -> rocm.OsTarget | None:
 
 
 def query(settings: rocm.RocmSettings) -> dict[str, object]:
-    """What the role reads (``HostState`` arguments): its keyrings, apt and DKMS files, the udev
-    rule, the kernel headers (by pattern), the driver packages and the OS."""
-    return {
-        "paths": [
-            rocm.KEYRING_DIR,
-            rocm.CURRENT_KEYRING,
-            rocm.AMDGPU_LIST,
-            rocm.ROCM_LIST,
-            rocm.PIN_FILE,
-            rocm.CURRENT_SOURCES,
-            rocm.DKMS_SIGNING_CONF,
-            rocm.UDEV_RULE,
-        ],
-        "packages": ["linux-headers-*", "linux-modules-extra-*", *settings.rocm_driver_packages],
-        "os": True,
-    }
+    """What the role reads (``HostState`` arguments): :func:`rocmfleet.plan.rocmplan.query`."""
+    return rocmplan.query(settings)
 
 
 @deploy("rocm preflight")
-def preflight(settings: rocm.RocmSettings, got: Gathered | None = None) -> rocm.HostRocm:
+def preflight(settings: rocm.RocmSettings, got: Gathered | None = None, todo: list[str] | None = None) -> rocm.HostRocm:
     """Stop a host before any role changes it: OS or kernel not supported, Secure Boot without
     an enrolled signing key, or a downgrade within the stream that the data does not allow.
 
-    ``got``: the host's ``HostState`` read, whose OS and running kernel the check takes.
-    Returns what the host has of the two ROCm streams (``RocmOnHost``, read once here for the
-    check, :func:`apply` and :func:`reboot`)."""
+    ``got``: the host's ``HostState`` read, whose OS, running kernel and ROCm streams the check
+    takes. ``todo``: :func:`rocmfleet.plan.rocmplan.differs` of that read; empty (nothing differs,
+    so none of these problems either) calls no operation. Returns what the host has of the two
+    ROCm streams (``RocmOnHost``, from the read or read here, for :func:`apply` and :func:`reboot`)."""
     release = (got.os.id, got.os.version_id, got.os.kernel) if got is not None and got.os is not None else None
-    found = host.get_fact(RocmOnHost)
+    found = (rocmplan.streams(got) if got is not None else None) or host.get_fact(RocmOnHost)
+    if todo == []:
+        return found
     rocm_ops.preflight(
         name="Check ROCm can be deployed here (OS, kernel, Secure Boot, no downgrade)",
         settings=settings,
@@ -77,17 +66,27 @@ def preflight(settings: rocm.RocmSettings, got: Gathered | None = None) -> rocm.
 
 @deploy("rocm")
 def apply(
-    settings: rocm.RocmSettings, got: Gathered | None = None, found: rocm.HostRocm | None = None
+    settings: rocm.RocmSettings,
+    got: Gathered | None = None,
+    found: rocm.HostRocm | None = None,
+    todo: list[str] | None = None,
 ) -> rocm.HostRocm:
     """Repositories, kernel headers, ``amdgpu-dkms`` (checked with DKMS), optional userspace, device access.
 
     ``got``: the host's ``HostState`` read with (at least) :func:`query`'s items; read here when
     not given. The file operations run only where that state differs from what is wanted.
+    ``todo``: :func:`rocmfleet.plan.rocmplan.differs` of that read (computed here when not
+    given); empty, the role calls no operation but those of ``rocm_device_access: groups``
+    (pyinfra's own, each a no-op on a converged host).
 
     ``found``: the ``RocmOnHost`` fact as :func:`preflight` returned it (read here when not given).
     Returns it (:func:`reboot` takes it back).
     """
     got = got if got is not None else host.get_fact(HostState, **query(settings))
+    todo = todo if todo is not None else rocmplan.differs(settings, got)
+    if not todo:
+        _device_access(settings, got)
+        return found if found is not None else (rocmplan.streams(got) or host.get_fact(RocmOnHost))
     target = _target(got) or rocm.OS_TARGETS[("debian", "12")]
     kernel = got.os.kernel if got.os is not None else host.get_fact(OsVersion)
 
@@ -115,13 +114,13 @@ def apply(
         keys.append(files.file(name=f"Remove {rocm.CURRENT_KEYRING}", path=rocm.CURRENT_KEYRING, present=False))
 
     repo_ops = []
-    what = f"ROCm {settings.rocm_version} ({settings.rocm_stream} stream), {target.name}"
+    texts = rocmplan.repo_file_texts(settings, target)
     for path, body in rocm.repo_files(settings, target).items():
-        if body is None:
+        text = texts[path]
+        if body is None or text is None:
             if not hoststate.absent(got, path):
                 repo_ops.append(files.file(name=f"Remove {path}", path=path, present=False))
             continue
-        text = hoststate.render("templates/rocm/apt-file.j2", what=what, body=body.rstrip("\n"))
         if hoststate.file_ok(got, WantedFile(path, text.encode(), "644")):
             continue
         repo_ops.append(
@@ -130,7 +129,7 @@ def apply(
                 src="templates/rocm/apt-file.j2",
                 dest=path,
                 mode="644",
-                what=what,
+                what=rocmplan.what(settings, target),
                 body=body.rstrip("\n"),
             )
         )
@@ -166,7 +165,7 @@ def _module_signing(settings: rocm.RocmSettings, got: Gathered) -> None:
         if not hoststate.absent(got, rocm.DKMS_SIGNING_CONF):
             files.file(name=f"Remove {rocm.DKMS_SIGNING_CONF}", path=rocm.DKMS_SIGNING_CONF, present=False)
         return
-    text = hoststate.render("templates/rocm/dkms-signing.conf.j2", body=body.rstrip("\n"))
+    text = rocmplan.signing_text(settings) or ""
     if hoststate.file_ok(got, WantedFile(rocm.DKMS_SIGNING_CONF, text.encode(), "644")):
         return  # DKMS already signs with this pair: no rebuild
     conf = files.template(
@@ -186,8 +185,7 @@ def _module_signing(settings: rocm.RocmSettings, got: Gathered) -> None:
 
 def _device_access(settings: rocm.RocmSettings, got: Gathered) -> None:
     if settings.rocm_device_access == "udev":
-        text = hoststate.render("templates/rocm/70-amdgpu.rules.j2", body=rocm.udev_rule().rstrip("\n"))
-        if hoststate.file_ok(got, WantedFile(rocm.UDEV_RULE, text.encode(), "644")):
+        if hoststate.file_ok(got, WantedFile(rocm.UDEV_RULE, rocmplan.udev_text().encode(), "644")):
             return
         rule = files.template(
             name=f"Render {rocm.UDEV_RULE}",
@@ -250,8 +248,7 @@ def predicted_reboot(
         return stream
     wanted = rocm.amdgpu_list(settings, target)
     if got is not None:
-        what = f"ROCm {settings.rocm_version} ({settings.rocm_stream} stream), {target.name}"
-        text = hoststate.render("templates/rocm/apt-file.j2", what=what, body=wanted.rstrip("\n"))
+        text = rocmplan.repo_file_texts(settings, target)[rocm.AMDGPU_LIST] or ""
         if hoststate.file_ok(got, WantedFile(rocm.AMDGPU_LIST, text.encode(), "644")):
             return stream  # the list names this driver version already
     lines = host.get_fact(FileContents, path=rocm.AMDGPU_LIST) or []
@@ -266,11 +263,20 @@ def reboot(
     predicted: list[str] | None = None,
     got: Gathered | None = None,
     found: rocm.HostRocm | None = None,
-) -> OperationMeta:
+    settled: bool = False,
+) -> OperationMeta | None:
     """One reboot, only when the driver, the stream or the kernel command line changed; then check
     the driver. Secure Boot is checked by :func:`preflight`, before any package changes.
 
-    Returns the reboot operation (its ``did_change`` says the host rebooted)."""
+    ``settled``: the deploy's read showed nothing for the rocm role to do
+    (:func:`rocmfleet.plan.rocmplan.differs` empty: no reboot owed, DKMS and the driver up) and
+    nothing else of the run can ask for a reboot (the kernel command line is as wanted): no
+    operation at all.
+
+    Returns the reboot operation (its ``did_change`` says the host rebooted), or ``None`` when
+    ``settled``."""
+    if settled:
+        return None
     rebooted = reboot_ops.if_required(
         name="Reboot if the driver, its signing, the ROCm stream or the kernel command line changed",
         predicted=predicted_reboot(settings, got, found) + (predicted or []),

@@ -79,6 +79,17 @@ def _numa_balancing(settings: tuning.TuningSettings, got: Gathered) -> None:
         tuning_ops.sysctl_live(name="Apply kernel.numa_balancing=0 live", key=NUMA_BALANCING, value="0")
 
 
+def cmdline_settled(settings: tuning.TuningSettings, got: Gathered) -> bool:
+    """The ``HostState`` read shows ``/etc/default/grub`` already holding the kernel command line
+    the data asks for: the role neither edits it nor asks for a reboot (``False`` when the read
+    could not tell, or the file is missing)."""
+    item = got.paths.get(tuning.GRUB_DEFAULTS)
+    if item is None or item.type != "file":
+        return False
+    text = _grub_text(got.texts.get(tuning.GRUB_DEFAULTS, []))
+    return text is not None and tuning.edit_grub_defaults(text, settings.kernel_params) == text
+
+
 def _grub_lines(got: Gathered) -> list[str] | None:
     """``/etc/default/grub``'s lines from the ``HostState`` read (``None``: no such file); read with
     ``FileContents`` when the read could not tell."""
