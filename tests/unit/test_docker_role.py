@@ -180,6 +180,7 @@ def converged_state(data: dict | None = None, pending: bool = False) -> dict[str
         json.dumps({"kind": "pkg", "package": p, "status": "hi ", "version": "20.10.24+dfsg1-1+deb12u1"})
         for p in ("docker.io", "containerd", "runc", "docker-cli")
     ]
+    lines.append(json.dumps({"kind": "pkg", "package": "pigz", "status": "ii ", "version": "2.6-1"}))
     return {"' state.sh ": [*lines, '{"kind":"end"}']}
 
 

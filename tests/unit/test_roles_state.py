@@ -179,8 +179,9 @@ def test_tuning_reads_grub_from_the_one_read(tmp_path):
     assert names(operations)[0] == "Set the kernel command line in /etc/default/grub"
 
 
-def rocm_state(amdgpu_list: str | None = "as-rendered") -> dict[str, list[str]]:
-    """A fake HostState answer for roles/rocm: Debian 12, its files as the role renders them."""
+def rocm_state(amdgpu_list: str | None = "as-rendered", runs: tuple[str, ...] | list[str] = ()) -> dict[str, list[str]]:
+    """A fake HostState answer for roles/rocm: Debian 12, its files as the role renders them, and
+    ``runs`` (the role's facts as ``state.sh`` runs them: none, the read could not tell)."""
     from rocmfleet.domain import rocm
 
     settings = host_config(DATA).rocm
@@ -201,11 +202,48 @@ def rocm_state(amdgpu_list: str | None = "as-rendered") -> dict[str, list[str]]:
             {"kind": "os", "id": "debian", "version_id": "12", "codename": "bookworm", "kernel": "6.1.0-28-amd64"}
         ),
         json.dumps({"kind": "pkg", "package": "linux-headers-6.1.0-28-amd64", "status": "ii ", "version": "6.1.119-1"}),
+        *runs,
     ]
     return state(*lines)
 
 
-def test_rocm_on_a_converged_host_runs_only_its_checks(tmp_path):
+def converged_runs() -> list[str]:
+    """The role's facts as a converged Debian 12 host with the shipped defaults answers them
+    (``rocmfleet.plan.rocmplan``; the outputs' shapes as ``tests/fixtures/rocm/lab-converged.json``
+    recorded them on the lab)."""
+    from rocmfleet.domain import rocm
+    from rocmfleet.plan import rocmplan
+
+    settings = host_config(DATA).rocm
+    version = "1:6.14.14.315000-2278356.24.04"
+    outputs = {
+        rocmplan.RUN_STREAMS: [f"file {rocm.AMDGPU_LIST}", f"file {rocm.LEGACY_KEYRING}"]
+        + [f"pkg {p} ii  {version}" for p in settings.rocm_driver_packages],
+        rocmplan.RUN_SECURE_BOOT: ["sb: SecureBoot disabled"],
+        rocmplan.RUN_VERSIONS: [
+            f"{p} | {version} | {settings.driver_repo} noble/main amd64 Packages" for p in settings.rocm_driver_packages
+        ],
+        rocmplan.RUN_KERNELS: ["6.1.0-28-amd64", "6.1.0-28-amd64"],
+        rocmplan.RUN_DKMS: ["amdgpu/6.14.14-3150, 6.1.0-28-amd64, x86_64: installed"],
+        rocmplan.RUN_REBOOT: [],
+        rocmplan.RUN_DRIVER: ["module", "kfd"],
+        rocmplan.RUN_KEYRING + rocm.LEGACY_KEYRING: ["same"],
+    }
+    lines = [
+        json.dumps({"kind": "pkg", "package": p, "status": "ii ", "version": version})
+        for p in settings.rocm_driver_packages
+    ]
+    for key, texts in outputs.items():
+        lines += [json.dumps({"kind": "run", "key": key, "text": t}) for t in texts]
+        lines.append(json.dumps({"kind": "ran", "key": key, "rc": 0}))
+    return lines
+
+
+def test_rocm_on_a_converged_host_calls_no_operation(tmp_path):
+    assert run(tmp_path, "roles.rocm.apply(config.rocm)", rocm_state(runs=converged_runs()), dry=True) == []
+
+
+def test_rocm_whose_facts_the_read_could_not_tell_runs_its_operations_and_checks(tmp_path):
     # --dry: the checks' own facts are not faked here, only which operations the role calls
     operations = run(tmp_path, "roles.rocm.apply(config.rocm)", rocm_state(), dry=True)
     assert names(operations) == [

@@ -38,7 +38,7 @@ from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, s
 from rocmfleet.fleet.check.checkfile import FILE_ENV, ExpectationError, host_name
 from rocmfleet.fleet.check.checkfile import entry as _entry
 from rocmfleet.fleet.connect import SshSettings
-from rocmfleet.plan import hoststate
+from rocmfleet.plan import hoststate, rocmplan
 
 
 def host_expectations(ssh: SshSettings, config: HostConfig) -> dict[str, Any]:
@@ -237,7 +237,7 @@ def check_query(rocm_settings: RocmSettings, instances: list[Instance]) -> dict[
     units = [DOCKER_UNIT, tuning.CPU_UNIT, *(vllm.files_of(i).unit for i in instances)]
     packages = list(dict.fromkeys([*rocm_settings.rocm_driver_packages, *rocm_settings.userspace_packages]))
     layouts = [vllm.files_of(i) for i in instances]
-    return {
+    own = {
         "os": True,
         "paths": [*PATHS, *(p for n in layouts for p in (n.env_file, n.unit_path, n.secrets_file))],
         "globs": [RENDER_NODES],
@@ -247,6 +247,8 @@ def check_query(rocm_settings: RocmSettings, instances: list[Instance]) -> dict[
         "sysctls": ["kernel.numa_balancing"],
         "runs": list(RUNS),
     }
+    # and everything the deploy's rocm role reads, so that the check asks its rule (rocmplan.differs)
+    return hoststate.merge_queries(own, rocmplan.query(rocm_settings))
 
 
 def gathered(host: Any) -> Gathered:
