@@ -19,8 +19,7 @@ from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import reboot as reboot_ops
 from rocmfleet.operations import tuning as tuning_ops
 from rocmfleet.operations.deploys import deploy
-from rocmfleet.plan import hoststate
-from rocmfleet.plan.hoststate import WantedFile
+from rocmfleet.plan import hoststate, tuningplan
 
 NUMA_BALANCING = "kernel.numa_balancing"
 
@@ -61,19 +60,19 @@ def apply(settings: tuning.TuningSettings, got: Gathered | None = None) -> list[
 
 
 def _numa_balancing(settings: tuning.TuningSettings, got: Gathered) -> None:
-    body = tuning.sysctl_conf(settings)
-    if body is None:
+    wanted = tuningplan.sysctl_file(settings)
+    if wanted is None:
         if not hoststate.absent(got, tuning.SYSCTL_FILE):
             files.file(name=f"Remove {tuning.SYSCTL_FILE}", path=tuning.SYSCTL_FILE, present=False)
         return
-    text = hoststate.render("templates/tuning/sysctl.conf.j2", body=body.rstrip("\n"))
-    if not hoststate.file_ok(got, WantedFile(tuning.SYSCTL_FILE, text.encode(), "644")):
+    if not hoststate.file_ok(got, wanted):
+        data = tuningplan.sysctl_vars(settings) or {}
         files.template(
             name=f"Render {tuning.SYSCTL_FILE}",
-            src="templates/tuning/sysctl.conf.j2",
+            src=tuningplan.SYSCTL_TEMPLATE,
             dest=tuning.SYSCTL_FILE,
             mode="644",
-            body=body.rstrip("\n"),
+            body=data["body"],
         )
     if not hoststate.sysctl_settled(got, NUMA_BALANCING, "0"):
         tuning_ops.sysctl_live(name="Apply kernel.numa_balancing=0 live", key=NUMA_BALANCING, value="0")
@@ -153,21 +152,18 @@ def _cpu_unit(settings: tuning.TuningSettings, got: Gathered) -> None:
     packages = tuning.cpupower_packages(distro, kernel)
     if not hoststate.packages_installed(got, packages):
         apt.packages(name="Install cpupower", packages=packages, no_recommends=True)
-    commands = tuning.cpu_unit_commands(settings)
-    template_vars = {
-        "summary": ", ".join(c.split(" ", 1)[1] for c in commands),
-        "exec_lines": "\n".join(f"ExecStart={c}" for c in commands),
-    }
-    text = hoststate.render("templates/tuning/cpu-tuning.service.j2", **template_vars)
-    unit_ok = hoststate.file_ok(got, WantedFile(tuning.CPU_UNIT_PATH, text.encode(), "644"))
+    wanted = tuningplan.cpu_unit_file(settings)
+    assert wanted is not None  # cpu_unit_needed
+    unit_ok = hoststate.file_ok(got, wanted)
     if not unit_ok:
+        data = tuningplan.cpu_unit_vars(settings) or {}
         unit = files.template(
             name=f"Render {tuning.CPU_UNIT}",
-            src="templates/tuning/cpu-tuning.service.j2",
+            src=tuningplan.CPU_UNIT_TEMPLATE,
             dest=tuning.CPU_UNIT_PATH,
             mode="644",
-            summary=template_vars["summary"],
-            exec_lines=template_vars["exec_lines"],
+            summary=data["summary"],
+            exec_lines=data["exec_lines"],
         )
         systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
     if not unit_ok or not hoststate.unit_enabled(got, tuning.CPU_UNIT):

@@ -10,7 +10,8 @@ recovery, the compliance checks, a no-change run, a driver downgrade refused on 
 the data allows it (to amdgpu 30.30, the previous driver AMD's repository has: then one host,
 ``--limit``, downgrades), ``--dry`` over the fleet naming only that host as owing a reboot, and
 the upgrade back to the defaults' 31.50 over the fleet, rebooting that host once and no other.
-(One host moves and comes back: each reboot restarts vLLM on the host, the lab's dearest step.)
+(One host moves and comes back: each reboot restarts vLLM on the host, the lab's dearest step;
+the upgrade's reboot also shows vLLM coming back with a rebooted host on its own.)
 test_deploy.py then checks the converged lab in detail (pyproject.toml's testpaths give the
 order). Reboots are counted by the lab supervisor, which logs every reboot of a host (nspawn
 exit status 133).
@@ -179,5 +180,23 @@ def test_version_upgrade_reboots_only_the_host_that_needs_it_once_then_nothing(l
     assert rebooted == {n: int(n == name) for n in lab.hosts}
     assert "amdgpu driver 31.50 installed" in output
     assert all(v.startswith("1:6.14.14.315000-") for v in driver_versions(lab).values())  # amdgpu 31.50
+    # vLLM came back with the host on its own (its units are enabled; Docker starts nothing of
+    # ours): the deploy started and restarted no instance there, it only waited for them after the
+    # reboot, and they answer.
+    ops = report["results"]["operations"]
+    started = {
+        h for op in ops if op["name"].startswith(("vllm | Restart", "vllm | Enable and start")) for h in op["success"]
+    }
+    waited = {
+        h
+        for op in ops
+        if op["name"].startswith("vllm | Wait until every vLLM instance is ready")
+        for h in op["success"]
+    }
+    assert name not in started and name in waited, ops
+    from tests.e2e.test_deploy import complete, units
+
+    for port in units(lab, name).values():
+        assert complete(lab.hosts[name], port)["choices"][0]["text"]
     rc, report, output, rebooted = run(lab, deploy_file)
     assert rc == 0 and changed(report) == {} and set(rebooted.values()) == {0}

@@ -199,13 +199,9 @@ def in_container(host: Any) -> bool:
 DOCKER_UNIT = "docker.service"
 DAEMON_JSON = "/etc/docker/daemon.json"
 GRUB_CFG = "/boot/grub/grub.cfg"
-#: Files the checks compare line by line: read whole by :func:`gathered`.
+#: Files the checks read whole (:func:`gathered`): to parse them, or to say what a differing one holds.
+#: (The rocm role's files are compared by their SHA-256, as the deploy does: ``rocmplan.differs``.)
 TEXTS = (
-    rocm.AMDGPU_LIST,
-    rocm.ROCM_LIST,
-    rocm.PIN_FILE,
-    rocm.CURRENT_SOURCES,
-    rocm.UDEV_RULE,
     tuning.SYSCTL_FILE,
     tuning.GRUB_DEFAULTS,
     GRUB_CFG,

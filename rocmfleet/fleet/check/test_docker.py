@@ -11,6 +11,7 @@ import pytest
 from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain import docker
 from rocmfleet.fleet.check import expect
+from rocmfleet.plan import hoststate
 
 if TYPE_CHECKING:
     from testinfra.host import Host
@@ -42,13 +43,23 @@ def test_docker_version_pinned_and_held(host: Host, config: HostConfig) -> None:
 
 
 def test_daemon_json_as_rendered(host: Host, config: HostConfig) -> None:
+    """``daemon.json`` holds exactly what the deploy writes (its rule: the file's SHA-256), each
+    differing key named when the file parses."""
     kind = expect.path_state(host, expect.DAEMON_JSON).type
     assert kind == "file", f"{expect.DAEMON_JSON} is {kind}, not a regular file"
+    content = docker.daemon_json(config.settings)
+    if hoststate.sha256_is(expect.gathered(host), expect.DAEMON_JSON, content.encode()):
+        return
     live = docker.parse_daemon_json(expect.text(host, expect.DAEMON_JSON) or "")  # None: unreadable, refused
-    wanted = json.loads(docker.daemon_json(config.settings))
+    wanted = json.loads(content)
     differ = sorted(k for k in wanted.keys() | live.keys() if wanted.get(k) != live.get(k))
-    assert not differ, "daemon.json differs in " + ", ".join(
-        f"{k}: {live.get(k)!r}, want {wanted.get(k)!r}" for k in differ
+    raise AssertionError(
+        "daemon.json differs from what the deploy writes"
+        + (
+            " in " + ", ".join(f"{k}: {live.get(k)!r}, want {wanted.get(k)!r}" for k in differ)
+            if differ
+            else " in its bytes (the same keys and values, written otherwise)"
+        )
     )
 
 

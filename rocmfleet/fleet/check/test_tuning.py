@@ -8,7 +8,17 @@ import pytest
 
 from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain import tuning
-from rocmfleet.fleet.check.expect import exists, gathered, in_container, text, tuning_settings, unit_state
+from rocmfleet.fleet.check.expect import (
+    exists,
+    gathered,
+    in_container,
+    path_state,
+    text,
+    tuning_settings,
+    unit_state,
+)
+from rocmfleet.plan import hoststate, tuningplan
+from rocmfleet.plan.hoststate import WantedFile
 
 if TYPE_CHECKING:
     from testinfra.host import Host
@@ -19,12 +29,23 @@ def settings(host: Host) -> tuning.TuningSettings:
     return tuning_settings(host)
 
 
-def test_numa_balancing_persisted(host: Host, settings: tuning.TuningSettings) -> None:
-    if not settings.tuning_numa_balancing_off:
-        assert not exists(host, tuning.SYSCTL_FILE), f"{tuning.SYSCTL_FILE} exists; tuning_numa_balancing_off is false"
+def _as_written(host: Host, wanted: WantedFile | None, path: str, why_none: str) -> None:
+    """``path`` is what the deploy writes (``wanted``: the role's own definition, compared as the
+    deploy compares it: content, mode), or absent when ``wanted`` is ``None``."""
+    if wanted is None:
+        assert not exists(host, path), f"{path} exists; {why_none}"
         return
-    lines = (text(host, tuning.SYSCTL_FILE) or "").splitlines()
-    assert "kernel.numa_balancing = 0" in lines, f"{tuning.SYSCTL_FILE}: no line kernel.numa_balancing = 0"
+    found = path_state(host, path)
+    assert hoststate.file_ok(gathered(host), wanted), (
+        f"{path}: {found.type}, mode {found.mode}, sha256 {found.sha256}; the deploy writes mode {wanted.mode}, "
+        f"sha256 {wanted.sha256}"
+        + (f" (its text: {(text(host, path) or '').strip()!r})" if found.type == "file" else "")
+    )
+
+
+def test_numa_balancing_persisted(host: Host, settings: tuning.TuningSettings) -> None:
+    wanted = tuningplan.sysctl_file(settings)
+    _as_written(host, wanted, tuning.SYSCTL_FILE, "tuning_numa_balancing_off is false")
 
 
 def test_numa_balancing_live(host: Host, settings: tuning.TuningSettings) -> None:
@@ -57,8 +78,8 @@ def test_kernel_cmdline_live(host: Host, settings: tuning.TuningSettings) -> Non
 
 
 def test_cpu_unit_enabled(host: Host, settings: tuning.TuningSettings) -> None:
+    _as_written(host, tuningplan.cpu_unit_file(settings), tuning.CPU_UNIT_PATH, "no CPU setting asks for it")
     if not settings.cpu_unit_needed:
-        assert not exists(host, tuning.CPU_UNIT_PATH), f"{tuning.CPU_UNIT_PATH} exists; no CPU setting asks for it"
         return
     enabled = unit_state(host, tuning.CPU_UNIT).enabled
     assert enabled == "enabled", f"{tuning.CPU_UNIT} is {enabled}, not enabled"
