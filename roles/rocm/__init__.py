@@ -8,8 +8,9 @@ tuning role, so one reboot covers the driver and the kernel command line).
 
 from __future__ import annotations
 
+from pyinfra import logger
 from pyinfra.api.operation import OperationMeta
-from pyinfra.context import host
+from pyinfra.context import host, state
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution, OsVersion
 from pyinfra.operations import apt, files, server
@@ -84,6 +85,9 @@ def apply(
     """
     got = got if got is not None else host.get_fact(HostState, **query(settings))
     todo = todo if todo is not None else rocmplan.differs(settings, got)
+    # Said as the vllm role says its own (while pyinfra prepares with change detection: --dry).
+    if todo and not state.is_executing and state.check_for_changes:
+        logger.warning(f"{host.print_prefix}would change rocm: {'; '.join(todo)}")
     if not todo:
         _device_access(settings, got)
         return found if found is not None else (rocmplan.streams(got) or host.get_fact(RocmOnHost))
