@@ -190,7 +190,7 @@ def keyring_fetch(src: str) -> str:
     """
     return (
         "eval $(apt-config shell P Acquire::http::Proxy); "
-        f'tmp=$(mktemp); curl -fsSL ${{P:+--proxy "$P"}} {shlex.quote(src)} -o "$tmp.key" && '
+        f'tmp=$(mktemp); curl -fsSL --connect-timeout 10 ${{P:+--proxy "$P"}} {shlex.quote(src)} -o "$tmp.key" && '
         f'gpg --batch --yes --dearmor -o "$tmp" "$tmp.key"'
     )
 
@@ -205,12 +205,15 @@ def version_from_repo(versions: dict[str, list[tuple[str, str]]], package: str, 
 
 
 class KeyringMatches(FactBase[str]):
-    """``same`` when the keyring at ``dest`` equals the dearmored key fetched by ``src_fetch``."""
+    """``same`` when the keyring at ``dest`` equals the dearmored key fetched by ``src_fetch`` and
+    has mode 644 (apt reads keyrings as its unprivileged ``_apt`` user, and ignores one it cannot
+    read); ``differs`` otherwise; nothing when the download failed."""
 
     def command(self, src_fetch: str, dest: str) -> str:
+        quoted = shlex.quote(dest)
         return (
-            f'{src_fetch} && if cmp -s "$tmp" {shlex.quote(dest)}; then echo same; else echo differs; fi; '
-            'rm -f "$tmp" "$tmp.key"'
+            f'{src_fetch} && if cmp -s "$tmp" {quoted} && [ "$(stat -c %a {quoted})" = 644 ]; '
+            'then echo same; else echo differs; fi; rm -f "$tmp" "$tmp.key"'
         )
 
     def process(self, output: list[str]) -> str:

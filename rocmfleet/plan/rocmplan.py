@@ -188,8 +188,11 @@ def differs(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
         reasons.append("the ROCm userspace is installed and not wanted")
     reasons += _files(settings, target, got)
     for dest in _keyrings(settings):
-        if ran(got, RUN_KEYRING + dest, facts.KeyringMatches().process) != "same":
-            reasons.append(f"{dest} differs from the published key (or could not be compared)")
+        found_key = ran(got, RUN_KEYRING + dest, lambda lines: lines[-1].strip())
+        if found_key is None:  # the download failed or timed out: the keyring could not be compared
+            reasons.insert(0, f"not read: {RUN_KEYRING}{dest} (the key could not be downloaded)")
+        elif found_key != "same":
+            reasons.append(f"{dest} differs from the published key, or is not mode 644")
     if not hoststate.packages_installed(got, rocm.header_packages(target, got.os.kernel)):
         reasons.append("kernel headers missing")
     wanted = {p: settings.driver_repo for p in settings.rocm_driver_packages}

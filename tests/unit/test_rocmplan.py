@@ -87,7 +87,8 @@ def test_the_query_runs_each_fact_of_the_role_once():
         (lines(add=run(rocmplan.RUN_REBOOT, "amdgpu driver 31.50 installed")), "a reboot is owed"),
         (lines(drop='"text":"kfd"'), "the amdgpu driver is not up"),
         (lines(replace={'"text":"same"': '"text":"differs"'}), "rocm.gpg differs from the published key"),
-        (lines(drop='"text":"same"'), "rocm.gpg differs from the published key"),  # the download failed
+        # the download failed: not compared (the check says it could not tell, the deploy acts)
+        (lines(drop='"text":"same"'), "not read: rocm-keyring:/etc/apt/keyrings/rocm.gpg"),
         (lines(replace={'"sha256":"db8c': '"sha256":"0000'}), "/etc/apt/sources.list.d/amdgpu.list differs"),
         (
             lines(add=run(rocmplan.RUN_STREAMS, "pkg rocm-core ii  7.2.0.70200-1")),
@@ -119,3 +120,28 @@ def test_changed_data_makes_a_converged_host_differ():
 
 def test_without_the_os_nothing_is_settled():
     assert differs([line for line in lines() if '"kind":"os"' not in line]) == ["OS not read"]
+
+
+def test_a_keyring_is_the_same_only_with_the_published_bytes_and_mode_644(tmp_path):
+    """``KeyringMatches``' command (the deploy's keyring operation and the read's run) run here, with
+    a local copy standing in for the download: a keyring apt's ``_apt`` user cannot read differs."""
+    import subprocess
+
+    from rocmfleet.facts.rocm import KeyringMatches
+
+    key, dest = tmp_path / "published.gpg", tmp_path / "rocm.gpg"
+    key.write_bytes(b"\x99key")
+    dest.write_bytes(b"\x99key")
+    fetch = f'tmp=$(mktemp); cp {key} "$tmp"; : > "$tmp.key"'
+
+    def probe() -> str:
+        done = subprocess.run(["sh", "-c", KeyringMatches().command(fetch, str(dest))], capture_output=True, text=True)
+        return KeyringMatches().process(done.stdout.splitlines())
+
+    dest.chmod(0o644)
+    assert probe() == "same"
+    dest.chmod(0o600)
+    assert probe() == "differs"
+    dest.chmod(0o644)
+    dest.write_bytes(b"\x99old")
+    assert probe() == "differs"
