@@ -233,7 +233,7 @@ def check_query(rocm_settings: RocmSettings, instances: list[Instance]) -> dict[
     units = [DOCKER_UNIT, tuning.CPU_UNIT, *(vllm.files_of(i).unit for i in instances)]
     packages = list(dict.fromkeys([*rocm_settings.rocm_driver_packages, *rocm_settings.userspace_packages]))
     layouts = [vllm.files_of(i) for i in instances]
-    own = {
+    return {
         "os": True,
         "paths": [*PATHS, *(p for n in layouts for p in (n.env_file, n.unit_path, n.secrets_file))],
         "globs": [RENDER_NODES],
@@ -243,8 +243,6 @@ def check_query(rocm_settings: RocmSettings, instances: list[Instance]) -> dict[
         "sysctls": ["kernel.numa_balancing"],
         "runs": list(RUNS),
     }
-    # and everything the deploy's rocm role reads, so that the check asks its rule (rocmplan.differs)
-    return hoststate.merge_queries(own, rocmplan.query(rocm_settings))
 
 
 def gathered(host: Any) -> Gathered:
@@ -271,6 +269,35 @@ def gathered(host: Any) -> Gathered:
             return CannotCheck(str(exc))
 
     found: Gathered | CannotCheck = once(host, "state", read)  # a failure too: one read per host, not one per check
+    if isinstance(found, CannotCheck):
+        raise found
+    return found
+
+
+def rocm_gathered(host: Any) -> Gathered:
+    """What the deploy's rocm role reads (:func:`rocmfleet.plan.rocmplan.query`: its files, packages
+    and facts as runs, AMD's keys downloaded), in one ``state.sh`` command of its own, once per host
+    and process: only ``rocm::rocm_role_as_wanted`` asks for it, so ``rocmfleet check --select vllm``
+    (a rollout's gate) neither downloads keys nor runs ``dkms status``.
+
+    Raises:
+        CannotCheck: the command failed or its output was cut short or unknown.
+    """
+
+    def read() -> Gathered | CannotCheck:
+        query = rocmplan.query(rocm_settings(host))
+        try:
+            result = host.run(scripts.command("state.sh", *state_args(**query)))  # type: ignore[arg-type]
+        except CannotCheck as exc:
+            return exc
+        if result.rc != 0:
+            return CannotCheck(f"state.sh exited {result.rc}: {result.stderr.strip()[-300:]}")
+        try:
+            return parse_state(result.stdout_bytes.decode("utf-8", "replace").splitlines())
+        except ValueError as exc:
+            return CannotCheck(str(exc))
+
+    found: Gathered | CannotCheck = once(host, "rocm-state", read)
     if isinstance(found, CannotCheck):
         raise found
     return found

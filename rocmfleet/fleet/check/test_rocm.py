@@ -10,7 +10,7 @@ from rocmfleet import scripts
 from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain import rocm
 from rocmfleet.facts.rocm import REBOOT_DIR
-from rocmfleet.fleet.check.expect import device_nodes, exists, gathered, rocm_settings
+from rocmfleet.fleet.check.expect import device_nodes, exists, rocm_gathered, rocm_settings
 from rocmfleet.plan import rocmplan
 
 if TYPE_CHECKING:
@@ -23,13 +23,13 @@ def settings(host: Host) -> rocm.RocmSettings:
 
 
 def test_rocm_role_as_wanted(host: Host, settings: rocm.RocmSettings) -> None:
-    """Nothing the rocm role would change: the deploy's own rule
-    (:func:`rocmfleet.plan.rocmplan.differs` over the same composite read): AMD's apt files as
+    """Nothing the rocm role would change: the deploy's own rule (:func:`rocmfleet.plan.rocmplan.differs`
+    over the deploy's read of the role, :func:`rocmfleet.fleet.check.expect.rocm_gathered`): AMD's apt files as
     rendered and nothing of the other stream, the keyrings equal to the keys AMD publishes, kernel
     headers, the driver (and the userspace when asked) at the version of the configured
     repository, DKMS built for the running and newest kernels, the udev rule, no reboot owed, the
     driver up. Each difference is one ``; ``-separated reason."""
-    found = rocmplan.differs(settings, gathered(host))
+    found = rocmplan.differs(settings, rocm_gathered(host))
     if found and all(r.startswith("not read") or r == "OS not read" for r in found):
         raise CannotCheck(f"the read could not tell: {'; '.join(found)}")
     assert not found, "; ".join(found)
