@@ -43,6 +43,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, lab_command, lab_ssh
+from tests.e2e.test_rollback import profile_edited
 from tests.lab.image import SLOW_TAG
 
 pytestmark = pytest.mark.lab
@@ -294,7 +295,12 @@ def test_a_baked_slow_version_fails_the_benchmark_gate_at_the_canary_and_rolls_b
     canary = list(lab.hosts)[1]
     before = running(lab)
     saved = LAB_YML.read_text()
-    done = rollout("--bake", "--image", image(lab, SLOW_TAG), inventory=without_lab_1(tmp_path))
+    # The slow version's median TTFT at the lab's concurrency is 1.6x to 4.4x the good one's
+    # (measured 2026-12-03), and a baseline taken right after the bake restarted the canary's
+    # instance can itself be twice another host's: the profile's tolerance (90%) let the slow
+    # version through on some runs. For this rollout the gate allows 30%.
+    with profile_edited("regression_tolerance: 0.9", "regression_tolerance: 0.3"):
+        done = rollout("--bake", "--image", image(lab, SLOW_TAG), inventory=without_lab_1(tmp_path))
     assert LAB_YML.read_text() == saved
     assert f"bake on the canary {canary} from {image(lab, SLOW_TAG)}@sha256:" in done.stdout, done.stdout
     baked = [line for line in done.stdout.splitlines() if line.startswith(f"baked {image(lab, SLOW_TAG)}-rfcache-")]
