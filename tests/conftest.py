@@ -79,14 +79,17 @@ def lab():
     """A fresh lab (3 hosts, services, image in the registry); taken down after the session.
 
     With ``ROCMFLEET_LAB_REUSE=1`` the lab that is up (and deployed, ``./dev lab``) is used as it
-    is and left up: for working on one lab test file at a time, not for a full run.
+    is and left up: for working on one lab test file at a time, not for a full run. With
+    ``ROCMFLEET_LAB_FRESH=1`` the lab that is up is one ``./dev test`` brought up bare for this run
+    (while the type checker and the fast tests ran): it is used, then taken down.
     """
     from tests.lab.config import LabState
 
     if os.environ.get("ROCMFLEET_LAB_REUSE") == "1":
         yield LabState.load()
         return
-    lab_command("up")
+    if os.environ.get("ROCMFLEET_LAB_FRESH") != "1":
+        lab_command("up")
     yield LabState.load()
     lab_command("down")
 

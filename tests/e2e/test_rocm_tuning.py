@@ -5,20 +5,22 @@ Lab hosts start bare (no ``/dev/kfd``, render nodes, KFD tree or ``amd-smi`` unt
 ``amdgpu-dkms`` is installed and the host rebooted: ``tests/lab/amdrepo.py``). The lab's group
 data is the project's defaults: the current stream, ROCm 10.0 with its amdgpu 31.50 driver.
 Order matters and is the module's: a first install with the shipped defaults with one host whose
-newest kernel DKMS cannot build for (that host fails alone, the others converge to serving), the
-recovery, the compliance checks, a no-change run, a driver downgrade refused on every host until
-the data allows it (to amdgpu 30.30, the previous driver AMD's repository has: then one host,
-``--limit``, downgrades), ``--dry`` over the fleet naming only that host as owing a reboot, and
-the upgrade back to the defaults' 31.50 over the fleet, rebooting that host once and no other.
-(One host moves and comes back: each reboot restarts vLLM on the host, the lab's dearest step;
-the upgrade's reboot also shows vLLM coming back with a rebooted host on its own.)
-test_deploy.py then checks the converged lab in detail (pyproject.toml's testpaths give the
-order). Reboots are counted by the lab supervisor, which logs every reboot of a host (nspawn
-exit status 133).
+newest kernel DKMS cannot build for (that host fails alone, the others converge to serving); then,
+side by side (two ``--limit`` deploys at once, as a rollout runs its hosts), that host's recovery
+once its kernel is fixed and an allowed driver downgrade of another host (to amdgpu 30.30, the
+previous driver AMD's repository has), each rebooting its host once; ``--dry`` over the fleet naming
+only the downgraded host as owing a reboot; the upgrade back to the defaults' 31.50 over the fleet,
+rebooting that host once and no other, then a run that changes and reboots nothing; the compliance
+checks; and a driver downgrade refused on every host before anything changes. (Each reboot
+restarts vLLM on the host, the lab's dearest step; the upgrade's reboot also shows vLLM coming
+back with a rebooted host on its own.) test_deploy.py then checks the converged lab in detail
+(pyproject.toml's testpaths give the order). Reboots are counted by the lab supervisor, which logs
+every reboot of a host (nspawn exit status 133).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -108,26 +110,6 @@ def test_first_install_brings_every_other_host_to_serving_in_the_same_run(lab, f
             assert complete(address, port)["choices"][0]["text"]
 
 
-def test_broken_host_converges_once_its_kernel_is_fixed(lab, deploy_file, first, broken_host):
-    lab_ssh(lab, broken_host, f"DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq {BROKEN}")
-    rc, report, output, rebooted = run(lab, deploy_file)
-    assert rc == 0, output[-4000:]
-    assert rebooted == {n: int(n == broken_host) for n in lab.hosts}
-
-
-def test_hosts_pass_the_compliance_checks(lab, first):
-    proc = rocmfleet_cli("check", "inventories/lab.py", "--select", "rocm,tuning")
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "SKIP  tuning::kernel_cmdline_live  container host" in proc.stdout  # what needs the real kernel says why
-
-
-def test_second_run_changes_and_reboots_nothing(lab, deploy_file, first):
-    rc, report, output, rebooted = run(lab, deploy_file)
-    assert rc == 0, output[-4000:]
-    assert changed(report) == {}
-    assert set(rebooted.values()) == {0}
-
-
 OLDER_DRIVER = 'rocm_amdgpu_version="30.30"'  # quoted: pyinfra's --data reads 30.30 as the number 30.3
 
 
@@ -136,29 +118,29 @@ def driver_versions(lab) -> dict[str, str]:
     return {name: lab_ssh(lab, name, query).stdout for name in lab.hosts}
 
 
-def test_driver_downgrade_is_refused_before_anything_changes(lab, deploy_file, first):
-    before = driver_versions(lab)
-    rc, _report, output, rebooted = run(lab, deploy_file, "--data", OLDER_DRIVER)
-    assert rc != 0  # every host fails (pyinfra: "No hosts remaining!"), so no JSON report to read
-    refused = "amdgpu driver 30.30 is older than the installed 31.50 (current stream): refusing a downgrade"
-    for name in lab.hosts:
-        assert any(f"[{name}]" in line and refused in line for line in output.splitlines()), output[-4000:]
-    assert "Set rocm_allow_downgrade: true" in output
-    assert driver_versions(lab) == before and set(rebooted.values()) == {0}
-
-
 def downgraded(lab) -> str:
     """The host the allowed downgrade moves (one host: every reboot restarts its vLLM instances)."""
     return sorted(lab.hosts)[1]
 
 
-def test_allowed_downgrade_reboots_the_host_once(lab, deploy_file, first):
+def test_broken_host_recovers_while_another_host_downgrades(lab, deploy_file, first, broken_host):
+    """Two ``--limit`` deploys at once: the broken host, its kernel fixed, with the defaults; another
+    host with an allowed downgrade (amdgpu 30.30). Each reboots its own host once, no other."""
     name = downgraded(lab)
+    assert name != broken_host
+    lab_ssh(lab, broken_host, f"DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq {BROKEN}")
     allow = ["--data", OLDER_DRIVER, "--data", "rocm_allow_downgrade=true"]
-    rc, report, output, rebooted = run(lab, deploy_file, "--limit", name, *allow)
+    before = {host: reboots(host) for host in lab.hosts}
+    with ThreadPoolExecutor(2) as pool:
+        recovery = pool.submit(pyinfra_json, str(deploy_file), "-y", "--limit", broken_host, timeout_s=2400)
+        downgrade = pool.submit(pyinfra_json, str(deploy_file), "-y", "--limit", name, *allow, timeout_s=2400)
+        (rc, _report, output), (down_rc, _down_report, down_output) = recovery.result(), downgrade.result()
     assert rc == 0, output[-4000:]
-    assert rebooted == {n: int(n == name) for n in lab.hosts}
-    assert "amdgpu driver 30.30 installed" in output
+    assert down_rc == 0, down_output[-4000:]
+    assert {host: reboots(host) - before[host] for host in lab.hosts} == {
+        host: int(host in (name, broken_host)) for host in lab.hosts
+    }
+    assert "amdgpu driver 30.30 installed" in down_output
     assert driver_versions(lab)[name].startswith("1:6.14.14.303000-")  # amdgpu 30.30
 
 
@@ -173,7 +155,7 @@ def test_dry_run_says_which_hosts_would_reboot_and_why(lab, deploy_file, first):
     assert set(rebooted.values()) == {0}
 
 
-def test_version_upgrade_reboots_only_the_host_that_needs_it_once_then_nothing(lab, deploy_file, first):
+def test_version_upgrade_reboots_only_the_host_that_needs_it_once_then_a_run_changes_nothing(lab, deploy_file, first):
     name = downgraded(lab)
     rc, report, output, rebooted = run(lab, deploy_file)
     assert rc == 0, output[-4000:]
@@ -198,5 +180,26 @@ def test_version_upgrade_reboots_only_the_host_that_needs_it_once_then_nothing(l
 
     for port in units(lab, name).values():
         assert complete(lab.hosts[name], port)["choices"][0]["text"]
+    # A run over the converged fleet (one host installed from bare, one recovered, one upgraded)
+    # changes and reboots nothing.
     rc, report, output, rebooted = run(lab, deploy_file)
-    assert rc == 0 and changed(report) == {} and set(rebooted.values()) == {0}
+    assert rc == 0, output[-4000:]
+    assert changed(report) == {}
+    assert set(rebooted.values()) == {0}
+
+
+def test_hosts_pass_the_compliance_checks(lab, first):
+    proc = rocmfleet_cli("check", "inventories/lab.py", "--select", "rocm,tuning")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "SKIP  tuning::kernel_cmdline_live  container host" in proc.stdout  # what needs the real kernel says why
+
+
+def test_driver_downgrade_is_refused_before_anything_changes(lab, deploy_file, first):
+    before = driver_versions(lab)
+    rc, _report, output, rebooted = run(lab, deploy_file, "--data", OLDER_DRIVER)
+    assert rc != 0  # every host fails (pyinfra: "No hosts remaining!"), so no JSON report to read
+    refused = "amdgpu driver 30.30 is older than the installed 31.50 (current stream): refusing a downgrade"
+    for name in lab.hosts:
+        assert any(f"[{name}]" in line and refused in line for line in output.splitlines()), output[-4000:]
+    assert "Set rocm_allow_downgrade: true" in output
+    assert driver_versions(lab) == before and set(rebooted.values()) == {0}
