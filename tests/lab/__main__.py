@@ -92,16 +92,45 @@ def down(quiet: bool = False) -> None:
     """Stop every host and service and remove the bridge, mounts, cgroups and host disks."""
     pattern = f"{config.HOST_PREFIX}-*"
     names = sorted({p.name for p in config.HOSTS_DIR.glob(pattern)} | {p.name for p in config.RUN_DIR.glob(pattern)})
-    for name in names:
-        hosts.stop(name)
+    # Side by side: each host's orderly poweroff stops its Docker and vLLM (about 20 s a host).
+    with ThreadPoolExecutor(max(1, len(names))) as pool:
+        list(pool.map(hosts.stop, names))
     for service in services.SERVICES:
         services.stop(service)
     services.bridge_down()
     cgroups.remove_lab_root()
-    shutil.rmtree(config.HOSTS_DIR, ignore_errors=True)
+    _discard(config.HOSTS_DIR)
     shutil.rmtree(config.RUN_DIR, ignore_errors=True)
     if not quiet:
         _log("lab down")
+
+
+TRASH_DIR = config.LAB_DIR / "trash"
+"""Where ``down`` moves the hosts' disks; a process of its own removes them."""
+
+
+def _discard(path: config.Path) -> None:
+    """Move ``path`` into :data:`TRASH_DIR` and remove what is in it in a detached ``rm -rf``
+    (an earlier ``down``'s leftovers too: a second ``rm`` of a tree being removed does no harm).
+
+    A deployed host's disk holds its Docker layers (the vLLM image's 2.9 GB tree of 72,559 files and
+    more): ``down`` of a deployed lab took 64-66 s, of a bare one 9 s, and ``shutil.rmtree`` of one
+    copy of that tree alone 13 s (measured 2026-12-03). Nothing reads the disks again; the next
+    ``up`` starts from new ones while the old ones go.
+    """
+    TRASH_DIR.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        path.rename(TRASH_DIR / f"{path.name}-{time.time_ns()}")
+    leftovers = [str(entry) for entry in TRASH_DIR.iterdir()]
+    if not leftovers:
+        return
+    subprocess.Popen(
+        ["rm", "-rf", "--one-file-system", *leftovers],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def status() -> int:
