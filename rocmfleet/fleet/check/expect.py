@@ -245,10 +245,10 @@ def check_query(rocm_settings: RocmSettings, instances: list[Instance]) -> dict[
     }
 
 
-def gathered(host: Any) -> Gathered:
-    """What :func:`check_query` asks of ``host``, read in one ``state.sh`` command (the deploy's own
-    composite read, :class:`rocmfleet.facts.state.HostState`), once per host and process: the
-    checks used to run one command per file, unit and package, about 35 of a host's 60 (issue 16).
+def _read_state(host: Any, key: str, query: Callable[[], dict[str, Any]]) -> Gathered:
+    """One ``state.sh`` command on ``host`` asking ``query()``'s items (:func:`state_args`'
+    keyword arguments), parsed; run once per host and process under ``key`` (a failure too: one
+    read per host, not one per check).
 
     Raises:
         CannotCheck: the command failed or its output was cut short or unknown (every check that
@@ -256,9 +256,8 @@ def gathered(host: Any) -> Gathered:
     """
 
     def read() -> Gathered | CannotCheck:
-        query = check_query(rocm_settings(host), instances_of(host))
         try:
-            result = host.run(scripts.command("state.sh", *state_args(**query)))
+            result = host.run(scripts.command("state.sh", *state_args(**query())))
         except CannotCheck as exc:  # sudo refused, the host's budget spent
             return exc
         if result.rc != 0:
@@ -268,10 +267,21 @@ def gathered(host: Any) -> Gathered:
         except ValueError as exc:
             return CannotCheck(str(exc))
 
-    found: Gathered | CannotCheck = once(host, "state", read)  # a failure too: one read per host, not one per check
+    found: Gathered | CannotCheck = once(host, key, read)
     if isinstance(found, CannotCheck):
         raise found
     return found
+
+
+def gathered(host: Any) -> Gathered:
+    """What :func:`check_query` asks of ``host``, read in one ``state.sh`` command (the deploy's own
+    composite read, :class:`rocmfleet.facts.state.HostState`), once per host and process: the
+    checks used to run one command per file, unit and package, about 35 of a host's 60 (issue 16).
+
+    Raises:
+        CannotCheck: the command failed or its output was cut short or unknown.
+    """
+    return _read_state(host, "state", lambda: check_query(rocm_settings(host), instances_of(host)))
 
 
 def rocm_gathered(host: Any) -> Gathered:
@@ -283,24 +293,7 @@ def rocm_gathered(host: Any) -> Gathered:
     Raises:
         CannotCheck: the command failed or its output was cut short or unknown.
     """
-
-    def read() -> Gathered | CannotCheck:
-        query = rocmplan.query(rocm_settings(host))
-        try:
-            result = host.run(scripts.command("state.sh", *state_args(**query)))  # type: ignore[arg-type]
-        except CannotCheck as exc:
-            return exc
-        if result.rc != 0:
-            return CannotCheck(f"state.sh exited {result.rc}: {result.stderr.strip()[-300:]}")
-        try:
-            return parse_state(result.stdout_bytes.decode("utf-8", "replace").splitlines())
-        except ValueError as exc:
-            return CannotCheck(str(exc))
-
-    found: Gathered | CannotCheck = once(host, "rocm-state", read)
-    if isinstance(found, CannotCheck):
-        raise found
-    return found
+    return _read_state(host, "rocm-state", lambda: rocmplan.query(rocm_settings(host)))
 
 
 def path_state(host: Any, path: str) -> PathState:
