@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from rocmfleet.domain.topology import parse_id_list
-from tests.conftest import connect, pyinfra_json, rocmfleet_cli
+from tests.conftest import connect, lab_inventory, lab_ssh, pyinfra_json, rocmfleet_cli
 
 pytestmark = pytest.mark.lab
 
@@ -178,52 +178,91 @@ def test_second_deploy_reports_no_changes(lab, first_deploy):
     assert changed == {}, f"operations that changed something on the second run: {changed}"
 
 
-def test_a_new_digest_for_one_host_restarts_only_that_hosts_units(lab, first_deploy, ssh_config, tmp_path):
-    """Roll lab-3 to the second image tag and back; the other hosts' containers keep running.
-    While lab-3 runs the other digest, ``rocmfleet check`` against the group data fails lab-3's
-    image digest and nothing on the other hosts (issue 6: a container not running the wanted image)."""
+STARTS = ("vllm | Restart vllm-", "vllm | Enable and start vllm-")
+
+
+def test_a_new_digest_on_one_host_and_a_renamed_instance_on_another_restart_only_those(
+    lab, first_deploy, ssh_config, tmp_path
+):
+    """One deploy of the lab with lab-3 on the second image tag and lab-1's tiny-llama-b renamed
+    tiny-llama-c (same port and GPU), then the inventory's data again: each time only those two
+    instances restart. b's unit, files and container go and c serves; lab-1's tiny-llama-a and
+    lab-2 keep running. While lab-3 runs the other digest, ``rocmfleet check`` fails lab-3's image
+    digest and nothing else (issue 6: a container not running the wanted image)."""
     names = sorted(lab.hosts)
-    target = names[-1]
+    first, target = names[0], names[-1]
     repo = f"{lab.registry}/rocmfleet-lab/vllm-cpu"
+    renamed = {
+        "vllm_instances": [
+            {"name": "tiny-llama-a", "port": 8000, "gpus": [0]},
+            {"name": "tiny-llama-c", "port": 8001, "gpus": [1]},
+        ]
+    }
+    new = {"vllm_image_tag": "0.32.0-lab.2", "vllm_image_digest": lab.images[f"{repo}:0.32.0-lab.2"]}
+    (tmp_path / "check").mkdir()
+    (tmp_path / "deploy").mkdir()
+    wants_old_digest = lab_inventory(tmp_path / "check", {first: renamed})
+    changed = lab_inventory(tmp_path / "deploy", {first: renamed, target: new})
 
     def started_at() -> dict[str, str]:
+        """``{"<container>@<host>": "<StartedAt> <image>"}`` of every vLLM container."""
         out = {}
         for name in names:
             host = connect(lab.hosts[name], ssh_config)
-            for unit in units(lab, name):
-                out[unit + "@" + name] = host.check_output(
-                    "docker inspect --format '{{.State.StartedAt}} {{.Config.Image}}' %s", unit.removesuffix(".service")
+            listed = host.check_output("docker ps --filter label=org.rocmfleet.instance --format '{{.Names}}'")
+            for container in listed.split():
+                out[f"{container}@{name}"] = host.check_output(
+                    "docker inspect --format '{{.State.StartedAt}} {{.Config.Image}}' %s", container
                 )
         return out
 
+    def started_or_restarted(report: dict) -> set[str]:
+        """Hosts where the deploy started a unit (c, then b) or restarted one (lab-3's)."""
+        ops = [op for op in report["results"]["operations"] if op["name"].startswith(STARTS)]
+        return {host for op in ops for host in op["success"]}
+
     before = started_at()
-    for tag in ("0.32.0-lab.2", "0.32.0-lab.1"):
-        data = ["--data", f"vllm_image_tag={tag}", "--data", f"vllm_image_digest={lab.images[f'{repo}:{tag}']}"]
-        rc, report, stderr = pyinfra_deploy("--limit", target, *data)
-        assert rc == 0, stderr[-4000:]
-        restarted = {
-            host
-            for op in report["results"]["operations"]
-            if op["name"].startswith("vllm | Restart")
-            for host in op["success"]
-        }
-        assert restarted == {target}
-        after = started_at()
-        for key, value in after.items():
-            if key.endswith("@" + target):
-                assert value != before[key] and f":{tag}@" in value
-            else:
-                assert value == before[key], key
-        wait_for_completion(lab.hosts[target])
-        if tag != "0.32.0-lab.1":
-            assert_check_fails_the_digest_only_on(target, repo, lab.images[f"{repo}:0.32.0-lab.1"], tmp_path)
+    kept = {k: v for k, v in before.items() if k == f"vllm-tiny-llama-a@{first}" or k.endswith(f"@{names[1]}")}
+    rc, report, stderr = pyinfra_json("deploy.py", "-y", inventory=changed)
+    assert rc == 0, stderr[-4000:]
+    assert started_or_restarted(report) == {first, target}
+    after = started_at()
+    assert {k: after.get(k) for k in kept} == kept  # not restarted
+    assert ":0.32.0-lab.2@" in after[f"vllm-lab-tiny-llama-0@{target}"]
+    assert f"vllm-tiny-llama-b@{first}" not in after
+    leftovers = lab_ssh(
+        lab, first, "ls /etc/systemd/system/vllm-* /etc/rocmfleet/vllm; docker ps -a --format '{{.Names}}'"
+    )
+    assert "tiny-llama-b" not in leftovers.stdout, leftovers.stdout
+    owner = lab_ssh(lab, first, "docker top vllm-tiny-llama-c -eo pid | tail -n +2; ss -Hltnp 'sport = :8001'")
+    pids = owner.stdout.splitlines()[:-1]
+    assert any(f"pid={pid}," in owner.stdout.splitlines()[-1] for pid in pids), owner.stdout
+    assert complete(lab.hosts[first], 8001)["model"] == MODEL
+    wait_for_completion(lab.hosts[target])
+    assert_check_fails_the_digest_only_on(
+        target, repo, lab.images[f"{repo}:0.32.0-lab.1"], tmp_path, inventory=wants_old_digest
+    )
+
+    # The inventory's data again: c goes, b comes back, lab-3 back on the first tag.
+    rc, report, stderr = pyinfra_deploy()
+    assert rc == 0, stderr[-4000:]
+    assert started_or_restarted(report) == {first, target}
+    again = started_at()
+    assert {k: again.get(k) for k in kept} == kept
+    assert set(again) == set(before)
+    assert ":0.32.0-lab.1@" in again[f"vllm-lab-tiny-llama-0@{target}"]
+    for name in (first, target):
+        for port in units(lab, name).values():
+            wait_for_completion(lab.hosts[name], port)
 
 
-def assert_check_fails_the_digest_only_on(target: str, repo: str, wanted: str, tmp_path) -> None:
-    """``rocmfleet check`` over the lab with its group data (which wants ``repo@wanted``): ``target``'s
+def assert_check_fails_the_digest_only_on(
+    target: str, repo: str, wanted: str, tmp_path, inventory: str = "inventories/lab.py"
+) -> None:
+    """``rocmfleet check`` over ``inventory`` (whose group data wants ``repo@wanted``): ``target``'s
     container image digest fails, saying what the data wants; no other host fails anything."""
     report_file = tmp_path / "check.json"
-    proc = rocmfleet_cli("check", "inventories/lab.py", "--json", str(report_file))
+    proc = rocmfleet_cli("check", inventory, "--json", str(report_file))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-4000:]
     results = json.loads(report_file.read_text())["results"]

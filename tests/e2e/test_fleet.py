@@ -42,42 +42,6 @@ def running_units(lab, name: str) -> set[str]:
     return {line.strip() for line in out.stdout.splitlines() if line.strip()}
 
 
-def test_a_renamed_instance_leaves_no_orphan_and_its_neighbour_keeps_running(lab, tmp_path):
-    """lab-1's tiny-llama-b becomes tiny-llama-c (same port and GPU): b's unit, files and container
-    go, c serves, a is not restarted; then back to the inventory's instances."""
-    first = sorted(lab.hosts)[0]
-    kept = "docker inspect --format '{{.State.StartedAt}}' vllm-tiny-llama-a"
-    before = lab_ssh(lab, first, kept).stdout
-    renamed = lab_inventory(
-        tmp_path,
-        {
-            first: {
-                "vllm_instances": [
-                    {"name": "tiny-llama-a", "port": 8000, "gpus": [0]},
-                    {"name": "tiny-llama-c", "port": 8001, "gpus": [1]},
-                ]
-            }
-        },
-    )
-    rc, report, stderr = deploy("--limit", first, inventory=renamed)
-    assert rc == 0, stderr[-4000:]
-    assert running_units(lab, first) == {"vllm-tiny-llama-a.service", "vllm-tiny-llama-c.service"}
-    leftovers = lab_ssh(
-        lab, first, "ls /etc/systemd/system/vllm-* /etc/rocmfleet/vllm; docker ps -a --format '{{.Names}}'"
-    )
-    assert "tiny-llama-b" not in leftovers.stdout, leftovers.stdout
-    owner = lab_ssh(lab, first, "docker top vllm-tiny-llama-c -eo pid | tail -n +2; ss -Hltnp 'sport = :8001'")
-    pids = owner.stdout.splitlines()[:-1]
-    assert any(f"pid={pid}," in owner.stdout.splitlines()[-1] for pid in pids), owner.stdout
-    assert complete(lab.hosts[first], 8001)["model"] == "tiny-llama"
-    assert lab_ssh(lab, first, kept).stdout == before  # the neighbour was not restarted
-    # back to the inventory's instances: c goes, b comes back
-    rc, report, stderr = deploy("--limit", first)
-    assert rc == 0, stderr[-4000:]
-    assert running_units(lab, first) == set(units(lab, first))
-    assert lab_ssh(lab, first, kept).stdout == before
-
-
 def test_a_unit_rocmfleet_did_not_make_is_never_touched(lab):
     name = sorted(lab.hosts)[1]
     unit = "[Unit]\nDescription=not made by rocmfleet\n[Service]\nExecStart=/bin/sleep infinity\n"
