@@ -1,8 +1,9 @@
 """``rocmfleet rollout`` on the lab: capacity held, a killed rollout resumed (a plain deploy and a
 second rollout refused meanwhile), ``--bake`` of a slow version stopped at the canary, a host lost
 mid-batch (the switched host rolled back; the lost one, which the rollout's own rollback cannot
-reach, by ``--rollback`` once it is back), a registry that stops answering a host after the canary
-pulled. Every failed rollout ends with its summary on stderr, exit 1 and no traceback (issue 24).
+reach, by ``--rollback`` once it is back), a registry that stops answering the canary (lab-3
+alone) after the rollout resolved the tag. Every failed rollout ends with its summary on stderr,
+exit 1 and no traceback (issue 24).
 
 Needs root and a deployed lab (``./dev test`` brings it; alone: ``ROCMFLEET_LAB_REUSE=1
 .venv/bin/pytest -m lab tests/e2e/test_rollout.py``). It deploys, so nobody else may deploy to the
@@ -17,7 +18,8 @@ Each rollout restarts vLLM on the hosts it switches and on those it returns, the
 step, so the module keeps to one rollout per property, and only the good tag's rolls across every
 host: the failure cases roll out over an inventory of lab-2 and lab-3 (:func:`without_lab_1`; one
 instance each, lab-1 has two; ``--image`` with ``--limit`` is refused, as it should be), a canary
-of one host and batches of one, which is all a failure after a switched host needs. A
+of one host and batches of one, which is all a failure after a switched host needs (the
+registry's, a failure before any host switched, over lab-3 alone). A
 version that never gets ready is rolled back by the deploy the canary's switch runs
 (tests/e2e/test_rollback.py shows that on its host alone; the rollout's handling of a failed gate
 is the slow version's case), and a killed rollout is shown resumed here, not also rolled back
@@ -96,22 +98,27 @@ def start_rollout(*args: str, inventory: str = INVENTORY) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def without_lab_1(tmp_path: Path) -> str:
-    """``inventories/lab.py`` less its first host, as ``<tmp>/inventory/lab.py``: the same group
-    data, and the same name, so the same rollout record and results directory. It runs the lab's
-    inventory file afresh on each load (``runpy``), as pyinfra does with an inventory: an import of
-    it would be Python's cached module from the second load on, and its group files would go
-    unrecorded (``rocmfleet.config.groupvars.LOADED``)."""
+def lab_hosts_from(tmp_path: Path, first: int) -> str:
+    """``inventories/lab.py`` from its host number ``first`` (0-based) on, as
+    ``<tmp>/inventory/lab.py``: the same group data, and the same name, so the same rollout record
+    and results directory. It runs the lab's inventory file afresh on each load (``runpy``), as
+    pyinfra does with an inventory: an import of it would be Python's cached module from the second
+    load on, and its group files would go unrecorded (``rocmfleet.config.groupvars.LOADED``)."""
     path = tmp_path / "inventory" / "lab.py"
     path.parent.mkdir()
     path.write_text(
         "import runpy as _runpy\n"
         f"_lab = _runpy.run_path({str(ROOT / INVENTORY)!r})\n"
-        "_first = _lab['all'][0][0][0]\n"
-        "all = ([(n, d) for n, d in _lab['all'][0] if n != _first], _lab['all'][1])  # noqa: A001\n"
-        "gpu_nodes = ([n for n in _lab['gpu_nodes'][0] if n != _first], _lab['gpu_nodes'][1])\n"
+        f"_kept = [n for n, _d in _lab['all'][0]][{first}:]\n"
+        "all = ([(n, d) for n, d in _lab['all'][0] if n in _kept], _lab['all'][1])  # noqa: A001\n"
+        "gpu_nodes = ([n for n in _lab['gpu_nodes'][0] if n in _kept], _lab['gpu_nodes'][1])\n"
     )
     return str(path)
+
+
+def without_lab_1(tmp_path: Path) -> str:
+    """:func:`lab_hosts_from` lab-2: lab-2 and lab-3."""
+    return lab_hosts_from(tmp_path, 1)
 
 
 def image(lab, tag: str) -> str:
@@ -344,24 +351,27 @@ def test_powered_off_host_fails_its_batch_and_the_switched_hosts_roll_back(basel
     assert check().returncode == 0
 
 
-def test_a_registry_that_stops_answering_a_host_mid_rollout_ends_in_a_summary(baseline, results, tmp_path):
-    """Over lab-2 and lab-3: the registry answers the control machine and the canary (lab-2), then not lab-3 (its port
-    5000 refused on lab-3, as a registry that went away): lab-3's pull fails, its batch never
-    switches, the canary goes back, and the command ends with its summary on stderr, exit 1 and
-    no traceback (issue 24). Issue 26 will make this a pause rather than a rollback."""
+def test_a_registry_that_stops_answering_the_canary_mid_rollout_ends_in_a_summary(baseline, results, tmp_path):
+    """Over lab-3 alone: the registry answers the control machine (the rollout resolves the tag's
+    digest), then not lab-3 (its port 5000 refused on lab-3, as a registry that went away): the
+    canary's pull fails before anything on it changed, and the command ends with its summary on
+    stderr, exit 1 and no traceback (issue 24). lab-3 keeps serving what it ran. (Which error
+    pauses rather than rolls back, with a host already switched, is issue 26's.)"""
     lab = baseline
     names = list(lab.hosts)
     before = running(lab)
     _current, new = other_good(lab)
     registry_ip, _, port = lab.registry.rpartition(":")
     rule = f"OUTPUT -p tcp -d {registry_ip} --dport {port} -j REJECT --reject-with tcp-reset"
+    saved = LAB_YML.read_text()
     assert lab_ssh(lab, names[2], f"iptables -I {rule}").returncode == 0
     try:
-        done = rollout("--image", image(lab, new), inventory=without_lab_1(tmp_path))
+        done = rollout("--image", image(lab, new), inventory=lab_hosts_from(tmp_path, 2))
     finally:
         lab_ssh(lab, names[2], f"iptables -D {rule}")
     state = assert_rolled_back_with_a_summary(results, done)
     assert f"{names[2]}: pull gate failed" in state["failure"], state["failure"]
-    assert state["hosts"][names[1]]["step"] == "rolled_back" and state["hosts"][names[2]]["step"] == "pending", state
+    assert state["batches"] == [[names[2]]] and state["hosts"][names[2]]["step"] == "pending", state
+    assert LAB_YML.read_text() == saved  # the group file as it was
     assert running(lab) == before
     assert check().returncode == 0
