@@ -2,24 +2,31 @@
 (issue 17). Runs after test_rocm_tuning.py (pyproject.toml's testpaths), on hosts converged
 with the shipped defaults: the current stream, ROCm 10.0, amdgpu 31.50, no userspace.
 
-One host goes current (with the userspace from the stand-in stable.repo.amd.com) -> legacy 7.2
--> back to the defaults, one reboot each way and nothing of the other stream left (``dpkg``,
-``/etc/apt/sources.list.d``, ``/etc/apt/keyrings``), the compliance checks passing after each;
-``--limit`` keeps the other hosts untouched. Another host gets the lab's stand-in ``mokutil``
-(Secure Boot enabled): without a signing key it fails alone before any package changes; with
-a MOK pair configured and enrolled, DKMS signs amdgpu and the driver comes up after the reboot.
-The module ends with every host back on the defaults.
+One host (lab-2) gets the lab's stand-in ``mokutil`` (Secure Boot enabled). The order:
+
+- the current stream's userspace for the fleet: the Secure Boot host, without a signing key, fails
+  alone before any package changes; the others get the userspace from the stand-in
+  stable.repo.amd.com without a reboot; lab-1 goes back to the defaults;
+- side by side (two ``--limit`` deploys at once, as a rollout runs its hosts): lab-3 moves current
+  -> legacy 7.2, and the Secure Boot host, with a MOK pair configured and enrolled, has DKMS sign
+  amdgpu, the driver coming up after its reboot; each reboots its own host once;
+- lab-3 back to the defaults, one reboot and nothing of the legacy stream left.
+
+After each move nothing of the other stream is left (``dpkg``, ``/etc/apt/sources.list.d``,
+``/etc/apt/keyrings``) and the compliance checks pass; ``--limit`` keeps the other hosts
+untouched. The module ends with every host back on the defaults.
 """
 
 from __future__ import annotations
 
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import lab_ssh, rocmfleet_cli
-from tests.e2e.test_rocm_tuning import changed, reboots, run
+from tests.e2e.test_rocm_tuning import changed, run
 
 pytestmark = pytest.mark.lab
 
@@ -73,71 +80,18 @@ def check(lab, name: str, *data: str) -> None:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
-def others_untouched(lab, name: str, before: dict[str, dict[str, str]], rebooted: dict[str, int]) -> None:
+def others_untouched(
+    lab, name: str, before: dict[str, dict[str, str]], rebooted: dict[str, int], busy: str = ""
+) -> None:
+    """No host but ``name`` (and ``busy``, moved by another run meanwhile) rebooted or changed."""
     for other in lab.hosts:
-        if other != name:
+        if other not in (name, busy):
             assert rebooted[other] == 0 and snapshot(lab, other) == before[other], other
 
 
 @pytest.fixture(scope="module")
 def at_start(lab) -> dict[str, dict[str, str]]:
     return {name: snapshot(lab, name) for name in lab.hosts}
-
-
-def test_current_userspace_comes_from_the_current_repository_without_reboot(lab, deploy_file, switcher, at_start):
-    rc, _report, output, rebooted = run(lab, deploy_file, "--limit", switcher, *CURRENT_USERSPACE)
-    assert rc == 0, output[-4000:]
-    snap = snapshot(lab, switcher)
-    assert "amdrocm10.0-gfx942" in installed(snap)
-    assert "amdrocm-stable.sources" in snap["sources"] and "amdrocm.gpg" in snap["keyrings"]
-    assert rebooted[switcher] == 0  # same driver: nothing to reboot for
-    others_untouched(lab, switcher, at_start, rebooted)
-    check(lab, switcher, *CURRENT_USERSPACE)
-
-
-def test_dry_run_says_what_the_move_to_legacy_would_remove(lab, deploy_file, switcher):
-    rc, _report, output, rebooted = run(lab, deploy_file, "--dry", "--limit", switcher, *LEGACY)
-    assert rc == 0, output[-4000:]
-    assert (
-        f"[{switcher}] would remove the ROCm current stream: packages amdrocm10.0-gfx942; files "
-        "/etc/apt/sources.list.d/amdrocm-stable.sources, /etc/apt/keyrings/amdrocm.gpg"
-    ) in output
-    assert f"[{switcher}] would reboot: amdgpu driver moves to 30.30; ROCm current stream removed" in output
-    assert set(rebooted.values()) == {0}
-
-
-def test_current_to_legacy_reboots_once_and_leaves_nothing_of_current(lab, deploy_file, switcher, at_start):
-    rc, _report, output, rebooted = run(lab, deploy_file, "--limit", switcher, *LEGACY)
-    assert rc == 0, output[-4000:]
-    assert rebooted[switcher] == 1
-    snap = snapshot(lab, switcher)
-    assert not {p for p in installed(snap) if p.startswith("amdrocm")}
-    assert {"rocm", "rocm-core", "amd-smi-lib", "amdgpu-dkms"} <= installed(snap)
-    assert "1:6.14.14.303000" in snap["packages"]  # the legacy 7.2 driver, amdgpu 30.30
-    sources, keyrings = set(snap["sources"].split()), set(snap["keyrings"].split())
-    assert {"amdgpu.list", "rocm.list"} <= sources and "amdrocm-stable.sources" not in sources
-    assert "rocm.gpg" in keyrings and "amdrocm.gpg" not in keyrings
-    assert "rocm-pin-600" in snap["pins"].split()
-    others_untouched(lab, switcher, at_start, rebooted)
-    check(lab, switcher, *LEGACY)
-
-
-def test_legacy_to_current_reboots_once_and_leaves_nothing_of_legacy(lab, deploy_file, switcher, at_start):
-    rc, _report, output, rebooted = run(lab, deploy_file, "--dry", "--limit", switcher)
-    assert f"[{switcher}] would remove the ROCm legacy stream: packages rocm, rocm-core; files " in output
-    rc, _report, output, rebooted = run(lab, deploy_file, "--limit", switcher)  # back to the shipped defaults
-    assert rc == 0, output[-4000:]
-    assert rebooted[switcher] == 1
-    snap = snapshot(lab, switcher)
-    assert not {p for p in installed(snap) if p.startswith(("rocm", "amd-smi", "amdrocm"))}, snap["packages"]
-    assert "1:6.14.14.315000" in snap["packages"]  # amdgpu 31.50, the current stream's driver
-    sources, keyrings = set(snap["sources"].split()), set(snap["keyrings"].split())
-    assert "amdgpu.list" in sources and not sources & {"rocm.list", "amdrocm-stable.sources"}
-    assert "rocm.gpg" in keyrings and "amdrocm.gpg" not in keyrings  # rocm.gpg signs the driver's repository
-    assert "rocm-pin-600" not in snap["pins"].split()
-    others_untouched(lab, switcher, at_start, rebooted)
-    check(lab, switcher)
-    assert amd(snapshot(lab, switcher)) == amd(at_start[switcher])  # back where it started
 
 
 @pytest.fixture(scope="module")
@@ -152,23 +106,70 @@ def secure_boot(lab, secure):
     lab_ssh(lab, secure, "rm -f /usr/local/sbin/mokutil")
 
 
-def test_secure_boot_without_a_key_fails_that_host_before_any_package_change(lab, deploy_file, secure_boot):
-    before = snapshot(lab, secure_boot)
-    boots = reboots(secure_boot)
+def test_the_current_userspace_for_the_fleet_fails_the_secure_boot_host_alone_before_any_package_change(
+    lab, deploy_file, switcher, secure_boot, at_start
+):
+    """Secure Boot without a signing key fails that host alone; the others get the current stream's
+    userspace from its own repository without a reboot; lab-1 goes back to the defaults."""
     rc, report, output, rebooted = run(lab, deploy_file, *CURRENT_USERSPACE)  # a package change for every host
     assert rc != 0
     assert report["results"]["failed_hosts"] == [secure_boot]
     assert f"[{secure_boot}] rocmfleet: Secure Boot is enabled and no module signing key is configured" in output
     assert "disable Secure Boot in the firmware setup" in output and "rocm_mok_signing_key" in output
-    assert snapshot(lab, secure_boot) == before and reboots(secure_boot) == boots
+    assert snapshot(lab, secure_boot) == at_start[secure_boot] and rebooted[secure_boot] == 0
+    assert set(rebooted.values()) == {0}  # same driver: nothing to reboot for
     for other in lab.hosts:
         if other != secure_boot:
-            assert "amdrocm10.0-gfx942" in installed(snapshot(lab, other)), other
-    rc, report, output, rebooted = run(lab, deploy_file, "--limit", ",".join(n for n in lab.hosts if n != secure_boot))
+            snap = snapshot(lab, other)
+            assert "amdrocm10.0-gfx942" in installed(snap), other
+            assert "amdrocm-stable.sources" in snap["sources"] and "amdrocm.gpg" in snap["keyrings"], other
+    check(lab, switcher, *CURRENT_USERSPACE)
+    rest = ",".join(n for n in lab.hosts if n not in (secure_boot, switcher))
+    rc, report, output, rebooted = run(lab, deploy_file, "--limit", rest)
     assert rc == 0, output[-4000:]  # back to the defaults: the userspace goes again
 
 
-def test_secure_boot_with_an_enrolled_key_signs_the_module_and_it_loads(lab, deploy_file, secure_boot):
+def test_dry_run_says_what_the_move_to_legacy_would_remove(lab, deploy_file, switcher):
+    rc, _report, output, rebooted = run(lab, deploy_file, "--dry", "--limit", switcher, *LEGACY)
+    assert rc == 0, output[-4000:]
+    assert (
+        f"[{switcher}] would remove the ROCm current stream: packages amdrocm10.0-gfx942; files "
+        "/etc/apt/sources.list.d/amdrocm-stable.sources, /etc/apt/keyrings/amdrocm.gpg"
+    ) in output
+    assert f"[{switcher}] would reboot: amdgpu driver moves to 30.30; ROCm current stream removed" in output
+    assert set(rebooted.values()) == {0}
+
+
+def test_current_to_legacy_beside_secure_boot_with_an_enrolled_key(lab, deploy_file, switcher, secure_boot):
+    """Two ``--limit`` deploys at once: lab-3 to the legacy stream, the Secure Boot host with its MOK pair."""
+    before = {name: snapshot(lab, name) for name in lab.hosts}
+    with ThreadPoolExecutor(2) as pool:
+        legacy = pool.submit(current_to_legacy, lab, deploy_file, switcher, before, secure_boot)
+        signed = pool.submit(secure_boot_with_an_enrolled_key, lab, deploy_file, secure_boot)
+        signed.result()
+        legacy.result()
+
+
+def current_to_legacy(lab, deploy_file, switcher: str, before: dict[str, dict[str, str]], busy: str) -> None:
+    """Current -> legacy 7.2 reboots once and leaves nothing of the current stream."""
+    rc, _report, output, rebooted = run(lab, deploy_file, "--limit", switcher, *LEGACY)
+    assert rc == 0, output[-4000:]
+    assert rebooted[switcher] == 1
+    snap = snapshot(lab, switcher)
+    assert not {p for p in installed(snap) if p.startswith("amdrocm")}
+    assert {"rocm", "rocm-core", "amd-smi-lib", "amdgpu-dkms"} <= installed(snap)
+    assert "1:6.14.14.303000" in snap["packages"]  # the legacy 7.2 driver, amdgpu 30.30
+    sources, keyrings = set(snap["sources"].split()), set(snap["keyrings"].split())
+    assert {"amdgpu.list", "rocm.list"} <= sources and "amdrocm-stable.sources" not in sources
+    assert "rocm.gpg" in keyrings and "amdrocm.gpg" not in keyrings
+    assert "rocm-pin-600" in snap["pins"].split()
+    others_untouched(lab, switcher, before, rebooted, busy)
+    check(lab, switcher, *LEGACY)
+
+
+def secure_boot_with_an_enrolled_key(lab, deploy_file, secure_boot: str) -> None:
+    """With a MOK pair configured and enrolled, DKMS signs amdgpu and the driver loads after one
+    reboot; a second run changes nothing."""
     made = lab_ssh(
         lab,
         secure_boot,
@@ -185,6 +186,25 @@ def test_secure_boot_with_an_enrolled_key_signs_the_module_and_it_loads(lab, dep
     check(lab, secure_boot, *MOK)
     rc, report, output, rebooted = run(lab, deploy_file, "--limit", secure_boot, *MOK)
     assert rc == 0 and changed(report) == {} and rebooted[secure_boot] == 0
+
+
+def test_legacy_to_current_reboots_once_and_leaves_nothing_of_legacy(lab, deploy_file, switcher, at_start):
+    before = {name: snapshot(lab, name) for name in lab.hosts}
+    rc, _report, output, rebooted = run(lab, deploy_file, "--dry", "--limit", switcher)
+    assert f"[{switcher}] would remove the ROCm legacy stream: packages rocm, rocm-core; files " in output
+    rc, _report, output, rebooted = run(lab, deploy_file, "--limit", switcher)  # back to the shipped defaults
+    assert rc == 0, output[-4000:]
+    assert rebooted[switcher] == 1
+    snap = snapshot(lab, switcher)
+    assert not {p for p in installed(snap) if p.startswith(("rocm", "amd-smi", "amdrocm"))}, snap["packages"]
+    assert "1:6.14.14.315000" in snap["packages"]  # amdgpu 31.50, the current stream's driver
+    sources, keyrings = set(snap["sources"].split()), set(snap["keyrings"].split())
+    assert "amdgpu.list" in sources and not sources & {"rocm.list", "amdrocm-stable.sources"}
+    assert "rocm.gpg" in keyrings and "amdrocm.gpg" not in keyrings  # rocm.gpg signs the driver's repository
+    assert "rocm-pin-600" not in snap["pins"].split()
+    others_untouched(lab, switcher, before, rebooted)
+    check(lab, switcher)
+    assert amd(snapshot(lab, switcher)) == amd(at_start[switcher])  # back where it started
 
 
 def test_every_host_is_back_on_the_defaults(lab, deploy_file, secure_boot):
