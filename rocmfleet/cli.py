@@ -82,6 +82,18 @@ def _limit_value(text: str) -> str:
     return text
 
 
+def _image_value(text: str) -> str:
+    """One ``--image REPO:TAG``, checked with Docker's reference grammar before any connection or
+    registry request; empty (an unset shell variable) is an error, never "the pinned image"."""
+    from rocmfleet.fleet.registry import parse_image
+
+    try:
+        parse_image(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--image {text!r}: ")) from None
+    return text
+
+
 def _writable(path: str | None, option: str) -> None:
     """Refuse an output path whose directory does not exist, before the run rather than after it."""
     if path and not Path(path).resolve().parent.is_dir():
@@ -122,11 +134,19 @@ def _check(args: argparse.Namespace) -> int:
 
     results = compliance.run_fleet(targets, args.select, args.timeout_s, args.parallel, on_host=progress)
     print(compliance.summary_table(results))
-    if args.junit_xml:
-        Path(args.junit_xml).write_text(compliance.junit_xml(results))
-    if args.json:
-        Path(args.json).write_text(compliance.json_report(results, args.inventory))
-    return compliance.exit_status(results)
+    status = compliance.exit_status(results)
+    reports: list[tuple[str, str | None, Callable[[], str]]] = [
+        ("--junit-xml", args.junit_xml, lambda: compliance.junit_xml(results)),
+        ("--json", args.json, lambda: compliance.json_report(results, args.inventory)),
+    ]
+    for option, path, render in reports:
+        if path:
+            try:
+                Path(path).write_text(render())
+            except OSError as exc:  # the checks ran; their report could not be kept: not a pass
+                print(f"rocmfleet: {option} {path}: cannot write the report ({exc.strerror or exc})", file=sys.stderr)
+                status = max(status, 1)
+    return status
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -254,7 +274,7 @@ def _cache_bake(args: argparse.Namespace) -> int:
         _writable(args.write, "--write")
         if args.write:  # the edit is tried before the bake, so a file it cannot edit stops nothing half-way
             cachebake.group_data_with_image(_read_text(args.write), "r", "t", "sha256:" + "0" * 64, args.write)
-        targets = load_fleet(args.inventory, [args.host])
+        targets = load_fleet(args.inventory, [args.host], option="--host")
     except (FleetError, ValueError) as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
@@ -425,7 +445,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         ro.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
         if name == "rollout":
-            ro.add_argument("--image", metavar="REPO:TAG", help="resolve its digest now; pin both in group data")
+            ro.add_argument(
+                "--image", metavar="REPO:TAG", type=_image_value, help="resolve its digest now; pin both in group data"
+            )
             ro.add_argument(
                 "--bake",
                 action="store_true",
@@ -479,7 +501,24 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(func=_schema)
     args = parser.parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.func
-    return command(args)
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        print(f"\nrocmfleet: {args.command}: interrupted; {_INTERRUPTED.get(args.command, 'nothing more was done')}",
+              file=sys.stderr)  # fmt: skip
+        return 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+
+
+#: What an interrupted command left, said after Ctrl-C instead of a traceback.
+_INTERRUPTED = {
+    "rollout": "the state file records how far it got: `rocmfleet status` shows the hosts, "
+    "`rocmfleet rollout INVENTORY --resume` continues it and `--rollback` returns the switched hosts",
+    "restart": "the state file records how far it got: `rocmfleet restart INVENTORY --resume` finishes it",
+    "cache": "the bake starts the host's instance again on its way out: "
+    "`rocmfleet status INVENTORY --limit HOST` shows whether it serves",
+    "check": "no report was written",
+    "bench": "the results of the hosts that finished are in the results directory",
+}
 
 
 if __name__ == "__main__":

@@ -27,13 +27,16 @@ def _matches(name: str, groups: list[str], patterns: list[str]) -> bool:
     return any(fnmatch.fnmatch(name, p) or p in groups for p in patterns)
 
 
-def load_fleet(inventory: str, limit: list[str] | None = None, overrides: dict[str, Any] | None = None) -> list[Target]:
+def load_fleet(
+    inventory: str, limit: list[str] | None = None, overrides: dict[str, Any] | None = None, option: str = "--limit"
+) -> list[Target]:
     """Validate ``inventory`` and return its hosts, optionally limited (pyinfra's ``--limit`` rules).
 
     Args:
         inventory: path of a pyinfra inventory file, e.g. ``inventories/prod.py``.
         limit: host names, glob patterns (``gpu-*``) or group names; ``None`` for every host.
         overrides: data that wins over the inventory's and group data, as pyinfra's ``--data``.
+        option: the command-line option ``limit`` came from, named when it matches no host.
 
     Raises:
         FleetError: the inventory cannot be loaded or is invalid (the message is the same report
@@ -51,7 +54,7 @@ def load_fleet(inventory: str, limit: list[str] | None = None, overrides: dict[s
             continue
         targets.append(Target(host.name, SshSettings.from_host_data(host.name, host.data.dict()), configs[host.name]))
     if not targets:
-        raise FleetError(f"--limit {','.join(limit or [])} matches no host of {inventory}")
+        raise FleetError(f"{option} {','.join(limit or [])} matches no host of {inventory}")
     return targets
 
 

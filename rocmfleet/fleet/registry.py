@@ -41,6 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from rocmfleet.domain.imageref import name_problem
+
 #: Manifest media types accepted, most specific last as Docker sends them (OCI image-spec
 #: ``media-types.md``; Docker's ``manifest/manifestlist`` and ``manifest/schema2``).
 MANIFEST_TYPES = (
@@ -83,13 +85,18 @@ def parse_image(reference: str) -> ImageName:
     (docker/distribution ``reference/normalize.go``, ``splitDockerDomain``).
 
     Raises:
-        ValueError: no tag, a digest instead of a tag, or an empty name.
+        ValueError: no tag, a digest instead of a tag, or a repository that Docker's reference
+            grammar refuses (:func:`rocmfleet.domain.imageref.name_problem`: white space,
+            control or non-ASCII characters, upper case, ``a:b:c``).
     """
     if "@" in reference:
-        raise ValueError(f"--image {reference}: give REPO:TAG; the digest is resolved from the registry")
+        raise ValueError(f"--image {reference!r}: give REPO:TAG; the digest is resolved from the registry")
     repository, sep, tag = reference.rpartition(":")
     if not sep or "/" in tag or not repository or not re.fullmatch(r"\w[\w.-]{0,127}", tag):
-        raise ValueError(f"--image {reference}: expected REPO:TAG, e.g. docker.io/rocm/vllm:rocm7.0_vllm_0.10.2")
+        raise ValueError(f"--image {reference!r}: expected REPO:TAG, e.g. docker.io/rocm/vllm:rocm7.0_vllm_0.10.2")
+    problem = name_problem(repository)
+    if problem:
+        raise ValueError(f"--image {reference!r}: repository {repository!r}: {problem}")
     first, _, rest = repository.partition("/")
     if rest and ("." in first or ":" in first or first == "localhost"):
         registry, path = first, rest

@@ -414,7 +414,7 @@ def test_cache_bake_write_refuses_a_file_it_cannot_edit_before_the_bake(tmp_path
 
     target = tmp_path / "lab.yml"
     target.write_text(text)
-    monkeypatch.setattr(fleet, "load_fleet", lambda *a: pytest.fail("loaded the fleet: the bake would have run"))
+    monkeypatch.setattr(fleet, "load_fleet", lambda *a, **k: pytest.fail("loaded the fleet: the bake would have run"))
     assert cli.main(["cache", "bake", "inv.py", "--host", "h", "--write", str(target)]) == 2
     assert str(target) in capsys.readouterr().err
     assert target.read_text() == text

@@ -299,6 +299,35 @@ def test_check_refuses_bad_options_before_any_connection(inventory, tmp_path, ca
     assert main(["check", path, "--limit", "gpu-9,gpu-8"]) == 2
     with pytest.raises(SystemExit):
         main(["check", path, "--parallel", "0"])
+    capsys.readouterr()
+    assert main(["cache", "bake", path, "--host", "gpu-9"]) == 2  # the bake's own option is named
+    assert capsys.readouterr().err == f"rocmfleet: --host gpu-9 matches no host of {path}\n"
+
+
+def test_a_report_that_cannot_be_written_after_the_run_is_said_and_is_not_a_pass(
+    inventory, tmp_path, monkeypatch, capsys
+):
+    from rocmfleet import cli
+
+    path = str(inventory(hosts='["gpu-1"]'))
+    passed = [CheckResult("gpu-1", "host::reachable", "passed")]
+    monkeypatch.setattr(compliance, "run_fleet", lambda *_args, **_kw: passed)
+    (tmp_path / "gone").mkdir()
+    junit = tmp_path / "gone" / "report.xml"
+    real_write = type(junit).write_text
+
+    def vanished(self, *args, **kwargs):  # the directory checked before the run is gone after it
+        if self == junit:
+            raise FileNotFoundError(2, "No such file or directory")
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(junit), "write_text", vanished)
+    json_path = tmp_path / "report.json"
+    assert cli.main(["check", path, "--junit-xml", str(junit), "--json", str(json_path)]) == 1
+    out, err = capsys.readouterr()
+    assert "gpu-1" in out  # the summary table was printed before the reports
+    assert err == f"rocmfleet: --junit-xml {junit}: cannot write the report (No such file or directory)\n"
+    assert json.loads(json_path.read_text())  # the other report is still written
 
 
 @pytest.mark.parametrize(

@@ -683,6 +683,60 @@ def test_a_refusal_to_start_goes_to_stderr_not_stdout(recorded, capsys):
     assert out == "" and "rollout r1 of inventories/lab.py" in err and "--resume" in err
 
 
+@pytest.mark.parametrize(
+    ("image", "why"),
+    [
+        ("", "expected REPO:TAG"),  # an unset shell variable: never "the pinned image"
+        ("reg:5000/a\nb:1", "holds white space"),
+        ("a:b:c", "holds a tag"),
+        ("reg:5000/Vllm:1", "must be lower case"),
+        ("reg:5000/vllm\u00e9:1", "not a repository name"),
+    ],
+)
+def test_an_image_docker_would_refuse_is_refused_before_any_read(tmp_path, monkeypatch, capsys, image, why):
+    from rocmfleet import cli
+
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path / "results"))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["rollout", PROD, "--image", image])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --image: " in err and why in err and "Traceback" not in err
+    assert not (tmp_path / "results").exists()  # no state, no lock: nothing started
+
+
+def test_a_results_root_that_cannot_hold_the_state_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    from rocmfleet import cli
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(blocker))
+    for command in ("rollout", "restart"):
+        assert cli.main([command, PROD]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert f"cannot write the state's lock file {blocker}/prod/rollout-state.json.lock" in err
+        assert rstate.RESULTS_ENV in err and err.endswith("nothing was done\n"), err
+
+
+@pytest.mark.parametrize("command", ["rollout", "restart", "check", "bench", "status", "cache"])
+def test_ctrl_c_ends_with_what_was_left_and_exit_130_not_a_traceback(monkeypatch, capsys, command):
+    from rocmfleet import cli
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    for name in ("_rollout", "_check", "_bench", "_status", "_cache_bake"):
+        monkeypatch.setattr(cli, name, interrupted)
+    argv = [command, PROD] + (["--host", "h1"] if command == "cache" else [])
+    if command == "cache":
+        argv.insert(1, "bake")
+    assert cli.main(argv) == 130
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"\nrocmfleet: {command}: interrupted; ")
+    assert err.count("\n") == 2, err  # one line: what the command left
+
+
 # --- the whole command from the CLI, on stand-in hosts (issue 24) --------------------------------
 #
 # `rocmfleet rollout INVENTORY --image ...` through cli.main: the inventory is inventories/prod.py's

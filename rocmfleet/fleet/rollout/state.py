@@ -296,11 +296,19 @@ def run_lock(path: Path) -> Iterator[None]:
     killed rollout never leaves it held; the rollout's deploys do not inherit it.
 
     Raises:
-        RunLocked: another process holds it.
+        RunLocked: another process holds it, or the results directory cannot hold the lock file
+            (a path under a file, no permission): nothing has started either way.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.with_name(path.name + ".lock")
-    with open(lock, "a") as handle:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock, "a")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise RunLocked(
+            f"cannot write the state's lock file {lock} ({exc.strerror or exc}); give a results directory "
+            f"that can be written (${RESULTS_ENV})"
+        ) from None
+    with handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
