@@ -29,6 +29,7 @@ from rocmfleet.domain.partitionmodes import (
     PartitionPolicy,
     policy_problems,
 )
+from rocmfleet.domain.placement import world_problem
 
 #: This repository's profiles (``group_vars/profiles/``), for its tests and tools; deploys and
 #: ``validate`` find the profiles beside the inventory's group files (:mod:`rocmfleet.config.groupvars`).
@@ -194,10 +195,8 @@ class Profile(ServingSettings):
             if len(set(flat)) != len(flat):
                 problems.append(f"instance_gpus: a GPU is given to two instances: {self.instance_gpus}")
         for i, count in enumerate(counts):
-            if count and count % self.tensor_parallel_size:
-                problems.append(
-                    f"tensor_parallel_size {self.tensor_parallel_size} does not divide the {count} GPUs of instance {i}"
-                )
+            if count and (problem := world_problem(self.tensor_parallel_size, count)):
+                problems.append(f"instance {i}: {problem}")
         if self.attention_heads and self.attention_heads % self.tensor_parallel_size:
             problems.append(
                 f"attention_heads {self.attention_heads} is not divisible by tensor_parallel_size "

@@ -38,6 +38,7 @@ from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import docker, envpolicy
 from rocmfleet.domain.docker import DockerDaemon
+from rocmfleet.domain.placement import world_problem
 from rocmfleet.domain.rocm import PREFIX as ROCM_PREFIX
 from rocmfleet.domain.rocm import RocmSettings
 from rocmfleet.domain.tuning import PREFIX as TUNING_PREFIX
@@ -620,13 +621,9 @@ def instance_problems(
             )
         for gpu in instance.gpus:
             claims.setdefault(gpu, []).append(instance.name)
-        if profile is not None and len(instance.gpus) % profile.tensor_parallel_size:
+        if profile is not None and (world := world_problem(profile.tensor_parallel_size, len(instance.gpus))):
             problems.append(
-                Problem(
-                    key,
-                    f"instance {instance.name}: tensor_parallel_size {profile.tensor_parallel_size} (profile "
-                    f"{profile.name}) does not divide its {len(instance.gpus)} GPU(s) {list(instance.gpus)}",
-                )
+                Problem(key, f"instance {instance.name} (GPUs {list(instance.gpus)}, profile {profile.name}): {world}")
             )
     for gpu, owners in sorted(claims.items()):
         if len(owners) > 1:

@@ -39,6 +39,38 @@ from rocmfleet.domain.topology import Gpu, NumaNode, Topology, format_id_list
 VISIBLE_DEVICES_VAR = "CUDA_VISIBLE_DEVICES"
 
 
+def world_problem(tensor_parallel_size: int, gpus: int) -> str | None:
+    """Why an instance of ``gpus`` GPUs cannot run ``tensor_parallel_size`` ranks, or None.
+
+    vLLM starts exactly ``world_size = pipeline_parallel_size × tensor_parallel_size`` workers,
+    one per GPU, and data parallel multiplies the engines (vllm-0.33.0
+    ``vllm/config/parallel.py``, ``ParallelConfig.__post_init__``; vllm-0.9.2 ``vllm/config.py``,
+    the same). rocmfleet renders only the tensor size (pipeline and data parallel flags are
+    refused in ``extra_args``), so the world is the tensor size and must equal the instance's
+    GPUs: fewer leave GPUs idle that no other instance may use, more cannot start.
+
+    Args:
+        tensor_parallel_size: the profile's ``tensor_parallel_size`` (>= 1).
+        gpus: how many GPUs (or partitions) the instance is given.
+
+    Returns:
+        The problem without the instance's name, e.g. ``"tensor_parallel_size 2 uses 2 of its 4
+        GPUs: ..."``; None when they are equal.
+    """
+    if tensor_parallel_size == gpus:
+        return None
+    if tensor_parallel_size > gpus:
+        return (
+            f"tensor_parallel_size {tensor_parallel_size} exceeds its {gpus} GPU(s): vLLM starts one worker per "
+            f"rank and would wait for {tensor_parallel_size - gpus} GPU(s) it cannot see"
+        )
+    return (
+        f"tensor_parallel_size {tensor_parallel_size} uses {tensor_parallel_size} of its {gpus} GPUs: vLLM's world "
+        f"is tensor x pipeline parallel size ({tensor_parallel_size} x 1 here), so {gpus - tensor_parallel_size} "
+        f"GPU(s) would sit idle; give the instance {tensor_parallel_size} GPU(s) or set tensor_parallel_size {gpus}"
+    )
+
+
 @dataclass(frozen=True)
 class InstanceShape:
     """What a profile asks for one instance.
@@ -149,11 +181,8 @@ def _instance_problems(instance: InstanceShape, host_gpus: set[int]) -> list[str
         problems.append(f"{who}: port {instance.port} is not in 1-65535")
     if tp < 1:
         problems.append(f"{who}: tensor_parallel_size {tp} must be at least 1")
-    elif tp > n:
-        problems.append(f"{who}: tensor_parallel_size {tp} exceeds its {n} GPU(s)")
-    elif n % tp:
-        # vLLM's world size is tensor_parallel_size × pipeline_parallel_size.
-        problems.append(f"{who}: tensor_parallel_size {tp} does not divide its {n} GPUs")
+    elif problem := world_problem(tp, n):
+        problems.append(f"{who}: {problem}")
     if tp >= 1 and instance.attention_heads is not None and instance.attention_heads % tp:
         # vLLM ModelConfig.verify_with_parallel_config: "Total number of attention heads (…) must
         # be divisible by tensor parallel size (…)".

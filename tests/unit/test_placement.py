@@ -356,8 +356,16 @@ def refusal(instances, topology=None) -> tuple[str, ...]:
 @pytest.mark.parametrize(
     ("instances", "problem"),
     [
-        ([shape("a", 8000, [0, 1, 2], 2)], "instance 'a': tensor_parallel_size 2 does not divide its 3 GPUs"),
-        ([shape("a", 8000, [0], 2)], "instance 'a': tensor_parallel_size 2 exceeds its 1 GPU(s)"),
+        (
+            [shape("a", 8000, [0, 1, 2, 3], 2)],
+            "instance 'a': tensor_parallel_size 2 uses 2 of its 4 GPUs: vLLM's world is tensor x pipeline parallel "
+            "size (2 x 1 here), so 2 GPU(s) would sit idle; give the instance 2 GPU(s) or set tensor_parallel_size 4",
+        ),
+        (
+            [shape("a", 8000, [0], 2)],
+            "instance 'a': tensor_parallel_size 2 exceeds its 1 GPU(s): vLLM starts one worker per rank and would "
+            "wait for 1 GPU(s) it cannot see",
+        ),
         ([shape("a", 8000, [0], 0)], "instance 'a': tensor_parallel_size 0 must be at least 1"),
         ([shape("a", 8000, [7, 8, 9], 1)], "instance 'a': GPU(s) 8-9 not on this host (it has 0-7)"),
         (
@@ -389,7 +397,8 @@ def test_all_problems_at_once():
         ]
     )
     assert problems == (
-        "instance 'a': tensor_parallel_size 2 does not divide its 3 GPUs",
+        "instance 'a': tensor_parallel_size 2 uses 2 of its 3 GPUs: vLLM's world is tensor x pipeline parallel size "
+        "(2 x 1 here), so 1 GPU(s) would sit idle; give the instance 2 GPU(s) or set tensor_parallel_size 3",
         "instance 'b': GPU(s) 9 not on this host (it has 0-7)",
         "instance 'd': attention_heads 40 not divisible by tensor_parallel_size 3",
         "instances 'a', 'b' share GPU 2",

@@ -221,7 +221,7 @@ def test_bad_image_digest_is_refused(data):
 def test_impossible_shapes_are_refused(data):
     data.update(gpus_per_instance=4, attention_heads=36)
     ((_, message),) = errors(data)
-    assert "tensor_parallel_size 8 does not divide the 4 GPUs of instance 0" in message
+    assert "instance 0: tensor_parallel_size 8 exceeds its 4 GPU(s)" in message
     assert "attention_heads 36 is not divisible by tensor_parallel_size 8" in message
 
 

@@ -60,8 +60,7 @@ def valid_shapes(draw, min_per_range: int = 16) -> tuple[Topology, list[Instance
     shapes, port = [], 8000
     while indices:
         tp = draw(st.sampled_from([d for d in (1, 2, 4, 8) if d <= len(indices)]))
-        count = tp * draw(st.integers(1, max(1, len(indices) // tp)))
-        take, indices = indices[:count], indices[count:]
+        take, indices = indices[:tp], indices[tp:]  # vLLM's world is the TP size: one GPU per rank
         shapes.append(InstanceShape(f"i{len(shapes)}", port, tuple(take), tp))
         port += 1
     return topology, shapes

@@ -186,7 +186,7 @@ def test_bake_with_limit_and_cache_bake_during_a_rollout_are_refused(tmp_path, m
     monkeypatch.delenv(rstate.OWN_DEPLOY_ENV, raising=False)
     monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
     rstate.save_state(_state(), rstate.state_path(tmp_path, "inv.py"))
-    monkeypatch.setattr(fleet, "load_fleet", lambda inventory, limit: ["lab-1"])
+    monkeypatch.setattr(fleet, "load_fleet", lambda inventory, limit, **_: ["lab-1"])
     baked = []
     monkeypatch.setattr(cachebake, "bake", lambda *a, **kw: baked.append(a))
     assert cli.main(["cache", "bake", "inv.py", "--host", "lab-1"]) == 2

@@ -47,8 +47,8 @@ def test_secret_env_must_come_from_vault(lab_data):
 
 
 def test_explicit_instances_replace_the_profile_layout(lab_data):
-    lab_data["vllm_instances"] = [{"name": "a", "port": 9000, "gpus": [6, 7]}]
-    assert host_config(lab_data).instances() == [Instance("a", 9000, (6, 7))]
+    lab_data["vllm_instances"] = [{"name": "a", "port": 9000, "gpus": [6]}]
+    assert host_config(lab_data).instances() == [Instance("a", 9000, (6,))]
 
 
 def test_host_and_ports_of_pyinfra_are_checked_too(lab_data):
