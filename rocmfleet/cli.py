@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -105,8 +106,8 @@ def _writable(path: str | None, option: str) -> None:
 def _positive(kind: Callable[[str], _Number]) -> Callable[[str], _Number]:
     def parse(text: str) -> _Number:
         value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        if not math.isfinite(value) or value <= 0:  # float("inf") and float("nan") parse
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
         return value
 
     return parse

@@ -328,6 +328,29 @@ ARG_ALIASES = {
     "-ac": "--attention-backend",
 }
 
+#: ``vllm serve`` arguments that rocmfleet renders outside the table, for every instance
+#: (:func:`rocmfleet.domain.vllm.serve_args`), and what sets each. In ``extra_args`` they would
+#: repeat (argparse keeps the last) or contradict what the unit, the readiness check and the
+#: benchmark use.
+SERVE_OWNED = {
+    "--model": "the profile's model (the positional argument)",
+    "--served-model-name": "the profile's served_model_name",
+    "--host": "rocmfleet (0.0.0.0: the readiness check, the benchmark and the drain hooks reach every instance)",
+    "--port": "the profile's base_port or vllm_instances[].port",
+}
+#: Parallel sizes rocmfleet does not render (with vLLM's short forms, vllm-0.33.0
+#: ``vllm/engine/arg_utils.py``): an instance's world is its ``tensor_parallel_size``, one rank per
+#: GPU it is given (:func:`rocmfleet.domain.placement.world_problem`); a pipeline or data parallel
+#: size would start more ranks than the instance has GPUs.
+PARALLEL_SIZES = {
+    "--pipeline-parallel-size": "pipeline",
+    "-pp": "pipeline",
+    "--data-parallel-size": "data",
+    "-dp": "data",
+    "--data-parallel-size-local": "data",
+    "-dpl": "data",
+}
+
 
 @dataclass(frozen=True)
 class Rendered:
@@ -383,8 +406,13 @@ def _managed() -> dict[str, str]:
     return names
 
 
+def _given(token: str) -> str:
+    """The flag of an ``extra_args`` item as written: ``-tp`` of ``-tp=2``, ``--a`` of ``"--a 1"``."""
+    return (token.split("=", 1)[0].split(None, 1) or [""])[0]
+
+
 def _flag_name(token: str) -> str:
-    name = token.split("=", 1)[0]
+    name = _given(token)
     if name.startswith("-O"):
         return "-O"
     name = name.split(".", 1)[0]
@@ -410,9 +438,29 @@ def _passthrough_problems(
 ) -> list[str]:
     managed, removed, problems = _managed(), {r.name: r for r in REMOVED}, []
     names = [(env_where, name, name) for name in settings.extra_env]
-    names += [("extra_args", t.split("=", 1)[0], _flag_name(t)) for t in settings.extra_args if t.startswith("-")]
+    names += [("extra_args", _given(t), _flag_name(t)) for t in settings.extra_args if t.startswith("-")]
+    for token in settings.extra_args:
+        flag, sep, _ = token.partition("=")
+        if token.startswith("-") and any(c.isspace() for c in flag):
+            parts = token.split(None, 1)
+            fix = f"give {parts!r} or '{parts[0]}={parts[1]}'" if len(parts) > 1 else f"give {parts[0]!r}"
+            problems.append(
+                f"extra_args {token!r}: white space inside a flag; vLLM gets each item as one argument "
+                f"(no shell splits it): {fix}"
+            )
     for where, given, name in names:
         gone = removed.get(name)
+        if where == "extra_args" and name in SERVE_OWNED:
+            owner = SERVE_OWNED[name]
+            problems.append(f"extra_args {given}: rendered for every instance from {owner}; set that instead")
+            continue
+        if where == "extra_args" and name in PARALLEL_SIZES:
+            problems.append(
+                f"extra_args {given}: rocmfleet runs one rank per GPU of an instance (its world is "
+                f"tensor_parallel_size); a {PARALLEL_SIZES[name]} parallel size would need more GPUs than it is "
+                "given: set tensor_parallel_size and the instance's GPUs, or run more instances (instances_per_host)"
+            )
+            continue
         if gone and version >= Version(gone.gone):
             use = gone.use if gone.use.startswith("no ") else f"use {gone.use}"
             problems.append(

@@ -40,7 +40,7 @@ def load_fleet(
 
     Raises:
         FleetError: the inventory cannot be loaded or is invalid (the message is the same report
-            ``rocmfleet validate`` prints), or ``limit`` matches no host.
+            ``rocmfleet validate`` prints), or an item of ``limit`` matches no host.
     """
     try:
         configs, problems, hosts = validate_inventory(inventory, with_hosts=True, overrides=overrides)
@@ -55,6 +55,12 @@ def load_fleet(
         targets.append(Target(host.name, SshSettings.from_host_data(host.name, host.data.dict()), configs[host.name]))
     if not targets:
         raise FleetError(f"{option} {','.join(limit or [])} matches no host of {inventory}")
+    unmatched = [p for p in limit or [] if not any(_matches(h.name, list(h.groups), [p]) for h in hosts)]
+    if unmatched:  # a typo beside a good name would drop a host silently
+        raise FleetError(
+            f"{option} {', '.join(unmatched)}: matches no host, group or glob of {inventory} "
+            f"(the rest of {option} matches {', '.join(t.name for t in targets)}); fix or drop it"
+        )
     return targets
 
 

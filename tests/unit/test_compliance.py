@@ -300,6 +300,9 @@ def test_check_refuses_bad_options_before_any_connection(inventory, tmp_path, ca
     with pytest.raises(SystemExit):
         main(["check", path, "--parallel", "0"])
     capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["check", path, "--timeout-s", "inf"])  # float() parses it: a deadline that never comes
+    assert "must be a finite number > 0, got inf" in capsys.readouterr().err
     assert main(["cache", "bake", path, "--host", "gpu-9"]) == 2  # the bake's own option is named
     assert capsys.readouterr().err == f"rocmfleet: --host gpu-9 matches no host of {path}\n"
 

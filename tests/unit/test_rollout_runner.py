@@ -705,6 +705,27 @@ def test_an_image_docker_would_refuse_is_refused_before_any_read(tmp_path, monke
     assert not (tmp_path / "results").exists()  # no state, no lock: nothing started
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--canary", "999"], "--canary 999: more than the"),
+        (["--max-unavailable", "999"], "--max-unavailable 999: more than the"),
+        (["--limit", "mi300x-a01,mi300x-a20"], "--limit mi300x-a20: matches no host, group or glob of"),
+    ],
+)
+def test_counts_beyond_the_fleet_and_a_limit_typo_are_refused_before_any_connection(
+    tmp_path, monkeypatch, capsys, options, said
+):
+    from rocmfleet import cli
+    from rocmfleet.fleet.rollout import hoststeps
+
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
+    monkeypatch.setattr(hoststeps.HostSteps, "observe", lambda *_a: pytest.fail("connected to a host"))
+    assert cli.main(["rollout", PROD, *options]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and said in err, err
+
+
 def test_a_results_root_that_cannot_hold_the_state_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
     from rocmfleet import cli
 

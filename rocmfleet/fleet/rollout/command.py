@@ -238,7 +238,15 @@ def _start(
     if canary < 0:
         raise CommandError(f"--canary {canary}: must be >= 0")
     targets = fleet_inventory.load_targets(inventory, limit)
-    parse_max_unavailable(max_unavailable, len(targets))  # refused before any connection
+    # Counts larger than the fleet are typos (--canary 10 for 1 makes every host a canary); both
+    # are refused before any connection. Hosts found already on the image later only shrink them.
+    if canary > len(targets):
+        raise CommandError(f"--canary {canary}: more than the {len(targets)} host(s) this {kind} covers")
+    if parse_max_unavailable(max_unavailable, len(targets)) > len(targets):
+        raise CommandError(
+            f"--max-unavailable {max_unavailable}: more than the {len(targets)} host(s) this {kind} covers "
+            "(100% takes them all)"
+        )
     wanted_ref = fleetimage.resolve(image, targets) if image else None
     if wanted_ref:
         emit(f"{image} is {wanted_ref.digest} (resolved once; every host gets this digest)")
