@@ -18,8 +18,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from rocmfleet import project
 from rocmfleet.config import yamlfile
-from rocmfleet.domain import envpolicy, imageref, memfit
-from rocmfleet.domain.benchshape import BenchSettings
+from rocmfleet.domain import envpolicy, imageref, memfit, names
+from rocmfleet.domain.benchshape import BenchSettings, served_problems
 from rocmfleet.domain.flags import FlagError, Rendered, ServingSettings, parse_version, render
 from rocmfleet.domain.memfit import ModelMemory
 from rocmfleet.domain.partitionmodes import (
@@ -129,7 +129,9 @@ class Profile(ServingSettings):
     model: str = Field(
         min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$", description="Hugging Face id (or a path inside the container)"
     )
-    served_model_name: str = Field(min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$")
+    served_model_name: Annotated[str, _checked(names.lookalike_problem)] = Field(
+        min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
     image: Image
     vllm_version: str = Field(description="vLLM version inside the image; flags are rendered for it")
     instances_per_host: int = Field(ge=1, le=64, description="at most 64: one per GPU partition of a CPX host")
@@ -210,6 +212,8 @@ class Profile(ServingSettings):
             problems += [f"does not render for vLLM {self.vllm_version}: {p}" for p in exc.problems]
         policy = PartitionPolicy(self.compute_partition, self.memory_partition, self.tp_on_one_gpu)
         problems += policy_problems(policy) + envpolicy.profile_problems(self) + memfit.problems(self)
+        served_len = self.max_model_len or (self.model_memory.max_position_embeddings if self.model_memory else None)
+        problems += served_problems(self.bench, served_len, self.max_num_seqs)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from rocmfleet.config import groupvars
 from rocmfleet.config.errors import ConfigError, Problem
-from rocmfleet.config.settings import HostConfig, host_config
+from rocmfleet.config.settings import HostConfig, address_problem, host_config
+from rocmfleet.domain import names
 
 if TYPE_CHECKING:
     from pyinfra.api.host import Host
@@ -169,6 +170,8 @@ def validate_inventory(
     unreadable = any(loaded.fatal for loaded in groupvars.LOADED)
     for host in hosts:
         data = host.data.dict()
+        if bad_name := _host_name_problem(host.name, data):
+            add(Problem("(host)", bad_name, repr(host.name), inventory), host.name)
         if not [group for group in host.groups if group != Path(inventory).stem]:
             add(Problem("(host)", "is in no group: add it to a group such as gpu_nodes", "", inventory), host.name)
             continue
@@ -190,6 +193,21 @@ def validate_inventory(
     if with_hosts:
         return configs, list(grouped.values()), hosts
     return configs, list(grouped.values())
+
+
+def _host_name_problem(name: str, data: dict[str, Any]) -> str | None:
+    """Why a host's inventory name is refused: a results directory cannot be named after it, it has
+    invisible or look-alike characters (:func:`rocmfleet.domain.names.host_name_problem`), or, with
+    no ``ssh_hostname`` (the name is then what SSH connects to, unless ``~/.ssh/config`` maps it),
+    it is not an RFC 1123 host name or an IP address. pyinfra's connector names (``@local``,
+    ``@docker/...``) are not addresses. A name with white space is :func:`inventory_problems`' own."""
+    if not isinstance(name, str) or any(c.isspace() for c in name):
+        return None
+    if problem := names.host_name_problem(name):
+        return problem
+    if data.get("ssh_hostname") is None and not name.startswith("@") and (why := address_problem(name)):
+        return f"is the SSH address (no ssh_hostname): it {why}"
+    return None
 
 
 def _blame(key: str, message: str, host: Host, inv: Inventory, inventory: str) -> tuple[str, str]:

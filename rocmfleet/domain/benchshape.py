@@ -111,6 +111,36 @@ class BenchShape(BaseModel):
         return self
 
 
+def served_problems(bench: BenchShape, max_model_len: int | None, max_num_seqs: int | None) -> list[str]:
+    """Where a profile's ``bench:`` section asks more than its instances serve.
+
+    Args:
+        bench: the profile's ``bench:`` section.
+        max_model_len: the served context, tokens (the profile's ``max_model_len``, else the
+            model's ``max_position_embeddings``); None when unknown.
+        max_num_seqs: the served ``--max-num-seqs``; None when vLLM's default.
+
+    Returns:
+        One line per problem, ``bench.<key> <value> ...``. vLLM refuses a request whose prompt
+        plus ``max_tokens`` exceeds ``--max-model-len`` (vllm-0.33.0
+        ``vllm/entrypoints/openai/serving_engine.py``, ``_validate_input``), so a shape fitted to a
+        longer context fails every request; requests beyond ``--max-num-seqs`` wait in the
+        scheduler's queue, so their TTFT measures the queue, not the server.
+    """
+    problems = []
+    if bench.max_model_len is not None and max_model_len is not None and bench.max_model_len > max_model_len:
+        problems.append(
+            f"bench.max_model_len {bench.max_model_len} exceeds the {max_model_len} tokens the instances serve: "
+            "vLLM refuses every request longer than its --max-model-len; leave it out (the served one is used)"
+        )
+    if bench.max_concurrency is not None and max_num_seqs is not None and bench.max_concurrency > max_num_seqs:
+        problems.append(
+            f"bench.max_concurrency {bench.max_concurrency} exceeds max_num_seqs {max_num_seqs}: the requests beyond "
+            "it queue and their TTFT measures the queue; leave it out (max_num_seqs is used)"
+        )
+    return problems
+
+
 def shape_for(profile: BenchTarget, **overrides: Any) -> BenchShape:
     """A :class:`BenchShape` capped by ``profile``'s ``max_model_len`` and ``max_num_seqs``.
 

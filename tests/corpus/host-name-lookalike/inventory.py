@@ -1,0 +1,16 @@
+"""Corpus case: see expected.txt."""
+
+import os as _os
+
+from rocmfleet.config.groupvars import load_group_vars as _load
+from rocmfleet.config.validate import check_on_load as _check
+
+# tests/unit/test_corpus.py listens on a free port and names it here, to see any connection attempt.
+_port = int(_os.environ.get("ROCMFLEET_CORPUS_SSH_PORT", "9"))
+_conn = {"ssh_hostname": "127.0.0.1", "ssh_port": _port, "ssh_user": "root"}
+
+_names = ["node-1", "nod\u0435-2", "node\u200b-3", "rack/4"]
+all = ([*((n, _conn) for n in _names), ("-gpu-6", {"ssh_port": _port})], {})  # noqa: A001
+gpu_nodes = ([*_names, "-gpu-6"], _load("gpu_nodes"))
+
+_check(__file__)
