@@ -422,8 +422,11 @@ def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
             if wanted:
                 message += f"; Docker's daemon.json type for {err['loc'][1]} is {wanted}"
         if isinstance(err.get("input"), Secret) and err["type"] != "extra_forbidden":
-            message = "is a vault secret here, but this key is not a secret: a wholly encrypted file holds secrets only"
-            message += " (move the key to a plain group_vars file)"
+            message = (
+                "is a vault value, but this key is written in plain text (unit, env file or logs): a container "
+                "secret goes under vllm_secret_env (a 0600 file), a registry password under "
+                "docker_registry_auth[].password; a wholly encrypted group file may hold only those"
+            )
             value = "*MASKED*"
         if any(word in str(part) for part in err["loc"] for word in ("secret", "password")):
             value = "" if not value else "*MASKED*"  # a plain-text secret is still a secret
