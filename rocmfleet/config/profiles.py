@@ -8,7 +8,6 @@ completely, including that its settings render for its own vLLM version.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from rocmfleet import project
 from rocmfleet.config import yamlfile
+from rocmfleet.config.keys import did_you_mean, model_keys
 from rocmfleet.domain import envpolicy, imageref, memfit, names
 from rocmfleet.domain.benchshape import BenchSettings, served_problems
 from rocmfleet.domain.flags import FlagError, Rendered, ServingSettings, parse_version, render
@@ -293,23 +293,12 @@ def _problem(err: Any, lines: dict[str, int]) -> tuple[str, str, str]:
     value = "" if err["type"] == "missing" or not err["loc"] else repr(err.get("input"))
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        near = difflib.get_close_matches(str(err["loc"][-1]), _known_keys(err["loc"][:-1]), n=1)
-        message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
+        message = "unknown key" + did_you_mean(str(err["loc"][-1]), model_keys(Profile, err["loc"][:-1]))
         value = ""
     elif err["type"] == "string_type" and isinstance(err.get("input"), bool | int | float):
         what = "a boolean" if isinstance(err["input"], bool) else "a number (30.30 becomes 30.3)"
         message += f"; quote it: unquoted, YAML reads it as {what}"
     return key, message, value
-
-
-def _known_keys(loc: tuple[Any, ...]) -> list[str]:
-    model: Any = Profile
-    for part in loc:
-        field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
-        model = getattr(field, "annotation", None) if field else None
-        if model is None:
-            return []
-    return list(model.model_fields) if hasattr(model, "model_fields") else []
 
 
 def load_profiles(directory: Path = PROFILES_DIR) -> dict[str, Profile]:

@@ -33,6 +33,7 @@ from pydantic.functional_validators import AfterValidator, PlainValidator
 
 from rocmfleet.config import groupvars
 from rocmfleet.config.errors import ConfigError, Problem
+from rocmfleet.config.keys import did_you_mean, model_keys
 from rocmfleet.config.profiles import Image, ImageDigest, ImageName, ImageTag, Profile, ProfileError, load_profile
 from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 from rocmfleet.config.vault import Secret
@@ -439,8 +440,9 @@ def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
             )
             value = ""
         elif err["type"] == "extra_forbidden":
-            near = difflib.get_close_matches(str(err["loc"][-1]), _all_fields(), n=1)
-            message = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
+            nested = err["loc"][:-1]
+            known = _all_fields() if not nested else model_keys(HostSettings, nested)
+            message = "unknown key" + did_you_mean(str(err["loc"][-1]), known)
             value = ""
         elif err["type"] in ("string_type", "literal_error") and type(err.get("input")) in (bool, int, float):
             what = "a boolean" if isinstance(err["input"], bool) else "a number (30.30 becomes 30.3)"
