@@ -54,3 +54,30 @@ class ToolOutputError(CannotCheck, ValueError):
 def quoted(text: str, limit: int = 200) -> str:
     """``text`` for an error message: ``'empty output'`` or its first ``limit`` characters, repr'd."""
     return "empty output" if not text.strip() else repr(text[:limit])
+
+
+def shown(value: object) -> str:
+    """A value from a YAML file as YAML writes it, for "(got ...)": ``true``, ``null``, ``.inf``,
+    ``2026-12-04`` (a date YAML read from an unquoted ``2026-12-04``), ``'text'``, ``[1, 'a']``.
+
+    Python's ``repr`` would print ``True``, ``None``, ``inf`` and ``datetime.date(2026, 12, 4)``,
+    which are not what the operator wrote.
+    """
+    import datetime
+    import math
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+    if isinstance(value, datetime.date):
+        return f"{value.isoformat()} (YAML reads an unquoted date as a date; quote it for text)"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {shown(v)}" for k, v in value.items()) + "}"
+    return repr(str(value)) if isinstance(value, str) else f"a {type(value).__name__}"

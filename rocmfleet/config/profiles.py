@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from rocmfleet import project
 from rocmfleet.config import yamlfile
+from rocmfleet.config.errors import shown
 from rocmfleet.config.keys import did_you_mean, model_keys
 from rocmfleet.domain import envpolicy, imageref, memfit, names
 from rocmfleet.domain.benchshape import BenchSettings, served_problems
@@ -68,7 +69,7 @@ class ProfileError(ValueError):
 class Image(BaseModel):
     """The container image; units run it by digest, the tag says what it is."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "8" or true is no count
 
     repository: ImageName = Field(description="e.g. `docker.io/vllm/vllm-openai-rocm` (no tag, no digest)")
     tag: ImageTag
@@ -85,7 +86,7 @@ class ReadyProbe(BaseModel):
     an answer not matching ``expect_regex`` means not ready (vLLM issue 45562: FP8 KV cache on MI300X
     answering HTTP 200 with garbage)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "8" or true is no count
 
     prompt: str = Field(min_length=1, description="completion prompt")
     expect_regex: str = Field(
@@ -158,7 +159,9 @@ class Profile(ServingSettings):
     env_sets: list[str] = Field(
         default_factory=list, description="named environment sets (`rocmfleet.domain.envpolicy.ENV_SETS`)"
     )
-    gpu_memory_gib: float = Field(default=MI300X_MEMORY_GIB, gt=0, description="memory of one physical GPU, GiB")
+    gpu_memory_gib: float = Field(
+        default=MI300X_MEMORY_GIB, gt=0, le=1024, description="memory of one physical GPU, GiB (at most 1 TiB)"
+    )
     model_memory: ModelMemory | None = Field(
         default=None, description="weights and KV-cache shape, to check that the model fits before deploy"
     )
@@ -290,7 +293,7 @@ def _parse(path: Path, raw: bytes) -> Profile:
 
 def _problem(err: Any, lines: dict[str, int]) -> tuple[str, str, str]:
     key = ".".join(str(p) for p in err["loc"]) or "(profile)"
-    value = "" if err["type"] == "missing" or not err["loc"] else repr(err.get("input"))
+    value = "" if err["type"] == "missing" or not err["loc"] else shown(err.get("input"))
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         message = "unknown key" + did_you_mean(str(err["loc"][-1]), model_keys(Profile, err["loc"][:-1]))

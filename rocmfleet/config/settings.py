@@ -32,7 +32,7 @@ from pydantic import (
 from pydantic.functional_validators import AfterValidator, PlainValidator
 
 from rocmfleet.config import groupvars
-from rocmfleet.config.errors import ConfigError, Problem
+from rocmfleet.config.errors import ConfigError, Problem, shown
 from rocmfleet.config.keys import did_you_mean, model_keys
 from rocmfleet.config.profiles import Image, ImageDigest, ImageName, ImageTag, Profile, ProfileError, load_profile
 from rocmfleet.config.sshkeys import pyinfra_ssh_keys
@@ -412,12 +412,12 @@ def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
     for err in exc.errors():
         key = prefix + ".".join(str(p) for p in err["loc"])
         message = err["msg"].removeprefix("Value error, ")
-        value = "" if err["type"] == "missing" else repr(err.get("input"))
+        value = "" if err["type"] == "missing" else shown(err.get("input"))
         if not key:  # a model-level rule: name the first key its message is about
             named = [f for f in _all_fields() if f in message]
             key = min(named, key=message.index) if named else "(top level)"
             inputs = err.get("input")
-            value = repr(inputs.get(key)) if isinstance(inputs, dict) and key in inputs else ""
+            value = shown(inputs.get(key)) if isinstance(inputs, dict) and key in inputs else ""
         if err["loc"][:1] == ("docker_daemon",) and len(err["loc"]) >= 2 and err["type"] != "extra_forbidden":
             wanted = docker.key_type(str(err["loc"][1]))
             if wanted:
@@ -582,7 +582,7 @@ def _image(
             field = str(err["loc"][0]) if err["loc"] else "repository"
             key = f"vllm_image_{field}" if overrides.get(field) else f"image.{field}"
             file = "" if overrides.get(field) else groupvars.display(directory / f"{profile.name}.yml")
-            problems.append(Problem(key, err["msg"].removeprefix("Value error, "), repr(err.get("input")), file))
+            problems.append(Problem(key, err["msg"].removeprefix("Value error, "), shown(err.get("input")), file))
         return None
 
 

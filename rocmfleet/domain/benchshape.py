@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 #: AMD's published ISL/OSL pairs (input tokens, output tokens), run at concurrency 64 (issue 6).
 AMD_PAIRS: tuple[tuple[int, int], ...] = ((2000, 150), (1000, 1000), (5000, 1000), (10000, 1000), (3200, 800))
@@ -22,6 +22,8 @@ AMD_CONCURRENCY = 64
 #: :mod:`rocmfleet.domain.flags`) and the largest ``max_num_seqs`` it accepts.
 MAX_TOKENS = 10_485_760
 MAX_CONCURRENCY = 65_536
+#: A token count of a benchmark case (strict: a whole number, at most :data:`MAX_TOKENS`).
+_Tokens = Annotated[int, Strict(), Field(le=MAX_TOKENS)]
 
 #: A case's name, ``<isl>x<osl>-c<concurrency>`` (a result file's stem).
 CASE_NAME = re.compile(r"^(\d+)x(\d+)-c(\d+)$")
@@ -63,12 +65,13 @@ class BenchShape(BaseModel):
     ``concurrency_scale`` and capped at ``max_concurrency``.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "8" or true is no count
 
     # Upper bounds: a smoke benchmark runs between deploys, so its cases stay few and bounded by
     # what a server can take: lengths by the longest served context (10M tokens, the same bound as
     # max_model_len in rocmfleet.domain.flags), concurrency by vLLM's largest max_num_seqs bound (65536).
-    pairs: list[tuple[Annotated[int, Field(le=MAX_TOKENS)], Annotated[int, Field(le=MAX_TOKENS)]]] = Field(
+    # Strict(False) on the pair only: YAML gives a list, not a tuple; its numbers stay strict.
+    pairs: list[Annotated[tuple[_Tokens, _Tokens], Strict(False)]] = Field(
         default=list(AMD_PAIRS),
         min_length=1,
         max_length=64,
@@ -183,7 +186,7 @@ def sweep_for(shape: BenchShape | None = None) -> list[Case]:
 class Thresholds(BaseModel):
     """Pass/fail limits of a profile's smoke benchmark; ``None``: that limit is not checked."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "8" or true is no count
 
     # Upper bounds: a request slower than an hour is a hung server, not a threshold; 10M tokens/s is
     # far above any single server's output throughput.

@@ -67,7 +67,7 @@ class FlagError(ValueError):
 class ServingSettings(BaseModel):
     """Version-neutral serving settings; ``None`` leaves vLLM's default (nothing is rendered)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "8" or true is no count
 
     # Upper bounds: 64 GPUs on a CPX host; 10M tokens is Llama 4 Scout's context, the longest served.
     tensor_parallel_size: int | None = Field(default=None, ge=1, le=64)

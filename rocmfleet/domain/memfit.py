@@ -48,16 +48,26 @@ TP_CANDIDATES = (1, 2, 4, 8)
 class ModelMemory(BaseModel):
     """What the model needs in memory: weight size and the attention shape its KV cache has."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "8" or true is no count
 
-    weights_gib: float = Field(gt=0, description="`metadata.total_size` of model.safetensors.index.json / 2**30")
-    num_hidden_layers: int = Field(ge=1, description="config.json `num_hidden_layers`")
-    num_key_value_heads: int | None = Field(default=None, ge=1, description="config.json (GQA/MHA)")
-    head_dim: int | None = Field(default=None, ge=1, description="config.json, or hidden_size / num_attention_heads")
-    kv_lora_rank: int | None = Field(default=None, ge=1, description="config.json (MLA: DeepSeek)")
-    qk_rope_head_dim: int | None = Field(default=None, ge=0, description="config.json (MLA)")
+    # Upper bounds: far above any published model (DeepSeek-V3: 61 layers, 642 GiB; Llama 4
+    # Maverick: 48 layers; 10M tokens is the longest served context, as max_model_len's bound), so
+    # that only a typo (an extra zero, bytes for GiB) is refused.
+    weights_gib: float = Field(
+        gt=0, le=65536, description="`metadata.total_size` of model.safetensors.index.json / 2**30 (at most 64 TiB)"
+    )
+    num_hidden_layers: int = Field(ge=1, le=1024, description="config.json `num_hidden_layers`")
+    num_key_value_heads: int | None = Field(default=None, ge=1, le=4096, description="config.json (GQA/MHA)")
+    head_dim: int | None = Field(
+        default=None, ge=1, le=4096, description="config.json, or hidden_size / num_attention_heads"
+    )
+    kv_lora_rank: int | None = Field(default=None, ge=1, le=65536, description="config.json (MLA: DeepSeek)")
+    qk_rope_head_dim: int | None = Field(default=None, ge=0, le=4096, description="config.json (MLA)")
     max_position_embeddings: int | None = Field(
-        default=None, ge=1, description="config.json; the sequence length when the profile sets no max_model_len"
+        default=None,
+        ge=1,
+        le=10_485_760,
+        description="config.json; the sequence length when the profile sets no max_model_len",
     )
 
     @model_validator(mode="after")

@@ -74,7 +74,7 @@ def test_whole_file_vault_holds_secrets_at_any_depth_and_only_secrets(tmp_path, 
     with pytest.raises(ConfigError) as exc:
         host_config(groupvars.load_group_vars("h", tmp_path))
     (problem,) = exc.value.problems
-    assert problem.key == "vllm_profile" and "wholly encrypted file holds secrets only" in problem.message
+    assert problem.key == "vllm_profile" and "a wholly encrypted group file may hold only those" in problem.message
     assert problem.value == "*MASKED*"
 
 
