@@ -207,6 +207,8 @@ class DaemonSettings(Protocol):
     def docker_daemon_extra(self) -> Mapping[str, Any]: ...
     @property
     def docker_insecure_registries(self) -> Sequence[str]: ...
+    @property
+    def docker_source(self) -> str: ...
 
 
 def known_keys() -> list[str]:
@@ -237,12 +239,91 @@ def daemon_problems(settings: DaemonSettings) -> list[tuple[str, str, str]]:
                 problems.append(
                     (where, f"also set by {setting}; set the registries in one place (rocmfleet writes {setting})", "")
                 )
+    problems += value_problems(user, settings.docker_source)
     for key in sorted(settings.docker_daemon_extra):
         if key_type(key) is not None:
             problems.append(
                 (
                     f"docker_daemon_extra.{key}",
                     f"is a typed daemon.json key ({key_type(key)}): set it in docker_daemon, where its type is checked",
+                    "",
+                )
+            )
+    return problems
+
+
+#: Keys that the packaged ``docker.service`` already passes as flags (docker-ce and Debian's
+#: docker.io both run ``dockerd -H fd://``; docker-ce adds ``--containerd=/run/containerd/containerd.sock``).
+#: dockerd refuses to start when a key is given both ways: "the following directives are specified
+#: both as a flag and in the configuration file" (moby ``daemon/config/config.go``,
+#: ``findConfigurationConflicts``).
+UNIT_FLAG_KEYS = {
+    "docker": {"hosts": "-H fd://", "containerd": "--containerd=/run/containerd/containerd.sock"},
+    "debian": {"hosts": "-H fd://"},
+}
+
+
+def _mirror_problem(url: str) -> str | None:
+    """moby ``registry/config.go`` ``ValidateMirror``: an http(s) URL, no query, fragment or user."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return f"{url!r} is not an http:// or https:// URL (dockerd: invalid mirror: unsupported scheme)"
+    if parts.query or parts.fragment or parts.username or parts.password:
+        return f"{url!r} has a query, fragment or user: dockerd refuses it (invalid mirror)"
+    return None
+
+
+def value_problems(user: Mapping[str, Any], source: str = "docker") -> list[tuple[str, str, str]]:
+    """The values dockerd refuses at start although their JSON type is right, as ``(key, message,
+    value)``; checked here so that a host never gets a daemon.json its dockerd will not start with.
+
+    Rules (moby ``daemon/config/config.go`` ``Validate`` and ``findConfigurationConflicts``,
+    ``registry/config.go`` ``ValidateMirror``, ``opts/opts.go`` ``ValidateIPAddress`` and
+    ``ValidateLabel``): counts (``mtu``, ``max-concurrent-downloads``/``-uploads``,
+    ``max-download-attempts``) not negative; ``registry-mirrors`` http(s) URLs; ``dns`` IP
+    addresses; ``labels`` ``key=value``; the ``runc`` runtime name reserved; no key that the
+    packaged unit passes as a flag (:data:`UNIT_FLAG_KEYS`).
+
+    Args:
+        user: ``docker_daemon`` as daemon.json keys (``model_dump(by_alias=True, exclude_none=True)``).
+        source: ``docker_source`` (``docker`` or ``debian``): whose ``docker.service`` runs dockerd.
+    """
+    import ipaddress
+
+    problems: list[tuple[str, str, str]] = []
+    for key in ("mtu", "max-concurrent-downloads", "max-concurrent-uploads", "max-download-attempts"):
+        if isinstance(user.get(key), int) and user[key] < 0:
+            problems.append(
+                (f"docker_daemon.{key}", "must be 0 or more: dockerd refuses a negative count", str(user[key]))
+            )
+    for i, url in enumerate(user.get("registry-mirrors") or []):
+        if why := _mirror_problem(url):
+            problems.append((f"docker_daemon.registry-mirrors.{i}", why, ""))
+    for i, server in enumerate(user.get("dns") or []):
+        try:
+            ipaddress.ip_address(server)
+        except ValueError:
+            problems.append(
+                (f"docker_daemon.dns.{i}", "must be an IP address (dockerd: not an ip address)", repr(server))
+            )
+    for i, label in enumerate(user.get("labels") or []):
+        if "=" not in label or label.startswith("="):
+            problems.append(
+                (f"docker_daemon.labels.{i}", "must be key=value (dockerd: bad attribute format)", repr(label))
+            )
+    if "runc" in (user.get("runtimes") or {}):
+        problems.append(
+            ("docker_daemon.runtimes.runc", "is reserved: dockerd's own runtime name (give yours another)", "")
+        )
+    for key, flag in UNIT_FLAG_KEYS.get(source, {}).items():
+        if key in user:
+            problems.append(
+                (
+                    f"docker_daemon.{key}",
+                    f"is passed by the packaged docker.service as {flag}: dockerd refuses to start when a setting "
+                    "is both a flag and in daemon.json; leave it out",
                     "",
                 )
             )
