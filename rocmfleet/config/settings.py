@@ -500,8 +500,7 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
         if not k.startswith((*OWN_PREFIXES, ROCM_PREFIX, TUNING_PREFIX, *PYINFRA_PREFIXES)) and k not in PYINFRA_KEYS
     ]
     for key in sorted(foreign):
-        near = difflib.get_close_matches(key, _all_fields(), n=1)
-        problems.append(Problem(key, "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")))
+        problems.append(Problem(key, "unknown key" + did_you_mean(key, _all_fields())))
     problems += ConnectionSettings.unknown_keys(data)
     validated: dict[str, Any] = {}
     for name, model, prefixes in (
@@ -524,6 +523,7 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
     if instances is not None and settings is not None:
         key = "vllm_instances" if settings.vllm_instances is not None else "vllm_profile"
         problems += instance_problems(instances, profile, settings.vllm_gpu_count, key)
+        problems += port_problems(instances, settings, key)
     if settings is not None and profile is not None:
         problems += [Problem(*p) for p in envpolicy.host_problems(profile, settings.vllm_env)]
     if settings is not None:
@@ -532,6 +532,35 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
         raise ConfigError(problems)
     assert settings is not None and profile is not None and image is not None
     return HostConfig(settings, profile, image, validated["rocm"], validated["tuning"])
+
+
+def port_problems(instances: list[Instance], settings: HostSettings, key: str) -> list[Problem]:
+    """The host's one port map: every TCP port rocmfleet makes something listen on, each owned once.
+
+    vLLM serves on ``0.0.0.0:<port>`` (``rocmfleet.domain.vllm.serve_args``), so it takes the port
+    on every address; Docker's ``metrics-addr`` listens on its own. Two owners of one port: the
+    second to start dies with ``EADDRINUSE`` (vLLM at start, dockerd at start-up). The instances'
+    own duplicates are :func:`instance_problems`'.
+
+    Args:
+        instances: the host's instances; ``key`` is where they come from, for the message.
+        settings: the host's settings (``docker_daemon.metrics-addr``).
+    """
+    problems = []
+    metrics = settings.docker_daemon.metrics_addr
+    port_text = metrics.rpartition(":")[2] if metrics else ""
+    if port_text.isdigit():
+        for instance in instances:
+            if instance.port == int(port_text):
+                problems.append(
+                    Problem(
+                        "docker_daemon.metrics-addr",
+                        f"port {instance.port} is also instance {instance.name}'s ({key}): vLLM listens on every "
+                        "address, so one of them cannot start; give one another port",
+                        repr(metrics),
+                    )
+                )
+    return problems
 
 
 def _profile(settings: HostSettings, directory: Path, problems: list[Problem]) -> Profile | None:
