@@ -28,6 +28,7 @@ from pydantic import (
     WithJsonSchema,
     field_serializer,
     field_validator,
+    model_validator,
 )
 from pydantic.functional_validators import AfterValidator, PlainValidator
 
@@ -327,6 +328,23 @@ class HostSettings(BaseModel):
     vllm_drain_timeout_s: int = Field(
         default=300, ge=1, le=3600, description="Seconds a drain or undrain command may take (at most an hour)."
     )
+
+    @model_validator(mode="after")
+    def _drain_pair(self) -> HostSettings:
+        """A drain hook without its undrain hook leaves every host the rollout drained out of the
+        load balancer for good; an undrain hook alone puts back hosts nobody took out."""
+        if (self.vllm_drain_command is None) != (self.vllm_undrain_command is None):
+            given, missing = (
+                ("vllm_drain_command", "vllm_undrain_command")
+                if self.vllm_undrain_command is None
+                else ("vllm_undrain_command", "vllm_drain_command")
+            )
+            raise ValueError(
+                f"{given} is given without {missing}: the rollout runs them as a pair (drain before a host switches, undrain "
+                "after its gate); give both, or neither"
+            )
+        return self
+
     vllm_cache_dir: HostPath = Field(
         default="/var/cache/vllm",
         description="Host directory of the instances' compiler caches: `<dir>/<instance>/{vllm,inductor,triton,"
@@ -418,6 +436,7 @@ def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
             key = min(named, key=message.index) if named else "(top level)"
             inputs = err.get("input")
             value = shown(inputs.get(key)) if isinstance(inputs, dict) and key in inputs else ""
+            message = message.removeprefix(f"{key}: ")  # the key is said once
         if err["loc"][:1] == ("docker_daemon",) and len(err["loc"]) >= 2 and err["type"] != "extra_forbidden":
             wanted = docker.key_type(str(err["loc"][1]))
             if wanted:

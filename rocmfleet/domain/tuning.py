@@ -21,7 +21,7 @@ import re
 import shlex
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rocmfleet.config.errors import ToolOutputError, quoted
 
@@ -41,7 +41,7 @@ MANAGED_KEYS = ("transparent_hugepage",)
 class TuningSettings(BaseModel):
     """Everything the ``tuning`` role reads for one host (keys prefixed ``tuning_``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "yes" is no boolean here
 
     tuning_numa_balancing_off: bool = Field(
         default=True,
@@ -78,9 +78,25 @@ class TuningSettings(BaseModel):
             raise ValueError(f"not kernel parameters (no spaces or quotes): {', '.join(map(repr, bad))}")
         return params
 
-    @property
-    def kernel_params(self) -> list[str]:
-        """Parameters that must be on the kernel command line, in a stable order."""
+    @model_validator(mode="after")
+    def _no_undoing(self) -> TuningSettings:
+        """An extra parameter with the key of one this role sets, and another value, undoes it: the
+        kernel takes the last of a repeated parameter (Documentation/admin-guide/kernel-parameters.rst),
+        and the role's would come first."""
+        owned = {p.split("=", 1)[0]: p for p in self._own_params()}
+        undoing = [
+            f"{extra} undoes {owned[key]} (tuning_{_SWITCH[key]})"
+            for extra in self.tuning_kernel_cmdline_extra
+            if (key := extra.split("=", 1)[0]) in owned and extra != owned[key] and _undoes(key, extra)
+        ]
+        if undoing:
+            raise ValueError(
+                "tuning_kernel_cmdline_extra: " + "; ".join(undoing) + ": turn the switch off instead, or drop it"
+            )
+        return self
+
+    def _own_params(self) -> list[str]:
+        """The parameters the switches set (``tuning_kernel_cmdline_extra`` not included)."""
         params = []
         if self.tuning_iommu_pt:
             params.append("iommu=pt")
@@ -88,12 +104,27 @@ class TuningSettings(BaseModel):
             params.append("pci=realloc=off")
         if self.tuning_transparent_hugepage:
             params.append(f"transparent_hugepage={self.tuning_transparent_hugepage}")
-        params.extend(self.tuning_kernel_cmdline_extra)
         return params
+
+    @property
+    def kernel_params(self) -> list[str]:
+        """Parameters that must be on the kernel command line, in a stable order."""
+        return [*self._own_params(), *self.tuning_kernel_cmdline_extra]
 
     @property
     def cpu_unit_needed(self) -> bool:
         return self.tuning_disable_c2 or self.tuning_cpu_governor is not None
+
+
+#: The switch that owns each parameter key the role sets.
+_SWITCH = {"iommu": "iommu_pt", "pci": "pci_realloc_off", "transparent_hugepage": "transparent_hugepage"}
+
+
+def _undoes(key: str, extra: str) -> bool:
+    """``pci=`` takes comma-separated options: only a ``realloc`` option undoes ``pci=realloc=off``."""
+    if key != "pci":
+        return True
+    return any(opt.startswith("realloc") for opt in extra.split("=", 1)[1].split(","))
 
 
 def sysctl_conf(settings: TuningSettings) -> str | None:
