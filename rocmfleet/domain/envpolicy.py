@@ -151,7 +151,10 @@ class SafeDefault:
     """A variable whose vLLM default is wrong on some GPU architectures, rendered explicitly there.
 
     Applies for ``since <= vLLM < until`` (``until`` ``None``: no end known) on ``archs``, and only
-    when AITER is on (``VLLM_ROCM_USE_AITER=1``) if ``needs_aiter``.
+    when AITER is on (``VLLM_ROCM_USE_AITER=1``) if ``needs_aiter``. An explicit other value is
+    refused on ``archs`` in that range, or in every vLLM version when ``broken_everywhere`` (the
+    architecture lacks what the switch needs, so the value stays broken outside the range where
+    the default is wrong).
     """
 
     name: str
@@ -162,11 +165,17 @@ class SafeDefault:
     needs_aiter: bool
     why: str
     source: str = field(default="")
+    broken_everywhere: bool = False
 
     def applies(self, vllm_version: str, arch: str | None, aiter: bool) -> bool:
+        """Whether the safe value is rendered for this vLLM, architecture and AITER switch."""
         v = Version(vllm_version)
         in_range = Version(self.since) <= v and (self.until is None or v < Version(self.until))
         return in_range and arch in self.archs and (aiter or not self.needs_aiter)
+
+    def refuses(self, vllm_version: str, arch: str | None) -> bool:
+        """Whether an explicit value other than the safe one is refused for this vLLM and architecture."""
+        return arch in self.archs and (self.broken_everywhere or self.applies(vllm_version, arch, True))
 
 
 #: Per (vLLM version range, gfx arch): safe values of AITER switches whose default is wrong there.
@@ -182,6 +191,7 @@ AITER_DEFAULTS: tuple[SafeDefault, ...] = (
         "('MXFP4 quantization is not supported on gfx942'); FP4 BMM needs gfx950",
         "https://github.com/vllm-project/vllm/issues/34641; default False in vllm-0.33.0 vllm/envs.py "
         "(reference §4.1); releases 0.16-0.32 not checked, so the safe value is rendered for all of them",
+        broken_everywhere=True,  # gfx942 has no FP4 in any vLLM: an explicit 1 is refused on 0.33 too
     ),
 )
 
@@ -263,7 +273,7 @@ def _owned(profile: EnvProfile, name: str, value: str, where: str, arch: str) ->
     if owners:
         return f"{where} {name}: rendered by env_sets {owners}; drop the set and list its variables in extra_env"
     for row in AITER_DEFAULTS:
-        if row.name == name and value != row.value and row.applies(profile.vllm_version, arch, True):
+        if row.name == name and value != row.value and row.refuses(profile.vllm_version, arch):
             return (
                 f"{where} {name}={value}: on {arch} with vLLM {profile.vllm_version} it must be {row.value}: "
                 f"{row.why} ({row.source.split(';')[0]})"
