@@ -340,8 +340,8 @@ class HostSettings(BaseModel):
                 else ("vllm_undrain_command", "vllm_drain_command")
             )
             raise ValueError(
-                f"{given} is given without {missing}: the rollout runs them as a pair (drain before a host switches, undrain "
-                "after its gate); give both, or neither"
+                f"{given} is given without {missing}: the rollout runs them as a pair (drain before a host "
+                "switches, undrain after its gate); give both, or neither"
             )
         return self
 
