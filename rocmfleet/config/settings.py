@@ -163,6 +163,34 @@ class ConnectionSettings(BaseModel):
             raise ValueError(problem)
         return value
 
+    ssh_key: str | None = Field(default=None, description="Private key file on the control machine (`~` expanded).")
+    ssh_config_file: str | None = Field(
+        default=None, description="OpenSSH client config to read instead of `~/.ssh/config` (an existing file)."
+    )
+
+    @field_validator("ssh_key")
+    @classmethod
+    def _key_file(cls, value: str | None) -> str | None:
+        # pyinfra tries the path with ``~`` expanded, from the working directory
+        # (pyinfra/connectors/ssh_util.py, _resolve_key_paths), and fails at connect time only.
+        if value is not None and not Path(value).expanduser().is_file():
+            resolved = str(Path(value).expanduser().absolute())
+            raise ValueError("no such file on this machine" + (f" ({resolved})" if resolved != value else ""))
+        return value
+
+    @field_validator("ssh_config_file")
+    @classmethod
+    def _config_file(cls, value: str | None) -> str | None:
+        # pyinfra reads the file only when ``Path(value).exists()``, without expanding ``~``, and
+        # otherwise connects without it, silently (pyinfra/connectors/sshuserclient/client.py,
+        # get_ssh_config): its ProxyJump and HostName would not apply.
+        if value is not None and not Path(value).is_file():
+            if value.startswith("~"):
+                raise ValueError("no such file on this machine: pyinfra does not expand ~ here; give the full path")
+            resolved = str(Path(value).absolute())
+            raise ValueError("no such file on this machine" + (f" ({resolved})" if resolved != value else ""))
+        return value
+
     ssh_strict_host_key_checking: Literal["yes", "no", "ask", "accept-new", "off"] | None = Field(
         default=None,
         description="OpenSSH's StrictHostKeyChecking, as pyinfra reads it; `rocmfleet check`/`bench` never ask.",

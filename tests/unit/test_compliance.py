@@ -128,15 +128,17 @@ def test_report_plugin_records_each_check_once(tmp_path):
     assert entries["test_unreadable"]["message"] == "cannot check: journal unreadable"
 
 
-def test_ssh_settings_come_from_pyinfra_data(inventory):
+def test_ssh_settings_come_from_pyinfra_data(inventory, tmp_path):
+    key = tmp_path / "k"
+    key.write_text("")
     path = inventory(
-        hosts='[("gpu-1", {"ssh_hostname": "10.0.0.1", "ssh_port": 2222, "ssh_user": "ops", "ssh_key": "/k", '
+        hosts=f'[("gpu-1", {{"ssh_hostname": "10.0.0.1", "ssh_port": 2222, "ssh_user": "ops", "ssh_key": "{key}", '
         '"_sudo": True}), "gpu-2"]'
     )
     targets = load_fleet(str(path))
     assert [t.name for t in targets] == ["gpu-1", "gpu-2"]
     one = targets[0].ssh
-    assert (one.hostname, one.port, one.user, one.key, one.sudo) == ("10.0.0.1", 2222, "ops", "/k", True)
+    assert (one.hostname, one.port, one.user, one.key, one.sudo) == ("10.0.0.1", 2222, "ops", str(key), True)
     # no ssh_port: pyinfra takes the SSH config's Port, else 22
     assert (targets[1].ssh.hostname, targets[1].ssh.port, targets[1].ssh.sudo) == ("gpu-2", None, False)
     assert [t.name for t in load_fleet(str(path), ["gpu-2"])] == ["gpu-2"]
