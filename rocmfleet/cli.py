@@ -282,6 +282,9 @@ def _cache_bake(args: argparse.Namespace) -> int:
     if len(targets) != 1:
         print(f"rocmfleet: --host {args.host} matches {len(targets)} hosts; name one", file=sys.stderr)
         return 2
+    if args.write and (unread := _not_loaded(args.write)):
+        print(f"rocmfleet: --write {args.write}: {unread}", file=sys.stderr)
+        return 2
     from rocmfleet.fleet.rollout.state import deploy_refusal
 
     if refusal := deploy_refusal(args.inventory):  # the bake stops an instance: not under a rollout
@@ -309,6 +312,18 @@ def _cache_bake(args: argparse.Namespace) -> int:
             return 1
         print(f"{path}: vllm_image_repository, vllm_image_tag, vllm_image_digest set")
     return 0
+
+
+def _not_loaded(path: str) -> str | None:
+    """Why the group file ``path`` would not pin an image for the inventory just loaded: it is not
+    one of the group files the inventory read (a typo, another checkout), so the baked image
+    written there would never be deployed. None when it is one."""
+    from rocmfleet.config import groupvars
+
+    loaded = [g.path for g in groupvars.LOADED]
+    if Path(path).resolve() in {p.resolve() for p in loaded}:
+        return None
+    return "the inventory never loads this file (it reads " + (", ".join(map(str, loaded)) or "no group file") + ")"
 
 
 def _read_text(path: str) -> str:

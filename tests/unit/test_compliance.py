@@ -307,6 +307,10 @@ def test_check_refuses_bad_options_before_any_connection(inventory, tmp_path, ca
     assert "must be a finite number > 0, got inf" in capsys.readouterr().err
     assert main(["cache", "bake", path, "--host", "gpu-9"]) == 2  # the bake's own option is named
     assert capsys.readouterr().err == f"rocmfleet: --host gpu-9 matches no host of {path}\n"
+    elsewhere = tmp_path / "other.yml"
+    elsewhere.write_text("vllm_image_tag: old\n")
+    assert main(["cache", "bake", path, "--host", "gpu-1", "--write", str(elsewhere)]) == 2  # before any connection
+    assert capsys.readouterr().err.startswith(f"rocmfleet: --write {elsewhere}: the inventory never loads this file")
 
 
 def test_a_report_that_cannot_be_written_after_the_run_is_said_and_is_not_a_pass(
