@@ -25,8 +25,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from rocmfleet.domain.partitionmodes import PartitionPolicy
+from rocmfleet.domain.partitionmodes import PartitionPolicy, policy_problems
 from rocmfleet.domain.topology import Gpu, Topology, format_id_list
+
+#: Physical GPUs by (partition kind, mode found) where the mode is not the profile's.
+_Found = dict[tuple[Literal["compute", "memory"], str], list[str]]
 
 
 def set_command(kind: Literal["compute", "memory"], mode: str) -> str:
@@ -51,7 +54,7 @@ def mode_problems(topology: Topology, policy: PartitionPolicy, host: str = "", p
     """
     who = f"host {host}: " if host else ""
     wants = f"profile {profile} needs" if profile else "the profile needs"
-    found: dict[tuple[Literal["compute", "memory"], str], list[str]] = {}
+    found: _Found = {}
     for key, parts in topology.physical_gpus().items():
         compute, memory = parts[0].partition, parts[0].memory_partition
         if compute is not None and compute != policy.compute:
@@ -59,15 +62,44 @@ def mode_problems(topology: Topology, policy: PartitionPolicy, host: str = "", p
         if memory is not None and memory != policy.memory:
             found.setdefault(("memory", memory), []).append(key)
     problems = []
-    for (kind, mode), keys in sorted(found.items()):
+    for (kind, mode), keys in sorted(found.items(), key=lambda item: _step(item[0], found, policy)):
         wanted = policy.compute if kind == "compute" else policy.memory
         setting = f"{kind}_partition"
+        after = _after(kind, found, policy)
         problems.append(
             f"{who}physical GPU(s) {', '.join(keys)} in {kind} partition {mode}; {wants} {wanted}: "
-            f"run `{set_command(kind, wanted)}` on the host, or set `{setting}: {mode}` in the profile "
+            f"run `{set_command(kind, wanted)}` on the host{after}, or set `{setting}: {mode}` in the profile "
             f"if it is meant to run partitioned"
         )
     return problems
+
+
+def _memory_first(found: _Found, policy: PartitionPolicy) -> bool:
+    """Whether the memory mode must change before the compute mode: the driver refuses a compute
+    mode that the current memory mode does not go with (NPS4 only with CPX: CPX+NPS4 to SPX+NPS1
+    needs NPS1 first, while SPX+NPS1 to CPX+NPS4 needs CPX first; reference §7.1 [A7])."""
+    memories = {mode for (kind, mode) in found if kind == "memory"}
+    if not memories or not any(kind == "compute" for kind, _ in found):
+        return False
+    return any(policy_problems(PartitionPolicy(policy.compute, m)) for m in memories)
+
+
+def _step(
+    key: tuple[Literal["compute", "memory"], str],
+    found: _Found,
+    policy: PartitionPolicy,
+) -> tuple[int, str, str]:
+    first = "memory" if _memory_first(found, policy) else "compute"
+    return (0 if key[0] == first else 1, *key)
+
+
+def _after(kind: str, found: _Found, policy: PartitionPolicy) -> str:
+    """`` after the memory partition change`` on the step that must come second, or ``""``."""
+    kinds = {k for k, _ in found}
+    if kinds != {"compute", "memory"}:
+        return ""
+    first = "memory" if _memory_first(found, policy) else "compute"
+    return "" if kind == first else f" after the {first} partition change above (the driver refuses it before)"
 
 
 def tp_group_problems(name: str, gpus: Sequence[Gpu], policy: PartitionPolicy, tp: int) -> list[str]:

@@ -100,6 +100,21 @@ def test_nps4_from_sysfs_refused_unless_the_profile_says_so():
     assert mode_problems(topo, PartitionPolicy("CPX", "NPS4")) == []
 
 
+def test_remedies_come_in_an_order_the_driver_accepts():
+    # The recorded MI300X CPX tree with sysfs saying NPS4: back to SPX/NPS1 needs NPS1 first (the
+    # driver refuses SPX while the memory is NPS4); from NPS1 towards CPX/NPS4 needs CPX first.
+    cpx = mi300x_cpx()
+    sysfs = {g.physical: PciSysfs(None, "CPX", "NPS4") for g in cpx.gpus}
+    memory, compute = mode_problems(mi300x_cpx(sysfs=sysfs), PartitionPolicy(), "gpu-1")
+    assert "in memory partition NPS4" in memory and "--memory-partition NPS1` on the host," in memory
+    assert "in compute partition CPX" in compute
+    assert "--compute-partition SPX` on the host after the memory partition change above" in compute
+    sysfs = {g.physical: PciSysfs(None, "DPX", "NPS1") for g in cpx.gpus}
+    compute, memory = mode_problems(mi300x_cpx(sysfs=sysfs), PartitionPolicy("CPX", "NPS4"), "gpu-1")
+    assert "--compute-partition CPX` on the host," in compute
+    assert "--memory-partition NPS4` on the host after the compute partition change above" in memory
+
+
 def test_unknown_modes_are_not_held_against_the_host():
     # No sysfs: memory mode unknown; MI308X compute mode inferred CPX from KFD.
     assert mode_problems(mi308x(), PartitionPolicy("CPX", "NPS1")) == []
