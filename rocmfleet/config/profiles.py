@@ -215,6 +215,14 @@ class Profile(ServingSettings):
             problems += [f"does not render for vLLM {self.vllm_version}: {p}" for p in exc.problems]
         policy = PartitionPolicy(self.compute_partition, self.memory_partition, self.tp_on_one_gpu)
         problems += policy_problems(policy) + envpolicy.profile_problems(self) + memfit.problems(self)
+        if self.kv_cache_dtype == "fp8_e5m2" and self.quantization is not None:
+            # vllm-0.9.2 vllm/attention/layer.py (Attention.__init__), vllm-0.33.0
+            # vllm/model_executor/layers/attention/attention.py (_init_kv_cache_quant): any quantized
+            # checkpoint loads KV scales, and then "fp8_e5m2 kv-cache is not supported with fp8 checkpoints."
+            problems.append(
+                f"kv_cache_dtype fp8_e5m2 with quantization {self.quantization}: vLLM refuses an e5m2 KV cache "
+                "for a quantized checkpoint at load time; use kv_cache_dtype fp8 (e4m3, fnuz on MI300X) or auto"
+            )
         served_len = self.max_model_len or (self.model_memory.max_position_embeddings if self.model_memory else None)
         problems += served_problems(self.bench, served_len, self.max_num_seqs)
         if problems:
