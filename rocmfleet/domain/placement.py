@@ -157,6 +157,12 @@ def place(instances: Sequence[InstanceShape], topology: Topology) -> list[Placem
     bindings = [_bound_nodes(gpus, topology) for gpus in host_gpus]
     shares, share_problems = share_node_cpus([i.name for i in instances], [b[0] for b in bindings], topology)
     problems += share_problems
+    if problems and (lost := topology.without_kfd_node()):
+        problems.append(
+            f"the host shows {len(topology.physical_gpus())} GPU(s) to ROCm, and PCI device(s) {', '.join(lost)} "
+            "bound to amdgpu have no KFD node: GPUs the driver did not bring up (`dmesg | grep -i amdgpu` on the "
+            "host); repair them, or give this host fewer GPUs (vllm_instances)"
+        )
     if problems:
         raise PlacementError(problems)
     return [

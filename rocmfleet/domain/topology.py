@@ -116,6 +116,15 @@ class Topology:
 
     gpus: tuple[Gpu, ...]
     numa_nodes: tuple[NumaNode, ...]
+    #: PCI addresses of the devices bound to amdgpu (sysfs ``/sys/bus/pci/drivers/amdgpu``), sorted;
+    #: empty when not read.
+    amdgpu_pci: tuple[str, ...] = ()
+
+    def without_kfd_node(self) -> list[str]:
+        """PCI addresses bound to amdgpu that no KFD GPU node belongs to: GPUs the driver took but
+        did not bring up (a failed init, a RAS fatal error at boot), so ROCm and vLLM cannot see them."""
+        physical = {g.physical for g in self.gpus}
+        return [a for a in self.amdgpu_pci if a[:-1] + "0" not in physical]
 
     def physical_gpus(self) -> dict[str, tuple[Gpu, ...]]:
         """``{physical GPU key: its GPU nodes (partitions) in index order}``, in order of first index."""
@@ -465,7 +474,7 @@ def build_topology(
     gpus = parse_kfd_topology(kfd["nodes"], kfd["io_links"], sysfs)
     numa = parse_lscpu_numa(lscpu) if lscpu and lscpu.strip() else []
     memory = parse_node_meminfo(meminfo) if meminfo else {}
-    return Topology(gpus=tuple(gpus), numa_nodes=tuple(merge_numa(numa, memory)))
+    return Topology(gpus=tuple(gpus), numa_nodes=tuple(merge_numa(numa, memory)), amdgpu_pci=tuple(sorted(sysfs or {})))
 
 
 # ---------------------------------------------------------------------------------------------

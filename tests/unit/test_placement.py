@@ -65,6 +65,25 @@ def cuda(n: int) -> dict[str, str]:
 # --- MI308X CPX: render minors with gaps --------------------------------------------------------
 
 
+def test_a_gpu_the_driver_did_not_bring_up_is_named_by_its_pci_address():
+    # The recorded 8xMI210 tree less one GPU's KFD node; sysfs still lists its PCI device under amdgpu.
+    whole = mi210_nps1()
+    lost = whole.gpus[-1]
+    seven = Topology(
+        gpus=whole.gpus[:-1], numa_nodes=whole.numa_nodes, amdgpu_pci=tuple(sorted(g.physical for g in whole.gpus))
+    )
+    assert seven.without_kfd_node() == [lost.physical]
+    with pytest.raises(PlacementError) as info:
+        place([shape(f"g{i}", 8000 + i, [i], 1) for i in range(8)], seven)
+    assert info.value.problems[-1] == (
+        f"the host shows 7 GPU(s) to ROCm, and PCI device(s) {lost.physical} bound to amdgpu have no KFD node: "
+        "GPUs the driver did not bring up (`dmesg | grep -i amdgpu` on the host); repair them, or give this host "
+        "fewer GPUs (vllm_instances)"
+    )
+    assert "instance 'g7': GPU(s) 7 not on this host (it has 0-6)" in info.value.problems
+    assert len(place([shape(f"g{i}", 8000 + i, [i], 1) for i in range(7)], seven)) == 7  # what fits still places
+
+
 def test_mi308x_render_nodes_follow_drm_render_minor():
     # KFD nodes 2-5 (GPUs 0-3) have drm_render_minor 128-131; nodes 6-9 (GPUs 4-7) have 136-139,
     # so GPU 4 -> renderD136, not renderD132. All eight link (io_link type 2) to CPU node 0, so a
