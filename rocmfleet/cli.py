@@ -120,28 +120,35 @@ def _check(args: argparse.Namespace) -> int:
     try:
         overrides = _data_overrides(args.data)
         compliance.module_paths(args.select)  # an unknown module is refused before any connection
-        _writable(args.junit_xml, "--junit-xml")
-        _writable(args.json, "--json")
+        if args.junit_xml == args.json == "-":
+            raise ValueError("--junit-xml - and --json -: one report can go to standard output")
+        _writable(None if args.junit_xml == "-" else args.junit_xml, "--junit-xml")
+        _writable(None if args.json == "-" else args.json, "--json")
         targets = load_fleet(args.inventory, _limit(args.limit), overrides)
     except (FleetError, ValueError) as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
 
     width = max(len(t.name) for t in targets)
+    # A report on standard output (`-`, as jq and junit tools read it) keeps it to itself: the
+    # progress lines and the summary go to standard error.
+    said = sys.stderr if "-" in (args.junit_xml, args.json) else sys.stdout
 
     def progress(results: list[compliance.CheckResult]) -> None:
         for result in results:
-            print(compliance.line(result, width), flush=True)
+            print(compliance.line(result, width), flush=True, file=said)
 
     results = compliance.run_fleet(targets, args.select, args.timeout_s, args.parallel, on_host=progress)
-    print(compliance.summary_table(results))
+    print(compliance.summary_table(results), file=said)
     status = compliance.exit_status(results)
     reports: list[tuple[str, str | None, Callable[[], str]]] = [
         ("--junit-xml", args.junit_xml, lambda: compliance.junit_xml(results)),
         ("--json", args.json, lambda: compliance.json_report(results, args.inventory)),
     ]
     for option, path, render in reports:
-        if path:
+        if path == "-":
+            sys.stdout.write(render())
+        elif path:
             try:
                 Path(path).write_text(render())
             except OSError as exc:  # the checks ran; their report could not be kept: not a pass
@@ -258,12 +265,38 @@ def _status(args: argparse.Namespace) -> int:
             else:  # the image was read; an error is the drift read's, said in its cell
                 image, drift = str(r.image), r.error if r.error and r.drift is None else drift_cell(r.drift)
             table.add_row(r.host, r.instance, f"{r.active}/{r.sub}", image, ready, uptime, step, drift)
-        rich.console.Console().print(table)
+        console = rich.console.Console()
+        if not console.is_terminal:  # piped (`| grep`, `| cat`): whole cells, never `active/runn…`
+            console = rich.console.Console(width=10_000)
+        console.print(table)
+        print(_status_summary(rows))
         if state is not None:
             what = state.target.reference if state.target else "same image"
             print(f"{state.kind} {state.id} ({what}): {state.status}")
     bad = any(r.error or r.ready is False for r in rows)
     return 1 if bad else 0
+
+
+def _version() -> str:
+    """The installed distribution's version (``pyproject.toml``), or ``unknown`` from a bare checkout."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("rocmfleet")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _status_summary(rows: list[Any]) -> str:
+    """``3 host(s), 4 instance(s): 3 ready, 1 not ready; 0 host(s) unreadable``."""
+    hosts = {r.host for r in rows}
+    unreadable = {r.host for r in rows if r.image is None and r.error}
+    ready = sum(r.ready is True for r in rows)
+    not_ready = sum(r.ready is False for r in rows)
+    return (
+        f"{len(hosts)} host(s), {len(rows)} instance(s): {ready} ready, {not_ready} not ready; "
+        f"{len(unreadable)} host(s) unreadable"
+    )
 
 
 def _cache_bake(args: argparse.Namespace) -> int:
@@ -403,6 +436,7 @@ def _schema(_args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rocmfleet`` console script; returns the exit status."""
     parser = argparse.ArgumentParser(prog="rocmfleet", description="MI300X vLLM fleet toolkit")
+    parser.add_argument("--version", action="version", version=f"rocmfleet {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="validate an inventory and its group_vars before any connection")
     p.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
@@ -429,11 +463,14 @@ def main(argv: list[str] | None = None) -> int:
         default=10,
         help="check processes at once, each checking its share of the hosts in turn (default 10)",
     )
-    c.add_argument("--junit-xml", metavar="PATH", help="write a JUnit XML report")
-    c.add_argument("--json", metavar="PATH", help="write a JSON report")
+    c.add_argument("--junit-xml", metavar="PATH", help="write a JUnit XML report (-: standard output)")
+    c.add_argument("--json", metavar="PATH", help="write a JSON report (-: standard output)")
     c.set_defaults(func=_check)
     b = sub.add_parser(
-        "bench", help="run the smoke benchmark (vllm bench serve) on every host of an inventory", epilog=exits
+        "bench",
+        help="run the smoke benchmark (vllm bench serve) on every host of an inventory",
+        epilog="exit status: 0 every host met its profile's thresholds; 1 a host failed them or its benchmark "
+        "did not run; 2 the run could not happen (bad inventory or options, a results directory it cannot write)",
     )
     b.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     b.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -337,6 +338,21 @@ def test_a_report_that_cannot_be_written_after_the_run_is_said_and_is_not_a_pass
     assert "gpu-1" in out  # the summary table was printed before the reports
     assert err == f"rocmfleet: --junit-xml {junit}: cannot write the report (No such file or directory)\n"
     assert json.loads(json_path.read_text())  # the other report is still written
+
+
+def test_a_report_to_standard_output_keeps_it_to_itself(inventory, monkeypatch, capsys):
+    from rocmfleet import cli
+
+    path = str(inventory(hosts='["gpu-1"]'))
+    monkeypatch.setattr(compliance, "run_fleet", lambda *_a, on_host, **_k: on_host(RESULTS[:2]) or RESULTS[:2])
+    assert cli.main(["check", path, "--json", "-"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["hosts"]  # stdout is the JSON report alone (`| jq` works)
+    assert "numa_balancing_persisted" in err  # the progress and the summary went to stderr
+    assert not Path("-").exists()
+    assert cli.main(["check", path, "--junit-xml", "-"]) == 1
+    assert ET.fromstring(capsys.readouterr().out).tag == "testsuites"
+    assert cli.main(["check", path, "--junit-xml", "-", "--json", "-"]) == 2
 
 
 @pytest.mark.parametrize(

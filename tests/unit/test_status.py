@@ -207,11 +207,13 @@ def test_the_json_rows_keep_their_keys_and_add_the_drift(fleet):
 def test_the_table_has_a_drift_column(fleet, capsys, monkeypatch):
     from rocmfleet import cli
 
-    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.setenv("COLUMNS", "60")  # a narrow terminal's width; captured output is no terminal: no cell is cut
     code = cli.main(["status", "inventories/lab.py"])
     out = capsys.readouterr().out
     assert code == 1  # lab-3 and lab-4 have errors
-    header, *lines = [line for line in out.splitlines() if line.strip()]
+    assert "…" not in out
+    header, *lines, summary = [line for line in out.splitlines() if line.strip()]
+    assert summary.startswith("4 host(s), ") and summary.endswith("host(s) unreadable"), summary
     assert header.split() == ["host", "instance", "unit", "image", "ready", "uptime", "rollout", "step", "drift"]
     at = header.index("drift")  # the table's columns are aligned
     rows = {tuple(line.split()[:2]): line[at:].strip() for line in lines}
