@@ -2,7 +2,9 @@
 
 Decryption uses ansible-core's vault library (``ansible.parsing.vault.VaultLib``), never the
 ``ansible-vault`` binary. The password comes from the file named by
-``ROCMFLEET_VAULT_PASSWORD_FILE`` or, as Ansible users expect, ``ANSIBLE_VAULT_PASSWORD_FILE``.
+``ROCMFLEET_VAULT_PASSWORD_FILE`` or, as Ansible users expect, ``ANSIBLE_VAULT_PASSWORD_FILE``
+(an executable file is run and its output is the password, as in Ansible), and from the vault ids
+of ``ANSIBLE_VAULT_IDENTITY_LIST`` (``prod@/path/to/prod-pass,dev@/path/script``).
 Decrypted values are :class:`Secret` objects: they print as ``*MASKED*`` everywhere (pyinfra's
 output with ``-v``/``--debug``, ``debug-inventory``, exceptions, validation errors) and give
 their text only through :meth:`Secret.reveal`.
@@ -106,6 +108,62 @@ def password_file() -> Path | None:
     return None
 
 
+#: Ansible's list of vault ids, ``label@source`` comma-separated (``ansible.cfg``'s
+#: ``vault_identity_list``; ansible-core ``lib/ansible/config/base.yml``, DEFAULT_VAULT_IDENTITY_LIST).
+IDENTITY_LIST_VARIABLE = "ANSIBLE_VAULT_IDENTITY_LIST"
+
+
+def identities() -> list[tuple[str, str]]:
+    """Every configured vault id as ``(label, source file)``, as Ansible reads them: the password
+    file (:func:`password_file`) as label ``default``, then each ``label@file`` of
+    ``$ANSIBLE_VAULT_IDENTITY_LIST`` (a bare ``file`` is label ``default``).
+
+    Raises:
+        VaultError: an entry of the list names no file.
+    """
+    found: list[tuple[str, str]] = []
+    path = password_file()
+    if path is not None:
+        found.append(("default", str(path)))
+    for entry in filter(None, (e.strip() for e in os.environ.get(IDENTITY_LIST_VARIABLE, "").split(","))):
+        label, sep, source = entry.partition("@")
+        label, source = (label, source) if sep else ("default", label)
+        if not source:
+            raise VaultError(f"{IDENTITY_LIST_VARIABLE} entry {entry!r}: expected LABEL@FILE")
+        found.append((label, source))
+    return found
+
+
+class LoadedSecret(Protocol):
+    """What ansible's vault secrets have once loaded (ansible-core ships no type information)."""
+
+    @property
+    def bytes(self) -> bytes: ...
+
+
+def _secret(label: str, source: str) -> LoadedSecret:
+    """The secret of one vault id, loaded with ansible-core's own rules
+    (``ansible.parsing.vault.get_file_vault_secret``): an executable file is a script whose standard
+    output is the password (a ``*-client`` script is asked for the label), any other file holds it.
+    ``prompt`` (Ansible's ``--vault-id label@prompt``) is not offered: a deploy may run unattended."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.dataloader import DataLoader
+
+    if source == "prompt":
+        raise VaultError(f"vault id {label}@prompt: rocmfleet never prompts; give a password file or script")
+    try:
+        secret = _ansible_vault.get_file_vault_secret(filename=source, vault_id=label, loader=DataLoader())
+        secret.load()
+    except AnsibleError as exc:
+        if "Invalid vault password" in str(exc):  # ansible-core's verify_secret_is_not_empty
+            raise VaultError(f"vault password file {source}: empty; a vault password cannot be empty") from None
+        raise VaultError(f"vault id {label}: {str(exc).splitlines()[0]}") from None
+    if not secret.bytes:
+        raise VaultError(f"vault password file {source}: empty; a vault password cannot be empty")
+    loaded: LoadedSecret = secret
+    return loaded
+
+
 class Vault(Protocol):
     """What rocmfleet calls of ansible's ``VaultLib`` (ansible-core ships no type information)."""
 
@@ -121,22 +179,31 @@ def vault_lib(password: bytes | None = None) -> Vault:
             password is empty (ansible-vault refuses an empty one too).
     """
     if password is None:
-        path = password_file()
-        if path is None:
+        configured = identities()
+        if not configured:
             raise VaultError(
-                "no vault password: set ROCMFLEET_VAULT_PASSWORD_FILE "
-                "(or ANSIBLE_VAULT_PASSWORD_FILE) to a file holding the password"
+                "no vault password: set ROCMFLEET_VAULT_PASSWORD_FILE (or ANSIBLE_VAULT_PASSWORD_FILE) to a file "
+                f"holding the password or a script printing it, or {IDENTITY_LIST_VARIABLE} to LABEL@FILE,..."
             )
-        try:
-            password = path.read_bytes().strip()
-        except OSError as exc:
-            raise VaultError(f"vault password file {path}: {exc.strerror}") from None
-        if not password:
-            raise VaultError(f"vault password file {path}: empty; a vault password cannot be empty")
+        key = tuple(configured)
+        if key not in _LOADED:  # a password script runs once per process, not once per value
+            _LOADED[key] = VaultLib([(label, _secret(label, source)) for label, source in configured])
+        return _LOADED[key]
     if not password:
         raise VaultError("a vault password cannot be empty")
     lib: Vault = VaultLib([("default", VaultSecret(password))])
     return lib
+
+
+#: The configured vaults already loaded in this process, by their ``(label, source)`` list.
+_LOADED: dict[tuple[tuple[str, str], ...], Vault] = {}
+
+
+def _label(data: bytes | str) -> str | None:
+    """The vault id a blob was encrypted with (format 1.2 headers name it), or None."""
+    text = data.decode(errors="replace") if isinstance(data, bytes) else data
+    header = text.lstrip().split("\n", 1)[0].split(";")
+    return header[3].strip() if len(header) > 3 and header[1] == "1.2" else None
 
 
 def decrypt(data: bytes | str, source: str, vault: Vault | None = None) -> str:
@@ -155,6 +222,12 @@ def decrypt(data: bytes | str, source: str, vault: Vault | None = None) -> str:
         return vault.decrypt(data).decode()
     except AnsibleVaultError as exc:
         reason = "wrong vault password" if "no vault secrets" in str(exc) else "damaged vault data"
+        labels = [label for label, _ in identities()]
+        if reason == "wrong vault password" and (wanted := _label(data)) and wanted not in labels:
+            reason = (
+                f"encrypted with vault id {wanted!r}, and no password of that id is given (ids given: "
+                f"{', '.join(labels) or 'none'}; {IDENTITY_LIST_VARIABLE}={wanted}@FILE)"
+            )
         raise VaultError(f"{source}: cannot decrypt ({reason})", reason) from None
     except Exception:  # noqa: BLE001 - ansible raises several types for malformed blobs
         raise VaultError(f"{source}: cannot decrypt (damaged vault data)", "damaged vault data") from None

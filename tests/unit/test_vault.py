@@ -116,3 +116,34 @@ def test_an_empty_password_is_refused(tmp_path, monkeypatch):
     monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
     with pytest.raises(vault.VaultError, match="empty; a vault password cannot be empty"):
         vault.encrypt("secret")
+
+
+def test_an_executable_password_file_is_run_and_its_output_is_the_password(tmp_path, monkeypatch):
+    # Ansible's rule (get_file_vault_secret): an executable password file is a script.
+    script = tmp_path / "vault-pass.sh"
+    script.write_text(f"#!/bin/sh\necho {PASSWORD.decode()}\n")
+    script.chmod(0o700)
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(script))
+    monkeypatch.delenv("ROCMFLEET_VAULT_PASSWORD_FILE", raising=False)
+    blob = vault.encrypt(TOKEN, PASSWORD)
+    assert vault.decrypt(blob, "g.yml: x") == TOKEN
+
+
+def test_vault_ids_from_the_identity_list_and_a_missing_id_named(tmp_path, monkeypatch):
+    prod = tmp_path / "prod-pass"
+    prod.write_text("prod-password\n")
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+    monkeypatch.delenv("ROCMFLEET_VAULT_PASSWORD_FILE", raising=False)
+    monkeypatch.setenv("ANSIBLE_VAULT_IDENTITY_LIST", f"prod@{prod}")
+    lib = vault.VaultLib([("prod", vault.VaultSecret(b"prod-password"))])
+    blob = lib.encrypt(TOKEN, vault_id="prod").decode()
+    assert blob.startswith("$ANSIBLE_VAULT;1.2;AES256;prod")
+    assert vault.decrypt(blob, "g.yml: x") == TOKEN
+    other = vault.VaultLib([("dev", vault.VaultSecret(b"dev-password"))]).encrypt(TOKEN, vault_id="dev").decode()
+    with pytest.raises(vault.VaultError) as info:
+        vault.decrypt(other, "g.yml: x")
+    assert str(info.value) == (
+        "g.yml: x: cannot decrypt (encrypted with vault id 'dev', and no password of that id is given (ids given: "
+        "prod; ANSIBLE_VAULT_IDENTITY_LIST=dev@FILE))"
+    )
+    assert TOKEN not in str(info.value)
