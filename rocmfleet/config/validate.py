@@ -162,7 +162,7 @@ def validate_inventory(
             if name not in entry.hosts:
                 entry.hosts.append(name)
 
-    for problem in groupvars.problems() + inventory_problems(raw, inventory):
+    for problem in groupvars.problems() + inventory_problems(raw, inventory) + unloaded_problems(raw, inventory):
         add(problem)
     hosts = list(inv)
     if not hosts:
@@ -193,6 +193,34 @@ def validate_inventory(
     if with_hosts:
         return configs, list(grouped.values()), hosts
     return configs, list(grouped.values())
+
+
+def unloaded_problems(raw: dict[str, Any], inventory: str) -> list[Problem]:
+    """A group whose own file ``group_vars/<group>.yml`` exists beside the inventory but is not loaded.
+
+    Ansible (``group_vars/<group>.yml``) and pyinfra (``group_data/<group>.py``) match group files
+    to groups by name; rocmfleet's inventories name the file they load (``_load("gpu_nodes")``), so
+    a group that an operator wrote as Ansible would (``mi300x = [...]`` beside
+    ``group_vars/mi300x.yml``) would get none of its settings, and then ``vllm_profile: Field
+    required`` with no hint.
+    """
+    loaded = {g.path.resolve() for g in groupvars.LOADED}
+    problems = []
+    for group in raw:
+        for directory in groupvars.search_dirs(inventory)[:2]:  # beside the inventory, then its parent
+            path = directory / f"{group}.yml"
+            if path.is_file() and path.resolve() not in loaded:
+                problems.append(
+                    Problem(
+                        "(group)",
+                        f"group {group}: {groupvars.display(path)} exists but the inventory does not load it; "
+                        f"give the group its data: {group} = (hosts, load_group_vars({group!r}))",
+                        "",
+                        inventory,
+                    )
+                )
+                break
+    return problems
 
 
 def _host_name_problem(name: str, data: dict[str, Any]) -> str | None:

@@ -1,0 +1,14 @@
+"""Corpus case: see expected.txt."""
+
+import os as _os
+
+from rocmfleet.config.validate import check_on_load as _check
+
+# tests/unit/test_corpus.py listens on a free port and names it here, to see any connection attempt.
+_port = int(_os.environ.get("ROCMFLEET_CORPUS_SSH_PORT", "9"))
+_conn = {"ssh_hostname": "127.0.0.1", "ssh_port": _port, "ssh_user": "root"}
+
+all = ([("node-1", _conn), ("node-2", _conn)], {})  # noqa: A001
+mi300x = ["node-1", "node-2"]  # as in Ansible: no data named, group_vars/mi300x.yml beside it
+
+_check(__file__)
