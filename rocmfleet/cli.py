@@ -499,7 +499,10 @@ def main(argv: list[str] | None = None) -> int:
         ro.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
         if name == "rollout":
             ro.add_argument(
-                "--image", metavar="REPO:TAG", type=_image_value, help="resolve its digest now; pin both in group data"
+                "--image",
+                metavar="REPO:TAG[@DIGEST]",
+                type=_image_value,
+                help="resolve its digest now (or check that the registry has the pinned one); pin both in group data",
             )
             ro.add_argument(
                 "--bake",

@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from rocmfleet.domain.imageref import name_problem
+from rocmfleet.domain.imageref import digest_problem, name_problem
 
 #: Manifest media types accepted, most specific last as Docker sends them (OCI image-spec
 #: ``media-types.md``; Docker's ``manifest/manifestlist`` and ``manifest/schema2``).
@@ -70,28 +70,33 @@ class ImageName:
         path: repository path in that registry (``library/ubuntu`` for a bare Docker Hub name).
         tag: the tag.
         repository: the repository as written (without tag), for group data.
+        digest: the pinned digest of ``REPO:TAG@sha256:...``, or None (the tag's is asked for).
     """
 
     registry: str
     path: str
     tag: str
     repository: str
+    digest: str | None = None
 
 
 def parse_image(reference: str) -> ImageName:
-    """Split ``REPO:TAG`` (``registry:5000/org/name:tag`` or ``rocm/vllm:tag``).
+    """Split ``REPO:TAG`` or ``REPO:TAG@sha256:...`` (``registry:5000/org/name:tag``, ``rocm/vllm:tag``).
 
     The first path component is a registry when it has a ``.`` or ``:`` or is ``localhost``
-    (docker/distribution ``reference/normalize.go``, ``splitDockerDomain``).
+    (docker/distribution ``reference/normalize.go``, ``splitDockerDomain``). A pinned digest is
+    kept as given (the registry is then asked for that manifest, not for the tag's).
 
     Raises:
-        ValueError: no tag, a digest instead of a tag, or a repository that Docker's reference
-            grammar refuses (:func:`rocmfleet.domain.imageref.name_problem`: white space,
-            control or non-ASCII characters, upper case, ``a:b:c``).
+        ValueError: no tag (a digest alone says nothing a person can read), a malformed digest,
+            or a repository that Docker's reference grammar refuses
+            (:func:`rocmfleet.domain.imageref.name_problem`: white space, control or non-ASCII
+            characters, upper case, ``a:b:c``).
     """
-    if "@" in reference:
-        raise ValueError(f"--image {reference!r}: give REPO:TAG; the digest is resolved from the registry")
-    repository, sep, tag = reference.rpartition(":")
+    named, at, digest = reference.partition("@")
+    if at and (problem := digest_problem(digest)):
+        raise ValueError(f"--image {reference!r}: {problem}")
+    repository, sep, tag = named.rpartition(":")
     if not sep or "/" in tag or not repository or not re.fullmatch(r"\w[\w.-]{0,127}", tag):
         raise ValueError(f"--image {reference!r}: expected REPO:TAG, e.g. docker.io/rocm/vllm:rocm7.0_vllm_0.10.2")
     problem = name_problem(repository)
@@ -104,7 +109,7 @@ def parse_image(reference: str) -> ImageName:
         registry, path = "docker.io", repository
     if registry == "docker.io" and "/" not in path:
         path = f"library/{path}"
-    return ImageName(registry, path, tag, repository)
+    return ImageName(registry, path, tag, repository, digest or None)
 
 
 def _api_host(registry: str) -> str:
@@ -175,7 +180,8 @@ def resolve_digest(
     credentials: tuple[str, str] | None = None,
     timeout_s: float = TIMEOUT_S,
 ) -> str:
-    """The manifest digest (``sha256:`` and 64 hex) the registry gives for ``image``'s tag.
+    """The manifest digest (``sha256:`` and 64 hex) the registry gives for ``image``'s tag; for a
+    pinned ``image.digest``, that digest once the registry has shown it has that manifest.
 
     Args:
         image: from :func:`parse_image`.
@@ -189,7 +195,7 @@ def resolve_digest(
             answer without a usable digest; the message names the URL and status.
     """
     scheme = "http" if image.registry in insecure_registries else "https"
-    url = f"{scheme}://{_api_host(image.registry)}/v2/{image.path}/manifests/{image.tag}"
+    url = f"{scheme}://{_api_host(image.registry)}/v2/{image.path}/manifests/{image.digest or image.tag}"
     scope = f"repository:{image.path}:pull"
     headers = {"Accept": ", ".join(MANIFEST_TYPES)}
     for method in ("HEAD", "GET"):
@@ -209,7 +215,8 @@ def resolve_digest(
                         headers["Authorization"] = _basic(*credentials)
                         continue
                 if exc.code == 404:
-                    raise RegistryError(f"{url}: HTTP 404: no tag {image.tag} in {image.repository}") from None
+                    what = f"manifest {image.digest}" if image.digest else f"tag {image.tag}"
+                    raise RegistryError(f"{url}: HTTP 404: no {what} in {image.repository}") from None
                 raise RegistryError(f"{url}: HTTP {exc.code} {exc.reason}") from None
             except (urllib.error.URLError, OSError) as exc:
                 raise RegistryError(f"{url}: {getattr(exc, 'reason', exc)}") from None
@@ -220,6 +227,8 @@ def resolve_digest(
             if digest and digest != computed:
                 raise RegistryError(f"{url}: Docker-Content-Digest {digest} differs from the body's {computed}")
             digest = computed
+        if image.digest and digest and digest != image.digest:
+            raise RegistryError(f"{url}: the registry's manifest is {digest}, not the pinned {image.digest}")
         if DIGEST_RE.fullmatch(digest):
             return digest
     raise RegistryError(f"{url}: the registry answered without a sha256 digest")

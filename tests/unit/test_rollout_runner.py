@@ -63,7 +63,8 @@ class Registry(BaseHTTPRequestHandler):
             self.end_headers()
             return
         accept = self.headers.get("Accept", "")
-        if self.path != "/v2/rocm/vllm/manifests/good" or registry.MANIFEST_TYPES[0] not in accept:
+        served = ("/v2/rocm/vllm/manifests/good", f"/v2/rocm/vllm/manifests/{INDEX_DIGEST}")
+        if self.path not in served or registry.MANIFEST_TYPES[0] not in accept:
             self.send_response(404)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -110,6 +111,18 @@ def test_parse_image_splits_like_docker():
     for bad in ("rocm/vllm", "rocm/vllm@sha256:" + "a" * 64, "reg:5000/x", ":t"):
         with pytest.raises(ValueError, match="--image"):
             registry.parse_image(bad)
+
+
+def test_a_pinned_digest_is_asked_for_by_digest_and_kept(reg):
+    pinned = registry.parse_image(f"127.0.0.1:{reg.server_port}/rocm/vllm:good@{INDEX_DIGEST}")
+    assert (pinned.tag, pinned.digest) == ("good", INDEX_DIGEST)
+    assert registry.resolve_digest(pinned, [pinned.registry]) == INDEX_DIGEST
+    assert reg.seen[-1][1] == f"/v2/rocm/vllm/manifests/{INDEX_DIGEST}"  # the manifest, not the tag
+    other = "sha256:" + "e" * 64
+    with pytest.raises(registry.RegistryError, match=f"HTTP 404: no manifest {other} in "):
+        registry.resolve_digest(registry.parse_image(f"{pinned.repository}:good@{other}"), [pinned.registry])
+    with pytest.raises(ValueError, match="not an image digest"):
+        registry.parse_image("rocm/vllm:good@sha256:abc")
 
 
 def test_head_with_every_manifest_type_gives_the_digest(reg):
