@@ -112,6 +112,55 @@ def parse_image(reference: str) -> ImageName:
     return ImageName(registry, path, tag, repository, digest or None)
 
 
+#: How Docker names Docker Hub in ``config.json`` (docker/cli ``registry.IndexServer``).
+DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"
+
+
+def docker_config_credentials(registry: str, config_dir: str | None = None) -> tuple[str, str] | None:
+    """``(user, password)`` for ``registry`` from the control machine's Docker client config, as
+    ``docker login`` left them, or None.
+
+    Reads ``$DOCKER_CONFIG/config.json`` (default ``~/.docker/config.json``; docker/cli
+    ``cli/config/config.go``): a credential helper (``credHelpers[registry]``, else
+    ``credsStore``) is run as ``docker-credential-<name> get`` with the server on standard input
+    and answers ``{"Username", "Secret"}`` (docker/docker-credential-helpers protocol); else
+    ``auths[registry].auth`` is base64 ``user:password``. Docker Hub is keyed
+    :data:`DOCKER_HUB_CONFIG_KEY`. Any failure (no file, a helper that is missing or fails) is
+    None: host data's ``docker_registry_auth`` and anonymous pulls remain.
+
+    Args:
+        registry: ``host[:port]`` as in :class:`ImageName` (``docker.io`` for Docker Hub).
+        config_dir: the directory instead of ``$DOCKER_CONFIG`` or ``~/.docker``.
+    """
+    import os
+    import subprocess
+    from pathlib import Path
+
+    directory = Path(config_dir or os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    key = DOCKER_HUB_CONFIG_KEY if registry in ("docker.io", "index.docker.io") else registry
+    helper = (config.get("credHelpers") or {}).get(key) or config.get("credsStore")
+    if helper:
+        try:
+            answer = subprocess.run(
+                [f"docker-credential-{helper}", "get"], input=key, capture_output=True, text=True, timeout=30
+            )
+            found = json.loads(answer.stdout) if answer.returncode == 0 else {}
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            found = {}
+        if found.get("Username") and found.get("Secret"):
+            return str(found["Username"]), str(found["Secret"])
+    entry = (config.get("auths") or {}).get(key) or (config.get("auths") or {}).get(f"https://{key}") or {}
+    try:
+        user, sep, password = base64.b64decode(entry.get("auth", "")).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return (user, password) if sep and user else None
+
+
 def _api_host(registry: str) -> str:
     return DOCKER_HUB if registry in ("docker.io", "index.docker.io") else registry
 

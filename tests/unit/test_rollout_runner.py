@@ -125,6 +125,26 @@ def test_a_pinned_digest_is_asked_for_by_digest_and_kept(reg):
         registry.parse_image("rocm/vllm:good@sha256:abc")
 
 
+def test_docker_login_credentials_of_the_control_machine(tmp_path, monkeypatch):
+    import base64
+
+    helper = tmp_path / "bin" / "docker-credential-fake"
+    helper.parent.mkdir()
+    helper.write_text('#!/bin/sh\nread server\necho "{\\"Username\\": \\"bot\\", \\"Secret\\": \\"s-$server\\"}"\n')
+    helper.chmod(0o755)
+    auth = base64.b64encode(b"ops:pw").decode()
+    (tmp_path / "config.json").write_text(
+        json.dumps({"auths": {"reg.example:5000": {"auth": auth}, registry.DOCKER_HUB_CONFIG_KEY: {"auth": auth}},
+                    "credHelpers": {"helped.example": "fake"}})
+    )  # fmt: skip
+    assert registry.docker_config_credentials("reg.example:5000", str(tmp_path)) == ("ops", "pw")
+    assert registry.docker_config_credentials("docker.io", str(tmp_path)) == ("ops", "pw")
+    assert registry.docker_config_credentials("other.example", str(tmp_path)) is None
+    monkeypatch.setenv("PATH", f"{helper.parent}:{os.environ['PATH']}")
+    assert registry.docker_config_credentials("helped.example", str(tmp_path)) == ("bot", "s-helped.example")
+    assert registry.docker_config_credentials("reg.example:5000", str(tmp_path / "none")) is None
+
+
 def test_head_with_every_manifest_type_gives_the_digest(reg):
     name = _name(reg)
     assert registry.resolve_digest(name, [name.registry]) == INDEX_DIGEST

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rocmfleet.config import groupvars
 from rocmfleet.config.groupdata_edit import EditError, holders, set_keys, unified_diff, unset_keys
-from rocmfleet.fleet.registry import RegistryError, parse_image, resolve_digest
+from rocmfleet.fleet.registry import RegistryError, docker_config_credentials, parse_image, resolve_digest
 from rocmfleet.fleet.rollout.progress import Emit, to_stderr
 from rocmfleet.fleet.rollout.state import DataEdit, ImageRef
 from rocmfleet.fleet.target import Target
@@ -33,7 +33,8 @@ def resolve(reference: str, targets: Mapping[str, Target]) -> ImageRef:
     """``REPO:TAG`` to an :class:`~rocmfleet.fleet.rollout.state.ImageRef`, the digest from the registry (once).
 
     The hosts' ``docker_insecure_registries`` say which registries speak plain HTTP, their
-    ``docker_registry_auth`` the credentials.
+    ``docker_registry_auth`` the credentials, else the control machine's ``docker login``
+    (:func:`~rocmfleet.fleet.registry.docker_config_credentials`).
 
     Raises:
         CommandError: a malformed reference or a registry that cannot say the digest.
@@ -48,6 +49,7 @@ def resolve(reference: str, targets: Mapping[str, Target]) -> ImageRef:
         for auth in t.config.settings.docker_registry_auth:
             if auth.registry in (name.registry, f"https://{name.registry}", f"http://{name.registry}"):
                 credentials = (auth.username, auth.password.reveal())
+    credentials = credentials or docker_config_credentials(name.registry)  # `docker login` on this machine
     try:
         digest = resolve_digest(name, insecure, credentials)
     except RegistryError as exc:
