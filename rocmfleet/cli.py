@@ -220,6 +220,11 @@ def _rollout(args: argparse.Namespace) -> int:
             progress_factory=progress,
             steps=steps,
         )
+    if args.dry and getattr(args, "bake", False):
+        print("rocmfleet: --dry with --bake: the bake builds and pushes an image; plan the rollout with "
+              "--dry --image BAKED_REF after `rocmfleet cache bake`", file=sys.stderr)  # fmt: skip
+        return 2
+    ask = None if args.yes or args.dry or not sys.stdin.isatty() else _ask
     return command.run_rollout(
         args.inventory,
         kind=args.command,
@@ -233,7 +238,16 @@ def _rollout(args: argparse.Namespace) -> int:
         emit=lambda line: print(line, flush=True),
         error=rollout_progress.to_stderr,
         progress_factory=progress,
+        start=command.StartOptions(dry=args.dry, confirm=ask),
     )
+
+
+def _ask(question: str) -> bool:
+    """``question [y/N]`` on the terminal; only ``y`` or ``yes`` go on (EOF and Ctrl-D do not)."""
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -513,6 +527,14 @@ def main(argv: list[str] | None = None) -> int:
         ro.add_argument("--canary", type=int, help="hosts switched and gated first (default 1)")
         ro.add_argument("--max-unavailable", metavar="N|P%", help="most hosts out of service at once (default 1)")
         ro.add_argument("--force", action="store_true", help="start even when the preflight check fails")
+        ro.add_argument(
+            "--dry",
+            action="store_true",
+            help="show the plan (digest, group file edit, batches) after the preflight check; change nothing",
+        )
+        ro.add_argument(
+            "-y", "--yes", action="store_true", help="do not ask before starting (asked only on a terminal)"
+        )
         once = ro.add_mutually_exclusive_group()
         once.add_argument("--resume", action="store_true", help="continue the recorded one")
         once.add_argument(

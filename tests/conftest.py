@@ -51,8 +51,9 @@ def lab_ssh(lab, name: str, command: str, timeout_s: float = 300) -> subprocess.
 def rocmfleet_cli(*args: str, timeout_s: float = 900) -> subprocess.CompletedProcess:
     """``rocmfleet ARGS`` (the console script's entry point) from the repository root."""
     return subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s
-    )
+        [sys.executable, "-m", "rocmfleet.cli", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

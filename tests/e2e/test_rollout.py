@@ -87,14 +87,14 @@ def results(tmp_path, monkeypatch, baseline):
 def rollout(*args: str, inventory: str = INVENTORY, timeout_s: float = 1800) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rocmfleet.cli", "rollout", inventory, *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ),
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ), stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
 
 def start_rollout(*args: str, inventory: str = INVENTORY) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "rocmfleet.cli", "rollout", inventory, *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
 

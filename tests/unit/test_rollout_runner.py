@@ -879,6 +879,41 @@ def test_a_canary_that_fails_its_gate_from_the_cli_ends_with_the_summary_not_a_t
     assert steps.running == {canary: BASE_IMAGE.digest}
 
 
+def test_dry_shows_the_edit_and_the_batches_and_changes_nothing(stand_in_fleet, capsys):
+    from rocmfleet import cli
+
+    steps, group = stand_in_fleet
+    saved = group.read_text()
+    code = cli.main(["rollout", PROD, "--dry", "--max-unavailable", "2", "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f'+vllm_image_digest: "{SLOWER.digest}"' in out  # the edit it would make, shown
+    assert "plan: batch 1 (canary): mi300x-a01; batch 2: mi300x-a02, mi300x-a03" in out
+    assert "--dry: rollout of 3 host(s) in 2 batch(es), at most 2 out of service; nothing was changed" in out
+    assert group.read_text() == saved and steps.running == {}  # no group file edit, no host switched
+    assert not rstate.state_path(rstate.results_root(None, PROD), PROD).exists()  # no state recorded
+    assert cli.main(["rollout", PROD, "--dry", "--resume"]) == 2
+
+
+def test_the_question_before_a_start_stops_it_unless_answered_yes(stand_in_fleet, capsys, monkeypatch):
+    from rocmfleet import cli
+
+    steps, group = stand_in_fleet
+    saved = group.read_text()
+    asked = []
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda question: asked.append(question) or "n")
+    code = cli.main(["rollout", PROD, "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "not confirmed; nothing was changed" in err
+    assert asked == ["start this rollout of 3 host(s) in 3 batch(es), at most 1 out of service? [y/N] "]
+    assert group.read_text() == saved and steps.running == {}
+    asked.clear()
+    code = cli.main(["rollout", PROD, "-y", "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
+    assert code == 0 and asked == []  # -y: no question, the rollout ran
+    assert set(steps.running.values()) == {SLOWER.digest}
+
+
 def test_a_registry_that_stops_answering_mid_rollout_ends_with_the_summary(stand_in_fleet, capsys):
     from rocmfleet import cli
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from rocmfleet.config.groupdata_edit import IMAGE_KEYS, parse, unified_diff
@@ -43,6 +44,21 @@ from rocmfleet.fleet.rollout.state import (
 from rocmfleet.fleet.target import Target
 
 
+@dataclass(frozen=True)
+class StartOptions:
+    """How a new rollout or restart starts (``--dry``, ``-y``).
+
+    Attributes:
+        dry: show the plan (the image's digest, the group file's edit, the batches) after the
+            preflight check, and change nothing: no group file, no state file, no host.
+        confirm: asked with the plan's one-line summary before anything changes; False stops
+            with nothing changed. None: no question (``-y``, or no terminal to ask on).
+    """
+
+    dry: bool = False
+    confirm: Callable[[str], bool] | None = None
+
+
 def _finish(state: RolloutState, path: Path, code: int, emit: Emit, error: Emit = to_stderr) -> int:
     """Write the report; each host's error and a failed end go to ``error``, a good end to ``emit``."""
     report = path.parent / state.id / "report.md"
@@ -69,6 +85,7 @@ def run_rollout(
     emit: Emit = print,
     progress_factory: ProgressFactory | None = None,
     error: Emit | None = None,
+    start: StartOptions = StartOptions(),  # noqa: B008 - frozen, never mutated
 ) -> int:
     """``rocmfleet rollout``/``restart``: plan, record and run, or ``--resume``/``--rollback`` one.
 
@@ -98,7 +115,7 @@ def run_rollout(
         with run_lock(path):
             return _run_rollout(
                 inventory, checked, image, canary, max_unavailable, force, resume, rollback, limit, root, path,
-                emit, progress_factory, say_error,
+                emit, progress_factory, say_error, start,
             )  # fmt: skip
     except RunLocked as exc:
         say_error(f"rocmfleet: {exc}; nothing was done")
@@ -108,10 +125,12 @@ def run_rollout(
 def _run_rollout(
     inventory: str, kind: Kind, image: str | None, canary: int | None, max_unavailable: str | None, force: bool,
     resume: bool, rollback: bool, limit: list[str] | None, root: Path, path: Path, emit: Emit,
-    progress_factory: ProgressFactory | None, say_error: Emit,
+    progress_factory: ProgressFactory | None, say_error: Emit, start: StartOptions = StartOptions(),  # noqa: B008
 ) -> int:  # fmt: skip
     """:func:`run_rollout` with its run lock held; ``root`` and ``path``: the results root and state file."""
     try:
+        if start.dry and (resume or rollback):
+            raise CommandError(f"--dry with {'--resume' if resume else '--rollback'}: --dry plans a new {kind}")
         if resume or rollback:
             given = {
                 "--image": image,
@@ -152,6 +171,7 @@ def _run_rollout(
             emit,
             progress_factory,
             say_error,
+            start,
         )
     except (CommandError, PlanError, ValueError) as exc:
         say_error(f"rocmfleet: {exc}")
@@ -233,7 +253,7 @@ def _continue(
 def _start(
     inventory: str, kind: Kind, image: str | None, canary: int, max_unavailable: str, force: bool,
     limit: list[str] | None, root: Path, path: Path, emit: Emit, progress_factory: ProgressFactory | None,
-    error: Emit = to_stderr,
+    error: Emit = to_stderr, start: StartOptions = StartOptions(),  # noqa: B008
 ) -> int:  # fmt: skip
     if canary < 0:
         raise CommandError(f"--canary {canary}: must be >= 0")
@@ -300,11 +320,25 @@ def _start(
         if not force:
             raise CommandError(f"{len(failing)} check(s) fail on the fleet before the {kind}; fix them or pass --force")
         emit("--force: starting on a failing fleet")
+    edit = fleetimage.data_file(wanted_ref) if wanted_ref is not None else None
+    if edit is not None and edit[2] != edit[1]:
+        emit(unified_diff(edit[1], edit[2], str(edit[0])))
+    count = parse_max_unavailable(max_unavailable, len(hosts)) if hosts else 0
+    batches = plan_batches(hosts, canary, count) if hosts else []
+    summary = f"{kind} of {len(hosts)} host(s) in {len(batches)} batch(es), at most {count} out of service"
+    if batches:
+        canaries = -(-min(canary, len(hosts)) // count)  # the canary's hosts, split by max-unavailable
+        named = [f"batch {i + 1}{' (canary)' if i < canaries else ''}: {', '.join(b)}" for i, b in enumerate(batches)]
+        emit("plan: " + "; ".join(named))
+    if start.dry:
+        emit(f"--dry: {summary if hosts else 'no host to switch'}; nothing was changed")
+        return 0
+    if start.confirm is not None and not start.confirm(f"start this {summary}?"):
+        raise CommandError("not confirmed; nothing was changed")
     data_edit = None
-    if wanted_ref is not None:
-        file, old, new = fleetimage.data_file(wanted_ref)
+    if wanted_ref is not None and edit is not None:
+        file, old, new = edit
         if new != old:
-            emit(unified_diff(old, new, str(file)))
             file.write_text(new)
             previous = parse(old, str(file))
             data_edit = DataEdit(
@@ -324,8 +358,6 @@ def _start(
         targets = reloaded
         if not hosts:
             return 0
-    count = parse_max_unavailable(max_unavailable, len(hosts))
-    batches = plan_batches(hosts, canary, count)
     index = {h: i for i, batch in enumerate(batches) for h in batch}
     state = RolloutState(
         id=new_run_id(),
