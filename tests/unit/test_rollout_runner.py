@@ -884,7 +884,8 @@ def test_dry_shows_the_edit_and_the_batches_and_changes_nothing(stand_in_fleet, 
 
     steps, group = stand_in_fleet
     saved = group.read_text()
-    code = cli.main(["rollout", PROD, "--dry", "--max-unavailable", "2", "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
+    slower = f"{SLOWER.repository}:{SLOWER.tag}"
+    code = cli.main(["rollout", PROD, "--dry", "--max-unavailable", "2", "--image", slower])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert f'+vllm_image_digest: "{SLOWER.digest}"' in out  # the edit it would make, shown
