@@ -320,17 +320,15 @@ def _cache_bake(args: argparse.Namespace) -> int:
 
     try:
         _writable(args.write, "--write")
+        targets = load_fleet(args.inventory, [args.host], option="--host")
+        if len(targets) != 1:
+            raise ValueError(f"--host {args.host} matches {len(targets)} hosts; name one")
+        if args.write and (unread := _not_loaded(args.write)):
+            raise ValueError(f"--write {args.write}: {unread}")
         if args.write:  # the edit is tried before the bake, so a file it cannot edit stops nothing half-way
             cachebake.group_data_with_image(_read_text(args.write), "r", "t", "sha256:" + "0" * 64, args.write)
-        targets = load_fleet(args.inventory, [args.host], option="--host")
     except (FleetError, ValueError) as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
-        return 2
-    if len(targets) != 1:
-        print(f"rocmfleet: --host {args.host} matches {len(targets)} hosts; name one", file=sys.stderr)
-        return 2
-    if args.write and (unread := _not_loaded(args.write)):
-        print(f"rocmfleet: --write {args.write}: {unread}", file=sys.stderr)
         return 2
     from rocmfleet.fleet.rollout.state import deploy_refusal
 

@@ -226,7 +226,7 @@ class Profile(ServingSettings):
         served_len = self.max_model_len or (self.model_memory.max_position_embeddings if self.model_memory else None)
         problems += served_problems(self.bench, served_len, self.max_num_seqs)
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError("\n".join(problems))  # one problem a line: _problem splits them
         return self
 
     @property
@@ -287,7 +287,9 @@ def _parse(path: Path, raw: bytes) -> Profile:
     try:
         profile = Profile.model_validate(data)
     except ValidationError as exc:
-        problems += [_problem(err, doc.lines) for err in exc.errors()]
+        for err in exc.errors():
+            key, message, value = _problem(err, doc.lines)
+            problems += [(key, line, value) for line in message.split("\n")]  # a model rule's lines, each
         profile = None
     if profile is not None and profile.name != path.stem:
         problems.append(("name", f"must match the file name {path.stem!r}", repr(profile.name)))

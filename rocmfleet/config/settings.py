@@ -97,6 +97,8 @@ def address_problem(value: str) -> str | None:
     label = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
     if len(value) > 253 or not re.fullmatch(rf"{label}(?:\.{label})*\.?", value):
         return "must be a host name (letters, digits, '-', '.') or an IP address"
+    if value.rstrip(".").rsplit(".", 1)[-1].isdigit():  # RFC 3696 §2: a top-level label is never all digits
+        return "is neither an IP address (four parts of 0-255, or IPv6) nor a host name (its last part is all digits)"
     return None
 
 
@@ -361,6 +363,10 @@ class HostSettings(BaseModel):
     def _drain_pair(self) -> HostSettings:
         """A drain hook without its undrain hook leaves every host the rollout drained out of the
         load balancer for good; an undrain hook alone puts back hosts nobody took out."""
+        for key, command in (("vllm_drain_command", self.vllm_drain_command),
+                             ("vllm_undrain_command", self.vllm_undrain_command)):  # fmt: skip
+            if command is not None and not command.strip():
+                raise ValueError(f"{key} is empty: give a command, or leave both hooks out")
         if (self.vllm_drain_command is None) != (self.vllm_undrain_command is None):
             given, missing = (
                 ("vllm_drain_command", "vllm_undrain_command")

@@ -229,11 +229,11 @@ def _host_name_problem(name: str, data: dict[str, Any]) -> str | None:
     no ``ssh_hostname`` (the name is then what SSH connects to, unless ``~/.ssh/config`` maps it),
     it is not an RFC 1123 host name or an IP address. pyinfra's connector names (``@local``,
     ``@docker/...``) are not addresses. A name with white space is :func:`inventory_problems`' own."""
-    if not isinstance(name, str) or any(c.isspace() for c in name):
-        return None
+    if not isinstance(name, str) or any(c.isspace() for c in name) or name.startswith("@"):
+        return None  # white space: inventory_problems'; `@docker/...`: a pyinfra connector's own name
     if problem := names.host_name_problem(name):
         return problem
-    if data.get("ssh_hostname") is None and not name.startswith("@") and (why := address_problem(name)):
+    if data.get("ssh_hostname") is None and (why := address_problem(name)):
         return f"is the SSH address (no ssh_hostname): it {why}"
     return None
 

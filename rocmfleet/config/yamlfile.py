@@ -72,7 +72,16 @@ def _yaml11_hint(text: str) -> str | None:
             f"unquoted {text} is read differently by YAML 1.1 (Ansible, PyYAML) and YAML 1.2: "
             f"quote it ('{text}') for text, or write a plain decimal number"
         )
+    if re.fullmatch(r"[-+]?[0-9]+[eE][-+]?[0-9]+", text):  # YAML 1.1's float needs a '.'
+        return (
+            f"unquoted {text} is text in YAML 1.1 (Ansible, PyYAML) but the number {float(text):g} in YAML 1.2: "
+            f"write the number in full ({float(text):.0f}), or quote it ('{text}') for text"
+        )
     return None
+
+
+#: Key names whose values are secrets: a YAML 1.1 hint about them never quotes the value.
+_SECRET_KEY = re.compile(r"password|secret|token|api_?key", re.IGNORECASE)
 
 
 def _walk(node: Node, path: str, problems: list[YamlProblem]) -> None:
@@ -96,6 +105,8 @@ def _walk(node: Node, path: str, problems: list[YamlProblem]) -> None:
             _walk(item, f"{path}[{index}]", problems)
     elif isinstance(node, ScalarNode) and node.style is None and not _tag(node).startswith("!"):
         hint = _yaml11_hint(node.value)
+        if hint and _SECRET_KEY.search(path):
+            hint = "unquoted, this value is read differently by YAML 1.1 (Ansible, PyYAML) and YAML 1.2: quote it"
         if hint:
             problems.append(YamlProblem(node.start_mark.line + 1, path, hint))
 

@@ -268,8 +268,10 @@ def _mirror_problem(url: str) -> str | None:
     import urllib.parse
 
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if parts.scheme not in ("http", "https"):
         return f"{url!r} is not an http:// or https:// URL (dockerd: invalid mirror: unsupported scheme)"
+    if not parts.hostname:
+        return f"{url!r} names no host"
     if parts.query or parts.fragment or parts.username or parts.password:
         return f"{url!r} has a query, fragment or user: dockerd refuses it (invalid mirror)"
     return None
@@ -304,6 +306,8 @@ def value_problems(user: Mapping[str, Any], source: str = "docker") -> list[tupl
     for i, server in enumerate(user.get("dns") or []):
         try:
             ipaddress.ip_address(server)
+            if "%" in server:  # Python takes a scoped IPv6 address; dockerd's net.ParseIP does not
+                raise ValueError(server)
         except ValueError:
             problems.append(
                 (f"docker_daemon.dns.{i}", "must be an IP address (dockerd: not an ip address)", repr(server))

@@ -349,6 +349,20 @@ PARALLEL_SIZES = {
     "-dp": "data",
     "--data-parallel-size-local": "data",
     "-dpl": "data",
+    "--data-parallel-rank": "data",
+    "--data-parallel-start-rank": "data",
+    "--headless": "data",
+    "--prefill-context-parallel-size": "context",
+    "-pcp": "context",
+    "--decode-context-parallel-size": "context",
+    "-dcp": "context",
+}
+#: Other ``vllm serve`` arguments that would undo what rocmfleet renders or leak a secret
+#: (vllm-0.33.0 ``vllm/entrypoints/openai/cli_args.py``, ``vllm/utils/argparse_utils.py``).
+REFUSED_ARGS = {
+    "--config": "a vLLM config file sets flags (port, model, parallel sizes) out of rocmfleet's sight; list them here",
+    "--api-key": "a secret in the process arguments (ps, the unit file): set VLLM_API_KEY in vllm_secret_env",
+    "--uds": "serves on a Unix socket instead of the instance's port, which the readiness check and clients use",
 }
 
 
@@ -412,13 +426,31 @@ def _given(token: str) -> str:
 
 
 def _flag_name(token: str) -> str:
+    """The flag vLLM's parser takes ``token`` for: ``_`` read as ``-`` in a long flag
+    (``FlexibleArgumentParser``, vllm-0.33.0 ``vllm/utils/argparse_utils.py``), ``--no-X`` as ``--X``,
+    a dotted ``--a.b`` as ``--a``, aliases resolved, and an abbreviation taken for the flag it
+    abbreviates (argparse's ``allow_abbrev``, on in vLLM's parser) when it abbreviates one this
+    module knows."""
     name = _given(token)
     if name.startswith("-O"):
         return "-O"
     name = name.split(".", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
     if name.startswith("--no-"):
         name = "--" + name[5:]
-    return ARG_ALIASES.get(name, name)
+    name = ARG_ALIASES.get(name, name)
+    if name.startswith("--") and len(name) > 3 and name not in _known_flags():
+        longer = sorted(f for f in _known_flags() if f.startswith(name))
+        name = longer[0] if longer else name
+    return name
+
+
+def _known_flags() -> set[str]:
+    """Every long ``vllm serve`` flag this module names (rendered, owned, refused)."""
+    rendered = {f.name for f in FLAGS if f.kind == "arg" and f.name}
+    named = {*rendered, "--compilation-config", *SERVE_OWNED, *PARALLEL_SIZES, *REFUSED_ARGS, *ARG_ALIASES.values()}
+    return {f for f in named if f.startswith("--")}
 
 
 def env_passthrough_problems(names: list[str], vllm_version: str, where: str) -> list[str]:
@@ -441,7 +473,12 @@ def _passthrough_problems(
     names += [("extra_args", _given(t), _flag_name(t)) for t in settings.extra_args if t.startswith("-")]
     for token in settings.extra_args:
         flag, sep, _ = token.partition("=")
-        if token.startswith("-") and any(c.isspace() for c in flag):
+        if token[:1].isspace() or token[:1] in "\u2010\u2011\u2012\u2013\u2014\u2212\ufe63\uff0d":
+            problems.append(
+                f"extra_args {token!r}: starts with {token[:1]!r}, not '-': vLLM would take it for the model "
+                "argument and refuse to start"
+            )
+        elif token.startswith("-") and any(c.isspace() for c in flag):
             parts = token.split(None, 1)
             fix = f"give {parts!r} or '{parts[0]}={parts[1]}'" if len(parts) > 1 else f"give {parts[0]!r}"
             problems.append(
@@ -453,6 +490,9 @@ def _passthrough_problems(
         if where == "extra_args" and name in SERVE_OWNED:
             owner = SERVE_OWNED[name]
             problems.append(f"extra_args {given}: rendered for every instance from {owner}; set that instead")
+            continue
+        if where == "extra_args" and name in REFUSED_ARGS:
+            problems.append(f"extra_args {given}: {REFUSED_ARGS[name]}")
             continue
         if where == "extra_args" and name in PARALLEL_SIZES:
             problems.append(

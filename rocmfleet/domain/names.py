@@ -28,8 +28,16 @@ INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 #: A directory name's longest on Linux (``NAME_MAX``, 255 bytes) less room for a suffix, and
 #: DNS's longest name (RFC 1035 §2.3.4): results are kept in one directory per host.
 MAX_HOST_NAME_BYTES = 253
-#: Scripts written together in one word (UTS #39 §5.1, augmented script sets ``Jpan``, ``Kore``).
-_CJK = frozenset({"CJK", "HIRAGANA", "KATAKANA", "HANGUL"})
+#: Scripts written together in one word (UTS #39 §5.1, augmented script sets ``Jpan``, ``Kore``),
+#: with the first words of the Unicode names of their shared marks (``ー`` KATAKANA-HIRAGANA
+#: PROLONGED SOUND MARK, ``々`` IDEOGRAPHIC ITERATION MARK).
+_CJK = frozenset({"CJK", "HIRAGANA", "KATAKANA", "HANGUL", "KATAKANA-HIRAGANA", "IDEOGRAPHIC"})
+#: Default-ignorable code points that the categories above miss (UAX #44
+#: ``Default_Ignorable_Code_Point``, DerivedCoreProperties.txt): combining grapheme joiner,
+#: Hangul fillers, variation selectors, and the blank braille pattern, which renders as a space.
+_BLANK = frozenset({0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x3164, 0xFFA0, 0x2800}) | frozenset(
+    [*range(0x180B, 0x1810), *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)]
+)
 
 
 def _described(char: str) -> str:
@@ -47,11 +55,17 @@ def lookalike_problem(name: str) -> str | None:
     """
     for char in name:
         category = unicodedata.category(char)
-        if category in INVISIBLE or (category == "Zs" and char != " "):
+        if category in INVISIBLE or (category == "Zs" and char != " ") or ord(char) in _BLANK:
             return f"holds an invisible character ({_described(char)})"
+    if unicodedata.normalize("NFKC", name) != name:  # é as e + U+0301, fullwidth and halfwidth forms
+        odd = next((c for c in name if unicodedata.normalize("NFKC", c) != c), name[-1])
+        return (
+            f"is not in Unicode normal form NFKC ({_described(odd)}): it looks like "
+            f"{unicodedata.normalize('NFKC', name)!r}, another name; write that"
+        )
     scripts: dict[str, str] = {}
     for char in name:
-        if char.isalpha():
+        if char.isalpha() or (char.isdigit() and not char.isascii()):
             script = unicodedata.name(char, "UNKNOWN").split()[0]
             scripts.setdefault("CJK" if script in _CJK else script, char)
     if len(scripts) > 1 and set(scripts) != {"LATIN", "CJK"}:  # UTS #39 §5.2 "Highly Restrictive"

@@ -87,7 +87,7 @@ class TuningSettings(BaseModel):
         undoing = [
             f"{extra} undoes {owned[key]} (tuning_{_SWITCH[key]})"
             for extra in self.tuning_kernel_cmdline_extra
-            if (key := extra.split("=", 1)[0]) in owned and extra != owned[key] and _undoes(key, extra)
+            if (key := _key(extra)) in owned and extra != owned[key] and _undoes(key, extra)
         ]
         if undoing:
             raise ValueError(
@@ -120,8 +120,17 @@ class TuningSettings(BaseModel):
 _SWITCH = {"iommu": "iommu_pt", "pci": "pci_realloc_off", "transparent_hugepage": "transparent_hugepage"}
 
 
+def _key(param: str) -> str:
+    """The switch key a kernel parameter sets: ``iommu.passthrough=0`` is ``iommu`` (the generic
+    IOMMU option that ``iommu=pt`` also sets; Documentation/admin-guide/kernel-parameters.txt)."""
+    name = param.split("=", 1)[0]
+    return "iommu" if name == "iommu.passthrough" else name
+
+
 def _undoes(key: str, extra: str) -> bool:
     """``pci=`` takes comma-separated options: only a ``realloc`` option undoes ``pci=realloc=off``."""
+    if extra.startswith("iommu.passthrough="):
+        return extra.split("=", 1)[1].lower() in ("0", "n", "no", "off")
     if key != "pci":
         return True
     return any(opt.startswith("realloc") for opt in extra.split("=", 1)[1].split(","))
