@@ -24,12 +24,15 @@ Rules, the same for ``extra_env`` and ``vllm_env`` (:func:`profile_problems`,
   table renders with the setting that owns it (:func:`rocmfleet.domain.flags.env_passthrough_problems`);
 - a variable a named set renders is refused: the set owns it;
 - a safe-value variable set to another value where the table says the default is wrong is refused
-  with the row's reason; ``HSA_NO_SCRATCH_RECLAIM`` other than ``1`` at TP > 1 likewise;
+  with the row's reason, on a host of that architecture (:func:`arch_problems`, at placement);
+  ``HSA_NO_SCRATCH_RECLAIM`` other than ``1`` at TP > 1 everywhere;
 - in ``vllm_env``, a secret (a token-like value such as ``hf_…``, or a name such as ``HF_TOKEN``)
   is refused: secrets go in ``vllm_secret_env`` as vault values. Its value is never printed.
 
-The GPU architecture comes from the host's KFD ``gfx_target_version`` at render time
-(``Placement.gfx_arch``); validation, which has no host data, assumes :data:`ASSUMED_ARCH`.
+The GPU architecture comes from the host's KFD ``gfx_target_version`` at placement
+(``Placement.gfx_arch``). Validation has no host data and assumes no architecture: a value that is
+wrong on gfx942 and right on gfx950 (FP4 BMM) is refused on the gfx942 host it would crash, not in
+a profile that may serve both.
 """
 
 from __future__ import annotations
@@ -66,9 +69,6 @@ class EnvProfile(Protocol):
     def extra_env(self) -> Mapping[str, str]: ...
     def render(self, vllm_version: str | None = None) -> Rendered: ...
 
-
-#: Architecture validation assumes: MI300X is gfx942 (KFD ``gfx_target_version`` 90402; reference §7.2).
-ASSUMED_ARCH = "gfx942"
 
 #: Variables that choose which GPUs a process sees. Placement sets ``CUDA_VISIBLE_DEVICES`` only;
 #: vLLM on ROCm raises at import when ``HIP_VISIBLE_DEVICES`` and ``CUDA_VISIBLE_DEVICES`` differ
@@ -257,7 +257,31 @@ def container_env(
     }
 
 
-def _owned(profile: EnvProfile, name: str, value: str, where: str, arch: str) -> str | None:
+def arch_problems(profile: EnvProfile, vllm_env: Mapping[str, str], arch: str | None) -> list[str]:
+    """Explicit values of :data:`AITER_DEFAULTS` variables (in ``extra_env`` or ``vllm_env``) that are
+    wrong on the host's architecture, e.g. ``VLLM_ROCM_USE_AITER_FP4BMM=1`` on gfx942.
+
+    Args:
+        profile: the profile (its ``extra_env`` and ``vllm_version``).
+        vllm_env: host data's ``vllm_env``.
+        arch: the host's LLVM target (``Placement.gfx_arch``); ``None``: nothing is refused.
+
+    Returns:
+        One line per variable, naming where it was set, the value it must have and the row's source.
+    """
+    problems = []
+    for where, env in (("extra_env", profile.extra_env), ("vllm_env", vllm_env)):
+        for name, value in env.items():
+            for row in AITER_DEFAULTS:
+                if row.name == name and value != row.value and row.refuses(profile.vllm_version, arch):
+                    problems.append(
+                        f"{where} {name}={value}: on {arch} with vLLM {profile.vllm_version} it must be "
+                        f"{row.value}: {row.why} ({row.source.split(';')[0]})"
+                    )
+    return problems
+
+
+def _owned(profile: EnvProfile, name: str, value: str, where: str) -> str | None:
     """Why ``name=value`` from ``where`` is refused by the policy's own rules, or ``None``."""
     if name in VISIBILITY:
         return (
@@ -272,12 +296,6 @@ def _owned(profile: EnvProfile, name: str, value: str, where: str, arch: str) ->
     owners = [s for s in profile.env_sets if name in ENV_SETS[s].variables]
     if owners:
         return f"{where} {name}: rendered by env_sets {owners}; drop the set and list its variables in extra_env"
-    for row in AITER_DEFAULTS:
-        if row.name == name and value != row.value and row.refuses(profile.vllm_version, arch):
-            return (
-                f"{where} {name}={value}: on {arch} with vLLM {profile.vllm_version} it must be {row.value}: "
-                f"{row.why} ({row.source.split(';')[0]})"
-            )
     if name == SCRATCH_RECLAIM[0] and value != SCRATCH_RECLAIM[1] and (profile.tensor_parallel_size or 1) > 1:
         return (
             f"{where} {name}={value}: tensor_parallel_size {profile.tensor_parallel_size} needs "
@@ -292,7 +310,7 @@ def is_secret(name: str, value: str) -> bool:
     return name in SECRET_NAMES or bool(_SECRET_NAME.search(name)) or bool(_SECRET_VALUE.search(value))
 
 
-def profile_problems(profile: EnvProfile, arch: str = ASSUMED_ARCH) -> list[str]:
+def profile_problems(profile: EnvProfile) -> list[str]:
     """The policy's rules for the profile's ``extra_env`` and ``env_sets`` (removed and table-rendered
     variables in ``extra_env`` are :func:`rocmfleet.domain.flags.render`'s). One line per problem."""
     problems = [
@@ -301,7 +319,7 @@ def profile_problems(profile: EnvProfile, arch: str = ASSUMED_ARCH) -> list[str]
     if problems:
         return problems
     for name, value in profile.extra_env.items():
-        if why := _owned(profile, name, value, "extra_env", arch):
+        if why := _owned(profile, name, value, "extra_env"):
             problems.append(why)
         elif is_secret(name, value):
             problems.append(
@@ -310,9 +328,7 @@ def profile_problems(profile: EnvProfile, arch: str = ASSUMED_ARCH) -> list[str]
     return problems
 
 
-def host_problems(
-    profile: EnvProfile, vllm_env: Mapping[str, str], arch: str = ASSUMED_ARCH
-) -> list[tuple[str, str, str]]:
+def host_problems(profile: EnvProfile, vllm_env: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """Every rule ``vllm_env`` breaks, as ``(key, message, value)`` with key ``vllm_env.<NAME>``;
     a secret's value is shown as ``*MASKED*``."""
     problems: list[tuple[str, str, str]] = []
@@ -330,6 +346,6 @@ def host_problems(
                     "*MASKED*",
                 )
             )
-        elif why := _owned(profile, name, value, "vllm_env", arch) or table.get(name):
+        elif why := _owned(profile, name, value, "vllm_env") or table.get(name):
             problems.append((key, why.split(": ", 1)[1], repr(value)))
     return problems

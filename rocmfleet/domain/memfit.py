@@ -20,8 +20,10 @@ Per GPU, in GiB (2**30 bytes):
 - bytes per element: 1 for ``kv_cache_dtype`` fp8*, else the model's ``dtype`` (4 for
   float32, 2 otherwise, including ``auto`` for BF16/FP16 checkpoints);
 - budget: GPU memory × ``gpu_memory_utilization`` (vLLM's default 0.9, vllm/config/cache.py),
-  where GPU memory is ``gpu_memory_gib`` (192 per MI300X) divided by the partitions per GPU
-  (:data:`rocmfleet.domain.partitionmodes.PARTITIONS_PER_GPU`: 24 GiB per CPX partition).
+  where GPU memory is, on a host of a known part, the part's memory divided by its partitions in
+  the profile's compute partition mode (:mod:`rocmfleet.domain.parts`: 24 GiB per MI300X CPX
+  partition, 48 per MI308X one); in validation, which knows no host, the profile's
+  ``gpu_memory_gib`` divided by the fewest partitions any known part has in that mode.
 
 The profile's ``model_memory`` comes from the model's ``config.json`` (``num_hidden_layers``,
 ``num_key_value_heads``, ``head_dim`` or ``hidden_size / num_attention_heads``, ``kv_lora_rank``,
@@ -36,7 +38,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rocmfleet.domain.partitionmodes import PARTITIONS_PER_GPU, ComputePartition
+from rocmfleet.domain.partitionmodes import ComputePartition
+from rocmfleet.domain.parts import fewest_partitions
 
 GIB = 2**30
 #: vLLM's default ``gpu_memory_utilization`` (vllm-0.33.0 vllm/config/cache.py; 0.9 since 0.9.x).
@@ -144,9 +147,17 @@ def element_bytes(kv_cache_dtype: str | None, dtype: str | None) -> int:
     return 4 if dtype in ("float", "float32") else 2
 
 
-def fit(profile: FitSettings, tp: int | None = None) -> Fit | None:
+def fit(profile: FitSettings, tp: int | None = None, device_gib: float | None = None) -> Fit | None:
     """The per-GPU arithmetic for ``profile`` at ``tp`` (default: its own), or ``None`` without
-    ``model_memory``. Tokens: ``max_model_len``, else ``max_position_embeddings``, else 0 (weights only)."""
+    ``model_memory``. Tokens: ``max_model_len``, else ``max_position_embeddings``, else 0 (weights only).
+
+    Args:
+        profile: the profile.
+        tp: the TP size to try.
+        device_gib: memory of one ROCm device, GiB, when the host's part is known
+            (:func:`rocmfleet.domain.parts.device_gib`); default: the profile's ``gpu_memory_gib``
+            over the fewest partitions a known part has in its compute partition mode.
+    """
     mem = profile.model_memory
     if mem is None:
         return None
@@ -159,34 +170,42 @@ def fit(profile: FitSettings, tp: int | None = None) -> Fit | None:
         kv_gib=per_token * tokens / GIB,
         tokens=tokens,
         kv_bytes_per_token=per_token,
-        device_gib=profile.gpu_memory_gib / PARTITIONS_PER_GPU[profile.compute_partition],
+        device_gib=device_gib or profile.gpu_memory_gib / fewest_partitions(profile.compute_partition),
         utilization=profile.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
     )
 
 
-def smallest_tp(profile: FitSettings) -> int | None:
+def smallest_tp(profile: FitSettings, device_gib: float | None = None) -> int | None:
     """The smallest TP of :data:`TP_CANDIDATES` at which the profile fits (and that divides its
     ``attention_heads`` when given), or ``None``."""
     for tp in TP_CANDIDATES:
         if profile.attention_heads and profile.attention_heads % tp:
             continue
-        result = fit(profile, tp)
+        result = fit(profile, tp, device_gib)
         if result is not None and result.fits:
             return tp
     return None
 
 
-def problems(profile: FitSettings) -> list[str]:
-    """One line when the profile does not fit at its TP, with the numbers and the smallest TP that fits."""
-    result = fit(profile)
+def problems(profile: FitSettings, device_gib: float | None = None, device: str = "") -> list[str]:
+    """One line when the profile does not fit at its TP, with the numbers and the smallest TP that fits.
+
+    Args:
+        profile: the profile.
+        device_gib: memory of one ROCm device of the host's part, GiB (see :func:`fit`).
+        device: what that device is, for the message, e.g. ``"one CPX partition of an MI308X's 192 GiB"``.
+    """
+    result = fit(profile, None, device_gib)
     if result is None or result.fits or profile.model_memory is None:
         return []
     device = f"{result.device_gib:g} GiB" + (
-        f" (one {profile.compute_partition} partition of {profile.gpu_memory_gib:g} GiB)"
+        f" ({device})"
+        if device
+        else f" (one {profile.compute_partition} partition of {profile.gpu_memory_gib:g} GiB)"
         if profile.compute_partition != "SPX"
         else ""
     )
-    smallest = smallest_tp(profile)
+    smallest = smallest_tp(profile, device_gib)
     advice = (
         f"the smallest tensor_parallel_size that fits is {smallest}"
         if smallest

@@ -3,7 +3,7 @@ policy a profile asks for and the mode combinations AMD supports.
 
 A leaf of the domain layer (no imports): a profile's validation (:mod:`rocmfleet.config.profiles`)
 checks its policy here, :mod:`rocmfleet.domain.partitions` checks hosts against these modes,
-:mod:`rocmfleet.domain.memfit` sizes a partition's memory with them.
+:mod:`rocmfleet.domain.parts` has the devices each mode gives per part.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from typing import Literal
 ComputePartition = Literal["SPX", "DPX", "QPX", "CPX"]
 MemoryPartition = Literal["NPS1", "NPS2", "NPS4"]
 
-#: ROCm devices per MI300X in each compute partition mode (8 XCDs: [A7]).
-PARTITIONS_PER_GPU: dict[str, int] = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
 #: HBM per MI300X in GiB (192 GB HBM3, reference §2.5 "MI300X device facts"). A partition gets an
 #: equal share in every NPS mode: the MI308X CPX fixture (4 partitions of one 192 GB device) has
 #: ``mem_banks/0 size_in_bytes`` 51539607552 = 48 GiB per partition.

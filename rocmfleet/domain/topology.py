@@ -119,6 +119,9 @@ class Topology:
     #: PCI addresses of the devices bound to amdgpu (sysfs ``/sys/bus/pci/drivers/amdgpu``), sorted;
     #: empty when not read.
     amdgpu_pci: tuple[str, ...] = ()
+    #: PCI addresses of AMD accelerators (vendor 0x1002, class 0x12 or 0x0380) bound to no driver or
+    #: another one: GPUs the host has that amdgpu did not take; empty when not read.
+    unbound_pci: tuple[str, ...] = ()
 
     def without_kfd_node(self) -> list[str]:
         """PCI addresses bound to amdgpu that no KFD GPU node belongs to: GPUs the driver took but

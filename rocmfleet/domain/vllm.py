@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Protocol
 
-from rocmfleet.domain import cachedirs, envpolicy, partitions
+from rocmfleet.domain import cachedirs, envpolicy, memfit, partitions, parts
 from rocmfleet.domain.partitionmodes import PartitionPolicy
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
@@ -81,6 +81,10 @@ class VllmSettings:
         automatic_gpus: the instances' GPUs come from the profile's ``gpus_per_instance`` (neither
             ``vllm_instances`` nor the profile's ``instance_gpus`` lists them), so that in a partitioned
             mode they are chosen on the topology (:func:`instance_shapes`).
+        fit_profile: what the memory fit reads of the profile (:mod:`rocmfleet.domain.memfit`),
+            checked again with the memory of the host's part.
+        gpu_count: ``vllm_gpu_count``: the GPUs (KFD nodes) the host should show.
+        rocm_version: the host's ``rocm_version``.
     """
 
     image: str
@@ -103,6 +107,9 @@ class VllmSettings:
     attention_heads: int | None
     partition_policy: PartitionPolicy
     automatic_gpus: bool
+    fit_profile: memfit.FitSettings
+    gpu_count: int = 8
+    rocm_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -370,23 +377,63 @@ def placements(service: VllmSettings, topology: Topology, host: str = "") -> dic
             (:func:`rocmfleet.domain.placement.place`).
     """
     policy = service.partition_policy
-    problems = partitions.mode_problems(topology, policy, host, service.profile)
+    problems = hardware_problems(service, topology)
+    problems += partitions.mode_problems(topology, policy, host, service.profile)
     if problems:
         raise PlacementError(problems)
-    shapes = instance_shapes(service, topology)
-    by_index = {g.index: g for g in topology.gpus}
-    tp = service.tensor_parallel_size
-    problems = [
-        p
-        for s in shapes
-        for p in partitions.tp_group_problems(s.name, [by_index[i] for i in s.gpus if i in by_index], policy, tp)
-    ]
-    if problems:
-        raise PlacementError(problems)
-    placed = place(shapes, topology)
+    try:
+        shapes = instance_shapes(service, topology)
+        by_index = {g.index: g for g in topology.gpus}
+        tp = service.tensor_parallel_size
+        problems = [
+            p
+            for s in shapes
+            for p in partitions.tp_group_problems(s.name, [by_index[i] for i in s.gpus if i in by_index], policy, tp)
+        ]
+        if problems:
+            raise PlacementError(problems)
+        placed = place(shapes, topology)
+    except PlacementError as exc:
+        missing = parts.missing_gpus(topology, service.gpu_count)
+        raise PlacementError([missing, *exc.problems] if missing else exc.problems) from None
     if policy.partitioned:
         placed = [replace(p, notes=(*p.notes, _partition_note(p, by_index, policy))) for p in placed]
     return {p.name: p for p in placed}
+
+
+def hardware_problems(service: VllmSettings, topology: Topology) -> list[str]:
+    """What the host's hardware refuses before any instance is placed (:mod:`rocmfleet.domain.parts`).
+
+    - devices, KFD nodes and partition modes that disagree, or fewer GPUs than ``vllm_gpu_count``;
+    - for a known part: a compute partition mode it does not have, a vLLM or ROCm older than the first
+      that serves it, a model that does not fit the memory of one of its devices;
+    - explicit environment values wrong on its architecture (:func:`envpolicy.arch_problems`).
+
+    Args:
+        service: the host's vLLM settings.
+        topology: the ``GpuTopology`` fact.
+
+    Returns:
+        One line per problem, without the host's name; empty when the hardware takes the profile.
+    """
+    part, problems = parts.host_part(topology)
+    problems += parts.topology_problems(topology, part, service.gpu_count)
+    archs = {g.gfx_arch for g in topology.gpus}
+    env = service.env_profile
+    problems += envpolicy.arch_problems(env, service.vllm_env, archs.pop() if len(archs) == 1 else None)
+    if part is None:
+        return problems
+    mode = service.partition_policy.compute
+    device_gib = parts.device_gib(part, mode)
+    if device_gib is None:
+        problems.append(
+            f"profile {service.profile}: compute_partition {mode}, which an {part.name} does not have ({part.modes()})"
+        )
+    else:
+        device = f"one {mode} partition of an {part.name}'s {part.memory_gib:g} GiB" if mode != "SPX" else part.name
+        problems += memfit.problems(service.fit_profile, device_gib, device)
+    problems += parts.support_problems(part, env.vllm_version, service.rocm_version)
+    return problems
 
 
 def _partition_note(placement: Placement, by_index: dict[int, Gpu], policy: PartitionPolicy) -> str:

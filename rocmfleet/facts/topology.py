@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pyinfra.api.exceptions import FactProcessError
 from pyinfra.api.facts import FactBase
 
@@ -36,6 +38,12 @@ for p in /sys/bus/pci/drivers/amdgpu/*:*:*.*; do
   part=$(cat "$p/current_compute_partition" 2>/dev/null || echo -)
   mem=$(cat "$p/current_memory_partition" 2>/dev/null || echo -)
   echo "@@pci ${p##*/} $numa $part $mem"
+done
+for p in /sys/bus/pci/devices/*; do
+  id="$(cat "$p/vendor" 2>/dev/null) $(cat "$p/class" 2>/dev/null)"
+  case "$id" in "0x1002 0x12"*|"0x1002 0x0380"*) ;; *) continue ;; esac
+  case "$(readlink "$p/driver" 2>/dev/null)" in */amdgpu) continue ;; esac
+  echo "@@unbound ${p##*/}"
 done
 echo "@@lscpu"; LC_ALL=C lscpu | grep "^NUMA"
 echo "@@meminfo"; cat /sys/devices/system/node/node*/meminfo 2>/dev/null | grep MemTotal
@@ -91,7 +99,8 @@ def parse_fact_output(lines: list[str]) -> Topology | None:
         else:
             current.append(line)
     _close_sections(kfd, texts)
-    return build_topology(kfd, sysfs, "\n".join(texts.get("lscpu", [])), "\n".join(texts.get("meminfo", [])))
+    topology = build_topology(kfd, sysfs, "\n".join(texts.get("lscpu", [])), "\n".join(texts.get("meminfo", [])))
+    return replace(topology, unbound_pci=tuple(sorted(texts.get("unbound", []))))
 
 
 def _open_section(line: str, kfd: KfdTree, sysfs: dict[str, PciSysfs], texts: dict[str, list[str]]) -> list[str]:
@@ -107,6 +116,9 @@ def _open_section(line: str, kfd: KfdTree, sysfs: dict[str, PciSysfs], texts: di
         ):
             mem = memory[0] if memory and memory[0] != "-" else None
             sysfs[bdf] = PciSysfs(None if numa == "-" else int(numa), None if partition == "-" else partition, mem)
+            return []
+        case ["@@unbound", bdf]:
+            texts.setdefault("unbound", []).append(bdf)
             return []
         case ["@@lscpu"] | ["@@meminfo"]:
             key = words[0][2:]

@@ -57,6 +57,9 @@ def vllm_settings(config: HostConfig) -> vllm.VllmSettings:
         attention_heads=profile.attention_heads,
         partition_policy=PartitionPolicy(profile.compute_partition, profile.memory_partition, profile.tp_on_one_gpu),
         automatic_gpus=settings.vllm_instances is None and profile.instance_gpus is None,
+        fit_profile=profile,
+        gpu_count=settings.vllm_gpu_count,
+        rocm_version=config.rocm.rocm_version,
     )
 
 

@@ -113,16 +113,21 @@ def test_scratch_reclaim_off_refused_at_tp8():
     assert "tensor_parallel_size 8 needs HSA_NO_SCRATCH_RECLAIM=1" in message
 
 
-def test_unsafe_aiter_value_refused_on_the_assumed_arch(tmp_path):
+def test_validation_assumes_no_architecture_and_placement_refuses_on_gfx942(tmp_path):
+    # FP4 BMM crashes on gfx942 (no FP4) and is right on gfx950: validation, which knows no host,
+    # accepts it; the host's architecture decides, at every vLLM version (vLLM issue 34641).
     (tmp_path / "ds.yml").write_text(
         (PROFILES / "deepseek-r1.yml").read_text().replace("name: deepseek-r1", "name: ds")
         .replace('vllm_version: "0.33.0"', 'vllm_version: "0.16.0"')
     )  # fmt: skip
-    with pytest.raises(ConfigError) as info:
-        host_config({"vllm_profile": "ds", "vllm_env": {FP4: "1"}}, tmp_path)
-    (problem,) = info.value.problems
-    assert problem.key == f"vllm_env.{FP4}"
-    assert "on gfx942 with vLLM 0.16.0 it must be 0" in problem.message and "34641" in problem.message
+    config = host_config({"vllm_profile": "ds", "vllm_env": {FP4: "1"}}, tmp_path)
+    (line,) = envpolicy.arch_problems(config.profile, config.settings.vllm_env, "gfx942")
+    assert line.startswith(f"vllm_env {FP4}=1: on gfx942 with vLLM 0.16.0 it must be 0") and "34641" in line
+    assert envpolicy.arch_problems(config.profile, config.settings.vllm_env, "gfx950") == []
+    assert envpolicy.arch_problems(config.profile, config.settings.vllm_env, None) == []
+    extra = config.profile.model_copy(update={"extra_env": {FP4: "1"}, "vllm_version": "0.33.0"})
+    (line,) = envpolicy.arch_problems(extra, {}, "gfx942")
+    assert line.startswith(f"extra_env {FP4}=1: on gfx942 with vLLM 0.33.0 it must be 0")
 
 
 def test_token_value_refused_and_masked():

@@ -60,9 +60,11 @@ def test_128b_bf16_accepted_at_tp2_and_tp4(tmp_path, tp):
     assert result.kv_gib == pytest.approx(2.75 / tp)
 
 
-def test_cpx_partition_has_an_eighth_of_the_memory(tmp_path):
-    # Llama 3.3 70B in CPX: 24 GiB per partition; 131.4 GiB of weights fit from TP 8 (16.4 + 0.16 GiB
-    # at 8 KV heads / 8 = 1 head: 80 x 2 x 1 x 128 x 1 byte x 8192 = 0.156 GiB), within 24 x 0.92 = 22.1.
+def test_cpx_partition_in_validation_has_the_memory_of_the_largest_known_partition(tmp_path):
+    # Validation knows no part, so a CPX partition gets the most any known part gives it: an MI308X's
+    # 192 GiB over 4 = 48 GiB (an MI300X's is 24, checked at placement: test_parts.py). Llama 3.3 70B
+    # at TP 1: 131.4 GiB of weights; from TP 4 it fits (32.9 + 0.31 GiB at 8 KV heads / 4 = 2 heads:
+    # 80 x 2 x 2 x 128 x 1 byte x 8192 = 0.3125 GiB), within 48 x 0.92 = 44.2.
     llama = load_profiles()["llama-3.3-70b"]
     cpx = Profile.model_validate(
         {**llama.model_dump(exclude={"model_memory"}), "compute_partition": "CPX", "instances_per_host": 1,
@@ -70,7 +72,10 @@ def test_cpx_partition_has_an_eighth_of_the_memory(tmp_path):
     )  # fmt: skip
     cpx = cpx.model_copy(update={"model_memory": llama.model_memory, "tensor_parallel_size": 1})
     (line,) = memfit.problems(cpx)
-    assert "more than 24 GiB (one CPX partition of 192 GiB) x gpu_memory_utilization 0.92 = 22.1 GiB" in line
+    assert "more than 48 GiB (one CPX partition of 192 GiB) x gpu_memory_utilization 0.92 = 44.2 GiB" in line
+    assert line.endswith("the smallest tensor_parallel_size that fits is 4")
+    (line,) = memfit.problems(cpx, 24.0, "one CPX partition of an MI300X's 192 GiB")
+    assert "more than 24 GiB (one CPX partition of an MI300X's 192 GiB) x gpu_memory_utilization 0.92" in line
     assert line.endswith("the smallest tensor_parallel_size that fits is 8")
 
 
