@@ -8,6 +8,7 @@ file, key, message and value, listing the hosts it applies to.
 
 from __future__ import annotations
 
+import ipaddress
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -190,9 +191,49 @@ def validate_inventory(
                 else:
                     file, message = _blame(top, problem.message, host, inv, inventory)
                 add(Problem(problem.key, message, problem.value, file), host.name)
+    for problem in shared_address_problems(hosts, inventory):
+        add(problem)
     if with_hosts:
         return configs, list(grouped.values()), hosts
     return configs, list(grouped.values())
+
+
+def _ssh_address(name: str, data: dict[str, Any]) -> tuple[str, int] | None:
+    """``(address, port)`` SSH connects a host to, normalised (an IP address in its compressed form,
+    a name in lower case without a trailing dot); ``None`` for pyinfra's ``@`` connectors and values
+    that are not a string and an integer (their own problems)."""
+    address, port = data.get("ssh_hostname") or name, data.get("ssh_port") or 22
+    if not isinstance(address, str) or address.startswith("@") or not isinstance(port, int):
+        return None
+    try:
+        return ipaddress.ip_address(address).compressed, port
+    except ValueError:
+        return address.lower().rstrip("."), port
+
+
+def shared_address_problems(hosts: list[Host], inventory: str) -> list[Problem]:
+    """Hosts that SSH would reach at one address and port: one machine under two names, which a
+    deploy or a rollout would change twice at once (apt and dpkg locks, two units started on one
+    port). One problem per address, naming every host at it. Names mapped by ``~/.ssh/config``
+    (no ``ssh_hostname``) are compared as written."""
+    at: dict[tuple[str, int], list[str]] = {}
+    for host in hosts:
+        if (where := _ssh_address(host.name, host.data.dict())) is not None:
+            at.setdefault(where, []).append(host.name)
+    problems = []
+    for (address, port), names_at in at.items():
+        if len(names_at) > 1:
+            problem = Problem(
+                "(host)",
+                f"{len(names_at)} hosts have the SSH address {address} port {port}: one machine under "
+                f"{len(names_at)} names would be deployed twice at once; keep one name, or give each host its own "
+                "ssh_hostname",
+                repr(address),
+                inventory,
+            )
+            problem.hosts.extend(names_at)
+            problems.append(problem)
+    return problems
 
 
 def unloaded_problems(raw: dict[str, Any], inventory: str) -> list[Problem]:

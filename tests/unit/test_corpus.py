@@ -40,13 +40,14 @@ def test_validate_reports_the_problem_and_exits_2(case, capsys, monkeypatch):
 
 @pytest.fixture(scope="module")
 def ssh_listener():
-    """Listen on a free port of 127.0.0.1, where the corpus hosts point, to catch any connection attempt.
+    """Listen on a free port of every address (the corpus hosts are at 127.0.0.1, .2, ...: one each),
+    to catch any connection attempt.
 
     The port is the kernel's choice (bind to 0), so two test runs on one machine never share it;
     the corpus inventories read it from ``ROCMFLEET_CORPUS_SSH_PORT``.
     """
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("0.0.0.0", 0))  # every corpus host is on 127.0.0.0/8, one address each
     sock.listen(16)
     sock.setblocking(False)
     yield sock

@@ -11,7 +11,13 @@ _conn = {"ssh_hostname": "127.0.0.1", "ssh_port": _port, "ssh_user": "root"}
 
 _names = ["node-1", "nod\u0435-2", "node\u200b-3", "rack/4", "gpu\u3164x", "gpu-\uff11"]
 _bare = ["-gpu-6", "10.0.0.300"]  # no ssh_hostname: the name is the address
-all = ([*((n, _conn) for n in _names), *((n, {"ssh_port": _port}) for n in _bare)], {})  # noqa: A001
+all = (
+    [
+        *((n, {**_conn, "ssh_hostname": f"127.0.0.{i + 1}"}) for i, n in enumerate(_names)),
+        *((n, {"ssh_port": _port}) for n in _bare),
+    ],
+    {},
+)  # noqa: A001
 gpu_nodes = ([*_names, *_bare], _load("gpu_nodes"))
 
 _check(__file__)

@@ -11,7 +11,7 @@ _here = _Path(__file__).parent / "group_vars"
 _port = int(_os.environ.get("ROCMFLEET_CORPUS_SSH_PORT", "9"))
 _conn = {"ssh_hostname": "127.0.0.1", "ssh_port": _port, "ssh_user": "root"}
 
-all = ([("node-1", _conn), ("node-2", _conn)], _load("all", _here))  # noqa: A001
+all = ([("node-1", _conn), ("node-2", {**_conn, "ssh_hostname": "127.0.0.2"})], _load("all", _here))  # noqa: A001
 gpu_nodes = (["node-1", "node-2"], _load("gpu_nodes", _here))
 
 _check(__file__)
