@@ -71,6 +71,9 @@ def shown(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, float) and not math.isfinite(value):
+        text = getattr(value, "text", "")  # rocmfleet.config.yamlfile.WrittenFloat: as written
+        if text and text.lstrip("+-").lower() not in (".inf", ".nan"):
+            return f"{text} (YAML reads it as {'.nan' if math.isnan(value) else 'infinity'})"
         return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
     if isinstance(value, datetime.date):
         return f"{value.isoformat()} (YAML reads an unquoted date as a date; quote it for text)"

@@ -15,6 +15,8 @@ https://yaml.org/spec/1.2.2/#1032-tag-resolution.
 
 from __future__ import annotations
 
+import math
+
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,6 +75,11 @@ def _yaml11_hint(text: str) -> str | None:
             f"quote it ('{text}') for text, or write a plain decimal number"
         )
     if re.fullmatch(r"[-+]?[0-9]+[eE][-+]?[0-9]+", text):  # YAML 1.1's float needs a '.'
+        if not math.isfinite(float(text)):
+            return (
+                f"unquoted {text} is text in YAML 1.1 (Ansible, PyYAML) but infinity in YAML 1.2, more than any "
+                f"setting allows: write the number meant, or quote it ('{text}') for text"
+            )
         return (
             f"unquoted {text} is text in YAML 1.1 (Ansible, PyYAML) but the number {float(text):g} in YAML 1.2: "
             f"write the number in full ({float(text):.0f}), or quote it ('{text}') for text"
@@ -161,6 +168,7 @@ def load(text: str, tags: dict[str, Callable[[ScalarNode, str], Any]] | None = N
 
     for tag, handler in (tags or {}).items():
         Constructor.add_constructor(tag, tagged(handler))
+    Constructor.add_constructor("tag:yaml.org,2002:float", _float)
     yaml.Constructor = Constructor
     try:
         node = yaml.compose(text)
@@ -181,6 +189,22 @@ def load(text: str, tags: dict[str, Callable[[ScalarNode, str], Any]] | None = N
         doc.fatal = True
         doc.problems.append(_syntax_problem(exc))
     return doc
+
+
+class WrittenFloat(float):
+    """A non-finite float and the text it was written as (``1e999``, ``.inf``), for messages
+    (:func:`rocmfleet.config.errors.shown`): YAML reads ``1e999`` as infinity."""
+
+    text: str = ""
+
+
+def _float(constructor: SafeConstructor, node: Node) -> float:
+    value: float = constructor.construct_yaml_float(node)
+    if math.isfinite(value):
+        return value
+    written = WrittenFloat(value)
+    written.text = str(node.value)
+    return written
 
 
 def _index(node: Node, path: str, paths: dict[int, str]) -> None:
