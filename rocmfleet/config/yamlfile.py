@@ -16,7 +16,6 @@ https://yaml.org/spec/1.2.2/#1032-tag-resolution.
 from __future__ import annotations
 
 import math
-
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
