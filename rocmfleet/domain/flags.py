@@ -23,6 +23,8 @@ from typing import Any, Literal, get_args
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field
 
+from rocmfleet.domain.serveflags import unknown_flag_problem
+
 #: Oldest vLLM the table knows, and the newest release series (0.33.x).
 OLDEST_KNOWN = "0.9.0"
 NEWEST_KNOWN = "0.33"
@@ -441,8 +443,8 @@ def _flag_name(token: str) -> str:
         name = "--" + name[5:]
     name = ARG_ALIASES.get(name, name)
     if name.startswith("--") and len(name) > 3 and name not in _known_flags():
-        longer = sorted(f for f in _known_flags() if f.startswith(name))
-        name = longer[0] if longer else name
+        longer = [f for f in _known_flags() if f.startswith(name)]
+        name = longer[0] if len(longer) == 1 else name  # several: ambiguous (serveflags says so)
     return name
 
 
@@ -513,6 +515,8 @@ def _passthrough_problems(
             )
         elif name in managed:
             problems.append(f"{where} {given}: rendered from setting {managed[name]}; set that instead")
+        elif where == "extra_args" and (unknown := unknown_flag_problem(name, given, vllm_version)):
+            problems.append(unknown)
     return problems
 
 
