@@ -1,0 +1,80 @@
+"""Every CLI option a command refuses is refused before any connection: each case runs the real
+``rocmfleet`` entry point on ``inventories/prod.py`` (hosts at ``*.example.internal``) with every
+socket connect and name lookup of the process recorded, and must exit 2 having made none."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from rocmfleet import cli
+from rocmfleet.fleet.rollout import state as rstate
+
+ROOT = Path(__file__).resolve().parents[2]
+PROD = "inventories/prod.py"
+
+
+@pytest.fixture
+def no_network(monkeypatch) -> list[str]:
+    """Record (and fail) every TCP/UDP connect and DNS lookup the process tries. pyinfra's CLI
+    package swaps in gevent's socket on import (``monkey.patch_all``), so it is imported first and
+    the recorder goes on top of what the commands will use."""
+    import pyinfra_cli  # noqa: F401
+
+    tried: list[str] = []
+
+    def refuse(what: str):
+        def call(*args, **_kwargs):
+            tried.append(f"{what}{args[1:] if what.startswith('socket.') else args}")
+            raise OSError(f"test: no network ({what})")
+
+        return call
+
+    monkeypatch.setattr(socket.socket, "connect", refuse("socket.connect"))
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse("socket.connect_ex"))
+    monkeypatch.setattr(socket, "create_connection", refuse("create_connection"))
+    monkeypatch.setattr(socket, "getaddrinfo", refuse("getaddrinfo"))
+    return tried
+
+
+CASES = {
+    "image-grammar": ["rollout", PROD, "--image", "reg:5000/v:a:b"],
+    "image-upper-case": ["rollout", PROD, "--image", "reg:5000/Vllm:1"],
+    "image-with-limit": ["rollout", PROD, "--image", "reg:5000/v:new", "--limit", "mi300x-a01"],
+    "canary-beyond-fleet": ["rollout", PROD, "--canary", "999"],
+    "max-unavailable-beyond-fleet": ["restart", PROD, "--max-unavailable", "999"],
+    "limit-typo": ["rollout", PROD, "--limit", "mi300x-a01,mi300x-a20"],
+    "check-timeout-inf": ["check", PROD, "--timeout-s", "inf"],
+    "check-parallel-0": ["check", PROD, "--parallel", "0"],
+    "check-limit-typo": ["check", PROD, "--limit", "gpu-9"],
+    "bench-timeout-nan": ["bench", PROD, "--timeout-s", "nan"],
+    "status-limit-typo": ["status", PROD, "--limit", "gpu-9"],
+    "bake-host-typo": ["cache", "bake", PROD, "--host", "gpu-9"],
+    "bake-write-not-loaded": ["cache", "bake", PROD, "--host", "mi300x-a01", "--write", "{tmp}/other.yml"],
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_refused_option_makes_no_connection(case, no_network, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path / "results"))
+    (tmp_path / "other.yml").write_text("vllm_image_tag: old\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in CASES[case]]
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_:  # argparse's own refusals
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and err.strip(), err
+    assert no_network == [], no_network
+
+
+def test_the_recorder_sees_a_command_that_does_connect(no_network, tmp_path, monkeypatch, capsys):
+    # Control: valid options go on to SSH, and the recorder sees the lookup or the connect.
+    monkeypatch.chdir(ROOT)
+    code = cli.main(["status", PROD, "--limit", "mi300x-a01"])
+    capsys.readouterr()
+    assert code != 0 and no_network, no_network
