@@ -62,8 +62,6 @@ def test_gpus_of_two_parts_on_one_host_are_refused_naming_each():
 def test_every_shipped_profile_is_placed_on_an_8x_mi300x_spx_nps1_host(tmp_path):
     spx_nps1 = replace(TOPOLOGY, gpus=tuple(replace(g, memory_partition="NPS1") for g in TOPOLOGY.gpus))
     for name in load_profiles():
-        if name == "lab-tiny-llama":
-            continue  # the lab's: two GPUs per host
         config = _config(tmp_path, name)
         assert len(vllm.placements(vllm_settings(config), spx_nps1)) == len(config.instances()), name
 
