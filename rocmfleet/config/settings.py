@@ -394,8 +394,9 @@ class HostSettings(BaseModel):
         ge=1,
         le=MAX_GPUS,
         description="GPUs the host shows (KFD nodes): 8 on MI300X platforms, 64 in CPX compute partition mode "
-        "(8 per GPU, the most there can be). `validate` checks `vllm_instances` against it; the deploy checks "
-        "the real topology.",
+        "(8 per GPU, the most there can be). `validate` checks `vllm_instances` against it; placement refuses a "
+        "host that shows fewer (ROCm would number the rest anew), or other GPUs while one is lost or not bound "
+        "to amdgpu.",
     )
 
     @field_serializer("docker_daemon")

@@ -201,8 +201,14 @@ AITER_DEFAULTS: tuple[SafeDefault, ...] = (
 SCRATCH_RECLAIM = ("HSA_NO_SCRATCH_RECLAIM", "1")
 
 
+def vllm_bool(value: str) -> bool:
+    """How vLLM reads a boolean switch: on for ``1`` or ``true`` in any case, off for anything else
+    (vllm-0.33.0 ``vllm/envs.py``, e.g. ``VLLM_ROCM_USE_AITER_FP4BMM``: ``.lower() in ("true", "1")``)."""
+    return value.lower() in ("true", "1")
+
+
 def _aiter_on(env: Mapping[str, str]) -> bool:
-    return env.get("VLLM_ROCM_USE_AITER") == "1"
+    return vllm_bool(env.get("VLLM_ROCM_USE_AITER", "0"))
 
 
 def rendered_env(profile: EnvProfile, arch: str | None, vllm_version: str | None = None) -> dict[str, str]:
@@ -273,7 +279,11 @@ def arch_problems(profile: EnvProfile, vllm_env: Mapping[str, str], arch: str | 
     for where, env in (("extra_env", profile.extra_env), ("vllm_env", vllm_env)):
         for name, value in env.items():
             for row in AITER_DEFAULTS:
-                if row.name == name and value != row.value and row.refuses(profile.vllm_version, arch):
+                if (
+                    row.name == name
+                    and vllm_bool(value) != vllm_bool(row.value)
+                    and row.refuses(profile.vllm_version, arch)
+                ):
                     problems.append(
                         f"{where} {name}={value}: on {arch} with vLLM {profile.vllm_version} it must be "
                         f"{row.value}: {row.why} ({row.source.split(';')[0]})"

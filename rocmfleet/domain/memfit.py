@@ -39,11 +39,13 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rocmfleet.domain.partitionmodes import ComputePartition
-from rocmfleet.domain.parts import fewest_partitions
+from rocmfleet.domain.parts import PARTS, fewest_partitions
 
 GIB = 2**30
 #: vLLM's default ``gpu_memory_utilization`` (vllm-0.33.0 vllm/config/cache.py; 0.9 since 0.9.x).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+#: Parts with more memory than an MI300X, for the advice: ``MI325X 256, MI350X 288, ...``.
+_LARGER = ", ".join(f"{p.name} {p.memory_gib:g}" for p in PARTS if p.memory_gib > 192)
 #: TP sizes tried for "the smallest TP that fits" (GPUs per MI300X host: 8).
 TP_CANDIDATES = (1, 2, 4, 8)
 
@@ -170,7 +172,7 @@ def fit(profile: FitSettings, tp: int | None = None, device_gib: float | None = 
         kv_gib=per_token * tokens / GIB,
         tokens=tokens,
         kv_bytes_per_token=per_token,
-        device_gib=device_gib or profile.gpu_memory_gib / fewest_partitions(profile.compute_partition),
+        device_gib=device_gib or profile.gpu_memory_gib / fewest_partitions(profile.compute_partition)[0],
         utilization=profile.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
     )
 
@@ -198,19 +200,22 @@ def problems(profile: FitSettings, device_gib: float | None = None, device: str 
     result = fit(profile, None, device_gib)
     if result is None or result.fits or profile.model_memory is None:
         return []
-    device = f"{result.device_gib:g} GiB" + (
-        f" ({device})"
-        if device
-        else f" (one {profile.compute_partition} partition of {profile.gpu_memory_gib:g} GiB)"
-        if profile.compute_partition != "SPX"
-        else ""
-    )
+    validating = device_gib is None
+    if not device and profile.compute_partition != "SPX":
+        count, part = fewest_partitions(profile.compute_partition)
+        device = (
+            f"one {profile.compute_partition} partition of gpu_memory_gib {profile.gpu_memory_gib:g} GiB, split "
+            f"{count} ways as on an {part}, the fewest of any known part"
+        )
+    device = f"{result.device_gib:g} GiB" + (f" ({device})" if device else "")
     smallest = smallest_tp(profile, device_gib)
     advice = (
         f"the smallest tensor_parallel_size that fits is {smallest}"
         if smallest
         else f"it fits at no tensor_parallel_size up to {TP_CANDIDATES[-1]}"
     )
+    if validating:  # the profile's gpu_memory_gib: a part with more memory says so there
+        advice += f"; for a part with more memory, set gpu_memory_gib to it ({_LARGER})"
     return [
         f"model_memory: does not fit at tensor_parallel_size {result.tp}: each GPU needs "
         f"{result.weights_gib:.1f} GiB of weights ({profile.model_memory.weights_gib:g} GiB / TP {result.tp}) + "

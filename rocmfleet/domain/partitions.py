@@ -23,9 +23,10 @@ reboot while no process uses the GPUs).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
-from rocmfleet.domain.partitionmodes import PartitionPolicy, policy_problems
+from rocmfleet.domain.partitionmodes import ComputePartition, MemoryPartition, PartitionPolicy, policy_problems
+from rocmfleet.domain.parts import Part
 from rocmfleet.domain.topology import Gpu, Topology, format_id_list
 
 #: Physical GPUs by (partition kind, mode found) where the mode is not the profile's.
@@ -37,7 +38,9 @@ def set_command(kind: Literal["compute", "memory"], mode: str) -> str:
     return f"amd-smi set --gpu all --{kind}-partition {mode}"
 
 
-def mode_problems(topology: Topology, policy: PartitionPolicy, host: str = "", profile: str = "") -> list[str]:
+def mode_problems(
+    topology: Topology, policy: PartitionPolicy, host: str = "", profile: str = "", part: Part | None = None
+) -> list[str]:
     """Each physical GPU whose compute or memory partition mode is not the policy's, grouped by the mode
     found, with the ``amd-smi`` command that changes it. Unknown modes (``None``) pass.
 
@@ -46,6 +49,8 @@ def mode_problems(topology: Topology, policy: PartitionPolicy, host: str = "", p
         policy: the profile's modes.
         host: host name for the message (``""``: none).
         profile: profile name for the message.
+        part: the host's part (:mod:`rocmfleet.domain.parts`); the profile is offered only a mode
+            a profile may name (``get_args`` of the mode types) and the part has.
 
     Returns:
         One line per (kind, mode found), e.g. ``host gpu-1: physical GPU(s) 0000:05:00.0, ... are
@@ -66,10 +71,12 @@ def mode_problems(topology: Topology, policy: PartitionPolicy, host: str = "", p
         wanted = policy.compute if kind == "compute" else policy.memory
         setting = f"{kind}_partition"
         after = _after(kind, found, policy)
+        named = get_args(ComputePartition if kind == "compute" else MemoryPartition)
+        offer = mode in named and (kind == "memory" or part is None or mode in part.partitions)
         problems.append(
             f"{who}physical GPU(s) {', '.join(keys)} in {kind} partition {mode}; {wants} {wanted}: "
-            f"run `{set_command(kind, wanted)}` on the host{after}, or set `{setting}: {mode}` in the profile "
-            f"if it is meant to run partitioned"
+            f"run `{set_command(kind, wanted)}` on the host{after}"
+            + (f", or set `{setting}: {mode}` in the profile if it is meant to run partitioned" if offer else "")
         )
     return problems
 

@@ -37,9 +37,14 @@ from packaging.version import Version
 from rocmfleet.domain.topology import Topology
 
 _MI300_MODES = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}  # 8 XCDs: 8, 4, 2, 1 per partition [spec]
-_SPEC = "ROCm/rocprofiler-compute src/utils/mi_gpu_spec.yaml"
-_ARCH = "ROCm docs gpu-arch-specs"
-_VLLM = "vLLM docs gpu.rocm.inc.md"
+_SOURCE = (
+    "ids and modes: ROCm/rocprofiler-compute src/utils/mi_gpu_spec.yaml; arch and memory: ROCm docs "
+    "gpu-arch-specs; ROCm and vLLM: vLLM docs gpu.rocm.inc.md"
+)
+_SOURCE_GFX950 = (
+    f"{_SOURCE}, and AMD's first vLLM image on ROCm 7.0, rocm/vllm:rocm7.0.0_vllm_0.10.2_20251006, in ROCm docs "
+    "rocm-for-ai/inference/benchmark-docker/previous-versions/vllm-0.10.2-20251006"
+)
 
 
 @dataclass(frozen=True)
@@ -64,15 +69,16 @@ class Part:
     partitions: Mapping[str, int] = field(default_factory=lambda: dict(_MI300_MODES))
     rocm_since: str = "6.3"
     vllm_since: str = "0.2.4"
-    source: str = f"{_SPEC} (ids, modes); {_ARCH} (arch, memory); {_VLLM} (ROCm, vLLM)"
+    source: str = _SOURCE
 
     def modes(self) -> str:
         """``SPX, DPX, CPX``: the compute partition modes, fewest devices first."""
         return ", ".join(sorted(self.partitions, key=self.partitions.__getitem__))
 
 
-#: The parts, by [spec] ``chip_ids`` (physical, virtual). Parts not listed are placed as before,
-#: with the profile's ``gpu_memory_gib`` and MI300X's partition counts.
+#: The parts, by [spec] ``chip_ids`` (physical, virtual). A part not listed (MI300X HF and MI308X
+#: HF are in [spec] but not in [arch]: their memory is not cited) is placed with the profile's
+#: ``gpu_memory_gib`` and MI300X's partition counts (:func:`device_gib` with ``part`` ``None``).
 PARTS: tuple[Part, ...] = (
     Part("MI300X", "gfx942", (0x74A1, 0x74B5), 192.0),
     Part("MI325X", "gfx942", (0x74A5, 0x74B9), 256.0),
@@ -82,12 +88,17 @@ PARTS: tuple[Part, ...] = (
         (0x74A2, 0x74B6),
         192.0,
         {"SPX": 1, "DPX": 2, "CPX": 4},  # 4 XCDs: 4, 2, 1 per partition [spec]
-        source=f"{_SPEC} (ids, modes); the MI308X KFD fixture (memory); {_VLLM} (ROCm, vLLM)",
+        source=_SOURCE.replace("arch and memory: ROCm docs gpu-arch-specs", "memory: the MI308X KFD fixture"),
     ),
     Part("MI300A", "gfx942", (0x74A0, 0x74B4), 128.0, {"SPX": 1, "TPX": 3}),  # 6 XCDs: 6, 2 [spec]
-    Part("MI350X", "gfx950", (0x75A0, 0x75B0), 288.0, rocm_since="7.0", vllm_since="0.10.2"),
-    Part("MI355X", "gfx950", (0x75A3, 0x75B3), 288.0, rocm_since="7.0", vllm_since="0.10.2"),
+    Part("MI350X", "gfx950", (0x75A0, 0x75B0), 288.0, rocm_since="7.0", vllm_since="0.10.2", source=_SOURCE_GFX950),
+    Part("MI355X", "gfx950", (0x75A3, 0x75B3), 288.0, rocm_since="7.0", vllm_since="0.10.2", source=_SOURCE_GFX950),
 )
+
+
+def _devices(what: str, addresses: list[str], one: str, many: str) -> str:
+    """``PCI device 0000:05:00.0 is bound`` / ``PCI devices 0000:05:00.0, 0000:27:00.0 are bound``."""
+    return f"{what} {addresses[0]} {one}" if len(addresses) == 1 else f"{what}s {', '.join(addresses)} {many}"
 
 
 def part_of(device_id: int) -> Part | None:
@@ -99,117 +110,136 @@ def host_part(topology: Topology) -> tuple[Part | None, list[str]]:
     """The one part a host's GPUs are, and the problems when they are not one.
 
     Returns:
-        ``(part, [])`` when every GPU is one known part; ``(None, [])`` when some device id is not
-        in :data:`PARTS` (nothing is held against it); ``(None, [problem])`` when the GPUs are
-        several known parts, naming the PCI addresses of each.
+        ``(part, [])`` when every GPU is one known part; ``(None, [])`` when every GPU has one
+        device id that is not in :data:`PARTS`; ``(None, [problem])`` when the GPUs have several
+        device ids or architectures (known or not), naming the PCI addresses of each.
     """
-    by_part: dict[str, list[str]] = {}
+    kinds: dict[tuple[int, int], list[str]] = {}
     for key, nodes in topology.physical_gpus().items():
-        part = part_of(nodes[0].device_id)
-        if part is None:
-            return None, []
-        by_part.setdefault(part.name, []).append(key)
-    if len(by_part) > 1:
-        listed = "; ".join(f"{name}: {', '.join(keys)}" for name, keys in by_part.items())
+        kinds.setdefault((nodes[0].device_id, nodes[0].gfx_target_version), []).append(key)
+    if len(kinds) > 1:
+        listed = "; ".join(f"{_kind(device_id, gfx)}: {', '.join(keys)}" for (device_id, gfx), keys in kinds.items())
         return None, [
-            f"the host's GPUs are different parts ({listed}); one profile's memory and partition modes "
-            "cannot fit both: give each part its own hosts"
+            f"the host's GPUs are different parts ({listed}); one profile's memory, partition modes and "
+            "kernels cannot fit both: give each part its own hosts"
         ]
-    return (next((p for p in PARTS if p.name in by_part), None), [])
+    if not kinds:
+        return None, []
+    ((device_id, _gfx),) = kinds
+    return part_of(device_id), []
 
 
-def device_gib(part: Part, compute_partition: str) -> float | None:
-    """Memory of one ROCm device of ``part`` in ``compute_partition`` (GiB): the part's HBM shared
-    equally by its partitions (a partition gets an equal share in every NPS mode, as the MI308X
-    fixture shows); ``None`` for a mode the part does not have."""
+def _kind(device_id: int, gfx_target_version: int) -> str:
+    part = part_of(device_id)
+    major, rest = divmod(gfx_target_version, 10000)
+    arch = f"gfx{major}{rest // 100:x}{rest % 100:x}"
+    return f"{part.name} ({arch})" if part else f"device 0x{device_id:04x} ({arch})"
+
+
+def device_gib(part: Part | None, compute_partition: str, gpu_memory_gib: float) -> float | None:
+    """Memory of one ROCm device in ``compute_partition`` (GiB): the part's HBM shared equally by
+    its partitions (a partition gets an equal share in every NPS mode, as the MI308X fixture shows);
+    for a part not in :data:`PARTS`, the profile's ``gpu_memory_gib`` over MI300X's partitions, as
+    placement did before parts were known. ``None`` for a mode the part does not have."""
+    if part is None:
+        return gpu_memory_gib / _MI300_MODES[compute_partition] if compute_partition in _MI300_MODES else None
     count = part.partitions.get(compute_partition)
     return None if count is None else part.memory_gib / count
 
 
-def fewest_partitions(compute_partition: str) -> int:
-    """The fewest ROCm devices any known part gives in ``compute_partition`` (CPX: 4, an MI308X's),
-    so that validation, which does not know the part, sizes a partition generously: its memory
-    refusal then holds on every part, and placement checks the host's own part.
+def fewest_partitions(compute_partition: str) -> tuple[int, str]:
+    """The fewest ROCm devices any known part gives in ``compute_partition``, and that part (CPX:
+    4, an MI308X's), so that validation, which does not know the part, sizes a partition of
+    ``gpu_memory_gib`` generously: its refusal then holds on every part with that much memory, and
+    placement checks the host's own part.
 
     Raises:
-        KeyError: a mode no known part has.
+        ValueError: a mode no known part has.
     """
-    return min(p.partitions[compute_partition] for p in PARTS if compute_partition in p.partitions)
+    count, name = min((p.partitions[compute_partition], p.name) for p in PARTS if compute_partition in p.partitions)
+    return count, name
 
 
-def topology_problems(topology: Topology, part: Part | None, gpu_count: int) -> list[str]:
+def topology_problems(topology: Topology, part: Part | None, gpu_count: int, wanted: str = "") -> list[str]:
     """Where the host's devices, KFD nodes and partition modes disagree, each naming PCI addresses.
 
     Args:
         topology: the ``GpuTopology`` fact.
         part: the host's part (:func:`host_part`); ``None``: partition counts are not checked.
         gpu_count: host data's ``vllm_gpu_count``: the GPUs (KFD nodes) the host should show.
+        wanted: the profile's compute partition mode, for the remedy.
 
     Returns:
-        One line per problem:
+        One line per problem (GPUs with the same problem share a line):
 
-        - PCI devices bound to amdgpu with no KFD node (a failed init, a RAS error at boot, a
-          partition switch that did not finish) while the host shows another number of GPUs than
-          ``vllm_gpu_count``: ROCm numbers the rest anew, so indices no longer name the GPUs the
-          configuration meant, and every layout is refused. ``vllm_gpu_count`` set to what the host
-          shows accepts it;
-        - a physical GPU whose partitions report different compute modes, or whose KFD node count
-          is not what its mode gives on this part, or in a mode the part does not have.
+        - fewer GPUs than ``vllm_gpu_count``, naming the PCI devices bound to amdgpu without a KFD
+          node (a failed init, a RAS error at boot) and the AMD accelerators amdgpu did not take
+          (``vfio-pci``, no driver), or saying that neither is left on the bus. ROCm numbers the
+          GPUs it shows anew, so indices no longer name the GPUs the configuration meant: every
+          layout is refused until the GPUs come back or ``vllm_gpu_count`` says what the host has;
+        - more GPUs than ``vllm_gpu_count`` (a partitioned host) while such devices exist: the same;
+        - physical GPUs whose partitions report different compute modes, whose KFD node count is
+          not what their mode gives on this part, or in a mode the part does not have.
     """
     problems = []
-    shown, lost = len(topology.gpus), topology.without_kfd_node()
-    if lost and shown != gpu_count:
-        problems.append(
-            f"PCI device(s) {', '.join(lost)} are bound to amdgpu but have no KFD node: GPUs the driver did not "
-            f"bring up (`dmesg | grep -i amdgpu` on the host), so ROCm shows {shown} GPU(s) and numbers them "
-            f"anew; repair them, or set vllm_gpu_count: {shown} for this host to serve on the GPUs it has"
+    shown, lost, unbound = len(topology.gpus), topology.without_kfd_node(), list(topology.unbound_pci)
+    why = []
+    if lost:
+        why.append(
+            _devices("PCI device", lost, "is bound to amdgpu but has", "are bound to amdgpu but have")
+            + " no KFD node: the driver did not bring them up (`dmesg | grep -i amdgpu` on the host)"
         )
+    if unbound:
+        why.append(
+            _devices("AMD accelerator", unbound, "is", "are")
+            + " on the PCI bus but not bound to amdgpu (`lspci -k -s <address>` on the host)"
+        )
+    if shown < gpu_count or (why and shown != gpu_count):
+        if not why:
+            why.append(
+                "no other AMD accelerator is on the PCI bus: a GPU fell off the bus (`lspci -d 1002:` and `dmesg` "
+                "on the host), or vllm_gpu_count is more than this host has"
+            )
+        fix = "repair them" if shown == 0 else f"repair them, or set vllm_gpu_count: {shown} for this host"
+        problems.append(
+            f"the host shows {shown} GPU(s) and vllm_gpu_count says {gpu_count}: {'; '.join(why)}; ROCm numbers "
+            f"the GPUs it shows anew, so no layout is placed: {fix}"
+        )
+    mixed: list[str] = []
+    lacking: dict[str, list[str]] = {}
+    unfinished: dict[tuple[str, int, int], list[str]] = {}
     for key, nodes in topology.physical_gpus().items():
         modes = {n.partition for n in nodes}
         if len(modes) > 1:
-            problems.append(
-                f"physical GPU {key}: its KFD nodes report different compute partitions "
-                f"({', '.join(sorted(str(m) for m in modes))}): a partition change that did not finish; "
-                "reload amdgpu or reboot the host"
-            )
+            mixed.append(key)
             continue
         mode = modes.pop()
         if part is None or mode is None:
             continue
         want = part.partitions.get(mode)
         if want is None:
-            problems.append(
-                f"physical GPU {key}: compute partition {mode}, which an {part.name} does not have ({part.modes()})"
-            )
+            lacking.setdefault(mode, []).append(key)
         elif len(nodes) != want:
-            problems.append(
-                f"physical GPU {key}: compute partition {mode} gives an {part.name} {want} KFD node(s), the host "
-                f"shows {len(nodes)} ({', '.join(n.pci_address for n in nodes)}): a partition change that did not "
-                "finish; reload amdgpu or reboot the host"
-            )
+            unfinished.setdefault((mode, want, len(nodes)), []).append(key)
+    if mixed:
+        problems.append(
+            f"physical GPU(s) {', '.join(mixed)}: the KFD nodes of each report different compute partitions: a "
+            "partition change that did not finish; reload amdgpu or reboot the host"
+        )
+    for mode, keys in lacking.items():
+        assert part is not None
+        target = wanted if part is not None and wanted in part.partitions else "SPX"
+        problems.append(
+            f"physical GPU(s) {', '.join(keys)}: compute partition {mode}, which an {part.name} does not have "
+            f"({part.modes()}): run `amd-smi set --gpu all --compute-partition {target}` on the host"
+        )
+    for (mode, want, got), keys in unfinished.items():
+        assert part is not None
+        problems.append(
+            f"physical GPU(s) {', '.join(keys)}: compute partition {mode} gives an {part.name} {want} KFD node(s), "
+            f"the host shows {got} for each: a partition change that did not finish; reload amdgpu or reboot the host"
+        )
     return problems
-
-
-def missing_gpus(topology: Topology, gpu_count: int) -> str | None:
-    """``the host shows 7 of its 8 GPUs (vllm_gpu_count); ...``: the line that explains why instances
-    do not fit, naming the AMD accelerators amdgpu did not take, or ``None`` when none is missing.
-
-    Args:
-        topology: the ``GpuTopology`` fact (``unbound_pci``: AMD accelerators bound to no driver or
-            another one, e.g. ``vfio-pci``).
-        gpu_count: host data's ``vllm_gpu_count``.
-    """
-    shown = len(topology.gpus)
-    if shown >= gpu_count:
-        return None
-    where = (
-        f"AMD accelerator(s) {', '.join(topology.unbound_pci)} are on the PCI bus but not bound to amdgpu "
-        "(`lspci -k -s <address>` on the host)"
-        if topology.unbound_pci
-        else "no AMD accelerator is left on the PCI bus without amdgpu: a GPU fell off the bus (`lspci -d 1002:` "
-        "and `dmesg` on the host)"
-    )
-    return f"the host shows {shown} of its {gpu_count} GPUs (vllm_gpu_count): {where}"
 
 
 def support_problems(part: Part, vllm_version: str, rocm_version: str) -> list[str]:
@@ -219,11 +249,11 @@ def support_problems(part: Part, vllm_version: str, rocm_version: str) -> list[s
         problems.append(
             f"the host's GPUs are {part.name} ({part.arch}), which vLLM images before {part.vllm_since} do not "
             f"run on; the profile's vllm_version is {vllm_version}: use an image of vLLM {part.vllm_since} or "
-            f"later ({part.source})"
+            f"later (sources: {part.source})"
         )
     if rocm_version and Version(rocm_version) < Version(part.rocm_since):
         problems.append(
             f"the host's GPUs are {part.name} ({part.arch}), which needs ROCm {part.rocm_since} or later; "
-            f"rocm_version is {rocm_version} ({part.source})"
+            f"rocm_version is {rocm_version} (sources: {part.source})"
         )
     return problems

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Protocol
+from typing import Protocol, get_args
 
 from rocmfleet.domain import cachedirs, envpolicy, memfit, partitions, parts
-from rocmfleet.domain.partitionmodes import PartitionPolicy
+from rocmfleet.domain.partitionmodes import ComputePartition, PartitionPolicy
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
 from rocmfleet.domain.topology import Gpu, Topology
@@ -377,62 +377,66 @@ def placements(service: VllmSettings, topology: Topology, host: str = "") -> dic
             (:func:`rocmfleet.domain.placement.place`).
     """
     policy = service.partition_policy
-    problems = hardware_problems(service, topology)
-    problems += partitions.mode_problems(topology, policy, host, service.profile)
+    part, problems = parts.host_part(topology)
+    problems += hardware_problems(service, topology, part)
+    if part is None or policy.compute in part.partitions:  # else: the profile's mode is the problem
+        problems += partitions.mode_problems(topology, policy, host, service.profile, part)
     if problems:
         raise PlacementError(problems)
-    try:
-        shapes = instance_shapes(service, topology)
-        by_index = {g.index: g for g in topology.gpus}
-        tp = service.tensor_parallel_size
-        problems = [
-            p
-            for s in shapes
-            for p in partitions.tp_group_problems(s.name, [by_index[i] for i in s.gpus if i in by_index], policy, tp)
-        ]
-        if problems:
-            raise PlacementError(problems)
-        placed = place(shapes, topology)
-    except PlacementError as exc:
-        missing = parts.missing_gpus(topology, service.gpu_count)
-        raise PlacementError([missing, *exc.problems] if missing else exc.problems) from None
+    shapes = instance_shapes(service, topology)
+    by_index = {g.index: g for g in topology.gpus}
+    tp = service.tensor_parallel_size
+    problems = [
+        p
+        for s in shapes
+        for p in partitions.tp_group_problems(s.name, [by_index[i] for i in s.gpus if i in by_index], policy, tp)
+    ]
+    if problems:
+        raise PlacementError(problems)
+    placed = place(shapes, topology)
     if policy.partitioned:
         placed = [replace(p, notes=(*p.notes, _partition_note(p, by_index, policy))) for p in placed]
     return {p.name: p for p in placed}
 
 
-def hardware_problems(service: VllmSettings, topology: Topology) -> list[str]:
+def hardware_problems(service: VllmSettings, topology: Topology, part: parts.Part | None) -> list[str]:
     """What the host's hardware refuses before any instance is placed (:mod:`rocmfleet.domain.parts`).
 
-    - devices, KFD nodes and partition modes that disagree, or fewer GPUs than ``vllm_gpu_count``;
-    - for a known part: a compute partition mode it does not have, a vLLM or ROCm older than the first
-      that serves it, a model that does not fit the memory of one of its devices;
+    - devices, KFD nodes and partition modes that disagree, or another number of GPUs than
+      ``vllm_gpu_count`` (:func:`rocmfleet.domain.parts.topology_problems`);
+    - a compute partition mode the part does not have, a vLLM or ROCm older than the first that
+      serves it, a model that does not fit the memory of one of its devices (for a part not in the
+      table: the profile's ``gpu_memory_gib`` over MI300X's partitions);
     - explicit environment values wrong on its architecture (:func:`envpolicy.arch_problems`).
 
     Args:
         service: the host's vLLM settings.
         topology: the ``GpuTopology`` fact.
+        part: the host's part (:func:`rocmfleet.domain.parts.host_part`), ``None`` when unknown.
 
     Returns:
         One line per problem, without the host's name; empty when the hardware takes the profile.
     """
-    part, problems = parts.host_part(topology)
-    problems += parts.topology_problems(topology, part, service.gpu_count)
+    mode = service.partition_policy.compute
+    problems = parts.topology_problems(topology, part, service.gpu_count, mode)
     archs = {g.gfx_arch for g in topology.gpus}
     env = service.env_profile
     problems += envpolicy.arch_problems(env, service.vllm_env, archs.pop() if len(archs) == 1 else None)
-    if part is None:
-        return problems
-    mode = service.partition_policy.compute
-    device_gib = parts.device_gib(part, mode)
+    fit = service.fit_profile
+    device_gib = parts.device_gib(part, mode, fit.gpu_memory_gib)
     if device_gib is None:
+        assert part is not None  # every profile mode has MI300X's count
+        named = [m for m in part.modes().split(", ") if m in get_args(ComputePartition)]
         problems.append(
-            f"profile {service.profile}: compute_partition {mode}, which an {part.name} does not have ({part.modes()})"
+            f"profile {service.profile}: compute_partition {mode}, which an {part.name} does not have "
+            f"({part.modes()}): give this host a profile with compute_partition {' or '.join(named)}"
         )
     else:
-        device = f"one {mode} partition of an {part.name}'s {part.memory_gib:g} GiB" if mode != "SPX" else part.name
-        problems += memfit.problems(service.fit_profile, device_gib, device)
-    problems += parts.support_problems(part, env.vllm_version, service.rocm_version)
+        what = part.name if part else f"{fit.gpu_memory_gib:g} GiB, gpu_memory_gib of a part rocmfleet does not know"
+        device = f"one {mode} partition of {what}" if mode != "SPX" else ("" if part is None else part.name)
+        problems += memfit.problems(fit, device_gib, device)
+    if part is not None:
+        problems += parts.support_problems(part, env.vllm_version, service.rocm_version)
     return problems
 
 

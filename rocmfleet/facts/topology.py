@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from pyinfra.api.exceptions import FactProcessError
@@ -117,9 +118,12 @@ def _open_section(line: str, kfd: KfdTree, sysfs: dict[str, PciSysfs], texts: di
             mem = memory[0] if memory and memory[0] != "-" else None
             sysfs[bdf] = PciSysfs(None if numa == "-" else int(numa), None if partition == "-" else partition, mem)
             return []
-        case ["@@unbound", bdf]:
-            texts.setdefault("unbound", []).append(bdf)
+        case ["@@unbound", bdf] if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", bdf):
+            if bdf not in texts.setdefault("unbound", []):
+                texts["unbound"].append(bdf)
             return []
+        case ["@@unbound", *_]:
+            raise TopologyParseError("GpuTopology fact", "@@unbound needs one PCI address (DDDD:BB:DD.F)", line)
         case ["@@lscpu"] | ["@@meminfo"]:
             key = words[0][2:]
         case _:

@@ -72,8 +72,14 @@ def test_cpx_partition_in_validation_has_the_memory_of_the_largest_known_partiti
     )  # fmt: skip
     cpx = cpx.model_copy(update={"model_memory": llama.model_memory, "tensor_parallel_size": 1})
     (line,) = memfit.problems(cpx)
-    assert "more than 48 GiB (one CPX partition of 192 GiB) x gpu_memory_utilization 0.92 = 44.2 GiB" in line
-    assert line.endswith("the smallest tensor_parallel_size that fits is 4")
+    assert (
+        "more than 48 GiB (one CPX partition of gpu_memory_gib 192 GiB, split 4 ways as on an MI308X, the fewest of "
+        "any known part) x gpu_memory_utilization 0.92 = 44.2 GiB" in line
+    )
+    assert line.endswith(
+        "the smallest tensor_parallel_size that fits is 4; for a part with more memory, set gpu_memory_gib to it "
+        "(MI325X 256, MI350X 288, MI355X 288)"
+    )
     (line,) = memfit.problems(cpx, 24.0, "one CPX partition of an MI300X's 192 GiB")
     assert "more than 24 GiB (one CPX partition of an MI300X's 192 GiB) x gpu_memory_utilization 0.92" in line
     assert line.endswith("the smallest tensor_parallel_size that fits is 8")

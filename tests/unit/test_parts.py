@@ -41,9 +41,10 @@ def test_each_device_id_names_one_part_and_the_recorded_trees_are_known():
     assert parts.host_part(mi300x_cpx())[0].name == "MI300X"  # device_id 29857 = 0x74a1
     assert parts.host_part(mi308x())[0].name == "MI308X"  # device_id 29858 = 0x74a2
     assert parts.host_part(mi210_nps1()) == (None, [])  # not in the table: placed as before
-    assert parts.device_gib(parts.part_of(0x74A2), "CPX") == 48.0  # the fixture's mem_banks size
-    assert parts.device_gib(parts.part_of(0x74A1), "CPX") == 24.0
-    assert parts.device_gib(parts.part_of(0x74A2), "QPX") is None
+    assert parts.device_gib(parts.part_of(0x74A2), "CPX", 192) == 48.0  # the fixture's mem_banks size
+    assert parts.device_gib(parts.part_of(0x74A1), "CPX", 192) == 24.0
+    assert parts.device_gib(parts.part_of(0x74A2), "QPX", 192) is None
+    assert parts.device_gib(None, "CPX", 192) == 24.0  # a part not in the table: as before, MI300X's count
 
 
 def test_gpus_of_two_parts_on_one_host_are_refused_naming_each():
@@ -52,9 +53,9 @@ def test_gpus_of_two_parts_on_one_host_are_refused_naming_each():
     assert parts.host_part(mixed) == (
         None,
         [
-            "the host's GPUs are different parts (MI300X: 0000:05:00.0, 0000:06:00.0, 0000:07:00.0, 0000:08:00.0; "
-            "MI325X: 0000:09:00.0, 0000:0a:00.0, 0000:0b:00.0, 0000:0c:00.0); one profile's memory and partition "
-            "modes cannot fit both: give each part its own hosts"
+            "the host's GPUs are different parts (MI300X (gfx942): 0000:05:00.0, 0000:06:00.0, 0000:07:00.0, "
+            "0000:08:00.0; MI325X (gfx942): 0000:09:00.0, 0000:0a:00.0, 0000:0b:00.0, 0000:0c:00.0); one "
+            "profile's memory, partition modes and kernels cannot fit both: give each part its own hosts"
         ],
     )
 
@@ -84,7 +85,7 @@ def test_a_cpx_partition_has_its_parts_memory(tmp_path):
     assert len(placed) == 8 and all(len(p.gpus) == 4 for p in placed.values())
     (line,) = refusal(config, mi300x_cpx())
     assert line.startswith("model_memory: does not fit at tensor_parallel_size 4")
-    assert "more than 24 GiB (one CPX partition of an MI300X's 192 GiB) x gpu_memory_utilization 0.92" in line
+    assert "more than 24 GiB (one CPX partition of MI300X) x gpu_memory_utilization 0.92" in line
     assert line.endswith("the smallest tensor_parallel_size that fits is 8")
 
 
@@ -102,17 +103,23 @@ def test_a_model_that_fits_an_mi325x_is_refused_on_an_mi300a(tmp_path):
 def test_a_mode_the_part_does_not_have_is_refused():
     qpx = mi308x({g.physical: PciSysfs(None, "QPX", "NPS1") for g in mi308x().gpus})
     problems = parts.topology_problems(qpx, parts.part_of(0x74A2), 8)
-    assert problems[0] == (
-        "physical GPU 0000:0a:00.0: compute partition QPX, which an MI308X does not have (SPX, DPX, CPX)"
+    (line,) = problems  # one line for the eight GPUs, with the fix
+    assert line.startswith(
+        "physical GPU(s) 0000:0a:00.0, 0000:80:00.0, 0000:a4:00.0, 0000:c8:00.0, 0001:0b:00.0, 0001:81:00.0, "
+        "0001:a5:00.0, 0001:c9:00.0: compute partition QPX, which an MI308X does not have (SPX, DPX, CPX): "
+        "run `amd-smi set --gpu all --compute-partition SPX` on the host"
     )
-    assert len(problems) == 8
 
 
 def test_a_profile_mode_the_part_does_not_have_is_refused(tmp_path):
     config = _config(tmp_path, "llama-3.3-70b", compute_partition="CPX", model_memory=None)
     mi300a_cpx = as_part(mi300x_cpx(), 0x74A0)
     problems = refusal(config, mi300a_cpx)
-    assert "profile llama-3.3-70b: compute_partition CPX, which an MI300A does not have (SPX, TPX)" in problems
+    assert problems[-1] == (
+        "profile llama-3.3-70b: compute_partition CPX, which an MI300A does not have (SPX, TPX): give this host a "
+        "profile with compute_partition SPX"
+    )
+    assert not any("--compute-partition CPX" in p or "compute_partition: TPX" in p for p in problems), problems
 
 
 def test_a_partition_change_that_did_not_finish_is_named_by_address():
@@ -122,7 +129,7 @@ def test_a_partition_change_that_did_not_finish_is_named_by_address():
     first = tree.gpus[0].physical
     sysfs = {g.physical: PciSysfs(None, "SPX" if g.physical == first else "CPX", "NPS1") for g in tree.gpus}
     (line,) = parts.topology_problems(mi308x(sysfs), parts.part_of(0x74A2), 8)
-    assert line.startswith(f"physical GPU {first}: compute partition SPX gives an MI308X 1 KFD node(s), the host")
+    assert line.startswith(f"physical GPU(s) {first}: compute partition SPX gives an MI308X 1 KFD node(s), the host")
     assert "a partition change that did not finish" in line
 
 
@@ -130,7 +137,7 @@ def test_partitions_of_one_gpu_in_two_modes_are_refused():
     tree = mi308x({g.physical: PciSysfs(None, "CPX", "NPS1") for g in mi308x().gpus})
     odd = replace(tree, gpus=tuple(replace(g, partition="DPX") if g.index == 1 else g for g in tree.gpus))
     (line,) = parts.topology_problems(odd, parts.part_of(0x74A2), 8)
-    assert line.startswith(f"physical GPU {tree.gpus[0].physical}: its KFD nodes report different compute partitions")
+    assert line.startswith(f"physical GPU(s) {tree.gpus[0].physical}: the KFD nodes of each report different")
 
 
 # --- a GPU missing ------------------------------------------------------------------------------
@@ -156,23 +163,51 @@ def test_a_gpu_bound_without_a_kfd_node_refuses_every_layout_until_the_count_say
     seven, lost = seven_of_mi210(bound=True)
     config = _config(tmp_path, "llama-3.3-70b", instances_per_host=7, model_memory=None)
     (line,) = refusal(config, seven)
-    assert line.startswith(f"PCI device(s) {lost} are bound to amdgpu but have no KFD node")
-    assert line.endswith("set vllm_gpu_count: 7 for this host to serve on the GPUs it has")
+    assert line.startswith(
+        f"the host shows 7 GPU(s) and vllm_gpu_count says 8: PCI device {lost} is bound to amdgpu but has no KFD node"
+    )
+    assert line.endswith("no layout is placed: repair them, or set vllm_gpu_count: 7 for this host")
     seven_known = _config(tmp_path, "llama-3.3-70b", {"vllm_gpu_count": 7}, instances_per_host=7, model_memory=None)
     assert len(vllm.placements(vllm_settings(seven_known), seven)) == 7
 
 
-def test_fewer_gpus_than_the_count_says_which_address_is_missing(tmp_path):
+def test_fewer_gpus_than_the_count_refuse_every_layout_naming_what_is_missing(tmp_path):
+    # A GPU that vfio-pci (or nothing) holds, or one gone from the bus: the rest are renumbered, so
+    # even an instance on GPU 5 alone would land on another physical GPU. Refused, naming the address.
     seven, lost = seven_of_mi210(bound=False)
-    config = _config(tmp_path, "llama-3.3-70b", model_memory=None)
-    problems = refusal(config, seven)
-    assert problems[0] == (
-        f"the host shows 7 of its 8 GPUs (vllm_gpu_count): AMD accelerator(s) {lost} are on the PCI bus but not "
-        "bound to amdgpu (`lspci -k -s <address>` on the host)"
+    config = _config(tmp_path, "qwen3-30b-a3b", {"vllm_instances": [{"name": "a", "port": 8000, "gpus": [5]}]})
+    (line,) = refusal(config, seven)
+    assert line == (
+        f"the host shows 7 GPU(s) and vllm_gpu_count says 8: AMD accelerator {lost} is on the PCI bus but not "
+        "bound to amdgpu (`lspci -k -s <address>` on the host); ROCm numbers the GPUs it shows anew, so no layout "
+        "is placed: repair them, or set vllm_gpu_count: 7 for this host"
     )
-    assert "instance 'llama-3.3-70b-7': GPU(s) 7 not on this host (it has 0-6)" in problems
-    gone = replace(seven, unbound_pci=())
-    assert "a GPU fell off the bus" in refusal(config, gone)[0]
+    (line,) = refusal(config, replace(seven, unbound_pci=()))
+    assert "a GPU fell off the bus (`lspci -d 1002:` and `dmesg` on the host), or vllm_gpu_count is more" in line
+    none = replace(seven, gpus=(), amdgpu_pci=tuple(g.physical for g in mi210_nps1().gpus), unbound_pci=())
+    (line,) = parts.topology_problems(none, None, 8)
+    assert line.endswith("no layout is placed: repair them")  # vllm_gpu_count: 0 is no setting
+
+
+def test_an_unknown_part_is_sized_as_before_and_mixed_device_ids_are_refused(tmp_path):
+    # MI300X HF (0x74a9) is in AMD's id list but its memory is not cited: the profile's 192 GiB over
+    # MI300X's 8 CPX partitions, 24 GiB, does not hold TP 4 of Llama 3.3 70B (33.2 GiB).
+    config = _config(
+        tmp_path, "llama-3.3-70b", {"vllm_gpu_count": 64}, compute_partition="CPX", gpus_per_instance=4,
+        tensor_parallel_size=4,
+    )  # fmt: skip
+    (line,) = refusal(config, as_part(mi300x_cpx(), 0x74A9))
+    assert "more than 24 GiB (one CPX partition of 192 GiB, gpu_memory_gib of a part rocmfleet does not know)" in line
+    half = replace(TOPOLOGY, gpus=tuple(replace(g, device_id=0x740F, gfx_target_version=90010) if g.index >= 4 else g
+                                         for g in TOPOLOGY.gpus))  # fmt: skip
+    (line,) = parts.host_part(half)[1]
+    assert "MI300X (gfx942): 0000:05:00.0" in line and "device 0x740f (gfx90a): 0000:09:00.0" in line
+
+
+def test_fp4_off_in_any_spelling_vllm_reads_as_off_is_accepted_on_gfx942(tmp_path):
+    for off in ("0", "false", "False", "no"):
+        config = _config(tmp_path, "llama-3.3-70b", {"vllm_env": {FP4: off}}, model_memory=None)
+        assert len(vllm.placements(vllm_settings(config), TOPOLOGY)) == 8, off
 
 
 # --- architecture: gfx950 ----------------------------------------------------------------------

@@ -704,7 +704,9 @@ def test_instances_that_do_not_fit_fail_the_host_with_the_placement_problem(ops,
         {**lab_data, "vllm_gpu_count": 16, "vllm_instances": [{"name": "x", "port": 8000, "gpus": [9]}]}
     )
     message = failure(list(ops(FakeHost({}, {})).place._inner(config)))
-    assert message.startswith("rocmfleet: placement: ") and "9" in message
+    assert (
+        message.startswith("rocmfleet: placement: ") and "the host shows 8 GPU(s) and vllm_gpu_count says 16" in message
+    )
 
 
 def test_placement_is_said_and_read_once_per_run(ops, lab_config):

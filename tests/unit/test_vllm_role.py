@@ -29,6 +29,7 @@ DATA = {
     "vllm_image_digest": "sha256:" + "ab" * 32,
     "vllm_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
     "vllm_instances": [{"name": "a", "port": 8000, "gpus": [0]}, {"name": "b", "port": 8001, "gpus": [1]}],
+    "vllm_gpu_count": 2,  # the two GPUs of TOPOLOGY
 }
 GPU = ["cpu_cores_count 0", "simd_count 4", "domain 0", "device_id 29857", "gfx_target_version 90402"]
 TOPOLOGY = [
