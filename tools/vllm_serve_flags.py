@@ -10,6 +10,9 @@ the release lacks; a missing one would refuse a real flag, so the reading errs w
 - every string literal shaped like a flag (``"--max-model-len"``, ``"-tp"``) in
   ``vllm/engine/arg_utils.py``, ``vllm/entrypoints/**/*.py`` and ``vllm/utils/argparse_utils.py``:
   ``add_argument("--x", ...)`` and the ``flags`` metadata of generated arguments;
+- from 0.33.0, the ``--disable-x`` partner of every ``--enable-x`` flag and the reverse: vLLM's
+  parser swaps ``BooleanOptionalAction`` for ``EnableDisableAction``, which pairs them
+  (vllm-0.33.0 ``vllm/utils/argparse_utils.py``; applied to every such flag, on/off or not);
 - ``--<field>`` for every annotated field of the argument classes in those files (a name ending in
   ``Args``, or a base whose name does: ``FrontendArgs`` and its kin, whose flags are generated from
   their fields: ``get_kwargs(cls)`` then ``add_argument(f"--{key.replace('_', '-')}")``,
@@ -36,6 +39,8 @@ from packaging.version import Version
 INDEX = "https://pypi.org/pypi/vllm/json"
 OUT = Path(__file__).resolve().parents[1] / "rocmfleet" / "domain" / "vllm_serve_flags.json"
 FIRST = Version("0.9.0")
+#: Releases rocmfleet does not know yet are left out (``rocmfleet.domain.flags`` refuses them).
+BEYOND = Version("0.34.0.dev0")
 FLAG = re.compile(r"-{1,2}[A-Za-z][A-Za-z0-9-]*")
 SOURCES = re.compile(r"vllm/(engine/arg_utils\.py|entrypoints/.*\.py|utils/argparse_utils\.py)$")
 
@@ -48,7 +53,7 @@ def releases() -> list[tuple[str, str]]:
     for version, files in data["releases"].items():
         v = Version(version)
         sdists = [f["url"] for f in files if f["packagetype"] == "sdist"]
-        if v >= FIRST and not v.is_prerelease and sdists:
+        if FIRST <= v < BEYOND and not v.is_prerelease and sdists:
             url = sdists[0]
             found.append((version, url if url.startswith("http") else "https://pypi.org/" + url.lstrip("./")))
     return sorted(found, key=lambda item: Version(item[0]))
@@ -67,7 +72,11 @@ def generated_fields(tree: ast.Module) -> set[str]:
             node.name.endswith("Args") or any(_name(b).endswith("Args") for b in node.bases)
         ):
             for item in node.body:
-                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                if (
+                    isinstance(item, ast.AnnAssign)
+                    and isinstance(item.target, ast.Name)
+                    and not item.target.id.startswith("_")  # private: no flag
+                ):
                     flags.add("--" + item.target.id.replace("_", "-"))
     return flags
 
@@ -75,17 +84,23 @@ def generated_fields(tree: ast.Module) -> set[str]:
 def flags_of(sdist: bytes) -> set[str]:
     """Every flag of one release's source distribution (see the module docstring)."""
     found: set[str] = set()
+    paired = False
     with tarfile.open(fileobj=io.BytesIO(sdist), mode="r:gz") as tar:
         for member in tar:
             name = member.name.split("/", 1)[-1]
             if not member.isfile() or not SOURCES.match(name):
                 continue
             text = tar.extractfile(member).read().decode()  # type: ignore[union-attr]
+            paired = paired or "class EnableDisableAction" in text
             tree = ast.parse(text)
             for node in ast.walk(tree):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and FLAG.fullmatch(node.value):
                     found.add(node.value)
             found |= generated_fields(tree)
+    found = {f for f in found if not f.endswith("-")}  # fragments such as "--enable-"
+    if paired:  # every on/off flag --enable-x also answers to --disable-x, and the reverse
+        for prefix, inverse in (("--enable-", "--disable-"), ("--disable-", "--enable-")):
+            found |= {inverse + f.removeprefix(prefix) for f in found if f.startswith(prefix)}
     return found
 
 

@@ -73,7 +73,8 @@ def shown(value: object) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         text = getattr(value, "text", "")  # rocmfleet.config.yamlfile.WrittenFloat: as written
         if text and text.lstrip("+-").lower() not in (".inf", ".nan"):
-            return f"{text} (YAML reads it as {'.nan' if math.isnan(value) else 'infinity'})"
+            meant = ".nan" if math.isnan(value) else "infinity" if value > 0 else "minus infinity"
+            return f"{text} (YAML reads it as {meant})"
         return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
     if isinstance(value, datetime.date):
         return f"{value.isoformat()} (YAML reads an unquoted date as a date; quote it for text)"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import sys
+from collections import Counter
+from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -96,11 +98,12 @@ def inventory_problems(raw: dict[str, Any], inventory: str) -> list[Problem]:
     for group, value in raw.items():
         hosts = value[0] if isinstance(value, tuple) else value
         names = _names(hosts)
-        for name in sorted({n for n in names if names.count(n) > 1}, key=str):
+        counts = Counter(n for n in names if isinstance(n, Hashable))
+        for name in sorted((n for n, k in counts.items() if k > 1), key=str):
             problems.append(
                 Problem(
                     "(host)",
-                    f"listed {names.count(name)} times in group {group}: pyinfra keeps one entry; list it once",
+                    f"listed {counts[name]} times in group {group}: pyinfra keeps one entry; list it once",
                     "",
                     inventory,
                     [str(name)],
@@ -199,16 +202,19 @@ def validate_inventory(
 
 
 def _ssh_address(name: str, data: dict[str, Any]) -> tuple[str, int] | None:
-    """``(address, port)`` SSH connects a host to, normalised (an IP address in its compressed form,
-    a name in lower case without a trailing dot); ``None`` for pyinfra's ``@`` connectors and values
-    that are not a string and an integer (their own problems)."""
+    """``(address, port)`` SSH connects a host to, normalised: an IP address in its compressed form
+    (brackets dropped, an IPv4-mapped IPv6 address as its IPv4 one), a name in lower case without a
+    trailing dot; ``None`` for pyinfra's ``@`` connectors and values that are not a string and an
+    integer (their own problems)."""
     address, port = data.get("ssh_hostname") or name, data.get("ssh_port") or 22
     if not isinstance(address, str) or address.startswith("@") or not isinstance(port, int):
         return None
     try:
-        return ipaddress.ip_address(address).compressed, port
+        ip = ipaddress.ip_address(address.removeprefix("[").removesuffix("]"))
     except ValueError:
         return address.lower().rstrip("."), port
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).compressed, port
 
 
 def shared_address_problems(hosts: list[Host], inventory: str) -> list[Problem]:
@@ -216,19 +222,22 @@ def shared_address_problems(hosts: list[Host], inventory: str) -> list[Problem]:
     deploy or a rollout would change twice at once (apt and dpkg locks, two units started on one
     port). One problem per address, naming every host at it. Names mapped by ``~/.ssh/config``
     (no ``ssh_hostname``) are compared as written."""
-    at: dict[tuple[str, int], list[str]] = {}
+    at: dict[tuple[str, int], list[tuple[str, str]]] = {}
     for host in hosts:
-        if (where := _ssh_address(host.name, host.data.dict())) is not None:
-            at.setdefault(where, []).append(host.name)
+        data = host.data.dict()
+        if (where := _ssh_address(host.name, data)) is not None:
+            at.setdefault(where, []).append((host.name, str(data.get("ssh_hostname") or host.name)))
     problems = []
-    for (address, port), names_at in at.items():
-        if len(names_at) > 1:
+    for (address, port), found in at.items():
+        if len(found) > 1:
+            names_at = [name for name, _written in found]
+            written = list(dict.fromkeys(w for _name, w in found))
             problem = Problem(
                 "(host)",
                 f"{len(names_at)} hosts have the SSH address {address} port {port}: one machine under "
                 f"{len(names_at)} names would be deployed twice at once; keep one name, or give each host its own "
                 "ssh_hostname",
-                repr(address),
+                ", ".join(written),
                 inventory,
             )
             problem.hosts.extend(names_at)

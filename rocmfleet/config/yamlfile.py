@@ -74,10 +74,11 @@ def _yaml11_hint(text: str) -> str | None:
             f"quote it ('{text}') for text, or write a plain decimal number"
         )
     if re.fullmatch(r"[-+]?[0-9]+[eE][-+]?[0-9]+", text):  # YAML 1.1's float needs a '.'
-        if not math.isfinite(float(text)):
+        if not math.isfinite(value := float(text)):
+            meant = "infinity in YAML 1.2, more" if value > 0 else "minus infinity in YAML 1.2, less"
             return (
-                f"unquoted {text} is text in YAML 1.1 (Ansible, PyYAML) but infinity in YAML 1.2, more than any "
-                f"setting allows: write the number meant, or quote it ('{text}') for text"
+                f"unquoted {text} is text in YAML 1.1 (Ansible, PyYAML) but {meant} than any setting allows: write "
+                f"the number meant, or quote it ('{text}') for text"
             )
         return (
             f"unquoted {text} is text in YAML 1.1 (Ansible, PyYAML) but the number {float(text):g} in YAML 1.2: "

@@ -23,7 +23,7 @@ from typing import Any, Literal, get_args
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field
 
-from rocmfleet.domain.serveflags import unknown_flag_problem
+from rocmfleet.domain.serveflags import serve_flags, unknown_flag_problem
 
 #: Oldest vLLM the table knows, and the newest release series (0.33.x).
 OLDEST_KNOWN = "0.9.0"
@@ -308,15 +308,16 @@ REMOVED: tuple[Removed, ...] = (
             "vllm-0.14.0 vllm/envs.py L1018; absent from vllm-0.33.0"),
     Removed("VLLM_ROCM_USE_AITER_PAGED_ATTN", "0.33.0", "after vLLM 0.14.0 (absent in 0.33.0)", "no replacement",
             "vllm-0.14.0 vllm/envs.py L950; absent from vllm-0.33.0"),
-    Removed("--disable-log-requests", "0.33.0", "after vLLM 0.14.0 (deprecated from 0.10.1; absent in 0.33.0)",
+    Removed("--disable-log-requests", "0.17.0",
+            "after vLLM 0.16.0 (deprecated from 0.10.1; 0.33.0 has it again, as the inverse of --enable-log-requests)",
             "disable_log_requests=true (the default from 0.10.1; --enable-log-requests turns logging on)",
-            "vllm-0.14.0 vllm/engine/arg_utils.py L2057; vllm-0.33.0 vllm/engine/arg_utils.py L3247–3262"),
+            "vllm-0.14.0 vllm/engine/arg_utils.py L2057; the PyPI sdists (rocmfleet/domain/vllm_serve_flags.json)"),
     Removed("--num-scheduler-steps", "0.10.1", "in vLLM 0.10.1", "no replacement (--async-scheduling is separate)",
             "vllm-0.10.0 vllm/engine/arg_utils.py; absent from vllm-0.10.1"),
     Removed("--max-seq-len-to-capture", "0.11.0", "in vLLM 0.11.0", "no replacement",
             "vllm-0.10.1 vllm/engine/arg_utils.py; absent from vllm-0.11.0"),
-    Removed("--swap-space", "0.33.0", "after vLLM 0.14.0 (absent in 0.33.0)", "no replacement",
-            "vllm-0.14.0 vllm/engine/arg_utils.py L914; absent from vllm-0.33.0"),
+    Removed("--swap-space", "0.18.0", "in vLLM 0.18.0", "no replacement",
+            "vllm-0.14.0 vllm/engine/arg_utils.py L914; the PyPI sdists (rocmfleet/domain/vllm_serve_flags.json)"),
 )
 # fmt: on
 
@@ -442,7 +443,7 @@ def _flag_name(token: str) -> str:
     if name.startswith("--no-"):
         name = "--" + name[5:]
     name = ARG_ALIASES.get(name, name)
-    if name.startswith("--") and len(name) > 3 and name not in _known_flags():
+    if name.startswith("--") and len(name) > 3 and not name.endswith("-") and name not in _known_flags():
         longer = [f for f in _known_flags() if f.startswith(name)]
         name = longer[0] if len(longer) == 1 else name  # several: ambiguous (serveflags says so)
     return name
@@ -503,7 +504,7 @@ def _passthrough_problems(
                 "given: set tensor_parallel_size and the instance's GPUs, or run more instances (instances_per_host)"
             )
             continue
-        if gone and version >= Version(gone.gone):
+        if gone and version >= Version(gone.gone) and not (where == "extra_args" and name in serve_flags(vllm_version)):
             use = gone.use if gone.use.startswith("no ") else f"use {gone.use}"
             problems.append(
                 f"{where} {given}: vLLM {vllm_version} does not know it: {name} was removed {gone.when}; {use}"
@@ -511,7 +512,8 @@ def _passthrough_problems(
         elif name == "-O":
             problems.append(
                 f"{where} {given}: -O meant --compilation-config up to vLLM 0.11.0 and means "
-                "--optimization-level in 0.13+ (reference §4.4); use cudagraph_mode"
+                "--optimization-level in 0.13+ (reference §4.4): write the long form (--optimization-level N), or "
+                "set cudagraph_mode for CUDA graphs"
             )
         elif name in managed:
             problems.append(f"{where} {given}: rendered from setting {managed[name]}; set that instead")

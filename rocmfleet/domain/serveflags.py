@@ -1,8 +1,8 @@
 """Which ``vllm serve`` flags a vLLM release has, from ``vllm_serve_flags.json`` beside this module.
 
 The table is read from every release's source distribution on PyPI by
-``tools/vllm_serve_flags.py`` (0.9.0 on; 0.15.0 and 0.15.1 have no source distribution). It errs
-wide: a name there may be no flag of that release, but every flag of it is there, so
+``tools/vllm_serve_flags.py`` (0.9.0 to 0.33.x; 0.15.0 and 0.15.1 have no source distribution). It
+errs wide: a name there may be no flag of that release, but every flag of it is there, so
 :func:`unknown_flag_problem` refuses only what the release's parser would refuse.
 
 A version between two sampled releases takes the flags of both (a flag added or removed between
@@ -49,25 +49,20 @@ def serve_flags(vllm_version: str) -> frozenset[str]:
 
 def unknown_flag_problem(name: str, given: str, vllm_version: str) -> str | None:
     """Why ``vllm serve`` of ``vllm_version`` would refuse the flag ``name`` (as written: ``given``),
-    or None: it is none of its flags, and abbreviates none (argparse takes a prefix of exactly one
-    flag for that flag, and refuses a prefix of several as ambiguous).
+    or None: it is none of its flags and the start of none (argparse takes a prefix of a flag for
+    that flag; a prefix of several it refuses as ambiguous, which is left to vLLM: the table holds
+    more names than ``vllm serve`` has, so an ambiguity seen here may be none there).
 
     Args:
         name: the flag as vLLM's parser reads it (``_`` as ``-``, ``--no-`` and a dotted key removed).
         given: the flag as the profile wrote it, for the message.
         vllm_version: the image's vLLM version (the profile's ``vllm_version``).
     """
+    if name.strip("-") == "" or name.endswith("-"):
+        return f"extra_args {given}: not a flag (vllm serve would take it for a broken option and refuse to start)"
     known = serve_flags(vllm_version)
-    if name in known:
+    if name in known or (name.startswith("--") and any(f.startswith(name) for f in known)):
         return None
-    longer = sorted(f for f in known if name.startswith("--") and f.startswith(name))
-    if len(longer) == 1:
-        return None
-    if longer:
-        return (
-            f"extra_args {given}: vLLM {vllm_version} refuses an ambiguous abbreviation "
-            f"(of {', '.join(longer[:4])}{', ...' if len(longer) > 4 else ''}); write the whole flag"
-        )
     releases, flags = _table()
     if runs := flags.get(name):
         spans = [f"{first} and later" if last == releases[-1] else f"{first} to {last}" for first, last in runs]

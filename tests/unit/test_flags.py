@@ -190,13 +190,18 @@ def test_removed_env_var_in_extra_env_names_version_and_replacement():
 
 
 def test_removed_flag_in_extra_args_names_version_and_replacement():
-    found = problems(ServingSettings(extra_args=["--disable-log-requests", "--swap-space", "4"]), "0.33.0")
-    assert found[0].startswith("extra_args --disable-log-requests: vLLM 0.33.0 does not know it: ")
+    found = problems(ServingSettings(extra_args=["--disable-log-requests", "--swap-space", "4"]), "0.20.0")
+    assert found[0].startswith("extra_args --disable-log-requests: vLLM 0.20.0 does not know it: ")
     assert found[0].endswith("use disable_log_requests=true (the default from 0.10.1; --enable-log-requests turns "
                              "logging on)")  # fmt: skip
-    assert found[1].startswith("extra_args --swap-space: vLLM 0.33.0 does not know it: ")
+    assert found[1].startswith("extra_args --swap-space: vLLM 0.20.0 does not know it: ")
     assert found[1].endswith("; no replacement")
     assert render(ServingSettings(extra_args=["--swap-space", "4"]), "0.9.2").args == ["--swap-space", "4"]
+    # 0.33.0's parser pairs every --enable-x with --disable-x: --disable-log-requests is a flag again,
+    # and the setting that renders it owns it
+    assert problems(ServingSettings(extra_args=["--disable-log-requests"]), "0.33.0") == [
+        "extra_args --disable-log-requests: rendered from setting disable_log_requests; set that instead"
+    ]
 
 
 def test_extra_env_and_args_may_not_bypass_the_table():
@@ -213,7 +218,7 @@ def test_extra_env_and_args_may_not_bypass_the_table():
         "extra_args -tp: rendered from setting tensor_parallel_size; set that instead",
         "extra_args --compilation-config: rendered from setting cudagraph_mode; set that instead",
         "extra_args -O3: -O meant --compilation-config up to vLLM 0.11.0 and means --optimization-level in 0.13+ "
-        "(reference §4.4); use cudagraph_mode",
+        "(reference §4.4): write the long form (--optimization-level N), or set cudagraph_mode for CUDA graphs",
         "extra_args --no-enable-log-requests: rendered from setting disable_log_requests; set that instead",
     ]
 

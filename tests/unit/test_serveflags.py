@@ -42,7 +42,9 @@ def test_a_release_without_an_sdist_takes_the_flags_of_both_neighbours():
         ("--enforce-eag", None),  # an abbreviation of one flag: argparse takes it
         ("--num-scheduler-steps", None),  # removed in 0.10.1, a flag of 0.9.2
         ("--async-scheduling", "vLLM 0.10.0 and later have it"),
-        ("--max-num", "ambiguous abbreviation (of --max-num-batched-tokens, --max-num-partial-prefills"),
+        ("--max-num", None),  # a prefix of several: vLLM's to refuse, the table holds more names than serve
+        ("--", "not a flag"),
+        ("--enable-", "not a flag"),
         ("--max-model-length", "did you mean --max-model-len?"),
         ("--qwerty", "has no such flag (vllm serve would refuse to start)"),
     ],
@@ -50,3 +52,11 @@ def test_a_release_without_an_sdist_takes_the_flags_of_both_neighbours():
 def test_a_flag_the_release_does_not_have_is_refused(flag, problem):
     found = serveflags.unknown_flag_problem(flag, flag, "0.9.2")
     assert found is None if problem is None else problem in found
+
+
+def test_0_33_pairs_every_enable_flag_with_a_disable_flag():
+    # vllm-0.33.0 vllm/utils/argparse_utils.py EnableDisableAction; its own errors advise
+    # --disable-prefix-caching (vllm/config/vllm.py).
+    for flag in ("--disable-prefix-caching", "--disable-chunked-prefill", "--enable-custom-all-reduce"):
+        assert serveflags.unknown_flag_problem(flag, flag, "0.33.0") is None, flag
+    assert serveflags.unknown_flag_problem("--disable-prefix-caching", "x", "0.32.0") is not None
