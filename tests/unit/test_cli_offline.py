@@ -78,3 +78,20 @@ def test_the_recorder_sees_a_command_that_does_connect(no_network, tmp_path, mon
     code = cli.main(["status", PROD, "--limit", "mi300x-a01"])
     capsys.readouterr()
     assert code != 0 and no_network, no_network
+
+
+def test_ctrl_c_while_the_modules_load_ends_with_one_line_and_130(monkeypatch, capsys):
+    import builtins
+
+    from rocmfleet import entry
+
+    real = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "rocmfleet.cli":
+            raise KeyboardInterrupt
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    assert entry.main() == 130
+    assert capsys.readouterr().err == "\nrocmfleet: interrupted while starting; nothing was done\n"
