@@ -141,13 +141,22 @@ def test_second_run_compares_with_the_first_as_baseline(lab, first_run, results)
 
 
 def test_a_host_worse_than_its_baseline_fails(lab, first_run, results) -> None:
-    """A forged baseline 100x better than the first run's lab-2 result: the next run regresses."""
+    """A forged baseline 1000x better than lab-2's best run so far: the next run regresses.
+
+    The factor is far above the spread between runs on a shared 2-core machine (the first run has
+    been seen 10x slower than a later one), so only a real comparison makes this fail.
+    """
     host = sorted(lab.hosts)[1]
     latest = run_ids(results)[-1]
     forged = f"{latest}-forged"  # sorts after `latest` and before any later run id
     for case in cases():
-        data = json.loads(result_path(results, run_ids(results)[0], host, case).read_text())
-        data.update(output_throughput=data["output_throughput"] * 100, median_ttft_ms=data["median_ttft_ms"] / 100)
+        paths = [result_path(results, r, host, case) for r in run_ids(results)]
+        runs = [json.loads(p.read_text()) for p in paths if p.exists()]
+        data = dict(runs[0])
+        data.update(
+            output_throughput=max(r["output_throughput"] for r in runs) * 1000,
+            median_ttft_ms=min(r["median_ttft_ms"] for r in runs) / 1000,
+        )
         path = result_path(results, forged, host, case)
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps(data))
