@@ -54,6 +54,27 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _init(args: argparse.Namespace) -> int:
+    from rocmfleet.config.site import SiteExistsError, init
+
+    directory = Path(args.directory)
+    try:
+        written = init(directory)
+    except SiteExistsError as exc:
+        print(f"rocmfleet: init {directory}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"rocmfleet: init {directory}: {exc.strerror or exc}: {exc.filename or directory}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    print(
+        f"next: cd {directory}; edit inventories/prod.py and group_vars/; "
+        "rocmfleet validate inventories/prod.py; pyinfra inventories/prod.py deploy.py --dry"
+    )
+    return 0
+
+
 def _data_overrides(pairs: list[str]) -> dict[str, Any]:
     """``--data KEY=VALUE`` pairs, each value parsed as pyinfra's own ``--data`` parses it."""
     from pyinfra_cli.util import parse_cli_arg
@@ -450,6 +471,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rocmfleet", description="MI300X vLLM fleet toolkit")
     parser.add_argument("--version", action="version", version=f"rocmfleet {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    i = sub.add_parser(
+        "init",
+        help="write an operator's repository: deploy.py, inventories/prod.py, group_vars/, .gitignore, README",
+        epilog="exit status: 0 written; 2 a file is already there or cannot be written (nothing is overwritten)",
+    )
+    i.add_argument("directory", help="where (created when missing; may hold other files)")
+    i.set_defaults(func=_init)
     p = sub.add_parser("validate", help="validate an inventory and its group_vars before any connection")
     p.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     p.set_defaults(func=_validate)

@@ -1,15 +1,17 @@
-"""Where the deploy's files live: the checkout that holds ``deploy.py``, ``roles/``, ``templates/``
-and ``group_vars/profiles/``.
+"""Where the deploy's files live: inside the installed package (``pip install`` carries them).
 
-These are not package data yet (a wheel carries only ``rocmfleet/``); every module that needs
-one of them takes its path from here, so that packaging them changes one line.
+``PACKAGE`` holds ``templates/`` (what the roles render), ``profiles/`` (the shipped vLLM
+profiles), ``skeleton/`` (what ``rocmfleet init`` writes) and ``deploy.py`` (the deploy file
+``rocmfleet rollout`` and ``restart`` hand to pyinfra). Template paths in the code are relative to
+``PACKAGE`` (``templates/vllm/vllm.service.j2``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DEPLOY_FILE = ROOT / "deploy.py"
-TEMPLATES_DIR = ROOT / "templates"
-PROFILES_DIR = ROOT / "group_vars" / "profiles"
+PACKAGE = Path(__file__).resolve().parent
+DEPLOY_FILE = PACKAGE / "deploy.py"
+TEMPLATES_DIR = PACKAGE / "templates"
+PROFILES_DIR = PACKAGE / "profiles"
+SKELETON_DIR = PACKAGE / "skeleton"

@@ -32,8 +32,8 @@ from rocmfleet.domain.partitionmodes import (
 )
 from rocmfleet.domain.placement import world_problem
 
-#: This repository's profiles (``group_vars/profiles/``), for its tests and tools; deploys and
-#: ``validate`` find the profiles beside the inventory's group files (:mod:`rocmfleet.config.groupvars`).
+#: The shipped profiles (package data). An inventory's ``vllm_profile`` is looked up first in
+#: ``profiles/`` beside its group files, then here (:func:`rocmfleet.config.settings.profile_path`).
 PROFILES_DIR = project.PROFILES_DIR
 
 

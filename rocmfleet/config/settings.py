@@ -6,9 +6,9 @@ in the names (``*_s``, ``*_gib``). Keys that start with one of :data:`OWN_PREFIX
 rocmfleet: an unknown one is an error, with a "did you mean" for near misses; other keys
 (``ssh_*``, pyinfra's own) are left alone.
 
-The serving shape comes from a profile, ``group_vars/profiles/<vllm_profile>.yml``
-(:mod:`rocmfleet.config.profiles`); host data may pin another image (``vllm_image_*``), which is how
-a rollout moves hosts to a new tag and digest.
+The serving shape comes from a profile, ``group_vars/profiles/<vllm_profile>.yml`` or a shipped one
+(:mod:`rocmfleet.config.profiles`, :func:`profile_path`); host data may pin another image
+(``vllm_image_*``), which is how a rollout moves hosts to a new tag and digest.
 """
 
 from __future__ import annotations
@@ -35,7 +35,16 @@ from pydantic.functional_validators import AfterValidator, PlainValidator
 from rocmfleet.config import groupvars
 from rocmfleet.config.errors import ConfigError, Problem, shown
 from rocmfleet.config.keys import did_you_mean, model_keys
-from rocmfleet.config.profiles import Image, ImageDigest, ImageName, ImageTag, Profile, ProfileError, load_profile
+from rocmfleet.config.profiles import (
+    PROFILES_DIR,
+    Image,
+    ImageDigest,
+    ImageName,
+    ImageTag,
+    Profile,
+    ProfileError,
+    load_profile,
+)
 from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import docker, envpolicy
@@ -298,7 +307,8 @@ class HostSettings(BaseModel):
 
     vllm_profile: str = Field(
         pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$",
-        description="Model profile: `group_vars/profiles/<name>.yml` (model, image, serving shape, flags).",
+        description="Model profile: `group_vars/profiles/<name>.yml` beside the group files, else the shipped "
+        "profile of that name (model, image, serving shape, flags).",
     )
     vllm_image_repository: ImageName | None = Field(
         default=None, description="Overrides the profile's image repository (no tag, no digest)."
@@ -525,8 +535,27 @@ def _partial(model: type[BaseModel], own: dict[str, Any]) -> tuple[BaseModel | N
 
 
 def known_profiles(directory: Path) -> list[str]:
-    """Names of the profiles in ``directory``."""
-    return sorted(p.stem for p in directory.glob("*.yml"))
+    """Names of the profiles an inventory can name: those in ``directory`` and the shipped ones."""
+    return sorted({p.stem for d in (directory, PROFILES_DIR) for p in d.glob("*.yml")})
+
+
+def _known_text(directory: Path) -> str:
+    """``yours (DIR): a, b; shipped: c, d`` for a message."""
+    own = sorted(p.stem for p in directory.glob("*.yml"))
+    shipped = sorted(p.stem for p in PROFILES_DIR.glob("*.yml") if p.stem not in own)
+    mine = f"yours ({groupvars.display(directory)}): {', '.join(own) or 'none'}"
+    return f"{mine}; shipped: {', '.join(shipped) or 'none'}"
+
+
+def profile_path(name: str, directory: Path) -> Path:
+    """Where profile ``name`` is read from: ``directory`` (the operator's ``group_vars/profiles``)
+    when it has ``<name>.yml``, else the shipped profile of that name (``rocmfleet/profiles``).
+
+    An operator's file of a shipped name replaces the shipped one (copy it, then change it). The
+    path returned may not exist (then ``<directory>/<name>.yml``, for the message)."""
+    own = directory / f"{name}.yml"
+    shipped = PROFILES_DIR / f"{name}.yml"
+    return shipped if not own.exists() and shipped.exists() else own
 
 
 def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) -> HostConfig:
@@ -618,16 +647,15 @@ def port_problems(instances: list[Instance], settings: HostSettings, key: str) -
 
 
 def _profile(settings: HostSettings, directory: Path, problems: list[Problem]) -> Profile | None:
-    path = directory / f"{settings.vllm_profile}.yml"
+    path = profile_path(settings.vllm_profile, directory)
     if not path.exists():
         known = known_profiles(directory)
         near = difflib.get_close_matches(settings.vllm_profile, known, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
-        where = groupvars.display(directory)
         problems.append(
             Problem(
                 "vllm_profile",
-                f"no profile {groupvars.display(path)}; {hint}known profiles: {', '.join(known) or f'none in {where}'}",
+                f"no profile {groupvars.display(path)}; {hint}known profiles: {_known_text(directory)}",
                 repr(settings.vllm_profile),
             )
         )
@@ -664,7 +692,7 @@ def _image(
         for err in exc.errors():
             field = str(err["loc"][0]) if err["loc"] else "repository"
             key = f"vllm_image_{field}" if overrides.get(field) else f"image.{field}"
-            file = "" if overrides.get(field) else groupvars.display(directory / f"{profile.name}.yml")
+            file = "" if overrides.get(field) else groupvars.display(profile_path(profile.name, directory))
             problems.append(Problem(key, err["msg"].removeprefix("Value error, "), shown(err.get("input")), file))
         return None
 

@@ -18,7 +18,7 @@ from pyinfra.api.util import get_template
 from rocmfleet import project
 from rocmfleet.facts.state import Gathered
 
-ROOT = project.ROOT
+ROOT = project.PACKAGE
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,17 @@ class WantedFile:
 
 
 def render(src: str, **data: object) -> str:
-    """``src`` (a template path relative to the project root, e.g. ``templates/base/apt-lock.conf.j2``)
+    """``src`` (a template path relative to the package, e.g. ``templates/base/apt-lock.conf.j2``)
     rendered as ``files.template`` renders it (pyinfra's ``get_template``: strict undefined, trailing
     newline kept), locally. Our templates use only the variables passed."""
-    return get_template(str(ROOT / src)).render(data)
+    return get_template(template_path(src)).render(data)
+
+
+def template_path(src: str) -> str:
+    """The absolute path of ``src`` (relative to the package, e.g. ``templates/base/apt-lock.conf.j2``),
+    as ``files.template(src=...)`` takes it: pyinfra resolves a relative one against the deploy file's
+    directory, which is the operator's repository, not the package."""
+    return str(ROOT / src)
 
 
 def _same_mode(got: str | None, want: str | None) -> bool:

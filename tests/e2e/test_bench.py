@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet.config.profiles import PROFILES_DIR, load_profile
+from rocmfleet.config.profiles import load_profile
 from rocmfleet.domain.benchshape import Case, shape_for, sweep_for
 from rocmfleet.fleet.bench.bench import load_run, parse_result, result_path
 from tests.conftest import ROOT
+from tests.unit.conftest import LAB_PROFILE
 
 pytestmark = pytest.mark.lab
 
@@ -42,7 +43,7 @@ def bench(*args: str, inventory: str = "inventories/lab.py", timeout_s: float = 
 
 
 def cases() -> list[Case]:
-    return sweep_for(shape_for(load_profile(PROFILES_DIR / "lab-tiny-llama.yml")))
+    return sweep_for(shape_for(load_profile(LAB_PROFILE)))
 
 
 def targets(lab) -> list[tuple[str, str, int, str | None]]:

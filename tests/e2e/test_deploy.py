@@ -13,6 +13,7 @@ import pytest
 
 from rocmfleet.domain.topology import parse_id_list
 from tests.conftest import connect, lab_inventory, lab_ssh, pyinfra_json, rocmfleet_cli
+from tests.unit.conftest import every_profile
 
 pytestmark = pytest.mark.lab
 
@@ -159,10 +160,8 @@ print(json.dumps(out))
 
 
 def test_rendered_arguments_pass_vllms_own_parser(lab, first_deploy, ssh_config):
-    from rocmfleet.config.profiles import load_profiles
-
     version = "0.32.0"  # the lab image's vLLM; every shipped profile rendered for it
-    argvs = {name: [p.model, *p.render(version).args] for name, p in load_profiles().items()}
+    argvs = {name: [p.model, *p.render(version).args] for name, p in every_profile().items()}
     argvs["bogus (must be rejected)"] = ["m", "--no-such-flag", "1"]
     host = connect(sorted(lab.hosts.values())[0], ssh_config)
     out = host.check_output("docker exec vllm-tiny-llama-a python -c %s %s", PARSER_PROBE, json.dumps(argvs))

@@ -1,14 +1,23 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rocmfleet.config.profiles import Profile, load_profile, load_profiles
 from rocmfleet.config.settings import host_config
 from rocmfleet.domain.placement import InstanceShape, place
 from rocmfleet.domain.topology import Gpu, NumaNode, Topology
 
 DIGEST = "sha256:" + "ab" * 32
+#: The lab's profile: this repository's own (``group_vars/profiles/``), not a shipped one.
+LAB_PROFILE = Path(__file__).resolve().parents[2] / "group_vars" / "profiles" / "lab-tiny-llama.yml"
+
+
+def every_profile() -> dict[str, Profile]:
+    """The shipped profiles and the lab's, by name."""
+    return {**load_profiles(), "lab-tiny-llama": load_profile(LAB_PROFILE)}
 
 
 @pytest.fixture

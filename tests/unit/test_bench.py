@@ -49,7 +49,7 @@ from rocmfleet.fleet.bench.bench import (
 from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
 from rocmfleet.fleet.connect import SshSettings
 from rocmfleet.fleet.target import Target
-from tests.unit.conftest import DIGEST
+from tests.unit.conftest import DIGEST, LAB_PROFILE
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 FIXTURE = FIXTURES / "vllm-bench-serve-save-result-example.json"
@@ -285,7 +285,7 @@ def test_default_sweep_is_amds() -> None:
 
 
 def test_lab_sweep_fits_the_lab_model_and_scales_concurrency_down() -> None:
-    lab = load_profile(PROFILES_DIR / "lab-tiny-llama.yml")
+    lab = load_profile(LAB_PROFILE)
     # AMD's whole sweep instead of the lab profile's own `bench:` choice (one short case)
     shape = shape_for(lab, pairs=list(AMD_PAIRS), length_scale=1, prompts_per_slot=4)
     assert shape.max_model_len == 2048
@@ -597,7 +597,7 @@ def test_plots_without_sweep_and_with_per_request_samples(raw: dict[str, Any], t
 
 
 def test_profile_bench_section_shapes_the_sweep_and_sets_thresholds() -> None:
-    lab = load_profile(PROFILES_DIR / "lab-tiny-llama.yml")
+    lab = load_profile(LAB_PROFILE)
     assert [c.name for c in sweep_for(shape_for(lab))] == ["200x15-c4"]  # AMD's 2000/150 at c64, scaled
     assert sweep_for(shape_for(lab))[0].num_prompts == 32
     assert lab.bench.thresholds.regression_tolerance == 0.9 and lab.bench.thresholds.max_failed == 0
@@ -617,7 +617,7 @@ def test_profile_bench_section_refuses_typos(tmp_path: Path, section: dict[str, 
 
     from rocmfleet.config.profiles import ProfileError
 
-    data = yaml.safe_load((PROFILES_DIR / "lab-tiny-llama.yml").read_text())
+    data = yaml.safe_load(LAB_PROFILE.read_text())
     path = tmp_path / "lab-tiny-llama.yml"
     path.write_text(yaml.safe_dump({**data, "bench": section}))
     with pytest.raises(ProfileError) as exc:

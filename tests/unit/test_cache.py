@@ -17,7 +17,7 @@ from rocmfleet.domain.cachekey import CacheKey, ImageFacts
 from rocmfleet.fleet.cache import cachebake
 from rocmfleet.plan.instance import vllm_settings
 
-from .conftest import DIGEST
+from .conftest import DIGEST, LAB_PROFILE
 
 FACTS = ImageFacts(base_digest=DIGEST, rocm_version="7.0.0-38", vllm_version="0.32.0")
 
@@ -65,9 +65,7 @@ def _changed(tmp_path, lab_data, where, name, value):
     """Host data (and a profiles directory) with one input changed."""
     import yaml
 
-    from rocmfleet.config.profiles import PROFILES_DIR
-
-    profile = yaml.safe_load((PROFILES_DIR / "lab-tiny-llama.yml").read_text())
+    profile = yaml.safe_load(LAB_PROFILE.read_text())
     data = dict(lab_data)
     if where == "profile":
         if name == "tensor_parallel_size":

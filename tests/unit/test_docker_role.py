@@ -43,7 +43,8 @@ def run_role(
             f"""
             import sys
             sys.path.insert(0, {str(ROOT)!r})
-            import roles.docker
+            import rocmfleet.roles.docker
+            from rocmfleet import roles
             from rocmfleet.config.settings import host_config
             config = host_config({data!r})
             roles.docker.apply(config.settings, instances=[(f"vllm-{{i.name}}", i.port) for i in config.instances()])

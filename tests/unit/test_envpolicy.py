@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from rocmfleet.config.errors import ConfigError
-from rocmfleet.config.profiles import ProfileError, load_profile, load_profiles
+from rocmfleet.config.profiles import ProfileError, load_profile
 from rocmfleet.config.settings import host_config
 from rocmfleet.domain import envpolicy, vllm
 from rocmfleet.domain.placement import Placement
 from rocmfleet.plan.instance import vllm_settings
-from tests.unit.conftest import TOPOLOGY
+from tests.unit.conftest import LAB_PROFILE, TOPOLOGY, every_profile
 from tests.unit.test_partitions import PROFILES, _config
 
 FP4 = "VLLM_ROCM_USE_AITER_FP4BMM"
@@ -19,7 +19,7 @@ FP4 = "VLLM_ROCM_USE_AITER_FP4BMM"
 
 @pytest.fixture(scope="module")
 def profiles():
-    return load_profiles()
+    return every_profile()
 
 
 # --- rendered environment ---------------------------------------------------------------------
@@ -154,7 +154,7 @@ def test_extra_env_follows_the_same_rules(tmp_path):
 
 
 def test_unknown_env_set(tmp_path):
-    text = (PROFILES / "lab-tiny-llama.yml").read_text().replace("name: lab-tiny-llama", "name: x")
+    text = LAB_PROFILE.read_text().replace("name: lab-tiny-llama", "name: x")
     (tmp_path / "x.yml").write_text(text + "env_sets: [mi300x-prod]\n")
     with pytest.raises(ProfileError, match="unknown set 'mi300x-prod'; known: mi300x-production"):
         load_profile(tmp_path / "x.yml")

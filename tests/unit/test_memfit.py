@@ -8,6 +8,7 @@ import yaml
 
 from rocmfleet.config.profiles import Profile, ProfileError, load_profile, load_profiles
 from rocmfleet.domain import memfit
+from tests.unit.conftest import every_profile
 
 DIGEST = "sha256:" + "0" * 64
 
@@ -102,5 +103,5 @@ def test_shape_is_one_or_the_other():
 
 
 def test_shipped_profiles_with_model_memory_fit():
-    for profile in load_profiles().values():
+    for profile in every_profile().values():
         assert memfit.problems(profile) == [], profile.name

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rocmfleet.config.settings import host_config
+from rocmfleet.config.profiles import PROFILES_DIR
+from rocmfleet.config.settings import host_config, profile_path
 from rocmfleet.domain import vllm
 from rocmfleet.domain.partitionmodes import PartitionPolicy, policy_problems
 from rocmfleet.domain.partitions import mode_problems, spread
@@ -21,11 +22,12 @@ from rocmfleet.domain.placement import PlacementError
 from rocmfleet.domain.topology import PciSysfs, Topology, build_topology, read_kfd_tree
 from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.plan.instance import vllm_settings
+from tests.unit.conftest import LAB_PROFILE
 from tests.unit.test_topology import fact_lines
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 MI308X = FIXTURES / "kfd-topology" / "mi308x-8gpu-cpx" / "topology"
-PROFILES = Path(__file__).resolve().parents[2] / "group_vars" / "profiles"
+PROFILES = PROFILES_DIR
 DIGEST = "sha256:" + "ab" * 32
 
 #: Two sockets, NPS1, SMT2 (constructed: the MI300X CPX testdata's CPU nodes have 96 cores each).
@@ -173,7 +175,7 @@ def test_more_ranks_than_physical_gpus_refused_unless_allowed():
 
 
 def _config(tmp_path, profile: str, host: dict | None = None, **changes):
-    data = yaml.safe_load((PROFILES / f"{profile}.yml").read_text())
+    data = yaml.safe_load(profile_path(profile, LAB_PROFILE.parent).read_text())
     data.update(changes)
     (tmp_path / f"{profile}.yml").write_text(yaml.safe_dump(data))
     return host_config({"vllm_profile": profile, **(host or {})}, tmp_path)

@@ -8,12 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from rocmfleet.config.profiles import load_profiles
 from rocmfleet.domain import parts, vllm
 from rocmfleet.domain.placement import PlacementError
 from rocmfleet.domain.topology import PciSysfs, Topology
 from rocmfleet.plan.instance import vllm_settings
-from tests.unit.conftest import TOPOLOGY
+from tests.unit.conftest import TOPOLOGY, every_profile
 from tests.unit.test_partitions import _config, mi300x_cpx, mi308x
 from tests.unit.test_placement import mi210_nps1
 
@@ -62,7 +61,7 @@ def test_gpus_of_two_parts_on_one_host_are_refused_naming_each():
 
 def test_every_shipped_profile_is_placed_on_an_8x_mi300x_spx_nps1_host(tmp_path):
     spx_nps1 = replace(TOPOLOGY, gpus=tuple(replace(g, memory_partition="NPS1") for g in TOPOLOGY.gpus))
-    for name in load_profiles():
+    for name in every_profile():
         config = _config(tmp_path, name)
         assert len(vllm.placements(vllm_settings(config), spx_nps1)) == len(config.instances()), name
 

@@ -11,6 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from rocmfleet.config.profiles import PROFILES_DIR, Profile, ProfileError, load_profile, load_profiles
+from tests.unit.conftest import LAB_PROFILE, every_profile
 
 # AMD's published Llama 4 command: ROCm blog "Accelerated LLM Inference on AMD Instinct GPUs with
 # vLLM 0.9.x and ROCm" (28 Jun 2025), "Step 3: Run the vLLM Server":
@@ -76,7 +77,7 @@ PUBLISHED: dict[str, tuple[str, dict[str, str], list[str]]] = {
 
 @pytest.fixture(scope="module")
 def profiles() -> dict[str, Profile]:
-    return load_profiles()
+    return every_profile()
 
 
 #: Profiles that serve the lab's model (tests/lab), not a configuration AMD published.
@@ -159,7 +160,7 @@ def test_profile_shape_and_image(profiles):
 
 
 def test_placeholder_digests_are_marked_in_the_yaml():
-    for path in PROFILES_DIR.glob("*.yml"):
+    for path in [*PROFILES_DIR.glob("*.yml"), LAB_PROFILE]:
         text = path.read_text()
         if "sha256:" + "0" * 64 in text:
             assert "PLACEHOLDER digest, to replace" in text, path
@@ -273,7 +274,7 @@ def test_load_profile_refuses_what_is_not_a_mapping(tmp_path, text):
 
 
 def test_ready_probe_is_optional_profile_data(tmp_path):
-    text = (PROFILES_DIR / "lab-tiny-llama.yml").read_text().replace("name: lab-tiny-llama", "name: probe")
+    text = LAB_PROFILE.read_text().replace("name: lab-tiny-llama", "name: probe")
     text = text[: text.index("\nready_probe:")] + "\n"  # the lab's own known answer, replaced here
     (tmp_path / "probe.yml").write_text(
         text + "ready_probe: {prompt: 'The capital of France is', expect_regex: 'Paris'}\n"

@@ -31,7 +31,8 @@ def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None, dr
             f"""
             import sys
             sys.path.insert(0, {str(ROOT)!r})
-            import roles.base, roles.rocm, roles.tuning
+            import rocmfleet.roles.base, rocmfleet.roles.rocm, rocmfleet.roles.tuning
+            from rocmfleet import roles
             from rocmfleet.config.settings import host_config
             config = host_config({{**{DATA!r}, **{data or {}!r}}})
             {call}

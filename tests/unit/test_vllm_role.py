@@ -72,7 +72,8 @@ def run_role(
             f"""
             import sys
             sys.path.insert(0, {str(ROOT)!r})
-            import roles.vllm
+            import rocmfleet.roles.vllm
+            from rocmfleet import roles
             from rocmfleet.config.settings import host_config
             roles.vllm.apply(host_config({DATA!r}))
             """

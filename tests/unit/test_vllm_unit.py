@@ -9,6 +9,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
+from rocmfleet import project
 from rocmfleet.config.settings import host_config
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import vllm
@@ -22,7 +23,7 @@ BDFS = ["0000:05:00.0"]
 
 def render(config, placements, instance_index=0, bdfs=BDFS) -> str:
     instance = config.instances()[instance_index]
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT), keep_trailing_newline=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(project.PACKAGE), keep_trailing_newline=True)
     variables = vllm.unit_template_vars(vllm_settings(config), instance, placements[instance.name], [992], bdfs)
     return env.get_template("templates/vllm/vllm.service.j2").render(**variables)
 

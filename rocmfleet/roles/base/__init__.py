@@ -38,7 +38,7 @@ def apply(settings: DeploySettings, got: Gathered | None = None) -> None:
     if not hoststate.file_ok(got, WantedFile(APT_LOCK_FILE, lock.encode(), "644")):
         files.template(
             name="Make apt wait for a held dpkg lock",
-            src="templates/base/apt-lock.conf.j2",
+            src=hoststate.template_path("templates/base/apt-lock.conf.j2"),
             dest=APT_LOCK_FILE,
             mode="644",
             timeout_s=settings.apt_lock_timeout_s,
@@ -48,7 +48,7 @@ def apply(settings: DeploySettings, got: Gathered | None = None) -> None:
         if not hoststate.file_ok(got, WantedFile(APT_PROXY_FILE, proxy.encode(), "644")):
             files.template(
                 name="Configure apt proxy",
-                src="templates/base/apt-proxy.conf.j2",
+                src=hoststate.template_path("templates/base/apt-proxy.conf.j2"),
                 dest=APT_PROXY_FILE,
                 mode="644",
                 proxy=settings.apt_proxy,

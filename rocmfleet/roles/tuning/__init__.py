@@ -69,7 +69,7 @@ def _numa_balancing(settings: tuning.TuningSettings, got: Gathered) -> None:
         data = tuningplan.sysctl_vars(settings) or {}
         files.template(
             name=f"Render {tuning.SYSCTL_FILE}",
-            src=tuningplan.SYSCTL_TEMPLATE,
+            src=hoststate.template_path(tuningplan.SYSCTL_TEMPLATE),
             dest=tuning.SYSCTL_FILE,
             mode="644",
             body=data["body"],
@@ -159,7 +159,7 @@ def _cpu_unit(settings: tuning.TuningSettings, got: Gathered) -> None:
         data = tuningplan.cpu_unit_vars(settings) or {}
         unit = files.template(
             name=f"Render {tuning.CPU_UNIT}",
-            src=tuningplan.CPU_UNIT_TEMPLATE,
+            src=hoststate.template_path(tuningplan.CPU_UNIT_TEMPLATE),
             dest=tuning.CPU_UNIT_PATH,
             mode="644",
             summary=data["summary"],

@@ -130,7 +130,7 @@ def apply(
         repo_ops.append(
             files.template(
                 name=f"Render {path}",
-                src="templates/rocm/apt-file.j2",
+                src=hoststate.template_path("templates/rocm/apt-file.j2"),
                 dest=path,
                 mode="644",
                 what=rocmplan.what(settings, target),
@@ -174,7 +174,7 @@ def _module_signing(settings: rocm.RocmSettings, got: Gathered) -> None:
         return  # DKMS already signs with this pair: no rebuild
     conf = files.template(
         name=f"Render {rocm.DKMS_SIGNING_CONF}",
-        src="templates/rocm/dkms-signing.conf.j2",
+        src=hoststate.template_path("templates/rocm/dkms-signing.conf.j2"),
         dest=rocm.DKMS_SIGNING_CONF,
         mode="644",
         body=body.rstrip("\n"),
@@ -193,7 +193,7 @@ def _device_access(settings: rocm.RocmSettings, got: Gathered) -> None:
             return
         rule = files.template(
             name=f"Render {rocm.UDEV_RULE}",
-            src="templates/rocm/70-amdgpu.rules.j2",
+            src=hoststate.template_path("templates/rocm/70-amdgpu.rules.j2"),
             dest=rocm.UDEV_RULE,
             mode="644",
             body=rocm.udev_rule().rstrip("\n"),

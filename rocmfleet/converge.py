@@ -1,0 +1,99 @@
+"""Converge the current host to serving vLLM: what ``deploy.py`` runs (``pyinfra INVENTORY deploy.py``).
+
+An operator's ``deploy.py`` (``rocmfleet init`` writes it) is two lines::
+
+    from rocmfleet.converge import converge
+
+    converge()
+
+pyinfra executes the deploy file once per host, so :func:`converge` runs once per host.
+
+Roles run in a fixed order: base (apt proxy, packages), rocm (AMD's repositories, the amdgpu
+driver), tuning (MI300X OS settings), one reboot if the driver or kernel command line changed,
+docker, vllm. A bare host converges in one run: the vllm role reads the GPU topology at
+execution time, after the reboot (``roles/vllm``), not while pyinfra prepares the run.
+
+Every per-host problem fails that host alone, through pyinfra's own error path
+(:mod:`rocmfleet.operations.fail`): the other hosts converge and pyinfra exits non-zero naming
+the failed hosts. The inventory already validated every host before connecting
+(``rocmfleet.config.validate.check_on_load``); a host whose data is still what was validated there
+uses that config, one changed by ``--data`` overrides is validated again here.
+"""
+
+import sys
+import types
+
+from pyinfra.context import host, state
+
+from rocmfleet.config import groupvars
+from rocmfleet.config.errors import ConfigError
+from rocmfleet.config.settings import host_config
+from rocmfleet.config.validate import validated_config
+from rocmfleet.domain import vllm
+from rocmfleet.facts.state import HostState
+from rocmfleet.operations import fail
+from rocmfleet.plan import hoststate, rocmplan, vllmplan
+from rocmfleet.roles import base, docker, rocm, tuning
+from rocmfleet.roles import vllm as vllm_role
+
+
+def _register_deploy_file() -> None:
+    # pyinfra orders each operation by walking the call stack (``inspect.getframeinfo`` of every
+    # frame). The deploy file is exec()'d by pyinfra, not imported, so for its frames
+    # ``inspect.getmodule`` finds no module and scans all of ``sys.modules`` (~900 here) each time:
+    # about a fifth of the control CPU of a no-op converge. A module entry naming that file turns
+    # the scan into one cache hit. Nothing that runs on the hosts changes.
+    filename = state.current_deploy_filename
+    if filename and "rocmfleet._deploy_file" not in sys.modules:
+        module = types.ModuleType("rocmfleet._deploy_file")
+        module.__file__ = filename
+        sys.modules["rocmfleet._deploy_file"] = module
+
+
+def converge() -> None:
+    """Plan and apply every role for pyinfra's current host (call it from a deploy file).
+
+    Roles run in a fixed order: base, rocm, tuning, one reboot if needed, docker, vllm. A host
+    whose data is bad fails alone, through :func:`rocmfleet.operations.fail.failed`; nothing
+    is raised.
+
+    Example (``deploy.py``)::
+
+        from rocmfleet.converge import converge
+
+        converge()
+    """
+    _register_deploy_file()
+    try:
+        # Group files that could not be read (an inventory without check_on_load still loads them).
+        if groupvars.problems():
+            raise ConfigError(groupvars.problems())
+        data = host.data.dict()
+        config = validated_config(host.name, data) or host_config(data, groupvars.profiles_dir())
+    except ConfigError as exc:
+        fail.failed(name="Validate this host's data", message=f"rocmfleet: {host.name}: {exc}".replace("\n", "; "))
+    else:
+        # One read of everything the roles manage (files, units, packages, sysctls, the image, whether
+        # each instance is serving); each role calls operations only for what differs from its data.
+        got = host.get_fact(
+            HostState,
+            **hoststate.merge_queries(
+                base.query(config.settings),
+                rocm.query(config.rocm),
+                tuning.query(config.tuning),
+                docker.query(config.settings),
+                vllmplan.query(config),
+            ),
+        )
+        # What the rocm role would do (nothing, on a converged host: then none of its operations, its
+        # reboot or its driver checks is called, and the host costs no command beyond the read).
+        rocm_todo = rocmplan.differs(config.rocm, got)
+        found = rocm.preflight(config.rocm, got=got, todo=rocm_todo)
+        base.apply(config.settings, got=got)
+        rocm.apply(config.rocm, got=got, found=found, todo=rocm_todo)
+        tuning_reboot = tuning.apply(config.tuning, got=got)
+        settled = not rocm_todo and not tuning_reboot and tuning.cmdline_settled(config.tuning, got)
+        rebooted = rocm.reboot(config.rocm, predicted=tuning_reboot, got=got, found=found, settled=settled)
+        instances = [(vllm.files_of(i).container, i.port) for i in config.instances()]
+        docker.apply(config.settings, instances=instances, got=got)
+        vllm_role.apply(config, rebooted=rebooted, got=got)
