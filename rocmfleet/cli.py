@@ -94,6 +94,7 @@ def _limit(values: list[str] | None) -> list[str] | None:
 
 
 LIMIT_HELP = "host, glob or group (repeatable, or comma-separated)"
+EXCLUDE_HELP = "host, glob or group left out, after --limit (repeatable, or comma-separated)"
 
 
 def _limit_value(text: str) -> str:
@@ -145,7 +146,7 @@ def _check(args: argparse.Namespace) -> int:
             raise ValueError("--junit-xml - and --json -: one report can go to standard output")
         _writable(None if args.junit_xml == "-" else args.junit_xml, "--junit-xml")
         _writable(None if args.json == "-" else args.json, "--json")
-        targets = load_fleet(args.inventory, _limit(args.limit), overrides)
+        targets = load_fleet(args.inventory, _limit(args.limit), overrides, exclude=_limit(args.exclude))
     except (FleetError, ValueError) as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
@@ -183,7 +184,7 @@ def _bench(args: argparse.Namespace) -> int:
     from rocmfleet.fleet.inventory import FleetError, load_fleet
 
     try:
-        targets = load_fleet(args.inventory, _limit(args.limit))
+        targets = load_fleet(args.inventory, _limit(args.limit), exclude=_limit(args.exclude))
     except FleetError as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
@@ -207,11 +208,12 @@ def _rollout(args: argparse.Namespace) -> int:
             return rollout_progress.RichProgress(total, console)
         return rollout_progress.LineProgress(lambda line: print(line, file=sys.stderr, flush=True))
 
-    if (getattr(args, "image", None) or getattr(args, "bake", False)) and args.limit:
+    if (getattr(args, "image", None) or getattr(args, "bake", False)) and (args.limit or args.exclude):
         given = "--bake" if getattr(args, "bake", False) else "--image"
+        narrowed = "--limit" if args.limit else "--exclude"
         print(
-            f"rocmfleet: {given} with --limit: {given} rewrites the group data file that pins the image, for every "
-            "host it applies to, so the hosts outside --limit would switch at their next plain deploy, with no "
+            f"rocmfleet: {given} with {narrowed}: {given} rewrites the group data file that pins the image, for every "
+            f"host it applies to, so the hosts outside {narrowed} would switch at their next plain deploy, with no "
             "canary, drain or gate; pin the new image in a group (or host) file of those hosts instead, then "
             "`rocmfleet rollout INVENTORY --limit ...` without --image",
             file=sys.stderr,
@@ -245,6 +247,18 @@ def _rollout(args: argparse.Namespace) -> int:
         print("rocmfleet: --dry with --bake: the bake builds and pushes an image; plan the rollout with "
               "--dry --image BAKED_REF after `rocmfleet cache bake`", file=sys.stderr)  # fmt: skip
         return 2
+    limit = _limit(args.limit)
+    if args.exclude:  # the hosts left, by name: the recorded plan names them as a --limit would
+        if args.resume or args.rollback:
+            print("rocmfleet: --exclude with --resume or --rollback: they run the recorded plan", file=sys.stderr)
+            return 2
+        from rocmfleet.fleet.inventory import FleetError, load_targets
+
+        try:
+            limit = list(load_targets(args.inventory, limit, exclude=_limit(args.exclude)))
+        except FleetError as exc:
+            print(f"rocmfleet: {exc}", file=sys.stderr)
+            return 2
     ask = None if args.yes or args.dry or not sys.stdin.isatty() else _ask
     return command.run_rollout(
         args.inventory,
@@ -255,7 +269,7 @@ def _rollout(args: argparse.Namespace) -> int:
         force=args.force,
         resume=args.resume,
         rollback=args.rollback,
-        limit=_limit(args.limit),
+        limit=limit,
         emit=lambda line: print(line, flush=True),
         error=rollout_progress.to_stderr,
         progress_factory=progress,
@@ -277,7 +291,7 @@ def _status(args: argparse.Namespace) -> int:
     from rocmfleet.fleet.rollout.status import fleet_status
 
     try:
-        rows, state = fleet_status(args.inventory, _limit(args.limit))
+        rows, state = fleet_status(args.inventory, _limit(args.limit), exclude=_limit(args.exclude))
     except (CommandError, ValueError) as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
@@ -485,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="run the compliance checks against every host of an inventory", epilog=exits)
     c.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     c.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
+    c.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
     c.add_argument(
         "--select",
         type=lambda v: v.split(","),
@@ -514,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     b.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     b.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
+    b.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
     b.add_argument("--results-dir", default="bench-results", help="results root (default ./bench-results)")
     b.add_argument(
         "--timeout-s", type=_positive(float), default=3600, help="deadline per host in seconds (default 3600)"
@@ -571,10 +587,12 @@ def main(argv: list[str] | None = None) -> int:
             else "refused: a restart changes no image (--resume finishes it)",
         )
         ro.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
+        ro.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
         ro.set_defaults(func=_rollout)
     st = sub.add_parser("status", help="per host and instance: unit state, image, ready, uptime, rollout step, drift")
     st.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     st.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
+    st.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
     st.set_defaults(func=_status)
     k = sub.add_parser("cache", help="compile caches baked into images")

@@ -28,7 +28,11 @@ def _matches(name: str, groups: list[str], patterns: list[str]) -> bool:
 
 
 def load_fleet(
-    inventory: str, limit: list[str] | None = None, overrides: dict[str, Any] | None = None, option: str = "--limit"
+    inventory: str,
+    limit: list[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+    option: str = "--limit",
+    exclude: list[str] | None = None,
 ) -> list[Target]:
     """Validate ``inventory`` and return its hosts, optionally limited (pyinfra's ``--limit`` rules).
 
@@ -37,10 +41,13 @@ def load_fleet(
         limit: host names, glob patterns (``gpu-*``) or group names; ``None`` for every host.
         overrides: data that wins over the inventory's and group data, as pyinfra's ``--data``.
         option: the command-line option ``limit`` came from, named when it matches no host.
+        exclude: host names, globs or groups left out after ``limit`` (``--exclude``, as Ansible's
+            ``--limit '!pattern'`` and pyinfra's inventory filters do).
 
     Raises:
         FleetError: the inventory cannot be loaded or is invalid (the message is the same report
-            ``rocmfleet validate`` prints), or an item of ``limit`` matches no host.
+            ``rocmfleet validate`` prints), an item of ``limit`` or ``exclude`` matches no host
+            (a typo beside a good name would silently widen or narrow the run), or nothing is left.
     """
     try:
         configs, problems, hosts = validate_inventory(inventory, with_hosts=True, overrides=overrides)
@@ -61,11 +68,22 @@ def load_fleet(
             f"{option} {', '.join(unmatched)}: matches no host, group or glob of {inventory} "
             f"(the rest of {option} matches {', '.join(t.name for t in targets)}); fix or drop it"
         )
+    if exclude:
+        unknown = [p for p in exclude if not any(_matches(h.name, list(h.groups), [p]) for h in hosts)]
+        if unknown:
+            raise FleetError(f"--exclude {', '.join(unknown)}: matches no host, group or glob of {inventory}")
+        groups = {h.name: list(h.groups) for h in hosts}
+        targets = [t for t in targets if not _matches(t.name, groups[t.name], exclude)]
+        if not targets:
+            raise FleetError(f"--exclude {','.join(exclude)} leaves no host of {inventory}")
     return targets
 
 
 def load_targets(
-    inventory: str, limit: list[str] | None = None, overrides: dict[str, Any] | None = None
+    inventory: str,
+    limit: list[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+    exclude: list[str] | None = None,
 ) -> dict[str, Target]:
     """:func:`load_fleet`'s hosts by name, in inventory order (what ``rocmfleet rollout``, ``restart``
     and ``status`` work on).
@@ -73,4 +91,4 @@ def load_targets(
     Raises:
         FleetError: as :func:`load_fleet` (a ``ValueError``: the commands exit 2 with its message).
     """
-    return {t.name: t for t in load_fleet(inventory, limit, overrides)}
+    return {t.name: t for t in load_fleet(inventory, limit, overrides, exclude=exclude)}

@@ -148,6 +148,16 @@ def test_ssh_settings_come_from_pyinfra_data(inventory, tmp_path):
         load_fleet(str(path), ["gpu-9"])
 
 
+def test_exclude_leaves_hosts_out_after_limit_and_refuses_a_typo_or_an_empty_fleet(inventory):
+    path = inventory(hosts='["gpu-1", "gpu-2", "gpu-3"]')
+    assert [t.name for t in load_fleet(str(path), exclude=["gpu-2"])] == ["gpu-1", "gpu-3"]
+    assert [t.name for t in load_fleet(str(path), ["gpu-[12]"], exclude=["gpu-1"])] == ["gpu-2"]
+    with pytest.raises(FleetError, match="--exclude gpu-9: matches no host, group or glob"):
+        load_fleet(str(path), exclude=["gpu-1", "gpu-9"])  # a typo would leave gpu-... in silently
+    with pytest.raises(FleetError, match="--exclude gpu_nodes leaves no host"):
+        load_fleet(str(path), exclude=["gpu_nodes"])
+
+
 def test_an_invalid_inventory_is_a_fleet_error(inventory):
     path = inventory(hosts='["gpu-1"]', data='{"vllm_profile": "lama-tiny"}')
     with pytest.raises(FleetError, match="vllm_profile"):

@@ -744,6 +744,10 @@ def test_an_image_docker_would_refuse_is_refused_before_any_read(tmp_path, monke
         (["--canary", "999"], "--canary 999: more than the"),
         (["--max-unavailable", "999"], "--max-unavailable 999: more than the"),
         (["--limit", "mi300x-a01,mi300x-a20"], "--limit mi300x-a20: matches no host, group or glob of"),
+        (["--exclude", "mi300x-a20"], "--exclude mi300x-a20: matches no host, group or glob of"),
+        (["--exclude", "gpu_nodes"], "--exclude gpu_nodes leaves no host of"),
+        (["--exclude", "mi300x-a01", "--image", "reg:5000/v:new"], "--image with --exclude: --image rewrites"),
+        (["--exclude", "mi300x-a01", "--resume"], "--exclude with --resume or --rollback"),
     ],
 )
 def test_counts_beyond_the_fleet_and_a_limit_typo_are_refused_before_any_connection(
@@ -1018,3 +1022,15 @@ def test_rollout_bake_whose_bake_fails_ends_with_a_message_not_a_traceback(
     assert "Traceback" not in err
     assert err.startswith("rocmfleet: the bake on mi300x-a01 failed, nothing rolled out: "), err
     assert str(exc) in err and group.read_text() == saved and not steps.log
+
+
+def test_exclude_hands_the_rollout_the_hosts_left_by_name(monkeypatch):
+    from rocmfleet import cli
+    from rocmfleet.fleet.rollout import command
+
+    seen = {}
+    monkeypatch.setattr(command, "run_rollout", lambda inventory, **kw: seen.update(kw) or 0)
+    assert cli.main(["restart", PROD, "--exclude", "mi300x-a02", "--dry"]) == 0
+    assert seen["limit"] == ["mi300x-a01", "mi300x-a03"]
+    assert cli.main(["restart", PROD, "--limit", "mi300x-a0[12]", "--exclude", "mi300x-a02", "--dry"]) == 0
+    assert seen["limit"] == ["mi300x-a01"]

@@ -47,7 +47,7 @@ def read_drift(steps: hoststeps.HostSteps, host: str) -> dict[str, list[str]]:
 
 
 def fleet_status(
-    inventory: str, limit: list[str] | None = None, results_dir: str | None = None
+    inventory: str, limit: list[str] | None = None, results_dir: str | None = None, exclude: list[str] | None = None
 ) -> tuple[list[InstanceStatus], RolloutState | None]:
     """``rocmfleet status``: every instance of every host (unit, image, ready, uptime, drift) and any rollout recorded.
 
@@ -59,7 +59,7 @@ def fleet_status(
         FleetError: the inventory cannot be loaded (a ``ValueError``, as
             :func:`rocmfleet.fleet.inventory.load_targets`).
     """
-    targets = fleet_inventory.load_targets(inventory, limit)
+    targets = fleet_inventory.load_targets(inventory, limit, exclude=exclude)
     steps = hoststeps.HostSteps(inventory, targets, Path("."), "status")
 
     def one(name: str) -> list[InstanceStatus]:
