@@ -219,9 +219,16 @@ def _rollout(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.dry and getattr(args, "bake", False):
+        print("rocmfleet: --dry with --bake: the bake builds and pushes an image; plan the rollout with "
+              "--dry --image BAKED_REF after `rocmfleet cache bake`", file=sys.stderr)  # fmt: skip
+        return 2
     if getattr(args, "bake", False):
         if args.resume or args.rollback:
             print("rocmfleet: --bake starts a new rollout; not with --resume or --rollback", file=sys.stderr)
+            return 2
+        if not args.yes and not sys.stdin.isatty():  # the bake changes a host before any plan
+            _cannot_ask("")
             return 2
         from rocmfleet.fleet import inventory
         from rocmfleet.fleet.cache import cachebake
@@ -243,10 +250,6 @@ def _rollout(args: argparse.Namespace) -> int:
             progress_factory=progress,
             steps=steps,
         )
-    if args.dry and getattr(args, "bake", False):
-        print("rocmfleet: --dry with --bake: the bake builds and pushes an image; plan the rollout with "
-              "--dry --image BAKED_REF after `rocmfleet cache bake`", file=sys.stderr)  # fmt: skip
-        return 2
     limit = _limit(args.limit)
     if args.exclude:  # the hosts left, by name: the recorded plan names them as a --limit would
         if args.resume or args.rollback:
@@ -259,7 +262,7 @@ def _rollout(args: argparse.Namespace) -> int:
         except FleetError as exc:
             print(f"rocmfleet: {exc}", file=sys.stderr)
             return 2
-    ask = None if args.yes or args.dry or not sys.stdin.isatty() else _ask
+    ask = None if args.yes or args.dry else _ask if sys.stdin.isatty() else _cannot_ask
     return command.run_rollout(
         args.inventory,
         kind=args.command,
@@ -275,6 +278,13 @@ def _rollout(args: argparse.Namespace) -> int:
         progress_factory=progress,
         start=command.StartOptions(dry=args.dry, confirm=ask),
     )
+
+
+def _cannot_ask(_question: str) -> bool:
+    """No terminal to ask on (a script, cron, CI): a start needs ``-y``, as pyinfra's prompt needs it."""
+    print("rocmfleet: standard input is not a terminal to ask on: pass -y to start (--dry shows the plan)",
+          file=sys.stderr)  # fmt: skip
+    return False
 
 
 def _ask(question: str) -> bool:
@@ -575,7 +585,10 @@ def main(argv: list[str] | None = None) -> int:
             help="show the plan (digest, group file edit, batches) after the preflight check; change nothing",
         )
         ro.add_argument(
-            "-y", "--yes", action="store_true", help="do not ask before starting (asked only on a terminal)"
+            "-y",
+            "--yes",
+            action="store_true",
+            help="start without asking (needed when standard input is not a terminal)",
         )
         once = ro.add_mutually_exclusive_group()
         once.add_argument("--resume", action="store_true", help="continue the recorded one")

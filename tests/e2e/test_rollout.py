@@ -84,16 +84,19 @@ def results(tmp_path, monkeypatch, baseline):
         rollout("--rollback")
 
 
-def rollout(*args: str, inventory: str = INVENTORY, timeout_s: float = 1800) -> subprocess.CompletedProcess:
+def rollout(
+    *args: str, inventory: str = INVENTORY, timeout_s: float = 1800, yes: bool = True
+) -> subprocess.CompletedProcess:
+    """``rocmfleet rollout INVENTORY [-y] ARGS`` with no terminal (``-y`` unless ``yes`` is false)."""
     return subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", "rollout", inventory, *args],
+        [sys.executable, "-m", "rocmfleet.cli", "rollout", inventory, *(["-y"] if yes else []), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ), stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
 
 def start_rollout(*args: str, inventory: str = INVENTORY) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "rocmfleet.cli", "rollout", inventory, *args],
+        [sys.executable, "-m", "rocmfleet.cli", "rollout", inventory, "-y", *args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
@@ -261,6 +264,42 @@ def assert_deploys_wait(lab, state: dict) -> None:
     assert second.returncode == 2 and state["id"] in second.stdout + second.stderr, second.stdout + second.stderr
 
 
+def assert_dry_and_unasked_change_nothing(lab, results: Path, new_ref: str) -> None:
+    """``--dry`` shows the plan and exits 0; without ``-y`` and without a terminal the rollout is
+    refused with exit 2 at its question. Neither changes the group file, the containers or the
+    record; ``rocmfleet status`` piped prints every field whole."""
+    saved, before, record = LAB_YML.read_text(), started_at(lab), recorded_id(results)
+    dry = rollout("--image", new_ref, "--dry", yes=False)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "plan: batch 1 (canary): " in dry.stdout and "--dry: rollout of 3 host(s)" in dry.stdout, dry.stdout
+    assert "+vllm_image_digest" in dry.stdout  # the group file edit it would make
+    unasked = rollout("--image", new_ref, yes=False)
+    assert unasked.returncode == 2 and "not a terminal to ask on: pass -y" in unasked.stderr, unasked.stderr
+    assert LAB_YML.read_text() == saved and started_at(lab) == before and recorded_id(results) == record
+    piped = subprocess.run(
+        [sys.executable, "-m", "rocmfleet.cli", "status", INVENTORY],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "…" not in piped.stdout, piped.stdout
+    for host, digests in running(lab).items():  # each host's row holds its image whole: registry, repo, digest
+        rows = [line for line in piped.stdout.splitlines() if line.strip().startswith(f"{host} ")]
+        assert rows and all(lab.registry in r and any(d in r for d in digests) for r in rows), piped.stdout
+
+
+def started_at(lab) -> dict[str, str]:
+    """Per lab host, its vLLM containers and their start times (the same only when none was restarted)."""
+    script = (
+        "docker ps --filter name=vllm- --format '{{.Names}}' | sort | "
+        "while read n; do echo $n $(docker inspect -f '{{.State.StartedAt}}' $n); done"
+    )
+    times = {}
+    for name in lab.hosts:
+        proc = lab_ssh(lab, name, script, timeout_s=60)
+        assert proc.returncode == 0 and "vllm-" in proc.stdout, proc.stderr
+        times[name] = proc.stdout
+    return times
+
+
 def test_good_tag_rolls_across_the_lab_holding_capacity_through_a_kill_and_resume(baseline, results):
     """One rollout of the other good tag, ``--max-unavailable 1``, killed after the canary and
     finished with ``--resume``; a client probes every instance once a second all along."""
@@ -269,6 +308,7 @@ def test_good_tag_rolls_across_the_lab_holding_capacity_through_a_kill_and_resum
     _current, new = other_good(lab)
     targets = instances(lab)
     per_host = max(sum(1 for h, _a, _p in targets if h == name) for name in lab.hosts)
+    assert_dry_and_unasked_change_nothing(lab, results, image(lab, new))
     prober = Prober(targets, results.parent / "probe.txt")
     try:
         state, out = kill_after_the_canary(results, names[0], "--image", image(lab, new), "--max-unavailable", "1")

@@ -155,12 +155,17 @@ def test_the_cli_flag_calls_bake_and_roll_with_the_rollout_options(monkeypatch, 
     seen = []
     monkeypatch.setattr(bake, "bake_and_roll", lambda *a, **kw: seen.append((a, kw)) or 0)
     argv = ["rollout", "inv.py", "--bake", "--image", "reg:5000/vllm:lab.2", "--canary", "2", "--max-unavailable", "3"]
-    assert cli.main(argv) == 0
+    # no terminal to ask on (pytest's stdin): refused before the bake touches the canary, unless -y
+    assert cli.main(argv) == 2 and seen == []
+    assert "not a terminal to ask on: pass -y" in capsys.readouterr().err
+    assert cli.main([*argv, "-y"]) == 0
     ((args, options),) = seen
     assert args == ("inv.py", "reg:5000/vllm:lab.2") and options["canary"] == 2
     assert options["max_unavailable"] == "3" and options["force"] is False
     assert cli.main(["rollout", "inv.py", "--bake", "--resume"]) == 2
     assert "--bake starts a new rollout" in capsys.readouterr().err
+    assert cli.main(["rollout", "inv.py", "--bake", "--dry", "-y"]) == 2 and len(seen) == 1  # nothing baked
+    assert "--dry with --bake" in capsys.readouterr().err
 
 
 def test_a_recorded_rollout_refuses_the_bake_before_it_stops_the_canary(tmp_path, monkeypatch):

@@ -873,7 +873,7 @@ def test_a_canary_that_fails_its_gate_from_the_cli_ends_with_the_summary_not_a_t
     saved = group.read_text()
     canary = "mi300x-a01"
     steps.fail = {("gate", canary)}
-    code = cli.main(["rollout", PROD, "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
+    code = cli.main(["rollout", PROD, "-y", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
     out, err = capsys.readouterr()
     state = _assert_failed_with_summary(code, err, rstate.state_path(rstate.results_root(None, PROD), PROD))
     assert f"{canary}: rolled_back: check gate failed: vllm::ready[x]: failed" in err
@@ -914,6 +914,11 @@ def test_the_question_before_a_start_stops_it_unless_answered_yes(stand_in_fleet
     assert asked == ["start this rollout of 3 host(s) in 3 batch(es), at most 1 out of service? [y/N] "]
     assert group.read_text() == saved and steps.running == {}
     asked.clear()
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)  # a script: refused at the question, not asked
+    code = cli.main(["rollout", PROD, "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
+    err = capsys.readouterr().err
+    assert code == 2 and asked == [] and "not a terminal to ask on: pass -y" in err
+    assert group.read_text() == saved and steps.running == {}
     code = cli.main(["rollout", PROD, "-y", "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
     assert code == 0 and asked == []  # -y: no question, the rollout ran
     assert set(steps.running.values()) == {SLOWER.digest}
@@ -925,7 +930,7 @@ def test_a_registry_that_stops_answering_mid_rollout_ends_with_the_summary(stand
     steps, group = stand_in_fleet
     saved = group.read_text()
     steps.fail = {("pull", "mi300x-a02")}  # resolved at the start; the second batch's pull finds no registry
-    code = cli.main(["rollout", PROD, "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
+    code = cli.main(["rollout", PROD, "-y", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
     err = capsys.readouterr().err
     state = _assert_failed_with_summary(code, err, rstate.state_path(rstate.results_root(None, PROD), PROD))
     assert "mi300x-a02: pending: pull: pull failed on mi300x-a02 (stand-in)" in err
@@ -947,7 +952,7 @@ def test_a_step_that_raises_something_else_is_that_hosts_failure_not_a_traceback
 
     steps.fail = {("gate", "mi300x-a01")}
     steps.pull, steps.rollback = pull, rollback
-    code = cli.main(["rollout", PROD, "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
+    code = cli.main(["rollout", PROD, "-y", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
     err = capsys.readouterr().err
     state = _assert_failed_with_summary(
         code, err, rstate.state_path(rstate.results_root(None, PROD), PROD), status="rollback_failed"
@@ -965,7 +970,7 @@ def test_a_host_whose_status_cannot_be_read_stops_the_start_with_a_message(stand
         raise EOFError("the SSH channel closed")
 
     steps.observe = observe
-    assert cli.main(["rollout", PROD, "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"]) == 2
+    assert cli.main(["rollout", PROD, "-y", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "mi300x-a01: EOFError: the SSH channel closed" in err
     assert err.startswith("rocmfleet: cannot start: what these hosts run is unknown")
@@ -996,7 +1001,7 @@ def test_rollout_bake_whose_rollout_fails_at_the_canary_ends_with_the_summary(st
     monkeypatch.setattr(fleetimage, "resolve", resolve_baked)
     monkeypatch.setattr(cachebake, "bake", lambda target, emit: Baked)
     steps.fail = {("gate", "mi300x-a01")}
-    code = cli.main(["rollout", PROD, "--bake"])
+    code = cli.main(["rollout", PROD, "-y", "--bake"])
     err = capsys.readouterr().err
     _assert_failed_with_summary(code, err, rstate.state_path(rstate.results_root(None, PROD), PROD))
     assert group.read_text() == saved
@@ -1017,7 +1022,7 @@ def test_rollout_bake_whose_bake_fails_ends_with_a_message_not_a_traceback(
         raise exc
 
     monkeypatch.setattr(cachebake, "bake", bake)
-    assert cli.main(["rollout", PROD, "--bake"]) == 1
+    assert cli.main(["rollout", PROD, "-y", "--bake"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.startswith("rocmfleet: the bake on mi300x-a01 failed, nothing rolled out: "), err
