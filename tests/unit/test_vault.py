@@ -147,3 +147,25 @@ def test_vault_ids_from_the_identity_list_and_a_missing_id_named(tmp_path, monke
         "prod; ANSIBLE_VAULT_IDENTITY_LIST=dev@FILE))"
     )
     assert TOKEN not in str(info.value)
+
+
+@pytest.mark.parametrize("how", ["executable password file", "vault id"])
+def test_the_labs_secret_decrypts_with_an_executable_password_file_and_with_a_vault_id(tmp_path, monkeypatch, how):
+    """``group_vars/lab.yml``'s ``!vault`` HF token, read as an operator would give its password."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = tmp_path / "vault-pass.sh"  # a password manager's client, as Ansible runs one
+    script.write_text(f"#!/bin/sh\ncat {root / 'tests' / 'lab' / 'vault-password'}\n")
+    script.chmod(0o700)
+    for variable in (*vault.PASSWORD_FILE_VARIABLES, vault.IDENTITY_LIST_VARIABLE):
+        monkeypatch.delenv(variable, raising=False)
+    if how == "vault id":
+        monkeypatch.setenv(vault.IDENTITY_LIST_VARIABLE, f"lab@{script}")
+    else:
+        monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(script))
+    monkeypatch.setattr(groupvars, "LOADED", [])
+    data = groupvars.load_group_vars("lab", root / "group_vars")
+    assert groupvars.problems() == []
+    secret = data["vllm_secret_env"]["HF_TOKEN"]
+    assert isinstance(secret, vault.Secret) and secret.reveal() == "hf_rocmfleetLabToken4242XYZ"
