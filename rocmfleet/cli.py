@@ -490,8 +490,9 @@ def _schema(_args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``rocmfleet`` console script; returns the exit status."""
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rocmfleet`` command's parser: every subcommand, its options and its exit statuses
+    (``docs/reference/cli.md`` is generated from it by :mod:`rocmfleet.clidoc`)."""
     parser = argparse.ArgumentParser(prog="rocmfleet", description="MI300X vLLM fleet toolkit")
     parser.add_argument("--version", action="version", version=f"rocmfleet {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -502,7 +503,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     i.add_argument("directory", help="where (created when missing; may hold other files)")
     i.set_defaults(func=_init)
-    p = sub.add_parser("validate", help="validate an inventory and its group_vars before any connection")
+    p = sub.add_parser(
+        "validate",
+        help="validate an inventory and its group_vars before any connection",
+        epilog="exit status: 0 every host's data is valid (a placeholder digest is warned about); "
+        "2 a problem (each with its file, key, value and what is allowed)",
+    )
     p.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     p.set_defaults(func=_validate)
     exits = "exit status: 0 all passed; 1 a check or host failed; 2 the run could not happen (bad inventory or options)"
@@ -602,7 +608,12 @@ def main(argv: list[str] | None = None) -> int:
         ro.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
         ro.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
         ro.set_defaults(func=_rollout)
-    st = sub.add_parser("status", help="per host and instance: unit state, image, ready, uptime, rollout step, drift")
+    st = sub.add_parser(
+        "status",
+        help="per host and instance: unit state, image, ready, uptime, rollout step, drift",
+        epilog="exit status: 0 every instance ready; 1 an instance not ready or a host unreadable; "
+        "2 bad inventory or options",
+    )
     st.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     st.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
     st.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
@@ -625,16 +636,29 @@ def main(argv: list[str] | None = None) -> int:
     kb.set_defaults(func=_cache_bake)
     v = sub.add_parser("vault", help="ansible-vault helpers (ansible-core's library, not the binary)")
     vsub = v.add_subparsers(dest="vault_command", required=True)
-    e = vsub.add_parser("encrypt-string", help="encrypt stdin as an inline `!vault |` value")
+    e = vsub.add_parser(
+        "encrypt-string",
+        help="encrypt stdin as an inline `!vault |` value",
+        epilog="exit status: 0 printed; 2 no password configured or an empty value",
+    )
     e.add_argument("name", help="the YAML key to print, e.g. HF_TOKEN")
     e.set_defaults(func=_encrypt_string)
-    r = vsub.add_parser("rekey", help="re-encrypt files with a new password")
+    r = vsub.add_parser(
+        "rekey",
+        help="re-encrypt files with a new password",
+        epilog="exit status: 0 every file rekeyed; 2 none was (every file or none)",
+    )
     r.add_argument("--new-password-file", required=True)
     r.add_argument("files", nargs="+")
     r.set_defaults(func=_rekey)
-    s = sub.add_parser("schema", help="print the JSON Schema of host data")
+    s = sub.add_parser("schema", help="print the JSON Schema of host data", epilog="exit status: 0")
     s.set_defaults(func=_schema)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``rocmfleet`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.func
     try:
         return command(args)

@@ -226,7 +226,7 @@ def daemon_problems(settings: DaemonSettings) -> list[tuple[str, str, str]]:
             (
                 "docker_daemon.live-restore",
                 "must stay true: the vLLM units rely on it so that a Docker restart or upgrade leaves the containers "
-                "serving (README: how the unit and the container relate)",
+                "serving (docs/host.md: the unit and the container)",
                 "False",
             )
         )

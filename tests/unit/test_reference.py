@@ -47,3 +47,36 @@ def test_schema_refuses_unknown_keys_but_allows_pyinfras():
     assert [e.message for e in validator.iter_errors({"rocm_verison": "7.2"})] == [
         "'rocm_verison' does not match any of the regexes: '^(ssh_|_)'"
     ]
+
+
+def test_cli_reference_is_generated_from_the_parser():
+    from rocmfleet import clidoc
+
+    assert clidoc.PAGE.read_text() == clidoc.markdown(), "run `python -m rocmfleet.clidoc`"
+
+
+def test_every_command_states_its_exit_statuses():
+    from rocmfleet import clidoc
+
+    for name, parser in clidoc._commands(clidoc.build_parser(), "rocmfleet")[1:]:
+        if parser._subparsers is None:  # a command that runs (not a group such as `cache`)
+            assert parser.epilog and "exit status: " in parser.epilog, name
+
+
+def test_the_docs_build_strict(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(reference.ROOT / "mkdocs.yml"),
+         "-d", str(tmp_path / "site")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+
+
+def test_the_readme_stays_a_guide():
+    lines = (reference.ROOT / "README.md").read_text().splitlines()
+    assert len(lines) < 200
+    assert "./dev test" in lines and "./dev lab" in lines  # the newcomer's two commands

@@ -65,7 +65,7 @@ def test_daemon_json_as_rendered(host: Host, config: HostConfig) -> None:
 
 def test_live_restore_active(host: Host, docker_running: None) -> None:
     """The running dockerd has live-restore on (not only daemon.json): the vLLM units rely on it so
-    that a Docker restart or upgrade leaves the containers serving (README: the unit and the container)."""
+    that a Docker restart or upgrade leaves the containers serving (docs/host.md: the unit and the container)."""
     info = expect.docker_info(host)
     assert info.rc == 0, f"docker info failed: {info.stderr.strip()}"
     assert expect.docker_server(host)[1], (
