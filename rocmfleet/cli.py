@@ -30,7 +30,7 @@ _Number = TypeVar("_Number", int, float)
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from rocmfleet.config.validate import EXIT_INVALID, InventoryError, report, validate_inventory
+    from rocmfleet.config.validate import EXIT_INVALID, InventoryError, placeholder_warning, report, validate_inventory
 
     try:
         configs, problems = validate_inventory(args.inventory)
@@ -40,17 +40,11 @@ def _validate(args: argparse.Namespace) -> int:
     if problems:
         print(f"rocmfleet: {report(problems)}", file=sys.stderr)
         return EXIT_INVALID
-    placeholder = "sha256:" + "0" * 64
     for name, config in configs.items():
         instances = ", ".join(f"{i.name}:{i.port}" for i in config.instances())
         print(f"{name}: ok ({config.profile.name}, {config.image.reference}; {instances})")
-    stale = sorted({c.profile.name for c in configs.values() if c.image.digest == placeholder})
-    if stale:
-        print(
-            f"rocmfleet: warning: {', '.join(stale)}: the image digest is the placeholder {placeholder[:15]}...; "
-            "replace it (skopeo inspect docker://IMAGE:TAG) before deploying",
-            file=sys.stderr,
-        )
+    if warning := placeholder_warning(configs):
+        print(f"rocmfleet: warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -588,7 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
         ro.add_argument(
             "--dry",
             action="store_true",
-            help="show the plan (digest, group file edit, batches) after the preflight check; change nothing",
+            help=f"show the plan ({'the digest, the group file edit, ' if name == 'rollout' else ''}the batches) "
+            "after the preflight check; change nothing",
         )
         ro.add_argument(
             "-y",
@@ -639,7 +634,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = vsub.add_parser(
         "encrypt-string",
         help="encrypt stdin as an inline `!vault |` value",
-        epilog="exit status: 0 printed; 2 no password configured or an empty value",
+        epilog="the password: ROCMFLEET_VAULT_PASSWORD_FILE or ANSIBLE_VAULT_PASSWORD_FILE (a file, or an executable "
+        "that prints it). exit status: 0 printed; 2 no password configured or an empty value",
     )
     e.add_argument("name", help="the YAML key to print, e.g. HF_TOKEN")
     e.set_defaults(func=_encrypt_string)
@@ -649,7 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 every file rekeyed; 2 none was (every file or none)",
     )
     r.add_argument("--new-password-file", required=True)
-    r.add_argument("files", nargs="+")
+    r.add_argument("files", nargs="+", help="group files with inline `!vault |` values, or wholly encrypted")
     r.set_defaults(func=_rekey)
     s = sub.add_parser("schema", help="print the JSON Schema of host data", epilog="exit status: 0")
     s.set_defaults(func=_schema)

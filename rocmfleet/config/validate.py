@@ -77,10 +77,16 @@ def _load(inventory: str, overrides: dict[str, Any] | None = None) -> tuple[Inve
         raise InventoryError(f"{inventory}: not UTF-8 text (byte offset {exc.start}): save the file as UTF-8") from None
     except Exception as exc:  # noqa: BLE001 - pyinfra wraps errors in user code (UnexpectedExternalError)
         cause = getattr(exc, "exception", exc)
-        raise InventoryError(f"{inventory}: cannot load the inventory: {type(cause).__name__}: {cause}") from None
+        raise InventoryError(
+            f"{inventory}: cannot load the inventory: {type(cause).__name__}: {cause}; {INVENTORY_HINT}"
+        ) from None
     finally:
         _loading = False
         cli_inventory._get_groups_from_filename = original
+
+
+#: What an inventory is, said when the file given is not one (a deploy file, a group file).
+INVENTORY_HINT = "an inventory is pyinfra's Python file of hosts and groups, e.g. inventories/prod.py"
 
 
 def _names(hosts: list[Any]) -> list[Any]:  # pyinfra's group lists: names or (name, data)
@@ -120,6 +126,23 @@ def inventory_problems(raw: dict[str, Any], inventory: str) -> list[Problem]:
                         "host name holds white space: pyinfra would use it as the SSH target",
                         repr(name),
                         inventory,
+                    )
+                )
+    listed = raw.get("all")
+    if listed is not None:  # pyinfra: an `all` group that lists hosts is the whole inventory
+        every = {n for n in _names(listed[0] if isinstance(listed, tuple) else listed) if isinstance(n, Hashable)}
+        for group, value in raw.items():
+            names = _names(value[0] if isinstance(value, tuple) else value)
+            missing = sorted(str(n) for n in names if isinstance(n, Hashable) and n not in every)
+            if group != "all" and missing:
+                problems.append(
+                    Problem(
+                        "(host)",
+                        f"in group {group} but not in `all`: pyinfra takes `all`'s list as every host there is, "
+                        "so these are left out of every run; add them to `all`",
+                        "",
+                        inventory,
+                        missing,
                     )
                 )
     return problems
@@ -170,14 +193,19 @@ def validate_inventory(
         add(problem)
     hosts = list(inv)
     if not hosts:
-        raise InventoryError(f"{inventory}: no hosts")
+        raise InventoryError(f"{inventory}: no hosts; {INVENTORY_HINT}")
     unreadable = any(loaded.fatal for loaded in groupvars.LOADED)
     for host in hosts:
         data = host.data.dict()
         if bad_name := _host_name_problem(host.name, data):
             add(Problem("(host)", bad_name, repr(host.name), inventory), host.name)
         if not [group for group in host.groups if group != Path(inventory).stem]:
-            add(Problem("(host)", "is in no group: add it to a group such as gpu_nodes", "", inventory), host.name)
+            stem = Path(inventory).stem
+            why = (
+                f"is in no group but `{stem}`, which pyinfra gives every host of {stem}.py (its file name): "
+                "add it to a group of another name, such as gpu_nodes"
+            )
+            add(Problem("(host)", why, "", inventory), host.name)
             continue
         if unreadable:
             continue
@@ -347,10 +375,28 @@ def check_on_load(inventory_file: str) -> None:
         print(f"rocmfleet: {refusal}", file=sys.stderr)
         raise SystemExit(EXIT_INVALID)
     try:
-        _configs, problems = validate_inventory(str(path))
+        configs, problems = validate_inventory(str(path))
     except InventoryError as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_INVALID) from None
     if problems:
         print(f"rocmfleet: {report(problems)}", file=sys.stderr)
         raise SystemExit(EXIT_INVALID)
+    if warning := placeholder_warning(configs):
+        print(f"rocmfleet: warning: {warning}", file=sys.stderr)
+
+
+#: The digest the shipped profiles carry until an operator pins a real one.
+PLACEHOLDER_DIGEST = "sha256:" + "0" * 64
+
+
+def placeholder_warning(configs: dict[str, HostConfig]) -> str | None:
+    """Which profiles' hosts would pull the placeholder digest, and where a real one goes; or ``None``."""
+    stale = sorted({c.profile.name for c in configs.values() if c.image.digest == PLACEHOLDER_DIGEST})
+    if not stale:
+        return None
+    return (
+        f"{', '.join(stale)}: the image digest is the placeholder {PLACEHOLDER_DIGEST[:15]}...; pin the real one "
+        "(vllm_image_tag and vllm_image_digest in a group file; skopeo inspect docker://IMAGE:TAG prints it) "
+        "before deploying: no host can pull the placeholder"
+    )

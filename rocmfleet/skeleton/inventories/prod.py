@@ -9,7 +9,8 @@ pyinfra connects to any (``rocmfleet validate inventories/prod.py`` does the sam
 
 Hosts are reached with pyinfra's SSH client, which reads ``~/.ssh/config`` (``HostName``,
 ``User``, ``ProxyJump``, ``IdentityFile``): a host name that is an alias there needs no
-``ssh_hostname``.
+``ssh_hostname``. Every host of another group must also be listed in ``all``: pyinfra takes
+``all``'s list as every host there is (``rocmfleet validate`` refuses one that is not).
 """
 
 from rocmfleet.config.groupvars import load_group_vars as _load
@@ -25,7 +26,7 @@ all = (  # noqa: A001 - pyinfra's name for the group of every host
 
 gpu_nodes = (
     ["mi300x-a01", "mi300x-a02"],
-    {**_load("gpu_nodes"), "ssh_user": "root"},
+    _load("gpu_nodes"),
 )
 
 _check(__file__)
