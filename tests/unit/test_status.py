@@ -124,7 +124,7 @@ def fleet(monkeypatch, tmp_path):
         "10.213.0.14": {"state": ["sh: 1: state.sh: Permission denied"], "state_rc": 126},
     }
     targets = {f"lab-{i}": Target(f"lab-{i}", SshSettings(f"10.213.0.1{i}", user="root"), CONFIG) for i in range(1, 5)}
-    monkeypatch.setattr(fleet_inventory, "load_targets", lambda inventory, limit=None: targets)
+    monkeypatch.setattr(fleet_inventory, "load_targets", lambda inventory, limit=None, exclude=None: targets)
     monkeypatch.setattr(hoststeps, "Session", StandIn)
     monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path / "results"))
     return targets
