@@ -49,8 +49,13 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace) -> int:
+    import shlex
+
     from rocmfleet.config.site import SiteExistsError, init
 
+    if not args.directory.strip():
+        print("rocmfleet: init: give a directory (an empty one writes nowhere you meant)", file=sys.stderr)
+        return 2
     directory = Path(args.directory)
     try:
         written = init(directory)
@@ -63,7 +68,7 @@ def _init(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     print(
-        f"next: cd {directory}; edit inventories/prod.py and group_vars/; "
+        f"next: cd {shlex.quote(str(directory))}; edit inventories/prod.py and group_vars/; "
         "rocmfleet validate inventories/prod.py; pyinfra inventories/prod.py deploy.py --dry"
     )
     return 0

@@ -201,12 +201,15 @@ def problems() -> list[Problem]:
 
 
 def profiles_dir() -> Path:
-    """``profiles/`` beside the group files loaded so far, else ``./group_vars/profiles``."""
-    for loaded in LOADED:
-        if (loaded.path.parent / "profiles").is_dir():
-            return loaded.path.parent / "profiles"
+    """Where an inventory's own profiles are: ``$ROCMFLEET_PROFILES_DIR`` when set, else ``profiles/``
+    beside the first group file loaded (whether it exists or not: the shipped profiles are the
+    fallback, never another directory's), else ``./group_vars/profiles``."""
     explicit = os.environ.get("ROCMFLEET_PROFILES_DIR")
-    return Path(explicit) if explicit else Path.cwd() / DIRECTORY / "profiles"
+    if explicit:
+        return Path(explicit)
+    for loaded in LOADED:
+        return loaded.path.parent / "profiles"
+    return Path.cwd() / DIRECTORY / "profiles"
 
 
 @cache

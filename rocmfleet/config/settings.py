@@ -536,12 +536,12 @@ def _partial(model: type[BaseModel], own: dict[str, Any]) -> tuple[BaseModel | N
 
 def known_profiles(directory: Path) -> list[str]:
     """Names of the profiles an inventory can name: those in ``directory`` and the shipped ones."""
-    return sorted({p.stem for d in (directory, PROFILES_DIR) for p in d.glob("*.yml")})
+    return sorted({p.stem for d in (directory, PROFILES_DIR) for p in (*d.glob("*.yml"), *d.glob("*.yaml"))})
 
 
 def _known_text(directory: Path) -> str:
     """``yours (DIR): a, b; shipped: c, d`` for a message."""
-    own = sorted(p.stem for p in directory.glob("*.yml"))
+    own = sorted({p.stem for p in (*directory.glob("*.yml"), *directory.glob("*.yaml"))})
     shipped = sorted(p.stem for p in PROFILES_DIR.glob("*.yml") if p.stem not in own)
     mine = f"yours ({groupvars.display(directory)}): {', '.join(own) or 'none'}"
     return f"{mine}; shipped: {', '.join(shipped) or 'none'}"
@@ -554,8 +554,14 @@ def profile_path(name: str, directory: Path) -> Path:
     An operator's file of a shipped name replaces the shipped one (copy it, then change it). The
     path returned may not exist (then ``<directory>/<name>.yml``, for the message)."""
     own = directory / f"{name}.yml"
+    try:
+        for candidate in (own, own.with_suffix(".yaml")):
+            if candidate.exists() or candidate.is_symlink():  # a dangling link is theirs, and an error
+                return candidate
+    except OSError:  # the directory cannot be searched: its reading says so
+        return own
     shipped = PROFILES_DIR / f"{name}.yml"
-    return shipped if not own.exists() and shipped.exists() else own
+    return shipped if shipped.exists() else own
 
 
 def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) -> HostConfig:
@@ -648,7 +654,18 @@ def port_problems(instances: list[Instance], settings: HostSettings, key: str) -
 
 def _profile(settings: HostSettings, directory: Path, problems: list[Problem]) -> Profile | None:
     path = profile_path(settings.vllm_profile, directory)
-    if not path.exists():
+    try:
+        found = path.exists()
+    except OSError as exc:
+        problems.append(
+            Problem(
+                "vllm_profile",
+                f"cannot search {groupvars.display(directory)}: {exc.strerror or exc}",
+                repr(settings.vllm_profile),
+            )  # fmt: skip
+        )
+        return None
+    if not found:
         known = known_profiles(directory)
         near = difflib.get_close_matches(settings.vllm_profile, known, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""

@@ -19,6 +19,8 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 from pathlib import Path
 
@@ -33,7 +35,10 @@ class SiteExistsError(ValueError):
 
     def __init__(self, paths: list[Path]) -> None:
         self.paths = paths
-        super().__init__(f"{len(paths)} file(s) already there, nothing written: " + ", ".join(str(p) for p in paths))
+        super().__init__(
+            f"{len(paths)} path(s) already there (a file, a link, or a file where a folder goes), nothing written: "
+            + ", ".join(str(p) for p in paths)
+        )
 
 
 def skeleton_files(skeleton: Path = project.SKELETON_DIR) -> dict[Path, Path]:
@@ -46,26 +51,60 @@ def skeleton_files(skeleton: Path = project.SKELETON_DIR) -> dict[Path, Path]:
     return files
 
 
+def _in_the_way(directory: Path, relative: Path) -> Path | None:
+    """What stops ``relative`` from being written under ``directory``: the file itself (or a link,
+    even one to nothing: following it would write outside the site), or a parent that is not a
+    directory."""
+    target = directory / relative
+    if os.path.lexists(target):
+        return target
+    for parent in list(relative.parents)[:-1]:  # the folders between directory and the file
+        path = directory / parent
+        if os.path.lexists(path) and not path.is_dir():
+            return path
+    return None
+
+
 def init(directory: Path, skeleton: Path = project.SKELETON_DIR) -> list[Path]:
     """Copy the skeleton into ``directory`` (created when missing) and return the files written.
+
+    Every file is written or none: what stands in the way is found before the first write, and a
+    write that fails half-way removes the files it wrote.
 
     Args:
         directory: the site's root; it may exist and hold other files.
         skeleton: the files to copy (default the packaged skeleton).
 
     Raises:
-        SiteExistsError: a file of the skeleton is already in ``directory`` (nothing is
-            overwritten and nothing written; every such file is named).
-        OSError: the directory or a file cannot be written.
+        SiteExistsError: a file of the skeleton, a link, or a non-directory where a folder of it
+            goes, is already in ``directory`` (nothing is overwritten and nothing written; every
+            such path is named).
+        OSError: the directory or a file cannot be written (then nothing of it is left).
     """
     files = skeleton_files(skeleton)
-    taken = [directory / relative for relative in files if (directory / relative).exists()]
+    taken = sorted({path for relative in files if (path := _in_the_way(directory, relative)) is not None})
     if taken:
         raise SiteExistsError(taken)
-    written = []
-    for relative, source in files.items():
-        target = directory / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        written.append(target)
+    written: list[Path] = []
+    made: list[Path] = []
+    try:
+        if not directory.is_dir():
+            directory.mkdir(parents=True)
+            made.append(directory)
+        for relative, source in files.items():
+            target = directory / relative
+            for parent in reversed([directory / p for p in relative.parents][:-1]):
+                if not parent.is_dir():
+                    parent.mkdir()
+                    made.append(parent)
+            with source.open("rb") as src, open(target, "xb") as dst:  # x: never through a link
+                written.append(target)
+                shutil.copyfileobj(src, dst)
+    except OSError:
+        for path in reversed(written):
+            path.unlink(missing_ok=True)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
     return written

@@ -13,6 +13,7 @@ their text only through :meth:`Secret.reveal`.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Protocol
@@ -33,6 +34,12 @@ def _import_vault() -> ModuleType:
         hub.print_exception = lambda *args: None
     except ImportError:
         hub = None
+    # ansible-core creates ~/.ansible/tmp when it is imported (DEFAULT_LOCAL_TMP) and raises where HOME
+    # is not writable (a service account, a read-only home): rocmfleet needs none of it, so such a
+    # user gets a private temporary directory instead of a traceback before any command runs.
+    home = Path(os.path.expanduser("~/.ansible"))
+    if "ANSIBLE_LOCAL_TEMP" not in os.environ and not os.access(home if home.exists() else home.parent, os.W_OK):
+        os.environ["ANSIBLE_LOCAL_TEMP"] = tempfile.mkdtemp(prefix="rocmfleet-ansible-")
     try:
         from ansible.parsing import vault as ansible_vault
     finally:

@@ -95,3 +95,39 @@ def test_ctrl_c_while_the_modules_load_ends_with_one_line_and_130(monkeypatch, c
     monkeypatch.setattr(builtins, "__import__", interrupted)
     assert entry.main() == 130
     assert capsys.readouterr().err == "\nrocmfleet: interrupted while starting; nothing was done\n"
+
+
+def test_init_writes_every_file_or_none(tmp_path, capsys):
+    from rocmfleet.config import site
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "group_vars").write_text("")  # a file where a folder of the site goes
+    assert cli.main(["init", str(tmp_path / "a")]) == 2
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["group_vars"]  # nothing half-written
+    assert "a/group_vars" in capsys.readouterr().err
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "deploy.py").symlink_to(tmp_path / "outside.py")  # a link to nothing: not followed
+    assert cli.main(["init", str(tmp_path / "b")]) == 2 and not (tmp_path / "outside.py").exists()
+    assert cli.main(["init", ""]) == 2
+    assert cli.main(["init", str(tmp_path / "c d")]) == 0
+    written = sorted(str(p.relative_to(tmp_path / "c d")) for p in (tmp_path / "c d").rglob("*") if p.is_file())
+    assert written == sorted(str(r) for r in site.skeleton_files())
+    assert f"next: cd '{tmp_path / 'c d'}';" in capsys.readouterr().out
+
+
+def test_init_removes_what_it_wrote_when_a_write_fails(tmp_path, monkeypatch):
+    from rocmfleet.config import site
+
+    real = site.shutil.copyfileobj
+    calls = []
+
+    def failing(src, dst):
+        calls.append(dst)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(site.shutil, "copyfileobj", failing)
+    with pytest.raises(OSError):
+        site.init(tmp_path / "site")
+    assert not (tmp_path / "site").exists()  # the folders it made went too

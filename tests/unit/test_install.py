@@ -62,6 +62,8 @@ def test_version_init_validate_and_a_dry_deploy_from_the_wheel_alone(installed) 
     work = installed[0]
     proc = run(installed, "rocmfleet", "--version")
     assert proc.returncode == 0 and proc.stdout.strip().startswith("rocmfleet 0."), proc.stdout + proc.stderr
+    proc = run(installed, "env", "HOME=/nonexistent", "rocmfleet", "--version")  # a service account's HOME
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     proc = run(installed, "rocmfleet", "init", "site")
     assert proc.returncode == 0, proc.stderr
     site = work / "site"

@@ -293,3 +293,30 @@ def test_ready_probe_is_optional_profile_data(tmp_path):
     with pytest.raises(ProfileError, match="ready_probe.chat_expect_regex: not a regular expression"):
         load_profile(tmp_path / "probe.yml")
     assert load_profiles()["llama-3.3-70b"].ready_probe is None
+
+
+def test_a_profile_is_the_sites_own_then_the_shipped_one(tmp_path):
+    from rocmfleet.config.settings import known_profiles, profile_path
+
+    own = tmp_path / "profiles"
+    assert profile_path("llama-3.3-70b", own) == PROFILES_DIR / "llama-3.3-70b.yml"  # no folder: shipped
+    own.mkdir()
+    (own / "llama-3.3-70b.yaml").write_text("x")  # Ansible's other spelling is theirs too
+    assert profile_path("llama-3.3-70b", own) == own / "llama-3.3-70b.yaml"
+    (own / "llama-4-scout.yml").symlink_to(tmp_path / "gone.yml")  # a link to nothing is theirs: an error
+    assert profile_path("llama-4-scout", own) == own / "llama-4-scout.yml"
+    assert profile_path("nothing-anywhere", own) == own / "nothing-anywhere.yml"  # named in the message
+    assert {"llama-3.3-70b", "deepseek-r1"} <= set(known_profiles(own))
+
+
+def test_the_profiles_folder_is_beside_the_group_files_never_the_working_directory(tmp_path, monkeypatch):
+    from rocmfleet.config import groupvars
+
+    site = tmp_path / "site" / "group_vars"
+    monkeypatch.setattr(groupvars, "LOADED", [groupvars.GroupFile("all", site / "all.yml", {})])
+    monkeypatch.delenv("ROCMFLEET_PROFILES_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "group_vars" / "profiles").mkdir(parents=True)  # another site's, where the command runs
+    assert groupvars.profiles_dir() == site / "profiles"  # though it does not exist
+    monkeypatch.setenv("ROCMFLEET_PROFILES_DIR", str(tmp_path / "mine"))
+    assert groupvars.profiles_dir() == tmp_path / "mine"

@@ -49,7 +49,8 @@ from rocmfleet.fleet.rollout.state import OWN_DEPLOY_ENV, ImageRef
 from rocmfleet.fleet.rollout.swap import wait_or_roll_back_script, wait_targets
 from rocmfleet.fleet.target import Target
 
-#: The deploy file, beside ``rocmfleet/`` at the project root.
+#: The packaged deploy file (``rocmfleet/deploy.py``: :func:`rocmfleet.converge.converge`), the same two
+#: lines a site's ``deploy.py`` holds; a rollout converges each host with it, whatever else a site adds.
 DEPLOY_FILE = project.DEPLOY_FILE
 #: Seconds a ``docker pull`` may take (a vLLM ROCm image is 20-30 GB).
 PULL_TIMEOUT_S = 3600
