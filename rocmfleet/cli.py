@@ -659,7 +659,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rocmfleet`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    import argcomplete
+
+    parser = build_parser()
+    argcomplete.autocomplete(parser)  # answers a shell's completion request and exits; else nothing
+    args = parser.parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.func
     try:
         return command(args)

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete: `eval "$(register-python-argcomplete rocmfleet)"` completes the command)
 """The ``rocmfleet`` console script: imports the CLI under a guard, so that Ctrl-C while the
 modules load (about 0.4 s: pyinfra, pydantic, ansible-core's vault) ends like any other
 interruption, with one line and exit status 130, not a traceback.

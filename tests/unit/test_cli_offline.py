@@ -131,3 +131,22 @@ def test_init_removes_what_it_wrote_when_a_write_fails(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         site.init(tmp_path / "site")
     assert not (tmp_path / "site").exists()  # the folders it made went too
+
+
+@pytest.mark.parametrize(
+    ("line", "offered"),
+    [("rocmfleet rol", {"rollout"}), ("rocmfleet rollout --ex", {"--exclude"}), ("rocmfleet cache ", {"bake"})],
+)
+def test_shell_completion_offers_commands_and_options(tmp_path, line, offered):
+    """argcomplete's protocol, as bash's `complete` drives it (`register-python-argcomplete rocmfleet`)."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "completions"
+    env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+           "_ARGCOMPLETE_IFS": "\n", "_ARGCOMPLETE_STDOUT_FILENAME": str(out)}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "rocmfleet.entry"], env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert offered <= {word.strip() for word in out.read_text().split("\n")}, out.read_text()
