@@ -187,8 +187,19 @@ def _bench(args: argparse.Namespace) -> int:
     except FleetError as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
+    said = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the report alone
+
+    def report(run_id: str, run_dir: Path, hosts: list[benchrun.HostOutcome]) -> None:
+        sys.stdout.write(benchrun.json_report(run_id, run_dir, hosts))
+
     try:
-        return benchrun.bench(targets, args.results_dir, args.timeout_s, emit=lambda line: print(line, flush=True))
+        return benchrun.bench(
+            targets,
+            args.results_dir,
+            args.timeout_s,
+            emit=lambda line: print(line, flush=True, file=said),
+            on_done=report if args.json else None,
+        )
     except OSError as exc:  # the results directory cannot be written: nothing ran
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
@@ -546,6 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
     b.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
     b.add_argument("--results-dir", default="bench-results", help="results root (default ./bench-results)")
+    b.add_argument(
+        "--json", action="store_true", help="print a JSON report to standard output (progress to standard error)"
+    )
     b.add_argument(
         "--timeout-s", type=_positive(float), default=3600, help="deadline per host in seconds (default 3600)"
     )

@@ -885,3 +885,48 @@ def test_cli_bench_without_a_valid_inventory_exits_2(tmp_path: Path, capsys: pyt
     assert main(["bench", str(tmp_path / "nope.py"), "--results-dir", str(tmp_path / "r")]) == 2
     assert "no such inventory file" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()  # nothing ran, nothing written
+
+
+def test_the_json_report_has_every_case_with_its_verdict_and_metrics(
+    fleet: list[Target], raw: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    def connector(target: Target) -> FakeHost:
+        if target.name == "lab-2":
+            raise OSError(113, "No route to host")
+        return FakeHost(raw)
+
+    _run_ids(monkeypatch, "20260722T080000Z")
+    got: list[str] = []
+    rc = benchrun.bench(fleet, tmp_path, 600, lambda _l: None, connector=connector,
+                        on_done=lambda *a: got.append(benchrun.json_report(*a)))  # fmt: skip
+    assert rc == 1
+    report = json.loads(got[0])
+    assert report["run_id"] == "20260722T080000Z" and report["passed"] is False
+    one, two = report["hosts"]
+    assert (one["host"], one["passed"], two["host"], two["passed"]) == ("lab-1", True, "lab-2", False)
+    assert two["error"].startswith("unreachable (root@10.213.0.12): ") and two["cases"] == []
+    assert [c["target"] for c in one["cases"]] == ["lab-1/tiny-llama-a", "lab-1/tiny-llama-b"]
+    case = one["cases"][0]
+    assert case["case"] == "200x15-c4" and case["passed"] is True and case["reasons"] == []
+    assert case["metrics"]["output_throughput"] == 124.6 and Path(case["result_file"]).is_file()
+
+
+def test_bench_json_keeps_standard_output_to_the_report(monkeypatch, capsys, tmp_path) -> None:
+    import json
+
+    from rocmfleet import cli
+    from rocmfleet.fleet import inventory
+
+    monkeypatch.setattr(inventory, "load_fleet", lambda *a, **k: [])
+
+    def fake_bench(targets, results_dir, timeout_s, emit, on_done=None):
+        emit("run 1: 0 host(s)")
+        on_done("1", tmp_path, [benchrun.HostOutcome("h", error="unreachable")])
+        return 1
+
+    monkeypatch.setattr(benchrun, "bench", fake_bench)
+    assert cli.main(["bench", "inv.py", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["hosts"][0]["host"] == "h" and err == "run 1: 0 host(s)\n"

@@ -303,6 +303,7 @@ def bench(
     emit: Emit = print,
     title: str = "Smoke benchmark",
     connector: Callable[[Target], Session] = connect,
+    on_done: Callable[[str, Path, list[HostOutcome]], None] | None = None,
 ) -> int:
     """Benchmark ``targets`` in parallel; results, Markdown and plots under ``results_dir/<run id>/``.
 
@@ -314,6 +315,8 @@ def bench(
         emit: where the console lines go.
         title: the Markdown summary's title (the run id follows it).
         connector: opens a host's SSH connection (:func:`connect`; tests pass a fake).
+        on_done: given ``(run id, run directory, every host's outcome)`` once the reports are
+            written (``rocmfleet bench --json`` prints :func:`json_report` of them).
 
     Returns:
         0 when every host passed, 1 when any failed (a limit, a regression, unreachable, a
@@ -340,6 +343,8 @@ def bench(
                 )
                 locked_emit(f"{target.name}: FAIL {hosts[-1].error}")
     summary, pngs = write_reports(run_dir, run_id, hosts, title)
+    if on_done is not None:
+        on_done(run_id, run_dir, hosts)
     failed = [h.host for h in hosts if not h.passed]
     emit(f"Markdown: {summary}")
     emit(f"Plots: {', '.join(map(str, pngs)) or 'none (no results)'}")
@@ -348,3 +353,40 @@ def bench(
         + (f"; failed: {', '.join(failed)}" if failed else "")
     )
     return 1 if failed else 0
+
+
+#: Metrics of each case in :func:`json_report` (the result JSON's keys; ``None`` when absent).
+JSON_METRICS = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
+
+
+def json_report(run_id: str, run_dir: Path, hosts: list[HostOutcome]) -> str:
+    """``rocmfleet bench --json``: the run, and per host and case its verdict, reasons and metrics.
+
+    Shape: ``{"run_id", "results": run directory, "passed": bool, "hosts": [{"host", "passed",
+    "error", "cases": [{"target", "case", "passed", "reasons", "notes", "error", "baseline_run",
+    "result_file", "metrics": {key: number | null}}]}]}``; metric units are in the key (tok/s, ms).
+    """
+    import json
+
+    def case(c: CaseOutcome) -> dict[str, object]:
+        return {
+            "target": c.target,
+            "case": c.case.name,
+            "passed": c.passed,
+            "reasons": list(c.verdict.reasons) if c.verdict else [],
+            "notes": list(c.verdict.notes) if c.verdict else [],
+            "error": c.error,
+            "baseline_run": c.baseline_run,
+            "result_file": str(c.path) if c.path else None,
+            "metrics": {key: (c.result.value(key) if c.result else None) for key in JSON_METRICS},
+        }
+
+    report = {
+        "run_id": run_id,
+        "results": str(run_dir),
+        "passed": all(h.passed for h in hosts),
+        "hosts": [
+            {"host": h.host, "passed": h.passed, "error": h.error, "cases": [case(c) for c in h.cases]} for h in hosts
+        ],
+    }
+    return json.dumps(report, indent=2) + "\n"
