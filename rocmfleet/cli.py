@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -505,6 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
     (``docs/reference/cli.md`` is generated from it by :mod:`rocmfleet.clidoc`)."""
     parser = argparse.ArgumentParser(prog="rocmfleet", description="MI300X vLLM fleet toolkit")
     parser.add_argument("--version", action="version", version=f"rocmfleet {_version()}")
+    verbose_help = "tell each command run on a host, once it ends, on standard error (host, seconds, exit status)"
+    parser.add_argument("-v", "--verbose", action="count", default=0, help=verbose_help)
     sub = parser.add_subparsers(dest="command", required=True)
     i = sub.add_parser(
         "init",
@@ -668,7 +671,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_rekey)
     s = sub.add_parser("schema", help="print the JSON Schema of host data", epilog="exit status: 0")
     s.set_defaults(func=_schema)
+    for action in parser._actions:  # -v also after the command, as pyinfra users type it
+        if isinstance(action, argparse._SubParsersAction):
+            for command in _leaves(action):
+                command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=verbose_help)
     return parser
+
+
+def _leaves(action: argparse._SubParsersAction[argparse.ArgumentParser]) -> list[argparse.ArgumentParser]:
+    """The commands under ``action`` that run (``cache bake``, not ``cache``)."""
+    found = []
+    for sub in action.choices.values():
+        nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        found += [leaf for a in nested for leaf in _leaves(a)] if nested else [sub]
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -678,6 +694,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argcomplete.autocomplete(parser)  # answers a shell's completion request and exits; else nothing
     args = parser.parse_args(argv)
+    if args.verbose:
+        from rocmfleet.fleet.connect import VERBOSE_ENV
+
+        os.environ[VERBOSE_ENV] = "1"
     command: Callable[[argparse.Namespace], int] = args.func
     try:
         return command(args)

@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import shlex
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -68,6 +69,10 @@ STRICT_VALUES = ("yes", "ask", "accept-new", "no", "off")
 #: it). Commands carry no secrets (those go on stdin), and each line holds at most the first
 #: :data:`LOG_COMMAND_CHARS` characters of one.
 COMMAND_LOG_ENV = "ROCMFLEET_COMMAND_LOG"
+#: Set (to ``1``) by ``rocmfleet -v``: every command run on a host is told on standard error once it
+#: ends, one line (host, seconds, exit status, the command's first characters). An environment
+#: variable, so that the check's worker processes tell theirs too.
+VERBOSE_ENV = "ROCMFLEET_VERBOSE"
 LOG_COMMAND_CHARS = 120
 
 _READ_CHUNK = 65536
@@ -336,6 +341,11 @@ class Session:
         finally:
             if os.environ.get(COMMAND_LOG_ENV):
                 self._log(command, time.monotonic() - started, result)
+            if os.environ.get(VERBOSE_ENV):
+                status = "timed out or broke" if result is None else f"exit {result.exit_status}"
+                first = " ".join(command.split())[:LOG_COMMAND_CHARS]
+                print(f"[{self.settings.where}] {time.monotonic() - started:.2f} s, {status}: {first}",
+                      file=sys.stderr, flush=True)  # fmt: skip
 
     def _log(self, command: str, took_s: float, result: Result | None) -> None:
         """Append one :data:`COMMAND_LOG_ENV` line: session, host, seconds, exit status, command."""

@@ -147,6 +147,28 @@ def test_with_the_command_log_set_each_command_is_one_line_there(server, tmp_pat
     assert len(log.read_text().splitlines()) == 2  # unset: nothing more
 
 
+def test_verbose_tells_each_command_on_stderr_in_one_short_line(server, monkeypatch, capsys):
+    monkeypatch.setenv(connect.VERBOSE_ENV, "1")
+    with Session.open(settings_for(server)) as session:
+        session.run("exit 3")
+        session.run("echo  a\n" + "x" * 300)
+    first, second = capsys.readouterr().err.splitlines()
+    assert first.startswith(f"[ops@127.0.0.1:{server.port}] ") and first.endswith(" s, exit 3: exit 3")
+    assert second.endswith(": echo a " + "x" * 113)  # white space folded, the first 120 characters
+
+
+def test_v_sets_verbose_before_or_after_the_command(monkeypatch):
+    from rocmfleet import cli
+
+    monkeypatch.delenv(connect.VERBOSE_ENV, raising=False)
+    seen = []
+    monkeypatch.setattr(cli, "_schema", lambda args: seen.append(os.environ.get(connect.VERBOSE_ENV)) or 0)
+    for argv in (["schema"], ["-v", "schema"], ["schema", "-v"]):
+        monkeypatch.delenv(connect.VERBOSE_ENV, raising=False)
+        assert cli.main(argv) == 0
+    assert seen == [None, "1", "1"]
+
+
 def test_unknown_and_changed_host_keys_are_pyinfras_rules(server, tmp_path):
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
