@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import math
 import os
 import sys
@@ -238,6 +239,10 @@ def _rollout(args: argparse.Namespace) -> int:
         if args.resume or args.rollback:
             print("rocmfleet: --bake starts a new rollout; not with --resume or --rollback", file=sys.stderr)
             return 2
+        if args.json:
+            print("rocmfleet: --json with --bake: run `rocmfleet cache bake`, then the rollout with --json",
+                  file=sys.stderr)  # fmt: skip
+            return 2
         if not args.yes and not sys.stdin.isatty():  # the bake changes a host before any plan
             _cannot_ask("")
             return 2
@@ -274,7 +279,9 @@ def _rollout(args: argparse.Namespace) -> int:
             print(f"rocmfleet: {exc}", file=sys.stderr)
             return 2
     ask = None if args.yes or args.dry else _ask if sys.stdin.isatty() else _cannot_ask
-    return command.run_rollout(
+    said = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the record alone
+    before = _recorded(args.inventory) if args.json else None
+    code = command.run_rollout(
         args.inventory,
         kind=args.command,
         image=getattr(args, "image", None),
@@ -284,11 +291,27 @@ def _rollout(args: argparse.Namespace) -> int:
         resume=args.resume,
         rollback=args.rollback,
         limit=limit,
-        emit=lambda line: print(line, flush=True),
+        emit=lambda line: print(line, flush=True, file=said),
         error=rollout_progress.to_stderr,
         progress_factory=progress,
         start=command.StartOptions(dry=args.dry, confirm=ask),
     )
+    if args.json:
+        after = _recorded(args.inventory)
+        mine = after is not None and (before is None or after.id != before.id or args.resume or args.rollback)
+        record = after.model_dump(mode="json") if mine and after is not None else None
+        print(json.dumps({"exit_status": code, "rollout": record}, indent=2))
+    return code
+
+
+def _recorded(inventory: str) -> Any:
+    """The rollout state recorded for ``inventory`` now (a ``RolloutState``), or ``None``."""
+    from rocmfleet.fleet.rollout import state as rstate
+
+    try:
+        return rstate.load_state(rstate.state_path(rstate.results_root(None, inventory), inventory))
+    except (OSError, ValueError):
+        return None
 
 
 def _cannot_ask(_question: str) -> bool:
@@ -624,6 +647,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         ro.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
         ro.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
+        ro.add_argument(
+            "--json",
+            action="store_true",
+            help="print {exit_status, rollout: the record this run left, or null} on standard output at the end "
+            "(the plan and progress to standard error)",
+        )
         ro.set_defaults(func=_rollout)
     st = sub.add_parser(
         "status",

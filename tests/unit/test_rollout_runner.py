@@ -1039,3 +1039,23 @@ def test_exclude_hands_the_rollout_the_hosts_left_by_name(monkeypatch):
     assert seen["limit"] == ["mi300x-a01", "mi300x-a03"]
     assert cli.main(["restart", PROD, "--limit", "mi300x-a0[12]", "--exclude", "mi300x-a02", "--dry"]) == 0
     assert seen["limit"] == ["mi300x-a01"]
+
+
+def test_json_prints_the_record_this_run_left_and_nothing_else_on_stdout(stand_in_fleet, capsys):
+    import json
+
+    from rocmfleet import cli
+
+    steps, _group = stand_in_fleet
+    steps.fail = {("pull", "mi300x-a02")}
+    code = cli.main(["rollout", PROD, "-y", "--json", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
+    out, err = capsys.readouterr()
+    report = json.loads(out)  # stdout is the JSON alone: the plan and the progress went to stderr
+    assert report["exit_status"] == code == 1 and "plan: batch 1 (canary): " in err
+    assert report["rollout"]["status"] == "rolled_back" and report["rollout"]["hosts"]["mi300x-a01"]["step"]
+    assert "mi300x-a02" in report["rollout"]["failure"]
+    code = cli.main(["rollout", PROD, "--json", "--rollback"])  # nothing left to roll back: the same record
+    report = json.loads(capsys.readouterr().out)
+    assert report["exit_status"] == code
+    code = cli.main(["restart", PROD, "-y", "--json", "--canary", "999"])  # refused: no record of its own
+    assert json.loads(capsys.readouterr().out) == {"exit_status": 2, "rollout": None} and code == 2
