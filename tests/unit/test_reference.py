@@ -53,6 +53,8 @@ def test_cli_reference_is_generated_from_the_parser():
     from rocmfleet import clidoc
 
     assert clidoc.PAGE.read_text() == clidoc.markdown(), "run `python -m rocmfleet.clidoc`"
+    assert clidoc.CHECKS_PAGE.read_text() == clidoc.checks_markdown(), "run `python -m rocmfleet.clidoc`"
+    assert "|  |" not in clidoc.CHECKS_PAGE.read_text(), "every check says what it asserts (its docstring)"
 
 
 def test_every_command_states_its_exit_statuses():

@@ -20,6 +20,8 @@ SYSFS = "/sys/bus/pci/devices"
 
 
 def test_gpu_pcie_links_not_downgraded(host: Host, topology: Topology) -> None:
+    """Every GPU's PCIe link runs at its maximum speed and width (sysfs ``current_link_*`` against ``max_link_*``), as
+    AMD's CVS checks."""
     gpus = [gpu.pci_address.lower() for gpu in topology.gpus]
     # one command for all GPUs: ls prints the paths that exist (exit 2 when one does not)
     listed = host.run("ls -d -- " + " ".join(shlex.quote(f"{SYSFS}/{gpu}") for gpu in gpus))
@@ -43,6 +45,7 @@ def test_gpu_pcie_links_not_downgraded(host: Host, topology: Topology) -> None:
 
 
 def test_no_amdgpu_errors_since_boot(host: Host) -> None:
+    """The kernel log since boot has no amdgpu error lines (``journalctl -k -p err``), as AMD's CVS checks."""
     if in_container(host):
         pytest.skip("container host: the kernel log belongs to the machine it runs on")
     probe = host.run("journalctl -k -b 0 -n 1 --no-pager -o short-monotonic")

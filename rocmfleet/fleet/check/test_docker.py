@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 
 def test_docker_running(host: Host) -> None:
+    """docker.service is active and enabled, and ``docker info`` answers."""
     service = expect.unit_state(host, expect.DOCKER_UNIT)
     assert service.active in expect.RUNNING, f"docker.service is {service.active}, not active"
     assert service.enabled == "enabled", f"docker.service is {service.enabled}, not enabled"

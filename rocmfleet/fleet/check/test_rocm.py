@@ -45,6 +45,8 @@ def test_pin_file_live_for_legacy(host: Host, settings: rocm.RocmSettings) -> No
 
 
 def test_device_access_users(host: Host, settings: rocm.RocmSettings) -> None:
+    """With ``rocm_device_access: groups``, every user of ``rocm_device_users`` is in ``video`` and ``render`` (AMD's
+    group method); skipped with the udev rule."""
     if settings.rocm_device_access == "udev":
         pytest.skip("udev access: the rule is part of test_rocm_role_as_wanted")
     for user in settings.rocm_device_users:
@@ -59,6 +61,8 @@ def test_device_nodes_owned_by_render(host: Host) -> None:
 
 
 def test_device_access_live(host: Host, settings: rocm.RocmSettings) -> None:
+    """With the udev rule, /dev/kfd and every render node have mode 666 now (AMD's udev method); skipped
+    without udev."""
     if settings.rocm_device_access != "udev":
         pytest.skip("group access: membership is checked in test_device_access_persisted")
     if not exists(host, "/run/udev/control"):
@@ -68,6 +72,8 @@ def test_device_access_live(host: Host, settings: rocm.RocmSettings) -> None:
 
 
 def test_no_reboot_owed(host: Host) -> None:
+    """No reboot is owed: the running kernel and amdgpu module are those installed and no package asked for one
+    (``reboot-owed.sh``)."""
     result = host.run(scripts.command("reboot-owed.sh", REBOOT_DIR))
     owed = rocm.reboot_reasons(result.rc, result.stdout, result.stderr)
     assert not owed, f"a reboot is owed: {'; '.join(owed)}"

@@ -44,11 +44,14 @@ def _as_written(host: Host, wanted: WantedFile | None, path: str, why_none: str)
 
 
 def test_numa_balancing_persisted(host: Host, settings: tuning.TuningSettings) -> None:
+    """The sysctl file holds ``kernel.numa_balancing = 0`` as the role writes it (AMD's MI300X tuning guide), or is
+    absent when not asked."""
     wanted = tuningplan.sysctl_file(settings)
     _as_written(host, wanted, tuning.SYSCTL_FILE, "tuning_numa_balancing_off is false")
 
 
 def test_numa_balancing_live(host: Host, settings: tuning.TuningSettings) -> None:
+    """``kernel.numa_balancing`` is 0 now; skipped on a kernel without it or a container host."""
     if not settings.tuning_numa_balancing_off:
         pytest.skip("tuning_numa_balancing_off is false")
     live = gathered(host).sysctls.get("kernel.numa_balancing")
@@ -62,6 +65,8 @@ def test_numa_balancing_live(host: Host, settings: tuning.TuningSettings) -> Non
 
 
 def test_kernel_cmdline_persisted(host: Host, settings: tuning.TuningSettings) -> None:
+    """GRUB's ``GRUB_CMDLINE_LINUX`` and every ``linux`` line of grub.cfg carry the role's parameters (``iommu=pt``,
+    ``pci=realloc=off`` and the extras)."""
     params = tuning.grub_cmdline(text(host, tuning.GRUB_DEFAULTS) or "")
     assert set(settings.kernel_params) <= set(params), f"GRUB_CMDLINE_LINUX: {' '.join(params)}"
     cfg = text(host, "/boot/grub/grub.cfg")
@@ -71,6 +76,7 @@ def test_kernel_cmdline_persisted(host: Host, settings: tuning.TuningSettings) -
 
 
 def test_kernel_cmdline_live(host: Host, settings: tuning.TuningSettings) -> None:
+    """The running kernel was booted with the role's parameters (/proc/cmdline); skipped on a container host."""
     if in_container(host):
         pytest.skip("container host: /proc/cmdline is the machine's kernel command line")
     live = tuning.cmdline_params(text(host, "/proc/cmdline") or "")
@@ -78,6 +84,8 @@ def test_kernel_cmdline_live(host: Host, settings: tuning.TuningSettings) -> Non
 
 
 def test_cpu_unit_enabled(host: Host, settings: tuning.TuningSettings) -> None:
+    """The CPU tuning unit is as the role writes it and enabled, with ``cpupower`` present, when a CPU setting asks for
+    it (C2 off, a governor)."""
     _as_written(host, tuningplan.cpu_unit_file(settings), tuning.CPU_UNIT_PATH, "no CPU setting asks for it")
     if not settings.cpu_unit_needed:
         return
@@ -87,6 +95,7 @@ def test_cpu_unit_enabled(host: Host, settings: tuning.TuningSettings) -> None:
 
 
 def test_c2_disabled_live(host: Host, settings: tuning.TuningSettings) -> None:
+    """Idle state 2 (C2) is disabled on every CPU now, as AMD recommends for MI300X; skipped where there is none."""
     if not settings.tuning_disable_c2:
         pytest.skip("tuning_disable_c2 is false")
     if in_container(host):
@@ -99,6 +108,8 @@ def test_c2_disabled_live(host: Host, settings: tuning.TuningSettings) -> None:
 
 
 def test_thp_and_governor_untouched_unless_asked(host: Host, settings: tuning.TuningSettings) -> None:
+    """Transparent huge pages and the CPU governor are left alone unless a setting asks: AMD documents
+    none for MI300X."""
     grub = text(host, tuning.GRUB_DEFAULTS) or ""
     if settings.tuning_transparent_hugepage is None:
         assert "transparent_hugepage=" not in grub

@@ -93,6 +93,7 @@ def _assert_no_drift(found: list[Drift]) -> None:
 
 
 def test_container_image_digest(host: Any, config: HostConfig, container: dict[str, Any]) -> None:
+    """The instance's container runs the image by the digest group data pins (``repository@sha256:...``)."""
     wanted = f"{config.image.repository}@{config.image.digest}"
     command = f"docker image inspect --format '{{{{json .RepoDigests}}}}' {container['Image']}"
     image = expect.once(host, command, lambda: host.run(command))  # instances share their image
@@ -104,11 +105,15 @@ def test_container_image_digest(host: Any, config: HostConfig, container: dict[s
 
 
 def test_container_arguments(config: HostConfig, instance: Instance, container: dict[str, Any]) -> None:
+    """The container's ``vllm serve`` arguments are exactly those rendered for the profile and the image's vLLM
+    version."""
     wanted = vllm.serve_args(vllm_settings(config), instance)
     assert container["Config"]["Cmd"] == wanted, f"vllm serve arguments {container['Config']['Cmd']}, want {wanted}"
 
 
 def test_container_environment(config: HostConfig, placement: Placement, container: dict[str, Any]) -> None:
+    """The container's environment has every rendered variable at its value, and every secret's name (values never
+    compared in the report)."""
     live = dict(line.split("=", 1) for line in container["Config"]["Env"] or [] if "=" in line)
     wanted = vllm.container_env(vllm_settings(config), placement)
     differ = sorted(k for k, v in wanted.items() if live.get(k) != v)
@@ -118,6 +123,8 @@ def test_container_environment(config: HostConfig, placement: Placement, contain
 
 
 def test_container_devices_and_cpus(host: Any, placement: Placement, container: dict[str, Any]) -> None:
+    """The container gets /dev/kfd and its GPUs' render nodes only, the CPU and memory sets of its NUMA placement, and
+    the render group."""
     hc = container["HostConfig"]
     devices = sorted(d["PathOnHost"] for d in hc.get("Devices") or [])
     wanted = sorted([vllm.KFD, *placement.render_nodes])
@@ -131,6 +138,7 @@ def test_container_devices_and_cpus(host: Any, placement: Placement, container: 
 
 
 def test_port_answering(host: Any, instance: Instance, unit: str) -> None:
+    """The instance's port answers ``/health``; skipped when its unit is not active."""
     if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     probe = _health(host, instance.port)
@@ -138,6 +146,8 @@ def test_port_answering(host: Any, instance: Instance, unit: str) -> None:
 
 
 def test_ready(host: Any, config: HostConfig, instance: Instance, unit: str) -> None:
+    """The instance serves: ``/v1/models`` lists the served name and a completion request gets an answer (the profile's
+    known answer when it has one)."""
     if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     if _health(host, instance.port).rc not in (0, 22):
