@@ -82,3 +82,35 @@ def test_the_readme_stays_a_guide():
     lines = (reference.ROOT / "README.md").read_text().splitlines()
     assert len(lines) < 200
     assert "./dev test" in lines and "./dev lab" in lines  # the newcomer's two commands
+
+
+def _documented_commands() -> list[tuple[str, str]]:
+    """``(file, command line)`` of every ``rocmfleet`` line in a fenced block of the README and docs/."""
+    import shlex
+
+    found = []
+    for path in [reference.ROOT / "README.md", *sorted((reference.ROOT / "docs").rglob("*.md"))]:
+        fenced = False
+        for line in path.read_text().splitlines():
+            if line.startswith("```"):
+                fenced = not fenced
+                continue
+            if not fenced or "rocmfleet " not in line or line.rstrip().endswith("\\"):
+                continue
+            words = shlex.split(line, comments=True)
+            if words and words[0].endswith("rocmfleet") and "cd" not in words:
+                found.append((path.name, " ".join(words[1:])))
+    return found
+
+
+def test_every_documented_command_is_one_the_parser_takes():
+    """The command lines the README and the docs show parse as written (an option renamed or removed fails)."""
+    from rocmfleet.cli import build_parser
+
+    commands = _documented_commands()
+    assert len(commands) >= 15
+    for name, line in commands:
+        try:
+            build_parser().parse_args(line.split())
+        except SystemExit as exc:
+            assert exc.code == 0, f"{name}: rocmfleet {line}"  # --help and --version exit 0
