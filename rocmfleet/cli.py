@@ -393,6 +393,7 @@ def _status_summary(rows: list[Any]) -> str:
 
 
 def _cache_bake(args: argparse.Namespace) -> int:
+    from rocmfleet.domain.cachedirs import baked_tag
     from rocmfleet.fleet.cache import cachebake
     from rocmfleet.fleet.connect import CommandTimeout, ConnectError
     from rocmfleet.fleet.inventory import FleetError, load_fleet
@@ -413,6 +414,21 @@ def _cache_bake(args: argparse.Namespace) -> int:
 
     if refusal := deploy_refusal(args.inventory):  # the bake stops an instance: not under a rollout
         print(f"rocmfleet: {refusal}", file=sys.stderr)
+        return 2
+    config = targets[0].config
+    instance = config.instances()[0]
+    plan = (
+        f"bake on {args.host}: stop its instance {instance.name} (port {instance.port}) meanwhile, warm it up from "
+        f"empty caches with {config.image.reference}, build and push "
+        f"{config.image.repository}:{baked_tag(config.image.tag, '0' * 12).replace('0' * 12, '<cache key>')} "
+        "(the key is read on the host)" + (f", then pin it in {args.write}" if args.write else "")
+    )
+    print(f"plan: {plan}")
+    if args.dry:
+        print("--dry: nothing was changed")
+        return 0
+    if not args.yes and not (_ask if sys.stdin.isatty() else _cannot_ask)("start this bake?"):
+        print("rocmfleet: not confirmed; nothing was changed", file=sys.stderr)
         return 2
     try:
         baked = cachebake.bake(targets[0], emit=lambda line: print(line, flush=True))
@@ -678,6 +694,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--write",
         metavar="GROUP_FILE",
         help="set vllm_image_repository/_tag/_digest to the baked image in this group_vars file",
+    )
+    kb.add_argument("--dry", action="store_true", help="show what the bake would stop, build and push; change nothing")
+    kb.add_argument(
+        "-y", "--yes", action="store_true", help="start without asking (needed when standard input is not a terminal)"
     )
     kb.set_defaults(func=_cache_bake)
     v = sub.add_parser("vault", help="ansible-vault helpers (ansible-core's library, not the binary)")

@@ -25,7 +25,7 @@ CACHE_PATHS = "/root/.cache/vllm /root/.cache/inductor /root/.triton/cache /root
 def baked(lab):
     """Bake on the last host; yields (host, reference); the host goes back to the base image after."""
     host = sorted(lab.hosts)[-1]
-    result = rocmfleet_cli("cache", "bake", "inventories/lab.py", "--host", host, timeout_s=3000)
+    result = rocmfleet_cli("cache", "bake", "inventories/lab.py", "--host", host, "-y", timeout_s=3000)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
     print(result.stdout)  # the key, the manifest's writers, the reference: evidence for the run's log
     refs = re.findall(r"^(\S+:\S+-rfcache-[0-9a-f]{12}@sha256:[0-9a-f]{64})$", result.stdout, re.M)

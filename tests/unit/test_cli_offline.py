@@ -150,3 +150,17 @@ def test_shell_completion_offers_commands_and_options(tmp_path, line, offered):
                           timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert offered <= {word.strip() for word in out.read_text().split("\n")}, out.read_text()
+
+
+def test_cache_bake_dry_shows_the_plan_and_without_a_terminal_needs_y(no_network, tmp_path, monkeypatch, capsys):
+    from rocmfleet.fleet.cache import cachebake
+
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
+    monkeypatch.setattr(cachebake, "bake", lambda *a, **k: pytest.fail("baked"))
+    assert cli.main(["cache", "bake", PROD, "--host", "mi300x-a01", "--dry"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("plan: bake on mi300x-a01: stop its instance llama-3.3-70b-0 (port 8000) meanwhile")
+    assert ":v0.33.0-rfcache-<cache key>" in out and out.endswith("--dry: nothing was changed\n")
+    assert cli.main(["cache", "bake", PROD, "--host", "mi300x-a01"]) == 2  # pytest's stdin is no terminal
+    assert "not a terminal to ask on: pass -y" in capsys.readouterr().err
+    assert no_network == []
