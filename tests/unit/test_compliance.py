@@ -463,3 +463,12 @@ def test_check_help_names_every_module(capsys):
         cli.main(["check", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert all(f" {name}," in text or f" {name} (" in text for name in compliance.MODULES), text
+
+
+def test_a_check_message_is_one_line_of_at_most_300_characters():
+    from rocmfleet.fleet.check.report import MESSAGE_CHARS, short
+
+    script = "python3 - <<'EOF'\n" + "import json\n" * 700 + "EOF"  # a 7 KB probe quoted by an error
+    line = short(f"ready probe failed: {script}")
+    assert "\n" not in line and len(line) == MESSAGE_CHARS and line.endswith("…")
+    assert short("port 8000:  connection refused\n") == "port 8000: connection refused"

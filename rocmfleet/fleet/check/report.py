@@ -28,16 +28,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--rocmfleet-report", help="append one JSON line per check to this file")
 
 
+#: The most characters of a check's one-line message; the whole text stays in the report's ``detail``.
+MESSAGE_CHARS = 300
+
+
+def short(message: str, limit: int = MESSAGE_CHARS) -> str:
+    """``message`` as one line of at most ``limit`` characters: white space folded, the rest cut with
+    ``…`` (an error that quotes a whole probe script or command stays readable)."""
+    line = " ".join(message.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def _message(report: pytest.TestReport) -> str:
     if report.skipped and isinstance(report.longrepr, tuple):
         reason: str = report.longrepr[2]
-        return reason.removeprefix("Skipped: ")
+        return short(reason.removeprefix("Skipped: "))
     crash = getattr(report.longrepr, "reprcrash", None)
     if crash is not None:
         message: str = crash.message
         message = message.removeprefix("AssertionError: ").split("\nassert ")[0].strip()
-        return message.replace("rocmfleet.config.errors.CannotCheck: ", "cannot check: ", 1)
-    return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
+        return short(message.replace("rocmfleet.config.errors.CannotCheck: ", "cannot check: ", 1))
+    return short(str(report.longrepr).strip().splitlines()[-1]) if report.longrepr else ""
 
 
 #: The check name of the line saying a host's checks ran out of time.
