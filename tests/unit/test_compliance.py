@@ -465,7 +465,7 @@ def test_check_help_names_every_module(capsys):
     assert all(f" {name}," in text or f" {name} (" in text for name in compliance.MODULES), text
 
 
-def test_a_check_message_is_one_line_of_at_most_300_characters():
+def test_a_check_message_is_one_line_of_at_most_600_characters():
     from rocmfleet.fleet.check.report import MESSAGE_CHARS, short
 
     script = "python3 - <<'EOF'\n" + "import json\n" * 700 + "EOF"  # a 7 KB probe quoted by an error

@@ -28,8 +28,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--rocmfleet-report", help="append one JSON line per check to this file")
 
 
-#: The most characters of a check's one-line message; the whole text stays in the report's ``detail``.
-MESSAGE_CHARS = 300
+#: The most characters of a check's one-line message (a digest mismatch names three image references, about
+#: 400); the whole text stays in the report's ``detail``.
+MESSAGE_CHARS = 600
 
 
 def short(message: str, limit: int = MESSAGE_CHARS) -> str:
