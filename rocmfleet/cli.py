@@ -19,7 +19,6 @@ import argparse
 import getpass
 import json
 import math
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -91,7 +90,7 @@ def _data_overrides(pairs: list[str]) -> dict[str, Any]:
 
 def _limit(values: list[str] | None) -> list[str] | None:
     """``--limit`` values, repeatable and comma-separated (``--limit a,b --limit c``), as pyinfra."""
-    return [item for value in values or [] for item in value.split(",") if item] or None
+    return [item.strip() for value in values or [] for item in value.split(",") if item.strip()] or None
 
 
 LIMIT_HELP = "host, glob or group (repeatable, or comma-separated)"
@@ -143,6 +142,9 @@ def _check(args: argparse.Namespace) -> int:
     try:
         overrides = _data_overrides(args.data)
         compliance.module_paths(args.select)  # an unknown module is refused before any connection
+        for option, given in (("--junit-xml", args.junit_xml), ("--json", args.json)):
+            if given is not None and not given.strip():  # an unset shell variable: never "no report"
+                raise ValueError(f"{option} {given!r}: give a file, or - for standard output")
         if args.junit_xml == args.json == "-":
             raise ValueError("--junit-xml - and --json -: one report can go to standard output")
         _writable(None if args.junit_xml == "-" else args.junit_xml, "--junit-xml")
@@ -208,6 +210,14 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _rollout(args: argparse.Namespace) -> int:
+    """``rollout`` and ``restart``: the run, then with ``--json`` its record (``null`` when refused) on stdout."""
+    code, record = _rollout_run(args)
+    if args.json:
+        print(json.dumps({"exit_status": code, "rollout": record}, indent=2))
+    return code
+
+
+def _rollout_run(args: argparse.Namespace) -> tuple[int, Any]:
     import rich.console
 
     from rocmfleet.fleet.rollout import command
@@ -230,22 +240,22 @@ def _rollout(args: argparse.Namespace) -> int:
             "`rocmfleet rollout INVENTORY --limit ...` without --image",
             file=sys.stderr,
         )
-        return 2
+        return 2, None
     if args.dry and getattr(args, "bake", False):
         print("rocmfleet: --dry with --bake: the bake builds and pushes an image; plan the rollout with "
               "--dry --image BAKED_REF after `rocmfleet cache bake`", file=sys.stderr)  # fmt: skip
-        return 2
+        return 2, None
     if getattr(args, "bake", False):
         if args.resume or args.rollback:
             print("rocmfleet: --bake starts a new rollout; not with --resume or --rollback", file=sys.stderr)
-            return 2
+            return 2, None
         if args.json:
             print("rocmfleet: --json with --bake: run `rocmfleet cache bake`, then the rollout with --json",
                   file=sys.stderr)  # fmt: skip
-            return 2
-        if not args.yes and not sys.stdin.isatty():  # the bake changes a host before any plan
+            return 2, None
+        if not args.yes and not _interactive():  # the bake changes a host before any plan
             _cannot_ask("")
-            return 2
+            return 2, None
         from rocmfleet.fleet import inventory
         from rocmfleet.fleet.cache import cachebake
         from rocmfleet.fleet.rollout import bake, fleetimage
@@ -254,7 +264,7 @@ def _rollout(args: argparse.Namespace) -> int:
         steps = bake.BakeSteps(
             inventory.load_targets, fleetimage.resolve, fleetimage.with_image, cachebake.bake, command.run_rollout
         )
-        return bake.bake_and_roll(
+        baked = bake.bake_and_roll(
             args.inventory,
             args.image,
             canary=1 if args.canary is None else args.canary,
@@ -266,19 +276,20 @@ def _rollout(args: argparse.Namespace) -> int:
             progress_factory=progress,
             steps=steps,
         )
+        return baked, None
     limit = _limit(args.limit)
     if args.exclude:  # the hosts left, by name: the recorded plan names them as a --limit would
         if args.resume or args.rollback:
             print("rocmfleet: --exclude with --resume or --rollback: they run the recorded plan", file=sys.stderr)
-            return 2
+            return 2, None
         from rocmfleet.fleet.inventory import FleetError, load_targets
 
         try:
             limit = list(load_targets(args.inventory, limit, exclude=_limit(args.exclude)))
         except FleetError as exc:
             print(f"rocmfleet: {exc}", file=sys.stderr)
-            return 2
-    ask = None if args.yes or args.dry else _ask if sys.stdin.isatty() else _cannot_ask
+            return 2, None
+    ask = None if args.yes or args.dry else _ask if _interactive() else _cannot_ask
     said = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the record alone
     before = _recorded(args.inventory) if args.json else None
     code = command.run_rollout(
@@ -296,12 +307,11 @@ def _rollout(args: argparse.Namespace) -> int:
         progress_factory=progress,
         start=command.StartOptions(dry=args.dry, confirm=ask),
     )
-    if args.json:
-        after = _recorded(args.inventory)
-        mine = after is not None and (before is None or after.id != before.id or args.resume or args.rollback)
-        record = after.model_dump(mode="json") if mine and after is not None else None
-        print(json.dumps({"exit_status": code, "rollout": record}, indent=2))
-    return code
+    after = _recorded(args.inventory) if args.json else None
+    if code == 2 or after is None:  # 2: nothing was started (or resumed, or rolled back)
+        return code, None
+    mine = before is None or after.id != before.id or args.resume or args.rollback
+    return code, after.model_dump(mode="json") if mine else None
 
 
 def _recorded(inventory: str) -> Any:
@@ -321,10 +331,17 @@ def _cannot_ask(_question: str) -> bool:
     return False
 
 
+def _interactive() -> bool:
+    """Whether standard input is a terminal to ask on (closed, ``<&-``, is not)."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
 def _ask(question: str) -> bool:
-    """``question [y/N]`` on the terminal; only ``y`` or ``yes`` go on (EOF and Ctrl-D do not)."""
+    """``question [y/N]`` on standard error (standard output may be a ``--json`` report), the
+    answer from the terminal; only ``y`` or ``yes`` go on (EOF and Ctrl-D do not)."""
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
     try:
-        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+        return input().strip().lower() in ("y", "yes")
     except EOFError:
         return False
 
@@ -427,7 +444,7 @@ def _cache_bake(args: argparse.Namespace) -> int:
     if args.dry:
         print("--dry: nothing was changed")
         return 0
-    if not args.yes and not (_ask if sys.stdin.isatty() else _cannot_ask)("start this bake?"):
+    if not args.yes and not (_ask if _interactive() else _cannot_ask)("start this bake?"):
         print("rocmfleet: not confirmed; nothing was changed", file=sys.stderr)
         return 2
     try:
@@ -479,6 +496,9 @@ def _read_text(path: str) -> str:
 
 
 def _encrypt_string(args: argparse.Namespace) -> int:
+    if sys.stdin is None:
+        print(f"rocmfleet: {args.name}: standard input is closed: pipe the secret in", file=sys.stderr)
+        return 2
     secret = sys.stdin.read().rstrip("\n") if not sys.stdin.isatty() else getpass.getpass(f"{args.name}: ")
     if not secret:
         print(f"rocmfleet: {args.name}: empty secret (nothing on stdin)", file=sys.stderr)
@@ -743,12 +763,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argcomplete.autocomplete(parser)  # answers a shell's completion request and exits; else nothing
     args = parser.parse_args(argv)
-    if args.verbose:
-        from rocmfleet.fleet.connect import VERBOSE_ENV
-
-        os.environ[VERBOSE_ENV] = "1"
     command: Callable[[argparse.Namespace], int] = args.func
     try:
+        if args.verbose:
+            from rocmfleet.fleet.connect import told_commands
+
+            with told_commands(lambda line: print(line, file=sys.stderr, flush=True)):
+                return command(args)
         return command(args)
     except KeyboardInterrupt:
         print(f"\nrocmfleet: {args.command}: interrupted; {_INTERRUPTED.get(args.command, 'nothing more was done')}",

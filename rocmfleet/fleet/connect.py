@@ -37,8 +37,8 @@ import json
 import logging
 import os
 import shlex
-import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -69,10 +69,6 @@ STRICT_VALUES = ("yes", "ask", "accept-new", "no", "off")
 #: it). Commands carry no secrets (those go on stdin), and each line holds at most the first
 #: :data:`LOG_COMMAND_CHARS` characters of one.
 COMMAND_LOG_ENV = "ROCMFLEET_COMMAND_LOG"
-#: Set (to ``1``) by ``rocmfleet -v``: every command run on a host is told on standard error once it
-#: ends, one line (host, seconds, exit status, the command's first characters). An environment
-#: variable, so that the check's worker processes tell theirs too.
-VERBOSE_ENV = "ROCMFLEET_VERBOSE"
 LOG_COMMAND_CHARS = 120
 
 _READ_CHUNK = 65536
@@ -341,11 +337,6 @@ class Session:
         finally:
             if os.environ.get(COMMAND_LOG_ENV):
                 self._log(command, time.monotonic() - started, result)
-            if os.environ.get(VERBOSE_ENV):
-                status = "timed out or broke" if result is None else f"exit {result.exit_status}"
-                first = " ".join(command.split())[:LOG_COMMAND_CHARS]
-                print(f"[{self.settings.where}] {time.monotonic() - started:.2f} s, {status}: {first}",
-                      file=sys.stderr, flush=True)  # fmt: skip
 
     def _log(self, command: str, took_s: float, result: Result | None) -> None:
         """Append one :data:`COMMAND_LOG_ENV` line: session, host, seconds, exit status, command."""
@@ -468,3 +459,61 @@ def reachable(settings: SshSettings, timeout_s: float = 20) -> str | None:
     if result.exit_status != 0:
         return f"{settings.where}: `true` exited {result.exit_status}: {result.stderr.strip()}"
     return None
+
+
+@contextlib.contextmanager
+def told_commands(emit: Callable[[str], None], poll_s: float = 0.2) -> Iterator[None]:
+    """``rocmfleet -v``: while the block runs, every command run on a host through a :class:`Session`
+    (in this process or a child, such as the check's workers: the log is an inherited environment
+    variable) is passed to ``emit`` once it ends, as one line: host, seconds, exit status, the
+    command's first :data:`LOG_COMMAND_CHARS` characters with white space folded.
+
+    It tails the :data:`COMMAND_LOG_ENV` file (a private temporary one unless one is set already,
+    then from its current end) in a thread, and tells what is left when the block ends.
+    """
+    import tempfile
+    import threading
+
+    own = None
+    path = os.environ.get(COMMAND_LOG_ENV)
+    if not path:
+        fd, own = tempfile.mkstemp(prefix="rocmfleet-commands-", suffix=".jsonl")
+        os.close(fd)
+        path = os.environ[COMMAND_LOG_ENV] = own
+    stop = threading.Event()
+
+    def tell(text: str) -> None:
+        try:
+            line = json.loads(text)
+        except ValueError:
+            return
+        status = "timed out or broke" if line.get("exit") is None else f"exit {line['exit']}"
+        emit(f"[{line.get('where')}] {line.get('s', 0):.2f} s, {status}: {' '.join(str(line.get('command')).split())}")
+
+    log = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed when the block ends
+    log.seek(0, os.SEEK_END)  # from now on: not what an operator's own log held before
+
+    def follow() -> None:
+        pending = ""
+        while True:
+            done = stop.is_set()  # read once more after the block ended: its last lines too
+            pending += log.read()
+            *complete, pending = pending.split("\n")
+            for text in complete:
+                tell(text)
+            if done:
+                return
+            stop.wait(poll_s)
+
+    thread = threading.Thread(target=follow, name="told-commands", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        log.close()
+        if own is not None:
+            os.environ.pop(COMMAND_LOG_ENV, None)
+            with contextlib.suppress(OSError):
+                os.unlink(own)

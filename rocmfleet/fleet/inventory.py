@@ -24,7 +24,9 @@ class FleetError(ValueError):
 
 
 def _matches(name: str, groups: list[str], patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatch(name, p) or p in groups for p in patterns)
+    """Whether host ``name`` (in ``groups``) matches a name, glob or group of ``patterns``; ``all`` is
+    every host, as in pyinfra's inventory and Ansible's patterns."""
+    return any(fnmatch.fnmatch(name, p) or p in groups or p == "all" for p in patterns)
 
 
 def load_fleet(

@@ -164,3 +164,25 @@ def test_cache_bake_dry_shows_the_plan_and_without_a_terminal_needs_y(no_network
     assert cli.main(["cache", "bake", PROD, "--host", "mi300x-a01"]) == 2  # pytest's stdin is no terminal
     assert "not a terminal to ask on: pass -y" in capsys.readouterr().err
     assert no_network == []
+
+
+def test_a_closed_standard_input_is_no_terminal_not_a_traceback(no_network, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
+    monkeypatch.setattr("sys.stdin", None)  # `rocmfleet ... <&-`
+    assert cli.main(["cache", "bake", PROD, "--host", "mi300x-a01"]) == 2
+    assert "not a terminal to ask on: pass -y" in capsys.readouterr().err
+    assert cli.main(["vault", "encrypt-string", "HF_TOKEN"]) == 2
+    assert "standard input is closed" in capsys.readouterr().err
+
+
+def test_limit_and_exclude_items_are_trimmed_and_all_is_every_host():
+    from rocmfleet.fleet.inventory import load_fleet
+
+    assert cli._limit(["mi300x-a01, mi300x-a02", " "]) == ["mi300x-a01", "mi300x-a02"]
+    assert [t.name for t in load_fleet(PROD, ["all"], exclude=["mi300x-a02"])] == ["mi300x-a01", "mi300x-a03"]
+
+
+def test_an_empty_report_path_is_refused(no_network, capsys):
+    for option in ("--json", "--junit-xml"):
+        assert cli.main(["check", PROD, option, ""]) == 2
+        assert f"{option} '': give a file, or - for standard output" in capsys.readouterr().err

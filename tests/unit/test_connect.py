@@ -147,26 +147,39 @@ def test_with_the_command_log_set_each_command_is_one_line_there(server, tmp_pat
     assert len(log.read_text().splitlines()) == 2  # unset: nothing more
 
 
-def test_verbose_tells_each_command_on_stderr_in_one_short_line(server, monkeypatch, capsys):
-    monkeypatch.setenv(connect.VERBOSE_ENV, "1")
-    with Session.open(settings_for(server)) as session:
-        session.run("exit 3")
-        session.run("echo  a\n" + "x" * 300)
-    first, second = capsys.readouterr().err.splitlines()
+def test_told_commands_tells_each_command_of_this_process_and_its_children(server, monkeypatch):
+    import pickle
+    import subprocess
+    import sys
+
+    monkeypatch.delenv(connect.COMMAND_LOG_ENV, raising=False)
+    told: list[str] = []
+    child = (
+        "import pickle, sys\nfrom rocmfleet.fleet.connect import Session\n"
+        f"with Session.open(pickle.loads({pickle.dumps(settings_for(server))!r})) as s:\n"
+        "    s.run('echo from the child')\n"
+    )
+    with connect.told_commands(told.append, poll_s=0.05):
+        with Session.open(settings_for(server)) as session:
+            session.run("exit 3")
+            session.run("echo  a\n" + "x" * 300)
+        subprocess.run([sys.executable, "-c", child], check=True, timeout=60)  # as the check's workers
+    assert connect.COMMAND_LOG_ENV not in os.environ  # its own log is gone with the block
+    first, second, third = told
     assert first.startswith(f"[ops@127.0.0.1:{server.port}] ") and first.endswith(" s, exit 3: exit 3")
-    assert second.endswith(": echo a " + "x" * 113)  # white space folded, the first 120 characters
+    assert second.endswith(": echo a " + "x" * 112)  # the first 120 characters, white space folded
+    assert third.endswith("exit 0: echo from the child")
 
 
-def test_v_sets_verbose_before_or_after_the_command(monkeypatch):
+def test_v_tells_commands_before_or_after_the_command(monkeypatch):
     from rocmfleet import cli
 
-    monkeypatch.delenv(connect.VERBOSE_ENV, raising=False)
+    monkeypatch.delenv(connect.COMMAND_LOG_ENV, raising=False)
     seen = []
-    monkeypatch.setattr(cli, "_schema", lambda args: seen.append(os.environ.get(connect.VERBOSE_ENV)) or 0)
+    monkeypatch.setattr(cli, "_schema", lambda args: seen.append(os.environ.get(connect.COMMAND_LOG_ENV)) or 0)
     for argv in (["schema"], ["-v", "schema"], ["schema", "-v"]):
-        monkeypatch.delenv(connect.VERBOSE_ENV, raising=False)
         assert cli.main(argv) == 0
-    assert seen == [None, "1", "1"]
+    assert seen[0] is None and seen[1] and seen[2]  # a log to tell from, only with -v
 
 
 def test_unknown_and_changed_host_keys_are_pyinfras_rules(server, tmp_path):

@@ -907,11 +907,13 @@ def test_the_question_before_a_start_stops_it_unless_answered_yes(stand_in_fleet
     saved = group.read_text()
     asked = []
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
-    monkeypatch.setattr("builtins.input", lambda question: asked.append(question) or "n")
+    monkeypatch.setattr("builtins.input", lambda *prompt: asked.append(prompt) or "n")
     code = cli.main(["rollout", PROD, "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
-    err = capsys.readouterr().err
-    assert code == 2 and "not confirmed; nothing was changed" in err
-    assert asked == ["start this rollout of 3 host(s) in 3 batch(es), at most 1 out of service? [y/N] "]
+    out, err = capsys.readouterr()
+    assert code == 2 and "not confirmed; nothing was changed" in err and asked == [()]
+    # the question on stderr: stdout may be a --json report
+    assert "start this rollout of 3 host(s) in 3 batch(es), at most 1 out of service? [y/N] " in err
+    assert "[y/N]" not in out
     assert group.read_text() == saved and steps.running == {}
     asked.clear()
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)  # a script: refused at the question, not asked
@@ -1054,8 +1056,9 @@ def test_json_prints_the_record_this_run_left_and_nothing_else_on_stdout(stand_i
     assert report["exit_status"] == code == 1 and "plan: batch 1 (canary): " in err
     assert report["rollout"]["status"] == "rolled_back" and report["rollout"]["hosts"]["mi300x-a01"]["step"]
     assert "mi300x-a02" in report["rollout"]["failure"]
-    code = cli.main(["rollout", PROD, "--json", "--rollback"])  # nothing left to roll back: the same record
-    report = json.loads(capsys.readouterr().out)
-    assert report["exit_status"] == code
+    code = cli.main(["restart", PROD, "--json", "--rollback"])  # refused: not that record
+    assert json.loads(capsys.readouterr().out) == {"exit_status": 2, "rollout": None} and code == 2
+    code = cli.main(["rollout", PROD, "--json", "--exclude", "mi300x-a01", "--resume"])  # refused before the run
+    assert json.loads(capsys.readouterr().out) == {"exit_status": 2, "rollout": None} and code == 2
     code = cli.main(["restart", PROD, "-y", "--json", "--canary", "999"])  # refused: no record of its own
     assert json.loads(capsys.readouterr().out) == {"exit_status": 2, "rollout": None} and code == 2
