@@ -97,6 +97,13 @@ LIMIT_HELP = "host, glob or group (repeatable, or comma-separated)"
 EXCLUDE_HELP = "host, glob or group left out, after --limit (repeatable, or comma-separated)"
 
 
+def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    """The inventory and the hosts of it a fleet command works on (``--limit``, ``--exclude``)."""
+    parser.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
+    parser.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
+    parser.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
+
+
 def _limit_value(text: str) -> str:
     """One ``--limit`` value; empty (``--limit ""``, ``--limit ,``: an unset shell variable) is an
     error, never "every host"."""
@@ -585,9 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_validate)
     exits = "exit status: 0 all passed; 1 a check or host failed; 2 the run could not happen (bad inventory or options)"
     c = sub.add_parser("check", help="run the compliance checks against every host of an inventory", epilog=exits)
-    c.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    c.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
-    c.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
+    _fleet_arguments(c)
     c.add_argument(
         "--select",
         type=lambda v: v.split(","),
@@ -615,9 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 every host met its profile's thresholds; 1 a host failed them or its benchmark "
         "did not run; 2 the run could not happen (bad inventory or options, a results directory it cannot write)",
     )
-    b.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    b.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
-    b.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
+    _fleet_arguments(b)
     b.add_argument("--results-dir", default="bench-results", help="results root (default ./bench-results)")
     b.add_argument(
         "--json", action="store_true", help="print a JSON report to standard output (progress to standard error)"
@@ -643,7 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--canary, --max-unavailable, --limit or --force; --rollback is refused (a restart changes no image)"
             ),
         )
-        ro.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
+        _fleet_arguments(ro)
         if name == "rollout":
             ro.add_argument(
                 "--image",
@@ -681,8 +684,6 @@ def build_parser() -> argparse.ArgumentParser:
             if name == "rollout"
             else "refused: a restart changes no image (--resume finishes it)",
         )
-        ro.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
-        ro.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
         ro.add_argument(
             "--json",
             action="store_true",
@@ -696,9 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 every instance ready; 1 an instance not ready or a host unreadable; "
         "2 bad inventory or options",
     )
-    st.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    st.add_argument("--limit", action="append", type=_limit_value, help=LIMIT_HELP)
-    st.add_argument("--exclude", action="append", type=_limit_value, help=EXCLUDE_HELP)
+    _fleet_arguments(st)
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
     st.set_defaults(func=_status)
     k = sub.add_parser("cache", help="compile caches baked into images")
@@ -740,19 +739,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_rekey)
     s = sub.add_parser("schema", help="print the JSON Schema of host data", epilog="exit status: 0")
     s.set_defaults(func=_schema)
-    for action in parser._actions:  # -v also after the command, as pyinfra users type it
-        if isinstance(action, argparse._SubParsersAction):
-            for command in _leaves(action):
-                command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=verbose_help)
+    for _name, command in commands(parser, "rocmfleet"):
+        if command is not parser and command._subparsers is None:  # -v also after the command, as pyinfra's
+            command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=verbose_help)
     return parser
 
 
-def _leaves(action: argparse._SubParsersAction[argparse.ArgumentParser]) -> list[argparse.ArgumentParser]:
-    """The commands under ``action`` that run (``cache bake``, not ``cache``)."""
-    found = []
-    for sub in action.choices.values():
-        nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
-        found += [leaf for a in nested for leaf in _leaves(a)] if nested else [sub]
+def commands(parser: argparse.ArgumentParser, prefix: str) -> list[tuple[str, argparse.ArgumentParser]]:
+    """``(name, parser)`` of ``parser`` and every command under it, depth first (``rocmfleet cache``,
+    then ``rocmfleet cache bake``); a command that runs has no ``_subparsers``."""
+    found = [(prefix, parser)]
+    for action in parser._actions:  # argparse has no public walk of its subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += commands(sub, f"{prefix} {name}")
     return found
 
 

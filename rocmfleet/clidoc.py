@@ -8,13 +8,12 @@ drift from the options, exit statuses and checks there are.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import os
 import sys
 from pathlib import Path
 
-from rocmfleet.cli import build_parser
+from rocmfleet.cli import build_parser, commands
 
 #: The checkout's page (a developer tool: the installed package has no docs/ to rewrite).
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "cli.md"
@@ -23,15 +22,6 @@ CHECKS_PAGE = PAGE.with_name("checks.md")
 CHECKS_DIR = Path(__file__).resolve().parent / "fleet" / "check"
 #: Help text width: fixed, so that the page does not depend on the terminal that generated it.
 WIDTH = "100"
-
-
-def _commands(parser: argparse.ArgumentParser, prefix: str) -> list[tuple[str, argparse.ArgumentParser]]:
-    found = [(prefix, parser)]
-    for action in parser._actions:  # argparse has no public walk of its subparsers
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                found += _commands(sub, f"{prefix} {name}")
-    return found
 
 
 def markdown() -> str:
@@ -44,7 +34,7 @@ def markdown() -> str:
             "command ends with an exit status: 0 done, 1 a host or check failed, 2 nothing ran (bad "
             "inventory, options or data), 130 interrupted (Ctrl-C).\n"
         ]
-        for name, parser in _commands(build_parser(), "rocmfleet"):
+        for name, parser in commands(build_parser(), "rocmfleet"):
             sections.append(f"## `{name}`\n\n```\n{parser.format_help().rstrip()}\n```\n")
     finally:
         if saved is None:

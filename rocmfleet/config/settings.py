@@ -534,15 +534,20 @@ def _partial(model: type[BaseModel], own: dict[str, Any]) -> tuple[BaseModel | N
             return None, problems
 
 
+def _profile_names(directory: Path) -> set[str]:
+    """Names of the profile files in ``directory`` (``.yml`` or ``.yaml``)."""
+    return {p.stem for p in (*directory.glob("*.yml"), *directory.glob("*.yaml"))}
+
+
 def known_profiles(directory: Path) -> list[str]:
     """Names of the profiles an inventory can name: those in ``directory`` and the shipped ones."""
-    return sorted({p.stem for d in (directory, PROFILES_DIR) for p in (*d.glob("*.yml"), *d.glob("*.yaml"))})
+    return sorted(_profile_names(directory) | _profile_names(PROFILES_DIR))
 
 
 def _known_text(directory: Path) -> str:
     """``yours (DIR): a, b; shipped: c, d`` for a message."""
-    own = sorted({p.stem for p in (*directory.glob("*.yml"), *directory.glob("*.yaml"))})
-    shipped = sorted(p.stem for p in PROFILES_DIR.glob("*.yml") if p.stem not in own)
+    own = sorted(_profile_names(directory))
+    shipped = sorted(_profile_names(PROFILES_DIR) - set(own))
     mine = f"yours ({groupvars.display(directory)}): {', '.join(own) or 'none'}"
     return f"{mine}; shipped: {', '.join(shipped) or 'none'}"
 

@@ -101,10 +101,9 @@ def inventory_problems(raw: dict[str, Any], inventory: str) -> list[Problem]:
     """
     problems: list[Problem] = []
     seen_bad: set[str] = set()
-    for group, value in raw.items():
-        hosts = value[0] if isinstance(value, tuple) else value
-        names = _names(hosts)
-        counts = Counter(n for n in names if isinstance(n, Hashable))
+    groups = {group: _names(value[0] if isinstance(value, tuple) else value) for group, value in raw.items()}
+    for group, members in groups.items():
+        counts = Counter(n for n in members if isinstance(n, Hashable))
         for name in sorted((n for n, k in counts.items() if k > 1), key=str):
             problems.append(
                 Problem(
@@ -115,7 +114,7 @@ def inventory_problems(raw: dict[str, Any], inventory: str) -> list[Problem]:
                     [str(name)],
                 )
             )
-        for name in names:
+        for name in members:
             if not isinstance(name, str) or name in seen_bad:
                 continue
             if not name or any(c.isspace() for c in name):
@@ -128,12 +127,10 @@ def inventory_problems(raw: dict[str, Any], inventory: str) -> list[Problem]:
                         inventory,
                     )
                 )
-    listed = raw.get("all")
-    if listed is not None:  # pyinfra: an `all` group that lists hosts is the whole inventory
-        every = {n for n in _names(listed[0] if isinstance(listed, tuple) else listed) if isinstance(n, Hashable)}
-        for group, value in raw.items():
-            names = _names(value[0] if isinstance(value, tuple) else value)
-            missing = sorted(str(n) for n in names if isinstance(n, Hashable) and n not in every)
+    if "all" in groups:  # pyinfra: an `all` group that lists hosts is the whole inventory
+        every = {n for n in groups["all"] if isinstance(n, Hashable)}
+        for group, members in groups.items():
+            missing = sorted(str(n) for n in members if isinstance(n, Hashable) and n not in every)
             if group != "all" and missing:
                 problems.append(
                     Problem(

@@ -60,7 +60,7 @@ def test_cli_reference_is_generated_from_the_parser():
 def test_every_command_states_its_exit_statuses():
     from rocmfleet import clidoc
 
-    for name, parser in clidoc._commands(clidoc.build_parser(), "rocmfleet")[1:]:
+    for name, parser in clidoc.commands(clidoc.build_parser(), "rocmfleet")[1:]:
         if parser._subparsers is None:  # a command that runs (not a group such as `cache`)
             assert parser.epilog and "exit status: " in parser.epilog, name
 
