@@ -142,6 +142,17 @@ def _positive(kind: Callable[[str], _Number]) -> Callable[[str], _Number]:
     return parse
 
 
+def _count(text: str) -> int:
+    """A count ``>= 0`` and at most 10 (``--retries``: 10 doublings from 10 s are hours)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 10, got {text}") from None
+    if not 0 <= value <= 10:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 10, got {text}")
+    return value
+
+
 def _check(args: argparse.Namespace) -> int:
     from rocmfleet.fleet.check import compliance
     from rocmfleet.fleet.inventory import FleetError, load_fleet
@@ -313,6 +324,7 @@ def _rollout_run(args: argparse.Namespace) -> tuple[int, Any]:
         error=rollout_progress.to_stderr,
         progress_factory=progress,
         start=command.StartOptions(dry=args.dry, confirm=ask),
+        retries=args.retries,
     )
     after = _recorded(args.inventory) if args.json else None
     if code == 2 or after is None:  # 2: nothing was started (or resumed, or rolled back)
@@ -376,12 +388,15 @@ def _status(args: argparse.Namespace) -> int:
         for r in rows:
             uptime = "-" if r.uptime_s is None else f"{r.uptime_s / 3600:.1f} h"
             step = steps[r.host].step if r.host in steps else "-"
-            ready = {True: "yes", False: "NO", None: "-"}[r.ready]
+            ready = {True: "yes", False: "NO", None: "-"}[r.ready] + (f" ({r.not_ready})" if r.not_ready else "")
             if r.image is None:  # the host could not be read: the error in place of the image
                 image, drift = r.error or "-", drift_cell(r.drift)
             else:  # the image was read; an error is the drift read's, said in its cell
                 image, drift = str(r.image), r.error if r.error and r.drift is None else drift_cell(r.drift)
-            table.add_row(r.host, r.instance, f"{r.active}/{r.sub}", image, ready, uptime, step, drift)
+            unit = f"{r.active}/{r.sub}"
+            if r.error and r.error.startswith("watchdog gave up"):  # why the unit is left failed
+                unit += f" ({r.error})"
+            table.add_row(r.host, r.instance, unit, image, ready, uptime, step, drift)
         console = rich.console.Console()
         if not console.is_terminal:  # piped (`| grep`, `| cat`): whole cells, never `active/runn…`
             console = rich.console.Console(width=10_000)
@@ -596,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--select",
         type=lambda v: v.split(","),
-        help="check modules, comma-separated: rocm, tuning, docker, vllm, cache, cvs (default: all)",
+        help="check modules, comma-separated: rocm, tuning, docker, gpu, vllm, cache, cvs (default: all)",
     )
     c.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override data, as pyinfra's")
     c.add_argument(
@@ -637,7 +652,9 @@ def build_parser() -> argparse.ArgumentParser:
         ro = sub.add_parser(
             name,
             help=what,
-            epilog=f"exit status: 0 done; 1 a host failed ({failed}); 2 not started. Errors go to stderr. "
+            epilog=f"exit status: 0 done; 1 a host failed ({failed}); 2 not started; 3 paused (a gate could not "
+            "judge the image: the registry, SSH, a hook or the benchmark client failed past --retries; nothing "
+            "rolled back, --resume continues). Errors go to stderr. "
             + (
                 "--resume and --rollback run the recorded plan: not with --image, --canary, --max-unavailable, "
                 "--limit or --force"
@@ -663,6 +680,14 @@ def build_parser() -> argparse.ArgumentParser:
         ro.add_argument("--canary", type=int, help="hosts switched and gated first (default 1)")
         ro.add_argument("--max-unavailable", metavar="N|P%", help="most hosts out of service at once (default 1)")
         ro.add_argument("--force", action="store_true", help="start even when the preflight check fails")
+        ro.add_argument(
+            "--retries",
+            type=_count,
+            default=None,
+            metavar="N",
+            help="retries of a step that could not judge the image (registry, SSH, hook, benchmark client), "
+            "10 s apart, doubling, before the rollout pauses (default 2; also with --resume)",
+        )
         ro.add_argument(
             "--dry",
             action="store_true",

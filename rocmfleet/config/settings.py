@@ -54,6 +54,7 @@ from rocmfleet.domain.rocm import PREFIX as ROCM_PREFIX
 from rocmfleet.domain.rocm import RocmSettings
 from rocmfleet.domain.tuning import PREFIX as TUNING_PREFIX
 from rocmfleet.domain.tuning import TuningSettings
+from rocmfleet.domain.watchdog import WatchdogSettings
 
 #: Key prefixes of :class:`HostSettings`; ``rocm_*`` and ``tuning_*`` belong to the rocm and
 #: tuning roles' models (:mod:`rocmfleet.domain.rocm`, :mod:`rocmfleet.domain.tuning`).
@@ -367,6 +368,20 @@ class HostSettings(BaseModel):
     )
     vllm_drain_timeout_s: int = Field(
         default=300, ge=1, le=3600, description="Seconds a drain or undrain command may take (at most an hour)."
+    )
+    gpu_ecc_correctable_max: int = Field(
+        default=100,
+        ge=0,
+        le=10**9,
+        description="Correctable ECC errors per GPU since boot above which `rocmfleet check` (module `gpu`) and a "
+        "rollout's gate fail the host; any uncorrectable or deferred error fails it. A fleet policy: AMD "
+        "publishes no threshold, and a rising count is how an HBM stack fails.",
+    )
+    vllm_watchdog: WatchdogSettings = Field(
+        default_factory=WatchdogSettings,
+        description="The watchdog in every instance's unit: it sends the known-answer request every `interval_s` "
+        "and restarts an instance that stops answering (a wedged engine answers `/health` but no completion); "
+        'docs/host.md, "The watchdog".',
     )
 
     @model_validator(mode="after")

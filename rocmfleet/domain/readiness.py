@@ -65,7 +65,9 @@ def live_args(port: int, container: str) -> list[object]:
     return ["live", port, container]
 
 
-def probe_script(port: int, model: str, container: str, ready_probe: ReadyProbe | None = None) -> str:
+def probe_script(
+    port: int, model: str, container: str, ready_probe: ReadyProbe | None = None, answer_s: int | None = None
+) -> str:
     """Shell that exits 0 when ``container``'s server on ``127.0.0.1:port`` is ready.
 
     Runs ``rocmfleet/scripts/vllm-probe.sh ready``: the port must be held by a process of
@@ -81,11 +83,15 @@ def probe_script(port: int, model: str, container: str, ready_probe: ReadyProbe 
         model: the served model name.
         container: the instance's container (``vllm-<instance>``).
         ready_probe: the profile's known-answer request, or ``None``.
+        answer_s: seconds a request may take (``PROBE_ANSWER_S``; ``None``: the script's 60).
     """
-    return scripts.command("vllm-probe.sh", "ready", port, container, *probe_args(model, ready_probe))
+    command = scripts.command("vllm-probe.sh", "ready", port, container, *probe_args(model, ready_probe))
+    return command if answer_s is None else f"PROBE_ANSWER_S={int(answer_s)} {command}"
 
 
-def answers_script(port: int, model: str, container: str, ready_probe: ReadyProbe | None = None) -> str:
+def answers_script(
+    port: int, model: str, container: str, ready_probe: ReadyProbe | None = None, answer_s: int | None = None
+) -> str:
     """Shell that asks ``container``'s server what :func:`probe_script` asks, without judging the answers.
 
     Runs ``rocmfleet/scripts/vllm-probe.sh answers``: exit 1 with the reason on stderr where
@@ -96,9 +102,13 @@ def answers_script(port: int, model: str, container: str, ready_probe: ReadyProb
     host a ``docker exec`` (on the lab, one probe at a time: 0.14 of the full probe's 0.34
     CPU-seconds, the host's and the container's together; issue 16).
 
+    ``answer_s``: seconds a request may take (``PROBE_ANSWER_S``; ``None``: the script's 60): a
+    completion with no answer by then is exit 1, "no answer within N s, though /health answers 200".
+
     Example: ``judge(host.run(answers_script(8000, "tiny", "vllm-a", probe)).stdout_bytes, "tiny", probe)``.
     """
-    return scripts.command("vllm-probe.sh", "answers", port, container, *probe_args(model, ready_probe))
+    command = scripts.command("vllm-probe.sh", "answers", port, container, *probe_args(model, ready_probe))
+    return command if answer_s is None else f"PROBE_ANSWER_S={int(answer_s)} {command}"
 
 
 @functools.cache

@@ -17,7 +17,7 @@ which the plan layer builds from a host's validated configuration
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol, get_args
 
 from rocmfleet.domain import cachedirs, envpolicy, memfit, partitions, parts
@@ -25,6 +25,7 @@ from rocmfleet.domain.partitionmodes import ComputePartition, PartitionPolicy
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
 from rocmfleet.domain.topology import Gpu, Topology
+from rocmfleet.domain.watchdog import GAVE_UP_EXIT, WatchdogSettings, watch_args
 
 #: Where the deploy keeps per-instance files on the host.
 CONFIG_DIR = "/etc/rocmfleet/vllm"
@@ -85,6 +86,9 @@ class VllmSettings:
             checked again with the memory of the host's part.
         gpu_count: ``vllm_gpu_count``: the GPUs (KFD nodes) the host should show.
         rocm_version: the host's ``rocm_version``.
+        watchdog: ``vllm_watchdog`` (:mod:`rocmfleet.domain.watchdog`).
+        probe_request: the JSON body of the instance's known-answer completion, which the watchdog
+            sends (:func:`rocmfleet.domain.readiness.probe_args`); empty: no watchdog.
     """
 
     image: str
@@ -110,6 +114,8 @@ class VllmSettings:
     fit_profile: memfit.FitSettings
     gpu_count: int = 8
     rocm_version: str = ""
+    watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
+    probe_request: str = ""
 
 
 @dataclass(frozen=True)
@@ -289,7 +295,9 @@ def docker_run_argv(
 def unit_exec_start(
     service: VllmSettings, instance: ServedInstance, placement: Placement, device_gids: list[int], gpu_bdfs: list[str]
 ) -> list[str]:
-    """The unit's ``ExecStart`` argv: ``vllm-unit.sh run CONTAINER INSTANCE BDFS -- <docker run argv>``.
+    """The unit's ``ExecStart`` argv: ``vllm-unit.sh run CONTAINER INSTANCE BDFS [--watch-* ...] --
+    <docker run argv>``, the watchdog's options (:func:`rocmfleet.domain.watchdog.watch_args`)
+    when it is enabled and the service has a probe request.
 
     Args:
         service, instance, placement, device_gids: as :func:`docker_run_argv`.
@@ -297,8 +305,10 @@ def unit_exec_start(
             (``amd-smi process --gpu``); empty: no check.
     """
     files = files_of(instance)
+    start_s = service.ready_timeout_s or 1800
+    watch = watch_args(service.watchdog, instance.port, service.probe_request, start_s) if service.probe_request else []
     return [
-        UNIT_SCRIPT, "run", files.container, instance.name, ",".join(gpu_bdfs), "--",
+        UNIT_SCRIPT, "run", files.container, instance.name, ",".join(gpu_bdfs), *watch, "--",
         *docker_run_argv(service, instance, placement, device_gids),
     ]  # fmt: skip
 
@@ -329,6 +339,7 @@ def unit_template_vars(
         "seed_aiter": exec_line([UNIT_SCRIPT, "seed-aiter", service.image, seed]) if seed else "",
         "exec_start": exec_line(unit_exec_start(service, instance, placement, device_gids, gpu_bdfs)),
         "gpu_held_exit": GPU_HELD_EXIT,
+        "gave_up_exit": GAVE_UP_EXIT,
         **asdict(unit_timings(service.stop_grace_s)),
     }
 

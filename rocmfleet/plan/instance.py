@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from rocmfleet.config.settings import HostConfig, Instance
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import cachedirs, lastgood, vllm
+from rocmfleet.domain import cachedirs, lastgood, readiness, vllm
 from rocmfleet.domain.partitionmodes import PartitionPolicy
 from rocmfleet.domain.placement import Placement, PlacementError
 from rocmfleet.domain.topology import Topology
@@ -60,6 +60,8 @@ def vllm_settings(config: HostConfig) -> vllm.VllmSettings:
         fit_profile=profile,
         gpu_count=settings.vllm_gpu_count,
         rocm_version=config.rocm.rocm_version,
+        watchdog=settings.vllm_watchdog,
+        probe_request=readiness.probe_args(profile.served_model_name or profile.model, profile.ready_probe)[1],
     )
 
 

@@ -14,6 +14,8 @@
 #       (vLLM's API: vllm/entrypoints/openai/api_server.py). Exit 3 when the server answered
 #       and the answer does not match (at temperature 0 that answer is final: waiting longer
 #       does not change it), exit 1 when it is not ready yet; the reason on stderr.
+#       A completion that gets no answer within PROBE_ANSWER_S seconds (environment; default 60)
+#       is exit 1 at once, saying so.
 #   vllm-probe.sh answers PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]
 #       what `ready` asks, without judging it: exit 1 (the reason on stderr) as `ready` for a port
 #       that is not CONTAINER's, a /health or /v1/models that does not answer, or (without
@@ -170,16 +172,27 @@ ready | answers)
     models=$(curl -fsS -m 5 "$base/v1/models") || exit 1
     # A request that fails leaves its answer empty: the check judges the answers in order, so a
     # wrong completion is exit 3 even when the chat request then fails (e.g. no chat template).
+    # One that gets no answer within $PROBE_ANSWER_S seconds (default 60) ends the probe: /health
+    # answered, so the engine is alive but not answering (wedged, or swamped).
+    answer_s=${PROBE_ANSWER_S:-60}
     completion=
-    if [ -z "$expect" ]; then
+    completion=$(curl -fsS -m "$answer_s" -H 'content-type: application/json' -d "$body" "$base/v1/completions" 2>/dev/null)
+    status=$?
+    if [ "$status" = 28 ]; then
+        echo "POST /v1/completions got no answer within $answer_s s, though /health answers 200 (engine not answering)" >&2
+        exit 1
+    fi
+    if [ "$status" != 0 ]; then
+        completion=
         # without a known answer the completion only has to succeed
-        curl -fsS -m 60 -o /dev/null -H 'content-type: application/json' -d "$body" "$base/v1/completions" || exit 1
-    else
-        completion=$(curl -fsS -m 60 -H 'content-type: application/json' -d "$body" "$base/v1/completions") || completion=
+        if [ -z "$expect" ]; then
+            echo "POST /v1/completions failed (curl exit $status)" >&2
+            exit 1
+        fi
     fi
     answer=
     if [ -n "$chat" ]; then
-        answer=$(curl -fsS -m 60 -H 'content-type: application/json' -d "$chat" "$base/v1/chat/completions") || answer=
+        answer=$(curl -fsS -m "$answer_s" -H 'content-type: application/json' -d "$chat" "$base/v1/chat/completions") || answer=
     fi
     if [ "$mode" = answers ]; then
         printf '%s\0%s\0%s' "$models" "$completion" "$answer"

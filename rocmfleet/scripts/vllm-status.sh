@@ -4,7 +4,8 @@
 #   vllm-status.sh INSTANCE...
 #       prints "now EPOCH" (the host's clock, seconds), then one line per instance, tab-separated:
 #       instance  unit ActiveState  unit SubState  image reference  container StartedAt (RFC 3339)
-#       An absent container prints "-" for the image and the start; exit 0.
+#       then, when the instance's watchdog gave up on it (rocmfleet/domain/watchdog.py), a sixth
+#       field: its reason. An absent container prints "-" for the image and the start; exit 0.
 #
 # Unit vllm-<instance>.service runs container vllm-<instance> (rocmfleet/domain/vllm.py); the image
 # reference is the container's Config.Image, which the unit pins as repository:tag@digest.
@@ -19,5 +20,10 @@ for instance in "$@"; do
     if [ -z "$inspected" ]; then
         inspected=$(printf '%s\t%s' - -)
     fi
-    printf '%s\t%s\t%s\t%s\n' "$instance" "${active:-unknown}" "${sub:-unknown}" "$inspected"
+    gave_up=$(head -n 1 "/run/rocmfleet/watchdog/$instance/gave-up" 2>/dev/null | tr '\t' ' ')
+    if [ -n "$gave_up" ]; then
+        printf '%s\t%s\t%s\t%s\t%s\n' "$instance" "${active:-unknown}" "${sub:-unknown}" "$inspected" "watchdog gave up: $gave_up"
+    else
+        printf '%s\t%s\t%s\t%s\n' "$instance" "${active:-unknown}" "${sub:-unknown}" "$inspected"
+    fi
 done

@@ -20,7 +20,7 @@
 #       its marker DIR/.rocmfleet-seeded names another image (AITER's JIT modules carry no version
 #       check: those of another image must go); else nothing happens. Never fails the start: a
 #       failed seed leaves a warning and AITER builds what it needs, as without it.
-#   vllm-unit.sh run CONTAINER INSTANCE BDFS -- DOCKER_RUN_ARGV...
+#   vllm-unit.sh run CONTAINER INSTANCE BDFS [--watch-NAME VALUE...] -- DOCKER_RUN_ARGV...
 #       (ExecStart) check that no other process holds memory on the GPUs BDFS (comma-separated
 #       PCI addresses, gpu_free.py beside this script; exit 75 when held, the unit does not
 #       retry), create and start the container with DOCKER_RUN_ARGV (`docker run --detach ...`,
@@ -29,10 +29,101 @@
 #       `systemctl stop` leaves the unit inactive, not failed), else 1. Restart=always starts
 #       the unit again either way unless it is being stopped. While dockerd does not answer
 #       (restart, upgrade), keep waiting: the container runs on under live-restore.
+#       With --watch-port, the watchdog runs beside it (rocmfleet/domain/watchdog.py says what
+#       it does and why): every --watch-every seconds it POSTs --watch-request (JSON) to
+#       127.0.0.1:PORT/v1/completions with a deadline of --watch-deadline seconds, and after
+#       --watch-failures failures in a row (once the container answered, or --watch-start seconds
+#       after it started; never while the hold file of a rollout is unexpired) it kills the
+#       container, which ends this unit's run; the --watch-restarts-th restart within
+#       --watch-window seconds is the last: the next time it writes why to its gave-up file and
+#       the unit exits 76 (RestartPreventExitStatus: left failed). A new start clears that.
 set -u
 
 mode=$1
 container=$2
+# The watchdog's state (rocmfleet/domain/watchdog.py: STATE_DIR, HOLD_FILE); tests point it elsewhere.
+STATE_DIR=${ROCMFLEET_WATCHDOG_DIR:-/run/rocmfleet/watchdog}
+HOLD_FILE=$STATE_DIR/hold
+
+# Restarts of the watchdog within the last $window seconds (one epoch second per line of $state/restarts).
+recent_restarts() {
+    since=$(($(date +%s) - window))
+    n=0
+    if [ -r "$state/restarts" ]; then
+        while read -r at; do
+            [ "${at:-0}" -ge "$since" ] 2>/dev/null && n=$((n + 1))
+        done <"$state/restarts"
+    fi
+    echo "$n"
+}
+
+# Whether a rollout's drain holds this host now (an unexpired hold file: EXPIRY_EPOCH_S WHO).
+held() {
+    [ -r "$HOLD_FILE" ] || return 1
+    read -r until _who <"$HOLD_FILE" || return 1
+    [ "${until:-0}" -gt "$(date +%s)" ] 2>/dev/null
+}
+
+# The watchdog of `run --watch-port` (in the background; its lines go to the unit's journal).
+watch() {
+    mkdir -p "$state" || return 0
+    born=$(date +%s)
+    wait_s=$every
+    k=$(recent_restarts)
+    i=0
+    while [ "$i" -lt "$k" ] && [ "$i" -lt 6 ]; do
+        wait_s=$((wait_s * 2))
+        i=$((i + 1))
+    done
+    answered=0 fails=0
+    url="http://127.0.0.1:$port/v1/completions"
+    sleep "$wait_s"
+    while :; do
+        if held; then
+            fails=0
+            sleep "$every"
+            continue
+        fi
+        http=$(curl -sS -m "$deadline" -o "$state/answer" -w '%{http_code}' -H 'content-type: application/json' \
+            -d "$request" "$url" 2>"$state/curl.err")
+        code=$?
+        if [ "$code" = 0 ] && [ "$http" = 200 ] && grep -q '"choices"' "$state/answer"; then
+            if [ "$answered" = 0 ]; then
+                echo "rocmfleet watchdog: $container answers; watching it every $every s" >&2
+            fi
+            answered=1 fails=0
+        elif [ "$answered" = 0 ] && [ $(($(date +%s) - born)) -lt "$start" ]; then
+            : # starting: the start deadline holds
+        else
+            case "$code:$http" in
+            28:*) why="no answer within $deadline s" ;;
+            7:*) why="connection refused" ;;
+            0:200) why="an HTTP 200 without choices" ;;
+            0:*) why="HTTP $http" ;;
+            *) why="curl failed: $(head -c 160 "$state/curl.err" | tr '\n' ' ')" ;;
+            esac
+            fails=$((fails + 1))
+            reason="POST $url: $why, $fails time(s) in a row (every $every s)"
+            if [ "$fails" -lt "$failures" ]; then
+                echo "rocmfleet watchdog: $container: $reason" >&2
+            else
+                n=$(recent_restarts)
+                if [ "$n" -ge "$restarts" ]; then
+                    printf '%s\n' "$reason; $n restart(s) in the last $window s already (at most $restarts): left failed" >"$state/gave-up"
+                    echo "rocmfleet watchdog: giving up on $container: $(cat "$state/gave-up")" >&2
+                else
+                    date +%s >>"$state/restarts"
+                    echo "rocmfleet watchdog: restarting $container: $reason (restart $((n + 1)) of at most $restarts in $window s)" >&2
+                fi
+                # SIGKILL: a wedged engine finishes nothing in a grace period, and it also ends a
+                # frozen container (Docker unpauses a paused one it kills).
+                docker kill "$container" >/dev/null 2>&1
+                return 0
+            fi
+        fi
+        sleep "$every"
+    done
+}
 
 case "$mode" in
 clear)
@@ -74,7 +165,31 @@ echo "$n"'
 run)
     instance=$3 bdfs=$4
     shift 4
+    port='' every=30 deadline=30 failures=3 restarts=3 window=3600 start=1800 request=''
+    while [ $# -gt 1 ] && [ "$1" != -- ]; do
+        case "$1" in
+        --watch-port) port=$2 ;;
+        --watch-every) every=$2 ;;
+        --watch-deadline) deadline=$2 ;;
+        --watch-failures) failures=$2 ;;
+        --watch-restarts) restarts=$2 ;;
+        --watch-window) window=$2 ;;
+        --watch-start) start=$2 ;;
+        --watch-request) request=$2 ;;
+        *)
+            echo "rocmfleet: vllm-unit.sh run: unknown option $1" >&2
+            exit 2
+            ;;
+        esac
+        shift 2
+    done
     [ "${1:-}" = -- ] && shift
+    state="$STATE_DIR/$instance"
+    if [ -e "$state/gave-up" ]; then
+        # Left failed by the watchdog; this start is a person's or a deploy's: count afresh.
+        echo "rocmfleet: started again after the watchdog gave up ($(cat "$state/gave-up" 2>/dev/null)); its count starts afresh" >&2
+        rm -f "$state/gave-up" "$state/restarts"
+    fi
     if [ -z "$bdfs" ]; then
         :
     elif ! command -v amd-smi >/dev/null 2>&1; then
@@ -88,10 +203,20 @@ run)
     fi
     "$@" >/dev/null || exit 1
     echo "rocmfleet: container $container started" >&2
+    watcher=
+    if [ -n "$port" ] && [ -n "$request" ]; then
+        watch &
+        watcher=$!
+    fi
     unreachable=0
     while :; do
         if code=$(docker wait "$container" 2>/dev/null); then
             echo "rocmfleet: container $container exited with status $code" >&2
+            [ -z "$watcher" ] || kill "$watcher" 2>/dev/null
+            if [ -e "$state/gave-up" ]; then
+                echo "rocmfleet: watchdog gave up: $(cat "$state/gave-up")" >&2
+                exit 76
+            fi
             # 0, or 143 (SIGTERM through --init: `systemctl stop` runs `docker stop`) is a clean end;
             # anything else (137 after `docker kill` or the grace period, a crash) a failure.
             case "$code" in

@@ -45,8 +45,8 @@ def test_module_selection_refuses_unknown_modules():
         "test_tuning.py",
     ]
     assert len(compliance.module_paths()) == len(compliance.MODULES)
-    with pytest.raises(ValueError, match="unknown check module.*gpu; known: rocm"):
-        compliance.module_paths(["gpu"])
+    with pytest.raises(ValueError, match="unknown check module.*gpus; known: rocm"):
+        compliance.module_paths(["gpus"])
 
 
 def test_lines_table_and_exit_status():

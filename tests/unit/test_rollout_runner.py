@@ -228,9 +228,11 @@ class Killed(BaseException):
 class FakeSteps:
     """Records every step; ``fail`` = {(step, host)}: raise StepError there; ``kill_at`` = (step, host)."""
 
-    def __init__(self, fail=(), kill_at=None, slow=None):
+    def __init__(self, fail=(), kill_at=None, slow=None, unjudged=None):
         self.log: list[tuple[str, str]] = []
         self.fail, self.kill_at = set(fail), kill_at
+        #: {(step, host): times}: raise an inconclusive StepError there that many times (-1: always)
+        self.unjudged = dict(unjudged or {})
         self.running: dict[str, str] = {}
         self.out_of_service: set[str] = set()
         self.most_out = 0
@@ -245,6 +247,10 @@ class FakeSteps:
             raise Killed
         if (step, host) in self.fail:
             raise StepError(step, f"{step} failed on {host} (stand-in)")
+        left = self.unjudged.get((step, host), 0)
+        if left:
+            self.unjudged[(step, host)] = left - 1
+            raise StepError(step, f"{step} could not run on {host} (stand-in)", inconclusive=True)
 
     def pull(self, host, image):
         self._do("pull", host)
@@ -294,11 +300,78 @@ def _plan(hosts, canary=1, most=1, kind="rollout"):
     )  # fmt: skip
 
 
-def _runner(tmp_path, state, steps, reverted=None):
+def _runner(tmp_path, state, steps, reverted=None, slept=None, lines=None):
     path = tmp_path / "state.json"
     rstate.save_state(state, path)
-    lines: list[str] = []
-    return Runner(state, path, steps, LineProgress(lines.append), on_data_revert=reverted), path
+    lines = [] if lines is None else lines
+    waits = [] if slept is None else slept
+    return Runner(state, path, steps, LineProgress(lines.append), on_data_revert=reverted, sleep=waits.append), path
+
+
+def test_a_registry_lost_after_the_canary_pauses_and_resume_finishes(tmp_path):
+    """h3's pull never works (a registry gone): retried twice (10 s, 20 s), then paused, exit 3:
+    h1 and h2 keep the new image, h3 untouched, nothing rolled back, plain deploys still refused;
+    --resume with the registry back ends done."""
+    steps = FakeSteps(unjudged={("pull", "h3"): -1})
+    reverted, slept, lines = [], [], []
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"]), steps, lambda: reverted.append(1), slept, lines)
+    assert runner.run() == 3
+    state = rstate.load_state(path)
+    assert state.status == "paused" and state.blocking and reverted == []
+    assert "h3: pull gate inconclusive: pull could not run on h3" in state.failure
+    assert [state.hosts[h].step for h in ("h1", "h2", "h3")] == ["done", "done", "pending"]
+    assert steps.running == {"h1": NEW.digest, "h2": NEW.digest}
+    assert not any(s == "rollback" for s, _h in steps.log)
+    assert [s for s, h in steps.log if h == "h3"] == ["pull"] * 3 and slept == [10, 20]
+    assert any("h3: pull inconclusive" in line and "retry 1 of 2 in 10 s" in line for line in lines)
+    assert any("--resume" in line and "nothing was rolled back" in line for line in lines), lines
+    assert "paused" in rreport.markdown_report(state)
+    again, _ = _runner(tmp_path, state, FakeSteps())
+    again.resume_paused()
+    assert again.run() == 0
+    state = rstate.load_state(path)
+    assert state.status == "done" and state.failure is None and all(h.error is None for h in state.hosts.values())
+
+
+def test_an_inconclusive_step_that_works_on_retry_goes_on(tmp_path):
+    steps = FakeSteps(unjudged={("drain", "h2"): 1, ("bench-before", "h2"): 1, ("undrain", "h2"): 1})
+    slept = []
+    runner, path = _runner(tmp_path, _plan(["h1", "h2"]), steps, slept=slept)
+    assert runner.run() == 0
+    assert rstate.load_state(path).status == "done" and slept == [10, 10, 10]
+    mine = [s for s, h in steps.log if h == "h2"]
+    assert mine == ["pull", "drain", "drain", "bench-before", "bench-before", "switch", "check", "bench-after",
+                    "undrain", "undrain"]  # fmt: skip
+
+
+def test_a_failure_beside_an_inconclusive_host_rolls_back(tmp_path):
+    """One verdict against the image in the batch is enough: the batch rolls back."""
+    steps = FakeSteps(fail={("gate", "h2")}, unjudged={("drain", "h3"): -1})
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"], canary=1, most=2), steps, slept=[])
+    assert runner.run() == 1
+    state = rstate.load_state(path)
+    assert state.status == "rolled_back"
+    assert "h2: check gate failed" in state.failure and "h3: drain gate inconclusive" in state.failure
+
+
+def test_a_pause_undrains_a_host_not_yet_switched_and_keeps_a_switched_one_drained(tmp_path):
+    steps = FakeSteps(unjudged={("bench-before", "h2"): -1, ("check", "h3"): -1})
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3"], canary=1, most=2), steps, slept=[])
+    assert runner.run() == 3
+    state = rstate.load_state(path)
+    assert state.hosts["h2"].step == "pending" and ("undrain", "h2") in steps.log  # serves the old image again
+    assert state.hosts["h3"].step == "switched" and "h3" in steps.out_of_service  # new image, not judged: drained
+    assert steps.running["h3"] == NEW.digest and not any(s == "rollback" for s, _h in steps.log)
+    assert "Left drained (not yet judged): h3" in rreport.markdown_report(state)
+
+
+def test_a_rolling_restart_pauses_too(tmp_path):
+    steps = FakeSteps(unjudged={("drain", "h2"): -1})
+    steps.switch = lambda host, image: {"restart": 0.1}
+    runner, path = _runner(tmp_path, _plan(["h1", "h2"], kind="restart"), steps, slept=[])
+    assert runner.run() == 3
+    state = rstate.load_state(path)
+    assert state.status == "paused" and state.blocking
 
 
 def test_good_rollout_canary_then_batches_never_more_out_than_allowed(tmp_path):
@@ -497,16 +570,26 @@ def test_the_check_and_bench_steps_are_the_ones_given(tmp_path):
 
     def bench(target, directory, timeout_s, emit):
         calls.append(("bench", target, directory, timeout_s))
-        return None, {"h/a:short": "result"}, ["h/a:long: timed out"]
+        return None, {"h/a:short": "result"}, ["h/a:long: vllm bench serve exited 1: boom"]
 
     target = _Target(1)
     steps = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "id", bench_timeout_s=7, check=check, bench=bench)
     assert steps.check("h") == ["vllm::ready: failed: not ready"]
-    assert steps.bench("h", "before") == ({"h/a:short": "result"}, ["h/a:long: timed out"])
+    assert steps.bench("h", "before") == ({"h/a:short": "result"}, ["h/a:long: vllm bench serve exited 1: boom"])
     assert calls == [("check", target, hoststeps.CHECK_TIMEOUT_S), ("bench", target, tmp_path / "bench" / "before", 7)]
-    unreachable = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "id", bench=lambda *a: ("unreachable", {}, []))
-    with pytest.raises(StepError, match="before the switch: unreachable"):
-        unreachable.bench("h", "before")
+    # what the image cannot have caused is inconclusive: the host unreachable, the client timed out
+    # or lost, every check an error (none ran to a verdict)
+    for error, results in (("unreachable", []), (None, ["h/a:long: timed out after 60 s (--timeout-s)"]),
+                           (None, ["h/a:long: connection lost: EOFError: "])):  # fmt: skip
+        given = lambda *a, e=error, r=results: (e, {}, r)  # noqa: E731
+        unjudged = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "id", bench=given)
+        with pytest.raises(StepError, match="before the switch: ") as raised:
+            unjudged.bench("h", "before")
+        assert raised.value.inconclusive
+    errors = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "id", check=lambda *a: ["vllm::x: error: lost"])
+    with pytest.raises(StepError, match="vllm::x: error: lost") as raised:
+        errors.check("h")
+    assert raised.value.inconclusive
     observer = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "status")
     for step in (lambda: observer.check("h"), lambda: observer.bench("h", "after")):
         with pytest.raises(StepError, match="no .* step given"):
@@ -858,7 +941,7 @@ def stand_in_fleet(tmp_path, monkeypatch, prod_targets):
 def _assert_failed_with_summary(code, err, state_file, status="rolled_back"):
     state = rstate.load_state(state_file)  # cli.main returned: nothing raised out (a traceback would fail the test)
     assert "Traceback" not in err, err
-    assert code == 1, err
+    assert code == (3 if status == "paused" else 1), err
     assert state.status == status
     report = state_file.parent / state.id / "report.md"
     assert err.rstrip().endswith(f"rollout {state.id}: {status}; report {report}; state {state_file}"), err
@@ -931,13 +1014,21 @@ def test_a_registry_that_stops_answering_mid_rollout_ends_with_the_summary(stand
 
     steps, group = stand_in_fleet
     saved = group.read_text()
-    steps.fail = {("pull", "mi300x-a02")}  # resolved at the start; the second batch's pull finds no registry
-    code = cli.main(["rollout", PROD, "-y", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
+    steps.unjudged = {("pull", "mi300x-a02"): -1}  # resolved at the start; the second batch's pull finds no registry
+    image = "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"
+    code = cli.main(["rollout", PROD, "-y", "--retries", "0", "--image", image])
     err = capsys.readouterr().err
-    state = _assert_failed_with_summary(code, err, rstate.state_path(rstate.results_root(None, PROD), PROD))
-    assert "mi300x-a02: pending: pull: pull failed on mi300x-a02 (stand-in)" in err
-    assert state.hosts["mi300x-a01"].step == "rolled_back" and steps.running["mi300x-a01"] == BASE_IMAGE.digest
-    assert group.read_text() == saved
+    path = rstate.state_path(rstate.results_root(None, PROD), PROD)
+    state = _assert_failed_with_summary(code, err, path, status="paused")
+    assert "mi300x-a02: pending: pull: pull could not run on mi300x-a02 (stand-in)" in err
+    assert "retry" not in err  # --retries 0
+    assert state.hosts["mi300x-a01"].step == "done" and steps.running["mi300x-a01"] != BASE_IMAGE.digest
+    assert group.read_text() != saved  # the group file keeps the new image: the rollout goes on from here
+    assert cli.main(["rollout", PROD, "-y", "--image", image]) == 2  # a new one is refused while it is paused
+    assert "recorded as paused" in capsys.readouterr().err
+    steps.unjudged = {}  # the registry is back
+    assert cli.main(["rollout", PROD, "--resume"]) == 0
+    assert rstate.load_state(path).status == "done"
 
 
 def test_a_step_that_raises_something_else_is_that_hosts_failure_not_a_traceback(stand_in_fleet, capsys):
@@ -1049,13 +1140,13 @@ def test_json_prints_the_record_this_run_left_and_nothing_else_on_stdout(stand_i
     from rocmfleet import cli
 
     steps, _group = stand_in_fleet
-    steps.fail = {("pull", "mi300x-a02")}
+    steps.fail = {("gate", "mi300x-a01")}
     code = cli.main(["rollout", PROD, "-y", "--json", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
     out, err = capsys.readouterr()
     report = json.loads(out)  # stdout is the JSON alone: the plan and the progress went to stderr
     assert report["exit_status"] == code == 1 and "plan: batch 1 (canary): " in err
     assert report["rollout"]["status"] == "rolled_back" and report["rollout"]["hosts"]["mi300x-a01"]["step"]
-    assert "mi300x-a02" in report["rollout"]["failure"]
+    assert "mi300x-a01" in report["rollout"]["failure"]
     code = cli.main(["restart", PROD, "--json", "--rollback"])  # refused: not that record
     assert json.loads(capsys.readouterr().out) == {"exit_status": 2, "rollout": None} and code == 2
     code = cli.main(["rollout", PROD, "--json", "--exclude", "mi300x-a01", "--resume"])  # refused before the run

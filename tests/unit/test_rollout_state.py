@@ -305,14 +305,14 @@ def test_a_state_whose_parts_contradict_each_other_is_refused_with_every_problem
 
 def test_unknown_steps_statuses_keys_and_oversized_batches_are_refused_together(tmp_path):
     def edit(data):
-        data["status"] = "paused"
+        data["status"] = "pausd"
         data["hosts"]["a"]["step"] = "swiched"
         data["hosts"]["a"]["stpe"] = "done"
         data["batches"] = [["a", "b", "c"], ["d"]]
         data["target"] = None
 
     problems = _edited(tmp_path, edit)
-    assert problems[0].startswith("status: \"paused\": Input should be 'running', 'done'")
+    assert problems[0].startswith("status: \"pausd\": Input should be 'running', 'paused', 'done'")
     assert problems[1].startswith("hosts.a.step: \"swiched\": Input should be 'pending'")
     assert problems[2] == 'hosts.a.stpe: "done": Extra inputs are not permitted'
     assert len(problems) == 3  # the consistency is judged once the types are right

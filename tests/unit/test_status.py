@@ -35,7 +35,7 @@ WHY = {name: i["why"] for name, i in json.loads((CASE / "expected.json").read_te
 CONFIG = host_config(FACTS["data"])
 IMAGE = CONFIG.image.reference
 #: The keys ``rocmfleet status --json`` rows had before ``drift`` (the lab tests read them).
-KEYS = {"host", "instance", "unit", "image", "ready", "uptime_s", "error"}
+KEYS = {"host", "instance", "unit", "image", "ready", "not_ready", "uptime_s", "error"}
 
 
 def _path(path: str, kind: str, mode: str, sha: str = "", user: str = "root", group: str = "root") -> str:
@@ -99,11 +99,14 @@ class StandIn:
     def run(self, command: str, timeout_s: float = 120, stdin: str | None = None) -> Result:
         host = self.hosts[self.address]
         assert host is not None
-        script = shlex.split(command)[3]  # sh -c TEXT NAME ARGS...
+        words = shlex.split(command)
+        if "=" in words[0]:  # PROBE_ANSWER_S=15 sh -c TEXT NAME ARGS...
+            words = words[1:]
+        script = words[3]  # sh -c TEXT NAME ARGS...
         if script == "state.sh":
             return Result(host.get("state_rc", 0), "\n".join(host["state"]).encode() + b"\n", b"state.sh: stand-in")
         if script == "vllm-status.sh":
-            rows = [f"{n}\tactive\trunning\t{IMAGE}\t1970-01-01T00:10:00Z" for n in shlex.split(command)[4:]]
+            rows = [f"{n}\tactive\trunning\t{IMAGE}\t1970-01-01T00:10:00Z" for n in words[4:]]
             return Result(0, "\n".join(["now 1000", *rows]).encode() + b"\n", b"")
         assert script == "vllm-probe.sh", script
         return Result(0, b"", b"")
@@ -196,6 +199,7 @@ def test_the_json_rows_keep_their_keys_and_add_the_drift(fleet):
         "unit": "active/running",
         "image": IMAGE,
         "ready": True,
+        "not_ready": None,
         "uptime_s": 400,
         "error": None,
         "drift": [],

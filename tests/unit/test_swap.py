@@ -889,7 +889,7 @@ def test_a_rolling_restart_waits_with_the_deploys_wait_and_its_targets_on_stdin(
     times = steps.switch("gpu-1", None)
     assert set(times) == {"restart", "readiness"}
     units = [f"vllm-{i.name}.service" for i in config.instances()]
-    assert calls(host) == [f"systemctl restart {' '.join(units)}"]
+    assert calls(host) == [f"systemctl reset-failed {' '.join(units)}", f"systemctl restart {' '.join(units)}"]
     wait = swap.wait_or_roll_back_script(swap.wait_targets(config), 30, 0, hoststeps.POLL_S)
     assert sent[1] == (wait.command, wait.stdin)  # the deploy's targets: known answer, warm-up
 

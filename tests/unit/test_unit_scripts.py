@@ -227,3 +227,113 @@ def test_seed_aiter_never_fails_the_start(tmp_path):
     proc = run(env, "vllm-unit.sh", "seed-aiter", "reg/vllm:2@sha256:dd", jit_dir)
     assert proc.returncode == 0 and "could not copy" in proc.stderr
     assert not (jit_dir / ".rocmfleet-seeded").exists()
+
+
+# --- the watchdog (vllm-unit.sh run --watch-*, rocmfleet/domain/watchdog.py) -------------------
+
+WATCH_DOCKER = r"""#!/bin/sh
+# stub docker: `wait` ends with 137 once `kill` ran, or with 0 after 3 s or once $STUB/stop exists
+echo "docker $*" >> "$STUB/calls"
+case "$1" in
+wait)
+    i=0
+    while [ $i -lt 150 ]; do
+        [ -e "$STUB/killed" ] && { echo 137; exit 0; }
+        [ -e "$STUB/stop" ] && { echo 0; exit 0; }
+        /bin/sleep 0.02; i=$((i + 1))
+    done
+    echo 0 ;;
+kill) touch "$STUB/killed" ;;
+esac
+exit 0
+"""
+
+# stub curl: each call takes the next line of $STUB/curl ("ok", or a curl exit status); when
+# they run out, the last one again; "stop" ends the run (docker wait returns 0)
+WATCH_CURL = r"""#!/bin/sh
+echo "curl $*" >> "$STUB/calls"
+line=$(head -n 1 "$STUB/curl")
+[ "$(wc -l < "$STUB/curl")" -gt 1 ] && sed -i 1d "$STUB/curl"
+out=
+while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+case "$line" in
+ok) printf '{"choices": [{"text": " Paris"}]}' > "$out"; printf 200 ;;
+stop) touch "$STUB/stop"; exit 28 ;;
+*) printf 000; exit "$line" ;;
+esac
+"""
+
+
+def watch_env(tmp_path: Path, curl: str) -> dict[str, str]:
+    env = stubs(tmp_path, curl=curl)
+    (tmp_path / "bin" / "docker").write_text(WATCH_DOCKER)
+    (tmp_path / "bin" / "curl").write_text(WATCH_CURL)
+    return {**env, "ROCMFLEET_WATCHDOG_DIR": str(tmp_path / "watchdog")}
+
+
+def watch_run(env, start=1800, restarts=3):
+    watch = ["--watch-port", 8000, "--watch-every", 5, "--watch-deadline", 7, "--watch-failures", 3,
+             "--watch-restarts", restarts, "--watch-window", 3600, "--watch-start", start,
+             "--watch-request", '{"prompt": "The capital of France is"}']  # fmt: skip
+    return run(env, "vllm-unit.sh", "run", "vllm-a", "a", "", *watch, "--", "true", timeout=30)
+
+
+def test_the_watchdog_kills_a_container_that_answered_then_stopped_answering(tmp_path):
+    env = watch_env(tmp_path, "ok\nok\n28\n")
+    proc = watch_run(env)
+    assert proc.returncode == 1  # the container was killed: Restart=always starts the unit again
+    lines = [line for line in proc.stderr.splitlines() if "watchdog" in line]
+    assert lines[-1] == (
+        "rocmfleet watchdog: restarting vllm-a: POST http://127.0.0.1:8000/v1/completions: no answer within 7 s, "
+        "3 time(s) in a row (every 5 s) (restart 1 of at most 3 in 3600 s)"
+    ), proc.stderr
+    assert len(lines) == 4 and lines[0] == "rocmfleet watchdog: vllm-a answers; watching it every 5 s"
+    assert "2 time(s) in a row" in lines[2]
+    assert "docker kill vllm-a" in (tmp_path / "calls").read_text()
+    assert len((tmp_path / "watchdog" / "a" / "restarts").read_text().split()) == 1
+    request = [c for c in (tmp_path / "calls").read_text().splitlines() if c.startswith("curl ")][0]
+    assert "-m 7" in request and '{"prompt": "The capital of France is"}' in request
+
+
+def test_the_watchdog_gives_up_after_its_restarts_and_the_unit_stays_failed(tmp_path):
+    import time
+
+    env = watch_env(tmp_path, "ok\n7\n")
+    state = tmp_path / "watchdog" / "a"
+    state.mkdir(parents=True)
+    now = int(time.time())
+    (state / "restarts").write_text(f"{now - 7200}\n{now - 60}\n{now - 30}\n")  # one outside the window
+    proc = watch_run(env, restarts=2)
+    assert proc.returncode == 76, proc.stderr  # RestartPreventExitStatus: left failed
+    gave_up = (state / "gave-up").read_text().strip()
+    assert gave_up.startswith("POST http://127.0.0.1:8000/v1/completions: connection refused, 3 time(s) in a row")
+    assert gave_up.endswith("2 restart(s) in the last 3600 s already (at most 2): left failed")
+    assert proc.stderr.splitlines()[-1] == f"rocmfleet: watchdog gave up: {gave_up}"
+    # a new start (a deploy, systemctl restart) counts afresh
+    (tmp_path / "again").mkdir()
+    again = watch_run(watch_env(tmp_path / "again", "stop\n") | {"ROCMFLEET_WATCHDOG_DIR": str(tmp_path / "watchdog")})
+    assert again.returncode == 0 and "its count starts afresh" in again.stderr
+    assert not (state / "gave-up").exists() and not (state / "restarts").exists()
+
+
+def test_the_watchdog_leaves_a_starting_instance_alone_until_its_start_deadline(tmp_path):
+    (tmp_path / "x").mkdir()
+    quiet = watch_env(tmp_path / "x", "7\n7\n7\n7\n7\nstop\n")
+    proc = watch_run(quiet)  # never answered, 1800 s to start: not its business yet
+    assert proc.returncode == 0 and "docker kill" not in (tmp_path / "x" / "calls").read_text(), proc.stderr
+    late = watch_env(tmp_path, "7\n")
+    proc = watch_run(late, start=0)  # never answered and past its start deadline
+    assert proc.returncode == 1 and "restarting vllm-a: POST" in proc.stderr
+
+
+def test_the_watchdog_leaves_a_host_a_rollout_holds_alone_until_the_hold_expires(tmp_path):
+    import time
+
+    env = watch_env(tmp_path, "ok\n28\n")
+    (tmp_path / "watchdog").mkdir()
+    (tmp_path / "watchdog" / "hold").write_text(f"{int(time.time()) + 600} 20261204T170000Z\n")
+    proc = watch_run(env)  # docker wait ends after 3 s
+    assert proc.returncode == 0 and "curl" not in (tmp_path / "calls").read_text(), proc.stderr
+    (tmp_path / "watchdog" / "hold").write_text(f"{int(time.time()) - 1} 20261204T170000Z\n")
+    (tmp_path / "calls").unlink()
+    assert watch_run(env).returncode == 1  # an expired hold holds nothing

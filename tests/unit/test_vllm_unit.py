@@ -12,7 +12,7 @@ import pytest
 from rocmfleet import project
 from rocmfleet.config.settings import host_config
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import vllm
+from rocmfleet.domain import vllm, watchdog
 from rocmfleet.facts.vllm import UNIT_MARKER
 from rocmfleet.plan.instance import vllm_settings
 from rocmfleet.scripts import gpu_free
@@ -46,8 +46,15 @@ def test_the_unit_follows_a_detached_container_without_requiring_docker(lab_conf
     assert d["After"] == ["docker.service network-online.target"]  # stopped before Docker at shutdown
     assert d["Type"] == ["exec"]
     start = d["ExecStart"][0].split()
-    assert start[:6] == [vllm.UNIT_SCRIPT, "run", "vllm-tiny-llama-a", "tiny-llama-a", "0000:05:00.0", "--"]
-    assert start[6:10] == ["/usr/bin/docker", "run", "--detach", "--init"]
+    assert start[:5] == [vllm.UNIT_SCRIPT, "run", "vllm-tiny-llama-a", "tiny-llama-a", "0000:05:00.0"]
+    # the watchdog's options (rocmfleet.domain.watchdog), the lab profile's known-answer request last
+    end = start.index("--")
+    watch = dict(zip(start[5:end:2], start[6:end:2], strict=False))
+    assert {k: watch[k] for k in ("--watch-port", "--watch-every", "--watch-failures", "--watch-start")} == {
+        "--watch-port": "8000", "--watch-every": "30", "--watch-failures": "3", "--watch-start": "1800"
+    }  # fmt: skip
+    assert '--watch-request "{\\"model\\": \\"tiny-llama\\", \\"prompt\\": \\"The capital of France is\\"' in unit
+    assert start[end + 1 : end + 5] == ["/usr/bin/docker", "run", "--detach", "--init"]
     # no SIGKILL of a running server before a start: a graceful stop, then a plain rm, in the script
     assert d["ExecStartPre"][0] == f"{vllm.UNIT_SCRIPT} clear vllm-tiny-llama-a 90"
     # then the instance's own AITER_JIT_DIR gets the image's prebuilt AITER modules (cachedirs.aiter_seed_dir)
@@ -64,7 +71,7 @@ def test_restart_back_off_start_limit_and_timeouts(lab_data, lab_placements):
     assert d["StartLimitBurst"] == ["3"]
     # three crashes a few minutes apart still fall within the interval
     assert int(d["StartLimitIntervalSec"][0]) >= 3 * (int(d["RestartSec"][0]) + 180)
-    assert d["RestartPreventExitStatus"] == [str(gpu_free.HELD_EXIT)]
+    assert d["RestartPreventExitStatus"] == [f"{gpu_free.HELD_EXIT} {watchdog.GAVE_UP_EXIT}"]
     # TimeoutStartSec bounds ExecStartPre (Type=exec): a graceful stop of a left-over container and its rm
     assert int(d["TimeoutStartSec"][0]) > 120
     assert int(d["TimeoutStopSec"][0]) > 120
@@ -96,7 +103,15 @@ def test_the_image_digest_labels_and_placement_are_kept(lab_config, lab_placemen
 
 def test_no_gpu_addresses_means_no_check(lab_config, lab_placements):
     start = directives(render(lab_config, lab_placements, bdfs=[]))["ExecStart"][0].split()
-    assert start[4] == '""' and start[5] == "--"
+    assert start[4] == '""' and start[5] == "--watch-port"
+
+
+def test_a_disabled_watchdog_renders_no_watch_options(lab_config, lab_placements):
+    from dataclasses import replace
+
+    off = lab_config.settings.model_copy(update={"vllm_watchdog": watchdog.WatchdogSettings(enabled=False)})
+    start = directives(render(replace(lab_config, settings=off), lab_placements))["ExecStart"][0].split()
+    assert start[5] == "--" and not any(w.startswith("--watch") for w in start)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -45,7 +45,10 @@ from rocmfleet.fleet.check import backend, checkfile, expect, report
 from rocmfleet.fleet.target import Target
 
 #: Modules of the suite, in the order they run (``rocmfleet/fleet/check/test_<name>.py``).
-MODULES = ("rocm", "tuning", "docker", "vllm", "cache", "cvs")
+MODULES = ("rocm", "tuning", "docker", "gpu", "vllm", "cache", "cvs")
+#: What a rollout checks before it starts and in each host's gate: a host whose GPUs fail their
+#: health is never undrained (issue 26).
+GATE_MODULES = ("gpu", "vllm")
 REACHABLE = "host::reachable"
 SUITE = report.SUITE
 REACH_TIMEOUT_S = 20
@@ -267,14 +270,14 @@ def run_host(target: Target, paths: list[str], timeout_s: float) -> list[CheckRe
 
 
 def vllm_failures(target: Target, timeout_s: float) -> list[str]:
-    """``rocmfleet check --select vllm`` on one host (:func:`run_host`), as a rollout's gate reads it:
+    """``rocmfleet check --select gpu,vllm`` on one host (:func:`run_host`), as a rollout's gate reads it:
     one ``check: outcome: message`` line per check that neither passed nor was skipped; empty: it passes.
 
     Args:
         target: the host.
         timeout_s: the host's deadline, seconds.
     """
-    results = run_host(target, module_paths(["vllm"]), timeout_s)
+    results = run_host(target, module_paths(list(GATE_MODULES)), timeout_s)
     return [f"{r.check}: {r.outcome}: {r.message}" for r in results if r.outcome not in ("passed", "skipped")]
 
 

@@ -29,6 +29,12 @@ def unit(host: Any, instance: Instance, docker_running: object) -> str:
     return vllm.files_of(instance).unit
 
 
+#: Seconds the check's completion may take: a wedged engine (``/health`` 200, no answer) is a FAIL
+#: well within the check's 30 s (issue 26), while a busy server answers a short known-answer
+#: request in a few seconds.
+ANSWER_S = 15
+
+
 def _health(host: Any, port: int) -> Any:
     """``GET /health`` on ``port`` (testinfra's result), once per host and port: exit 0 for 200,
     22 for another HTTP status (``curl -f``: 503 once the engine is dead), 7 when nothing listens."""
@@ -156,8 +162,10 @@ def test_ready(host: Any, config: HostConfig, instance: Instance, unit: str) -> 
     known = config.profile.ready_probe
     model = config.profile.served_model_name
     # The host fetches the answers; they are judged here (readiness.judge), not in the container.
-    asked = host.run(readiness.answers_script(instance.port, model, container, known))
+    asked = host.run(readiness.answers_script(instance.port, model, container, known, ANSWER_S))
     status, reason = readiness.judge(asked.stdout_bytes, model, known) if asked.rc == 0 else (asked.rc, asked.stderr)
+    if "no answer within" in reason:  # a wedged engine: the one line says so (issue 26)
+        assert status == 0, f"port {instance.port}: {reason.strip().splitlines()[-1]}"
     assert status == 0, (
         f"port {instance.port} not ready (held by {container}, /health 200, /v1/models lists "
         f"{model!r}, one completion{', the known answer' if known else ''}): {reason.strip()[-400:]}"

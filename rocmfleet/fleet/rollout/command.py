@@ -26,7 +26,7 @@ from rocmfleet.fleet.rollout.fleetimage import CommandError
 from rocmfleet.fleet.rollout.hoststeps import CHECK_TIMEOUT_S, InstanceStatus, parallel, running_image
 from rocmfleet.fleet.rollout.progress import Emit, LineProgress, Progress, ProgressFactory, to_stderr
 from rocmfleet.fleet.rollout.report import markdown_report
-from rocmfleet.fleet.rollout.runner import Runner, StepError, step_failure
+from rocmfleet.fleet.rollout.runner import RETRIES, Runner, StepError, step_failure
 from rocmfleet.fleet.rollout.state import (
     DataEdit,
     HostState,
@@ -86,6 +86,7 @@ def run_rollout(
     progress_factory: ProgressFactory | None = None,
     error: Emit | None = None,
     start: StartOptions = StartOptions(),  # noqa: B008 - frozen, never mutated
+    retries: int | None = None,
 ) -> int:
     """``rocmfleet rollout``/``restart``: plan, record and run, or ``--resume``/``--rollback`` one.
 
@@ -95,13 +96,16 @@ def run_rollout(
         emit: where progress and the report's summary go (stdout).
         error: where errors go (default stderr): why nothing started, each failed host's error,
             a failed end.
+        retries: ``--retries``, retries of an inconclusive step before the run pauses
+            (:data:`~rocmfleet.fleet.rollout.runner.RETRIES` when ``None``).
 
     With ``resume`` or ``rollback`` the recorded plan is what runs: ``image``, ``canary``,
     ``max_unavailable``, ``limit`` and ``force`` are refused (exit 2) rather than ignored.
 
     Returns:
         0 done (or rolled back on request); 1 a host failed (rolled back: see the report; a
-        restart leaves it drained); 2 nothing was started (bad options, a failing fleet without
+        restart leaves it drained); 3 paused (a gate could not judge the image after its retries:
+        nothing rolled back, ``--resume`` continues); 2 nothing was started (bad options, a failing fleet without
         ``--force``, a recorded rollout, a state file that is not consistent, an unreadable registry).
     """
     say_error = error or to_stderr
@@ -115,7 +119,7 @@ def run_rollout(
         with run_lock(path):
             return _run_rollout(
                 inventory, checked, image, canary, max_unavailable, force, resume, rollback, limit, root, path,
-                emit, progress_factory, say_error, start,
+                emit, progress_factory, say_error, start, RETRIES if retries is None else retries,
             )  # fmt: skip
     except RunLocked as exc:
         say_error(f"rocmfleet: {exc}; nothing was done")
@@ -126,6 +130,7 @@ def _run_rollout(
     inventory: str, kind: Kind, image: str | None, canary: int | None, max_unavailable: str | None, force: bool,
     resume: bool, rollback: bool, limit: list[str] | None, root: Path, path: Path, emit: Emit,
     progress_factory: ProgressFactory | None, say_error: Emit, start: StartOptions = StartOptions(),  # noqa: B008
+    retries: int = RETRIES,
 ) -> int:  # fmt: skip
     """:func:`run_rollout` with its run lock held; ``root`` and ``path``: the results root and state file."""
     try:
@@ -155,7 +160,7 @@ def _run_rollout(
                     f"{path} records {existing.kind} {existing.id}, not a {kind}: "
                     f"use `rocmfleet {existing.kind} {inventory} {'--resume' if resume else '--rollback'}`"
                 )
-            return _continue(existing, path, inventory, rollback, emit, progress_factory, say_error)
+            return _continue(existing, path, inventory, rollback, emit, progress_factory, say_error, retries)
         if existing is not None and existing.blocking:
             raise CommandError(deploy_refusal(inventory, root) or f"{path}: a rollout is recorded")
         return _start(
@@ -172,6 +177,7 @@ def _run_rollout(
             progress_factory,
             say_error,
             start,
+            retries,
         )
     except (CommandError, PlanError, ValueError) as exc:
         say_error(f"rocmfleet: {exc}")
@@ -186,6 +192,7 @@ def _runner(
     emit: Emit,
     progress_factory: ProgressFactory | None,
     error: Emit = to_stderr,
+    retries: int = RETRIES,
 ) -> tuple[Runner, Progress]:
     log = path.parent / state.id / "log.txt"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -201,7 +208,7 @@ def _runner(
     )  # fmt: skip
     revert = fleetimage.revert_data(state.data_edit, emit, error) if state.data_edit else None
     progress = progress_factory(len(state.hosts)) if progress_factory else LineProgress(emit)
-    return Runner(state, path, steps, progress, on_data_revert=revert), progress
+    return Runner(state, path, steps, progress, on_data_revert=revert, retries=retries), progress
 
 
 def _drive(progress: Progress, action: Callable[[], int]) -> int:
@@ -221,6 +228,7 @@ def _continue(
     emit: Emit,
     progress_factory: ProgressFactory | None,
     error: Emit = to_stderr,
+    retries: int = RETRIES,
 ) -> int:
     if rollback and state.kind == "restart":
         raise CommandError(
@@ -234,10 +242,13 @@ def _continue(
     targets = {name: targets[name] for name in state.hosts}
     if state.kind == "rollout" and state.target is not None and not rollback:
         targets = {name: fleetimage.with_image(t, state.target) for name, t in targets.items()}
-    runner, progress = _runner(state, path, targets, inventory, emit, progress_factory, error)
+    runner, progress = _runner(state, path, targets, inventory, emit, progress_factory, error, retries)
     if rollback:
         code = _drive(progress, lambda: runner.roll_back(None))
     elif state.status == "running":
+        code = _drive(progress, runner.run)
+    elif state.status == "paused":
+        runner.resume_paused()
         code = _drive(progress, runner.run)
     elif state.kind == "restart" and state.status == "failed":
         runner.retry_failed()
@@ -254,6 +265,7 @@ def _start(
     inventory: str, kind: Kind, image: str | None, canary: int, max_unavailable: str, force: bool,
     limit: list[str] | None, root: Path, path: Path, emit: Emit, progress_factory: ProgressFactory | None,
     error: Emit = to_stderr, start: StartOptions = StartOptions(),  # noqa: B008
+    retries: int = RETRIES,
 ) -> int:  # fmt: skip
     if canary < 0:
         raise CommandError(f"--canary {canary}: must be >= 0")
@@ -310,9 +322,9 @@ def _start(
             emit(f"every host already runs {target.reference if target else 'what the data says'}: nothing to roll out")
             if not wanted_ref:
                 return 0
-    emit(f"preflight: rocmfleet check --select vllm on {len(hosts)} host(s)")
+    emit(f"preflight: rocmfleet check --select gpu,vllm on {len(hosts)} host(s)")
     current = [fleetimage.with_image(targets[n], before[n]) for n in hosts]
-    results = compliance.run_fleet(current, ["vllm"], CHECK_TIMEOUT_S)
+    results = compliance.run_fleet(current, list(compliance.GATE_MODULES), CHECK_TIMEOUT_S)
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
     if failing:
         for line in failing:
@@ -375,5 +387,7 @@ def _start(
         f"{kind} {state.id}: {len(hosts)} host(s) in {len(batches)} batch(es), "
         f"at most {count} out of service; state {path}"
     )
-    runner, progress = _runner(state, path, {h: targets[h] for h in hosts}, inventory, emit, progress_factory, error)
+    runner, progress = _runner(
+        state, path, {h: targets[h] for h in hosts}, inventory, emit, progress_factory, error, retries
+    )
     return _finish(state, path, _drive(progress, runner.run), emit, error)

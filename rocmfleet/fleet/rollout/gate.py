@@ -1,4 +1,4 @@
-"""A host's gate after its switch: readiness, ``rocmfleet check --select vllm`` and the smoke benchmark.
+"""A host's gate after its switch: readiness, ``rocmfleet check --select gpu,vllm`` and the smoke benchmark.
 
 :func:`gate_decision`: readiness (the deploy's own wait), the check's failures on the host, and
 the smoke benchmark against the host's own result from just before the switch (regression
@@ -18,14 +18,23 @@ from rocmfleet.fleet.rollout.state import CaseNumbers
 
 class GateOutcome(BaseModel):
     """A host's gate: ``passed``, else which gate failed (``readiness``, ``check``, ``benchmark``)
-    and its reasons with their numbers."""
+    and its reasons with their numbers; ``inconclusive`` when the gate could not judge the image
+    (:attr:`verdict`)."""
 
     passed: bool
     gate: str | None = None
     reasons: list[str] = Field(default_factory=list)
+    #: The step could not run (the registry, SSH, a hook, the benchmark client): not the image's
+    #: fault, so retried and then paused, never rolled back (rocmfleet.fleet.rollout.runner).
+    inconclusive: bool = False
     #: The benchmark gate failed on regressions alone (every request answered): a run that is
     #: slower than the host's baseline, which a second run confirms or not (:func:`gate_decision`).
     regression_only: bool = False
+
+    @property
+    def verdict(self) -> str:
+        """``pass``, ``fail`` or ``inconclusive``."""
+        return "pass" if self.passed else "inconclusive" if self.inconclusive else "fail"
 
 
 def _metrics(result: BenchResult) -> dict[str, float]:
@@ -57,7 +66,7 @@ def gate_decision(
 
     Args:
         ready_error: why the host did not become ready (the deploy's message), or ``None``.
-        check_failures: ``rocmfleet check --select vllm`` lines that did not pass.
+        check_failures: ``rocmfleet check --select gpu,vllm`` lines that did not pass.
         before, after: benchmark results per case name, just before and just after the switch.
         bench_errors: cases of the run after the switch that gave no result (a failed request
             loop, a timeout), each one line.

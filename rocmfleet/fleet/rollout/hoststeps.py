@@ -7,13 +7,14 @@
   implementation of the swap here. Its environment carries
   :data:`~rocmfleet.fleet.rollout.state.OWN_DEPLOY_ENV`, which lets it past the inventory's guard
   against deploys during a rollout.
-* **pull** (``docker pull`` of the pinned reference), **drain**/**undrain** (the group data's
+* **pull** (``docker pull`` of the pinned reference), **drain**/**undrain** (the watchdog's hold
+  set or removed, :mod:`rocmfleet.domain.watchdog`, and the group data's
   ``vllm_drain_command``/``vllm_undrain_command``), **observe** (``rocmfleet/scripts/vllm-status.sh``)
   and the rolling restart's unit restart and wait (the deploy's own ``rocmfleet/scripts/vllm-wait.sh``
   with the deploy's targets, :func:`rocmfleet.fleet.rollout.swap.wait_targets`, on stdin) go over
   :mod:`rocmfleet.fleet.connect`. A restart that fails leaves its host drained and marked ``failed``
   (nothing to roll back); ``--resume`` restarts and gates it again.
-* **check** is ``rocmfleet check --select vllm`` on the one host, **bench** the smoke benchmark,
+* **check** is ``rocmfleet check --select gpu,vllm`` on the one host, **bench** the smoke benchmark,
   results under the rollout's directory: the rollout command passes them in (:data:`HostCheck`,
   :data:`HostBench`; :func:`rocmfleet.fleet.check.compliance.vllm_failures` and
   :func:`rocmfleet.fleet.bench.benchrun.gate_results`), so these steps need not load the check
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from rocmfleet import project, scripts
+from rocmfleet.domain import watchdog
 from rocmfleet.domain.readiness import probe_script
 from rocmfleet.domain.vllm import files_of
 from rocmfleet.fleet.bench.bench import BenchResult, Thresholds
@@ -58,7 +60,7 @@ PULL_TIMEOUT_S = 3600
 DEPLOY_MARGIN_S = 1800
 #: Seconds between readiness polls of a rolling restart.
 POLL_S = 5
-#: ``check(target, timeout_s) -> lines``: ``rocmfleet check --select vllm`` on one host within
+#: ``check(target, timeout_s) -> lines``: ``rocmfleet check --select gpu,vllm`` on one host within
 #: ``timeout_s`` seconds, one ``check: outcome: message`` line per check that neither passed nor
 #: was skipped (empty: it passes).
 HostCheck = Callable[[Target, float], list[str]]
@@ -74,15 +76,21 @@ WAIT_MARGIN_S = 120
 HEARTBEAT_S = 15
 #: Failed checks in a row after which a host counts as lost and its deploy is stopped.
 LOST_AFTER = 2
-#: Seconds ``rocmfleet check --select vllm`` may take on one host.
+#: Seconds ``rocmfleet status`` waits for an instance's known answer: a wedged engine (``/health``
+#: 200, no answer) is "not ready" within the 30 s issue 26 asks, not after the probe's 60.
+STATUS_ANSWER_S = 15
+#: Seconds ``rocmfleet check --select gpu,vllm`` may take on one host.
 CHECK_TIMEOUT_S = 300
+#: A benchmark case's error that says the client, not the server, failed
+#: (rocmfleet.fleet.bench.benchrun.run_case: the host's deadline, the SSH connection).
+CLIENT_FAILURES = ("timed out", "not run: the host's --timeout-s ran out", "connection lost:")
 
 
 @dataclass(frozen=True)
 class InstanceStatus:
-    """One vLLM instance now: its unit's state, image, readiness and uptime, and its drift: why
-    the deploy would change it (``rocmfleet.plan.vllmplan.instance_drift``; empty: as wanted,
-    ``None``: not read)."""
+    """One vLLM instance now: its unit's state, image, readiness (``not_ready``: why not, one line)
+    and uptime, and its drift: why the deploy would change it
+    (``rocmfleet.plan.vllmplan.instance_drift``; empty: as wanted, ``None``: not read)."""
 
     host: str
     instance: str
@@ -93,6 +101,7 @@ class InstanceStatus:
     uptime_s: float | None = None
     error: str | None = None
     drift: tuple[str, ...] | None = None
+    not_ready: str | None = None
 
     def row(self) -> dict[str, object]:
         """JSON-ready fields."""
@@ -102,6 +111,7 @@ class InstanceStatus:
             "unit": f"{self.active}/{self.sub}",
             "image": self.image,
             "ready": self.ready,
+            "not_ready": self.not_ready,
             "uptime_s": None if self.uptime_s is None else round(self.uptime_s),
             "error": self.error,
             "drift": None if self.drift is None else list(self.drift),
@@ -134,12 +144,13 @@ def parse_status(host: str, stdout: str) -> tuple[float | None, list[InstanceSta
                 now = None
             continue
         parts = line.split("\t")
-        if len(parts) != 5:
+        if len(parts) not in (5, 6):
             continue
-        name, active, sub, image, start = parts
+        name, active, sub, image, start = parts[:5]
         started[name] = start_s = _epoch(start)
         uptime = None if now is None or start_s is None or active != "active" else now - start_s
-        instances.append(InstanceStatus(host, name, active, sub, None if image == "-" else image, None, uptime))
+        error = parts[5] if len(parts) == 6 else None  # the watchdog gave up on it: why
+        instances.append(InstanceStatus(host, name, active, sub, None if image == "-" else image, None, uptime, error))
     return now, instances, started
 
 
@@ -240,56 +251,84 @@ class HostSteps:
             with Session.open(self.targets[host].ssh) as session:
                 return session.run(command, timeout_s=timeout_s, stdin=stdin)
         except Exception as exc:  # noqa: BLE001 - unreachable, timed out, broken: this step failed
-            raise StepError(gate, f"{host}: {type(exc).__name__}: {exc}") from None
+            # SSH, not the image: the gate could not run (inconclusive)
+            raise StepError(gate, f"{host}: {type(exc).__name__}: {exc}", inconclusive=True) from None
 
     def run(self, host: str, command: str, timeout_s: float, gate: str) -> Result:
         """``command`` on ``host`` (over the connection :meth:`connected` holds, if any); never
         raises on its exit status.
 
         Raises:
-            StepError: ``gate``, when the host cannot be connected to, the command timed out or the
-                connection broke.
+            StepError: ``gate``, inconclusive, when the host cannot be connected to, the command
+                timed out or the connection broke.
         """
         return self._run(host, command, timeout_s, gate)
 
-    def observe(self, host: str) -> tuple[float | None, list[InstanceStatus], dict[str, float | None]]:
-        """The host's clock, its instances now and their containers' start times (no readiness)."""
+    def observe(
+        self, host: str, gate: str = "observe"
+    ) -> tuple[float | None, list[InstanceStatus], dict[str, float | None]]:
+        """The host's clock, its instances now and their containers' start times (no readiness);
+        a failure is ``gate``'s."""
         names = [i.name for i in self.targets[host].config.instances()]
-        result = self._run(host, scripts.command("vllm-status.sh", *names), 60, "observe")
+        result = self._run(host, scripts.command("vllm-status.sh", *names), 60, gate)
         if result.exit_status != 0:
-            raise StepError("observe", f"{host}: vllm-status.sh exited {result.exit_status}: {_tail(result.stderr)}")
+            raise StepError(gate, f"{host}: vllm-status.sh exited {result.exit_status}: {_tail(result.stderr)}")
         return parse_status(host, result.stdout)
 
-    def ready(self, host: str) -> dict[str, bool]:
-        """Per instance, whether it is ready now (the deploy's own probe, one try, with the profile's
-        known-answer request where it has one: ``ready_probe``)."""
+    def ready(self, host: str) -> dict[str, str | None]:
+        """Per instance, ``None`` when it is ready now, else why not, one line (the deploy's own
+        probe, one try, with the profile's known-answer request where it has one:
+        ``ready_probe``; a request unanswered after :data:`STATUS_ANSWER_S` seconds is not ready:
+        a wedged engine)."""
         config = self.targets[host].config
         model = config.profile.served_model_name or config.profile.model
-        out = {}
+        out: dict[str, str | None] = {}
         for instance in config.instances():
-            probe = probe_script(instance.port, model, files_of(instance).container, config.profile.ready_probe)
-            out[instance.name] = self._run(host, probe, 60, "readiness").exit_status == 0
+            container = files_of(instance).container
+            probe = probe_script(instance.port, model, container, config.profile.ready_probe, STATUS_ANSWER_S)
+            result = self._run(host, probe, 60, "readiness")
+            why = _tail(result.stderr, 1) if result.stderr.strip() else f"probe exited {result.exit_status}"
+            out[instance.name] = None if result.exit_status == 0 else why[:300]
         return out
 
     # -- steps --
     def pull(self, host: str, image: ImageRef) -> None:
         result = self._run(host, f"docker pull --quiet {shlex.quote(image.reference)}", PULL_TIMEOUT_S, "pull")
         if result.exit_status != 0:
+            # The registry or the host's way to it: the pinned digest was resolved when the rollout started.
             raise StepError(
-                "pull", f"docker pull {image.reference} exited {result.exit_status}: {_tail(result.stderr)}"
+                "pull",
+                f"docker pull {image.reference} exited {result.exit_status}: {_tail(result.stderr)}",
+                inconclusive=True,
             )
 
     def _hook(self, host: str, which: str) -> None:
+        """The host's drain or undrain: the watchdog's hold (:data:`rocmfleet.domain.watchdog.HOLD_FILE`)
+        set or removed, then the group data's hook, in one command."""
         settings = self.targets[host].config.settings
         command = getattr(settings, f"vllm_{which}_command")
+        if which == "drain":
+            # Until the host's gate is over: its deploy, its readiness wait and two benchmarks at most.
+            hold_s = settings.vllm_ready_timeout_s + DEPLOY_MARGIN_S + int(2 * self.bench_timeout_s)
+            hold = (
+                f"mkdir -p {watchdog.STATE_DIR} && echo $(($(date +%s) + {hold_s})) "
+                f"{shlex.quote(self.rollout_id)} > {watchdog.HOLD_FILE}"
+            )
+        else:
+            hold = f"rm -f {watchdog.HOLD_FILE}"
         if not command:
+            result = self._run(host, hold, 60, which)
+            if result.exit_status != 0:
+                raise StepError(which, f"{hold} exited {result.exit_status}: {_tail(result.stderr)}", inconclusive=True)
             return
         ports = ",".join(str(i.port) for i in self.targets[host].config.instances())
-        line = f"ROCMFLEET_HOST={shlex.quote(host)} ROCMFLEET_PORTS={ports} sh -c {shlex.quote(command)}"
+        line = f"{hold} && ROCMFLEET_HOST={shlex.quote(host)} ROCMFLEET_PORTS={ports} sh -c {shlex.quote(command)}"
         result = self._run(host, line, settings.vllm_drain_timeout_s, which)
         if result.exit_status != 0:
             raise StepError(
-                which, f"vllm_{which}_command exited {result.exit_status}: {_tail(result.stderr or result.stdout)}"
+                which,
+                f"vllm_{which}_command exited {result.exit_status}: {_tail(result.stderr or result.stdout)}",
+                inconclusive=True,  # the load balancer's hook, not the image
             )
 
     def drain(self, host: str) -> None:
@@ -305,7 +344,10 @@ class HostSteps:
             self.targets[host], self.run_dir / "bench" / label, self.bench_timeout_s, self.emit
         )
         if error:
-            raise StepError("benchmark", f"{label} the switch: {error}")
+            raise StepError("benchmark", f"{label} the switch: {error}", inconclusive=True)
+        client = [e for e in errors if e.partition(": ")[2].startswith(CLIENT_FAILURES)]
+        if client:  # the benchmark client could not run to its end: nothing to judge the image by
+            raise StepError("benchmark", f"{label} the switch: " + "; ".join(client), inconclusive=True)
         return results, errors
 
     def thresholds(self, host: str) -> Thresholds:
@@ -337,8 +379,14 @@ class HostSteps:
             said = [line for line in (stderr + stdout).splitlines() if "not ready" in line or "rolled back" in line]
             why = _tail("\n".join(said) if said else stderr + stdout)
             kind = "readiness" if said else gate
+            # Not ready, or rolled back by the deploy: the image's verdict. Anything else on a host
+            # that no longer answers SSH is the host's, not the image's.
+            lost = None if said else reachable(self.targets[host].ssh, HEARTBEAT_S)
             raise StepError(
-                kind, f"deploy of {image.reference if image else 'the same image'} exited {proc.returncode}: {why}"
+                kind,
+                f"deploy of {image.reference if image else 'the same image'} exited {proc.returncode}: {why}"
+                + (f" ({host} does not answer SSH: {lost})" if lost else ""),
+                inconclusive=bool(lost),
             )
         return started
 
@@ -349,7 +397,8 @@ class HostSteps:
         connection to a dead host would wait for the kernel's TCP retries (about 15 minutes).
 
         Raises:
-            StepError: the deploy ran past ``timeout_s`` or the host stopped answering.
+            StepError: inconclusive: the deploy ran past ``timeout_s`` (its own readiness wait ends
+                sooner: something else hung) or the host stopped answering.
         """
         deadline = time.monotonic() + timeout_s
         misses = 0
@@ -369,7 +418,7 @@ class HostSteps:
             if why:
                 proc.kill()
                 proc.communicate()
-                raise StepError(gate, why)
+                raise StepError(gate, why, inconclusive=True)
 
     def switch(self, host: str, image: ImageRef | None) -> dict[str, float]:
         """The deploy (``image``) or, for a rolling restart (``None``), a restart of the units and
@@ -379,11 +428,11 @@ class HostSteps:
         if image is None:
             return self._restart(host)
         before_now = time.time()
-        host_now, _instances, _started = self.observe(host)
+        host_now, _instances, _started = self.observe(host, "switch")
         offset = (host_now - before_now) if host_now is not None else 0.0
         started = self._deploy(host, image, "switch")
         ended = time.time()
-        _now, _instances, starts = self.observe(host)
+        _now, _instances, starts = self.observe(host, "switch")
         first = min((s for s in starts.values() if s is not None), default=None)
         if first is None or not started <= first - offset <= ended:
             return {"restart": ended - started}
@@ -403,7 +452,9 @@ class HostSteps:
         targets = wait_targets(config)
         units = " ".join(shlex.quote(t.unit) for t in targets)
         started = time.monotonic()
-        result = self._run(host, f"systemctl restart {units}", 300, "switch")
+        # reset-failed first: a unit the watchdog left failed, or one at its start limit, is what a
+        # person restarts; the restart is theirs, not one more crash (systemctl(1), reset-failed).
+        result = self._run(host, f"systemctl reset-failed {units}; systemctl restart {units}", 300, "switch")
         if result.exit_status != 0:
             raise StepError("switch", f"systemctl restart exited {result.exit_status}: {_tail(result.stderr)}")
         restarted = time.monotonic()
@@ -420,7 +471,10 @@ class HostSteps:
     def check(self, host: str) -> list[str]:
         if self._check is None:
             raise StepError("check", f"{host}: no check step given to these host steps")
-        return self._check(self.targets[host], CHECK_TIMEOUT_S)
+        lines = self._check(self.targets[host], CHECK_TIMEOUT_S)
+        if lines and all(": error: " in line for line in lines):  # none ran to a verdict (SSH, a timeout)
+            raise StepError("check", "; ".join(lines), inconclusive=True)
+        return lines
 
     def rollback(self, host: str, image: ImageRef) -> None:
         before = self.targets[host]

@@ -43,6 +43,8 @@ def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
     left = [name for name, h in state.hosts.items() if h.step == FAILED]
     if left:
         lines += ["", left_drained(state, left)]
+    if state.status == "paused":
+        lines += ["", paused_note(state)]
     lines += [""] + [f"- {m}" for m in messages] + ([""] if messages else [])
     head = ["host", "batch", "before", "after", "step", *(f"{t} s" for t in TIMED), "benchmark (after vs before)"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -64,6 +66,20 @@ def left_drained(state: RolloutState, hosts: Sequence[str]) -> str:
         f"Left drained, not rolled back (a restart changes no image; they are not healthy): {', '.join(hosts)}. "
         f"Fix them, then `rocmfleet restart {state.inventory} --resume` restarts and gates them again; "
         "or undrain them by hand once they serve."
+    )
+
+
+def paused_note(state: RolloutState) -> str:
+    """What a paused rollout or restart left, and the two ways on."""
+    drained = [n for n, h in state.hosts.items() if h.step in ("drained", "switching", "switched", "gated")]
+    left = f"Left drained (not yet judged): {', '.join(drained)}. " if drained else ""
+    back = ""
+    if state.kind == "rollout":
+        back = f", or `rocmfleet {state.kind} {state.inventory} --rollback` returns every host"
+    return (
+        f"Paused: the gate could not judge the image (an error it cannot have caused); nothing was rolled back. "
+        f"{left}Once the cause is fixed, `rocmfleet {state.kind} {state.inventory} --resume` continues "
+        f"where each host stands{back}."
     )
 
 

@@ -1,9 +1,23 @@
 """The rollout runner: :class:`Runner` takes a :class:`~rocmfleet.fleet.rollout.state.RolloutState`
 through its batches, or back, with a :class:`Steps` object, and writes the state file after every step.
 
-A host's step that fails (:class:`StepError`, or anything else it raises) fails that host's
-batch; the runner rolls back (a rollout) or stops (a rolling restart), and returns an exit
-status: it never raises a host's failure. The steps on real hosts are
+A host's gate has one of three verdicts (``docs/fleet.md``, "Pass, fail, inconclusive"):
+
+* **pass**: the host is done and serves the new image;
+* **fail**: a verdict against the image (never ready, a wrong known answer, failed checks,
+  slower than the gate allows): the batch fails and the runner rolls back (a rollout) or stops (a
+  rolling restart), exit status 1;
+* **inconclusive**: the step could not judge the image (:attr:`StepError.inconclusive`: the
+  registry, SSH, the drain or undrain hook, the benchmark client): the host's step is retried
+  ``retries`` times with a doubling back-off from ``backoff_s``; when they run out and no host
+  of the batch failed, the rollout **pauses** (status ``paused``, exit status 3): hosts that
+  passed keep the new image, hosts drained but not switched are undrained, and ``--resume``
+  continues from where each host stands. This is Argo Rollouts' and Flagger's split between
+  "the analysis failed" and "the analysis could not run"
+  (https://argo-rollouts.readthedocs.io/en/stable/features/analysis/, "inconclusive").
+
+A host's step that raises anything else counts as a failure. The runner returns an exit status:
+it never raises a host's failure. The steps on real hosts are
 :class:`rocmfleet.fleet.rollout.hoststeps.HostSteps`; tests pass stand-ins.
 """
 
@@ -20,17 +34,27 @@ from rocmfleet.fleet.bench.bench import BenchParseError, BenchResult, Thresholds
 from rocmfleet.fleet.rollout.batches import eta_s
 from rocmfleet.fleet.rollout.gate import GateOutcome, bench_numbers, gate_decision
 from rocmfleet.fleet.rollout.progress import Progress
-from rocmfleet.fleet.rollout.report import left_drained
+from rocmfleet.fleet.rollout.report import left_drained, paused_note
 from rocmfleet.fleet.rollout.state import FAILED, ImageRef, RolloutState, Step, save_state
+
+#: Retries of an inconclusive step before the rollout pauses (``rocmfleet rollout --retries``).
+RETRIES = 2
+#: Seconds before the first retry; each further retry waits twice as long (10, 20, ...).
+BACKOFF_S = 10.0
+#: Exit status of a paused rollout or restart (1 is a failure, 2 nothing started).
+PAUSED_EXIT = 3
 
 
 class StepError(RuntimeError):
     """A step failed on a host; ``gate`` names it (``pull``, ``drain``, ``switch``, ``readiness``,
-    ``check``, ``benchmark``, ``undrain``, ``rollback``) and the message says why, with numbers."""
+    ``check``, ``benchmark``, ``undrain``, ``rollback``) and the message says why, with numbers.
+    ``inconclusive``: the failure cannot be the image's (the registry, SSH, a hook, the
+    benchmark client): retried, then paused, never rolled back."""
 
-    def __init__(self, gate: str, message: str) -> None:
+    def __init__(self, gate: str, message: str, inconclusive: bool = False) -> None:
         super().__init__(message)
         self.gate = gate
+        self.inconclusive = inconclusive
 
 
 def step_failure(exc: Exception) -> str:
@@ -62,6 +86,9 @@ class Runner:
         progress: where to say it.
         on_data_revert: called once when a failed or rolled-back rollout must put the group
             data file back (the runner does not edit files itself).
+        retries: retries of an inconclusive step (:data:`RETRIES`), ``>= 0``.
+        backoff_s: seconds before the first retry, doubled for each next one (:data:`BACKOFF_S`).
+        sleep: how to wait (tests pass a stand-in).
     """
 
     def __init__(
@@ -71,9 +98,13 @@ class Runner:
         steps: Steps,
         progress: Progress,
         on_data_revert: Callable[[], None] | None = None,
+        retries: int = RETRIES,
+        backoff_s: float = BACKOFF_S,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.state, self.path, self.steps, self.progress = state, path, steps, progress
         self.on_data_revert = on_data_revert
+        self.retries, self.backoff_s, self.sleep = max(0, retries), backoff_s, sleep
         self._lock = threading.Lock()
         self._before: dict[str, dict[str, BenchResult]] = {}
         self._pulls: dict[int, Future[dict[str, str]]] = {}
@@ -105,12 +136,23 @@ class Runner:
             if self.state.hosts[host].step != "pending":
                 continue
             started = time.monotonic()
-            try:
-                self.steps.pull(host, image)
-            except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
-                failures[host] = step_failure(exc)
+            for attempt in range(self.retries + 1):
+                try:
+                    self.steps.pull(host, image)
+                    failures.pop(host, None)
+                    break
+                except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
+                    failures[host] = step_failure(exc)
+                    if attempt < self.retries:
+                        self._wait_to_retry(host, "pull", failures[host], attempt)
             self._time(host, "pull", time.monotonic() - started)
         return failures
+
+    def _wait_to_retry(self, host: str, gate: str, why: str, attempt: int) -> None:
+        """Say why ``host``'s ``gate`` is tried again, and wait :attr:`backoff_s` * 2**attempt."""
+        delay = self.backoff_s * 2**attempt
+        self.progress.say(f"{host}: {gate} inconclusive ({why}); retry {attempt + 1} of {self.retries} in {delay:g} s")
+        self.sleep(delay)
 
     def _prepull(self, pool: ThreadPoolExecutor, index: int) -> Future[dict[str, str]]:
         if index not in self._pulls:
@@ -172,17 +214,35 @@ class Runner:
         except StepError as exc:
             gate = "readiness" if exc.gate == "readiness" else exc.gate or gate
             self._set(host, None, error=f"{gate}: {exc}")
-            return GateOutcome(passed=False, gate=gate, reasons=[str(exc)])
+            return GateOutcome(passed=False, gate=gate, reasons=[str(exc)], inconclusive=exc.inconclusive)
         except Exception as exc:  # noqa: BLE001 - anything else on one host fails the batch, not the runner
             self._set(host, None, error=f"{gate}: {type(exc).__name__}: {exc}")
             return GateOutcome(passed=False, gate=gate, reasons=[f"{type(exc).__name__}: {exc}"])
         return GateOutcome(passed=True)
 
+    def _host_retried(self, host: str) -> GateOutcome:
+        """:meth:`_host`, again from where the host stands after each inconclusive outcome (every
+        step resumes from the host's recorded step), up to :attr:`retries` times per step: a host
+        that got further before its next inconclusive step starts counting again."""
+        attempt, where = 0, self.state.hosts[host].step
+        while True:
+            outcome = self._host(host)
+            if outcome.passed or not outcome.inconclusive:
+                return outcome
+            if self.state.hosts[host].step != where:
+                attempt, where = 0, self.state.hosts[host].step
+            if attempt >= self.retries:
+                return outcome
+            self._wait_to_retry(host, outcome.gate or "step", "; ".join(outcome.reasons), attempt)
+            attempt += 1
+
     def run(self) -> int:
         """Run the remaining batches; on the first failure roll back (:meth:`roll_back`).
 
         Returns:
-            0 when every host is done; 1 when a host failed (after the rollback).
+            0 when every host is done; 1 when a host failed (after the rollback, or a rolling
+            restart's stop); :data:`PAUSED_EXIT` when the batch's failures were all inconclusive
+            after their retries (:meth:`_pause`).
         """
         remaining = self.state.remaining_batches()
         total = len(self.state.batches)
@@ -199,16 +259,21 @@ class Runner:
                 failed: dict[str, GateOutcome] = {}
                 for host, why in pull_failures.items():
                     self._set(host, None, error=f"pull: {why}")
-                    failed[host] = GateOutcome(passed=False, gate="pull", reasons=[why])
+                    failed[host] = GateOutcome(passed=False, gate="pull", reasons=[why], inconclusive=True)
                 if not failed:
-                    outcomes = dict(zip(hosts, pool.map(self._host, hosts), strict=True))
+                    outcomes = dict(zip(hosts, pool.map(self._host_retried, hosts), strict=True))
                     failed = {h: o for h, o in outcomes.items() if not o.passed}
                     for host in hosts:
                         self.progress.host_done(host, host not in failed)
                 if failed:
                     for future in self._pulls.values():
                         future.result()
-                    reasons = [f"{host}: {o.gate} gate failed: {'; '.join(o.reasons)}" for host, o in failed.items()]
+                    said = {True: "inconclusive", False: "failed"}
+                    reasons = [
+                        f"{h}: {o.gate} gate {said[o.inconclusive]}: " + "; ".join(o.reasons) for h, o in failed.items()
+                    ]
+                    if all(o.inconclusive for o in failed.values()):
+                        return self._pause(list(failed), "; ".join(reasons))
                     if self.state.kind == "restart":
                         return self._stop(list(failed), "; ".join(reasons))
                     return self.roll_back("; ".join(reasons))
@@ -218,6 +283,42 @@ class Runner:
             save_state(self.state, self.path)
         self.progress.say(f"{self.state.kind} {self.state.id}: every host done")
         return 0
+
+    def _pause(self, hosts: Sequence[str], reason: str) -> int:
+        """Pause: the batch's ``hosts`` could not be judged (every failure inconclusive, retries
+        spent). Hosts drained but not yet switched are undrained (they serve what they ran);
+        a host on the new image but not gated stays drained; hosts done stay done. The state says
+        ``paused`` and why; ``--resume`` continues each host from its step.
+
+        Returns:
+            :data:`PAUSED_EXIT`.
+        """
+        for host in hosts:
+            if self.state.hosts[host].step == "drained":
+                try:
+                    self.steps.undrain(host)
+                    self._set(host, "pending")
+                except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
+                    self.progress.say(f"{host}: left drained: undrain: {step_failure(exc)}")
+        with self._lock:
+            self.state.status = "paused"
+            self.state.failure = reason
+            save_state(self.state, self.path)
+        done = [h for h, s in self.state.hosts.items() if s.step == "done"]
+        kept = f"; {len(done)} host(s) that passed keep the new image" if done and self.state.target else ""
+        self.progress.say(f"{self.state.kind} {self.state.id}: paused, nothing rolled back: {reason}{kept}")
+        self.progress.say(paused_note(self.state))
+        return PAUSED_EXIT
+
+    def resume_paused(self) -> None:
+        """``--resume`` of a paused rollout or restart: ``running`` again, each host's error cleared;
+        :meth:`run` continues every host from its step."""
+        with self._lock:
+            for host in self.state.hosts.values():
+                host.error = None
+            self.state.status = "running"
+            self.state.failure = None
+            save_state(self.state, self.path)
 
     def _stop(self, failed: Sequence[str], reason: str) -> int:
         """End a rolling restart that failed: there is no image to go back to, so nothing is

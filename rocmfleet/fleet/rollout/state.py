@@ -53,14 +53,15 @@ Step = Literal[
     "failed",
 ]
 
-#: States of the whole rollout; a rollout ``running``, ``failed`` or ``rollback_failed`` blocks
-#: another rollout and a plain deploy of the same inventory (its hosts may run two images). A
-#: rolling restart blocks them only while ``running``: a failed one changed no image, and a
-#: deploy may be what fixes its failed host.
-Status = Literal["running", "done", "failed", "rolled_back", "rollback_failed"]
+#: States of the whole rollout; a rollout ``running``, ``paused``, ``failed`` or ``rollback_failed``
+#: blocks another rollout and a plain deploy of the same inventory (its hosts may run two images).
+#: A rolling restart blocks them only while ``running`` or ``paused``: a failed one changed no
+#: image, and a deploy may be what fixes its failed host. ``paused``: a batch's gate could not
+#: judge the image (rocmfleet.fleet.rollout.runner); ``--resume`` continues it.
+Status = Literal["running", "paused", "done", "failed", "rolled_back", "rollback_failed"]
 #: What a state file records: a rollout of a new image, or a rolling restart of the same one.
 Kind = Literal["rollout", "restart"]
-BLOCKING = ("running", "failed", "rollback_failed")
+BLOCKING = ("running", "paused", "failed", "rollback_failed")
 
 #: Parts of a host's switch timed for the report, in its column order.
 TIMED = ("pull", "drain", "restart", "readiness", "gate", "undrain")
@@ -248,8 +249,8 @@ class RolloutState(BaseModel):
     @property
     def blocking(self) -> bool:
         """A rollout recorded as in progress: another rollout and plain deploys must wait (a
-        rolling restart only while ``running``: see :data:`Status`)."""
-        return self.status == "running" if self.kind == "restart" else self.status in BLOCKING
+        rolling restart only while ``running`` or ``paused``: see :data:`Status`)."""
+        return self.status in ("running", "paused") if self.kind == "restart" else self.status in BLOCKING
 
 
 def state_path(results_dir: str | Path, inventory: str | Path) -> Path:

@@ -78,7 +78,8 @@ def fleet_status(
         return [
             replace(
                 i,
-                ready=ready.get(i.instance),
+                ready=None if i.instance not in ready else ready[i.instance] is None,
+                not_ready=ready.get(i.instance),
                 error=i.error or failed,
                 drift=tuple(drift[i.instance]) if i.instance in drift else None,
             )
