@@ -3,7 +3,7 @@
 * Nothing the suite did before (cold starts, rollouts that drained and switched hosts, Docker
   restarts, benchmarks, rollbacks) made a watchdog restart an instance.
 * lab-2's engine core stopped (``/health`` still 200, no completion answered): ``rocmfleet check
-  --select vllm`` says so within 30 s in one FAIL line, and the watchdog restarts it; lab-3's
+  --select vllm`` and ``rocmfleet status`` say so within 30 s in one line, and the watchdog restarts it; lab-3's
   container frozen whole (``docker pause``) is restarted too; each answers completions again within
   3 minutes of its fault, the journal naming the watchdog's reason, while every other instance
   answers its ``/health`` throughout. lab-3 wedged again is past the lab's ``max_restarts`` (1,
@@ -102,12 +102,18 @@ def test_a_wedged_engine_and_a_frozen_container_are_restarted_and_the_next_wedge
         started = time.monotonic()
         check = cli("check", INVENTORY, "--select", "vllm", "--limit", wedged)
         took = time.monotonic() - started
+        started = time.monotonic()
+        shown = cli("status", INVENTORY, "--limit", wedged, "--json")
+        shown_s = time.monotonic() - started
         faults[frozen] = time.monotonic()
         assert lab_ssh(lab, frozen, f"docker pause {CONTAINER}").returncode == 0
         assert check.returncode == 1 and took < 30, f"{took:.0f} s: {check.stdout}{check.stderr}"
         fail = [line for line in check.stdout.splitlines() if " FAIL " in line]
         assert len(fail) == 1 and len(fail[0]) < 300, check.stdout
         assert "vllm::ready" in fail[0] and "no answer within 15 s, though /health answers 200" in fail[0], fail
+        (row,) = json.loads(shown.stdout)["instances"]
+        assert shown.returncode == 1 and shown_s < 30 and row["ready"] is False, (shown_s, shown.stdout)
+        assert "no answer within 15 s, though /health answers 200" in row["not_ready"], row
         for host in (wedged, frozen):  # each answers again within 3 minutes of its fault, on a new container
             left = 180 - (time.monotonic() - faults[host])
             assert wait_until(lambda h=host: started_at(lab, h) != before[h] and answers(lab, h), left), host
