@@ -23,14 +23,16 @@ uses that config, one changed by ``--data`` overrides is validated again here.
 import sys
 import types
 
+from pyinfra import logger
 from pyinfra.context import host, state
 
+from rocmfleet import scripts
 from rocmfleet.config import groupvars
 from rocmfleet.config.errors import ConfigError
 from rocmfleet.config.settings import host_config
 from rocmfleet.config.validate import validated_config
-from rocmfleet.domain import vllm
-from rocmfleet.facts.state import HostState
+from rocmfleet.domain import gpuhealth, vllm
+from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import fail
 from rocmfleet.plan import hoststate, rocmplan, vllmplan
 from rocmfleet.roles import base, docker, rocm, tuning
@@ -48,6 +50,27 @@ def _register_deploy_file() -> None:
         module = types.ModuleType("rocmfleet._deploy_file")
         module.__file__ = filename
         sys.modules["rocmfleet._deploy_file"] = module
+
+
+#: The ``HostState`` run that reads the GPUs' health (``rocmfleet/scripts/gpu-health.sh``).
+GPU_HEALTH = "gpu-health"
+
+
+def _report_gpu_health(correctable_max: int, got: Gathered) -> None:
+    """Warn, in the deploy's output, of each GPU health problem the host's read shows (the ``gpu``
+    check's rules, :mod:`rocmfleet.domain.gpuhealth`); the deploy goes on: the rollout's gate and
+    ``rocmfleet check --select gpu`` keep such a host out of service."""
+    _rc, lines = got.runs.get(GPU_HEALTH, (0, []))
+    try:
+        read = gpuhealth.parse_health("\n".join(lines))
+    except ValueError as exc:
+        logger.warning(f"{host.name}: GPU health unreadable: {exc}")
+        return
+    problems = gpuhealth.ecc_problems(read.ecc, correctable_max)
+    if read.resets:
+        problems.append(f"{len(read.resets)} amdgpu reset/hang line(s) in the kernel log since boot: {read.resets[-1]}")
+    for problem in problems:
+        logger.warning(f"{host.name}: GPU health: {problem} (rocmfleet check --select gpu)")
 
 
 def converge() -> None:
@@ -83,8 +106,10 @@ def converge() -> None:
                 tuning.query(config.tuning),
                 docker.query(config.settings),
                 vllmplan.query(config),
+                {"runs": [(GPU_HEALTH, scripts.text("gpu-health.sh"))]},
             ),
         )
+        _report_gpu_health(config.settings.gpu_ecc_correctable_max, got)
         # What the rocm role would do (nothing, on a converged host: then none of its operations, its
         # reboot or its driver checks is called, and the host costs no command beyond the read).
         rocm_todo = rocmplan.differs(config.rocm, got)

@@ -82,3 +82,24 @@ def test_the_script_reads_amd_smi_when_it_answers(tmp_path):
     read = gpuhealth.parse_health(out)
     assert read.source == "amd-smi" and len(read.ecc) == 8
     assert read.kernel_log_error == "dmesg: read kernel buffer failed: Operation not permitted"
+
+
+def test_the_deploy_warns_of_each_gpu_problem_its_read_shows(monkeypatch, caplog):
+    import logging
+    from types import SimpleNamespace
+
+    from rocmfleet import converge
+    from rocmfleet.facts.state import Gathered
+
+    monkeypatch.setattr(converge, "host", SimpleNamespace(name="mi300x-a01"))
+    sick = _gpus(g3={"total_uncorrectable_count": 1})
+    lines = f"== ecc amd-smi\n{json.dumps(sick)}\n== kernel\n{KERNEL}".splitlines()
+    with caplog.at_level(logging.WARNING, logger="pyinfra"):
+        converge._report_gpu_health(100, Gathered(runs={converge.GPU_HEALTH: (0, lines)}))
+        converge._report_gpu_health(100, Gathered(runs={converge.GPU_HEALTH: (0, ["== ecc none", "== kernel"])}))
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "mi300x-a01: GPU health: GPU 3: 1 uncorrectable ECC error(s) since boot (rocmfleet check --select gpu)",
+        "mi300x-a01: GPU health: 3 amdgpu reset/hang line(s) in the kernel log since boot: "
+        "[ 8813.0] amdgpu 0000:05:00.0: amdgpu: GPU reset(1) succeeded! (rocmfleet check --select gpu)",
+    ]
