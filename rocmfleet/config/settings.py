@@ -58,7 +58,7 @@ from rocmfleet.domain.watchdog import WatchdogSettings
 
 #: Key prefixes of :class:`HostSettings`; ``rocm_*`` and ``tuning_*`` belong to the rocm and
 #: tuning roles' models (:mod:`rocmfleet.domain.rocm`, :mod:`rocmfleet.domain.tuning`).
-OWN_PREFIXES = ("apt_", "base_", "docker_", "vllm_")
+OWN_PREFIXES = ("apt_", "base_", "docker_", "gpu_", "vllm_")
 #: pyinfra's own host data: connector settings and global-argument defaults (``_sudo``).
 PYINFRA_PREFIXES = ("ssh_", "_", "fake_", "chroot_", "vagrant_", "terraform_", "podman_", "dockerssh_")
 PYINFRA_KEYS = frozenset({"docker_identifier", "docker_platform", "docker_architecture", "docker_container_id"})

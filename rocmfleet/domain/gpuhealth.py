@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 #: Kernel log lines of a GPU hang or reset (amdgpu's messages, see the module docstring).
 RESET_PATTERN = re.compile(
-    r"amdgpu.*(ring \S+ timeout|GPU reset|GPU recovery|job timed out|uncorrectable hardware error|GPU hang)",
+    r"amdgpu.*(ring \S+ timeout|GPU reset begin|GPU reset\(\d+\)|GPU reset (succeeded|failed)|job timed out"
+    r"|uncorrectable hardware error|GPU hang)",
     re.IGNORECASE,
 )
 
@@ -52,13 +53,12 @@ class HealthRead:
 
 
 def _count(value: object) -> int | None:
+    """A count >= 0 from amd-smi's JSON; ``None`` for ``"N/A"``, absent, negative or not a count."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value.strip())
-    return None  # "N/A", absent
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def parse_amd_smi_ecc(text: str) -> tuple[EccCounts, ...]:
@@ -80,6 +80,8 @@ def parse_amd_smi_ecc(text: str) -> tuple[EccCounts, ...]:
             continue
         found = entry.get("ecc")
         ecc: dict[str, object] = found if isinstance(found, dict) else {}
+        if entry["gpu"] is None:
+            continue
         out.append(
             EccCounts(
                 gpu=str(entry["gpu"]),
@@ -94,19 +96,19 @@ def parse_amd_smi_ecc(text: str) -> tuple[EccCounts, ...]:
 
 
 def parse_sysfs_ras(text: str) -> tuple[EccCounts, ...]:
-    """Lines ``card<N> <block> ue: <n>`` and ``card<N> <block> ce: <n>`` (``gpu-health.sh``'s reading
-    of ``/sys/class/drm/card<N>/device/ras/<block>_err_count``), summed per card."""
-    ue: dict[str, int] = {}
-    ce: dict[str, int] = {}
+    """Lines ``card<N> <block> ue: <n>``, ``... ce: <n>`` and ``... de: <n>`` (deferred, newer
+    kernels) (``gpu-health.sh``'s reading of ``/sys/class/drm/card<N>/device/ras/<block>_err_count``),
+    summed per card."""
+    counts: dict[str, dict[str, int]] = {"ue": {}, "ce": {}, "de": {}}
     for line in text.splitlines():
-        match = re.fullmatch(r"(card\d+) (\S+) (ue|ce): (\d+)", line.strip())
+        match = re.fullmatch(r"(card\d+) (\S+) (ue|ce|de): *(\d+)", line.strip())
         if not match:
             continue
         card, _block, kind, value = match.groups()
-        into = ue if kind == "ue" else ce
-        into[card] = into.get(card, 0) + int(value)
-    cards = sorted(set(ue) | set(ce), key=lambda c: int(c[4:]))
-    return tuple(EccCounts(gpu=c, correctable=ce.get(c), uncorrectable=ue.get(c)) for c in cards)
+        counts[kind][card] = counts[kind].get(card, 0) + int(value)
+    cards = sorted(set().union(*counts.values()), key=lambda c: int(c[4:]))
+    ue, ce, de = counts["ue"], counts["ce"], counts["de"]
+    return tuple(EccCounts(gpu=c, correctable=ce.get(c), uncorrectable=ue.get(c), deferred=de.get(c)) for c in cards)
 
 
 def parse_health(stdout: str) -> HealthRead:

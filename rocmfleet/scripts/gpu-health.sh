@@ -23,12 +23,12 @@ else
         fi
         card=$(echo "$file" | sed -n 's|^/sys/class/drm/\(card[0-9]*\)/.*|\1|p')
         block=$(basename "$file" _err_count)
-        sed -n "s/^\(ue\|ce\): *\([0-9]*\).*/$card $block \1: \2/p" "$file"
+        sed -n "s/^\(ue\|ce\|de\): *\([0-9]*\).*/$card $block \1: \2/p" "$file"
     done
     [ -n "$found" ] || echo "== ecc none"
 fi
 
-resets='amdgpu.*(ring [^ ]+ timeout|GPU reset|GPU recovery|job timed out|uncorrectable hardware error|GPU hang)'
+resets='amdgpu.*(ring [^ ]+ timeout|GPU reset begin|GPU reset\([0-9]+\)|GPU reset (succeeded|failed)|job timed out|uncorrectable hardware error|GPU hang)'
 if log=$(dmesg 2>&1); then
     echo "== kernel"
     printf '%s\n' "$log" | grep -iE "$resets" | tail -n 20

@@ -60,13 +60,26 @@ recent_restarts() {
 # Whether a rollout's drain holds this host now (an unexpired hold file: EXPIRY_EPOCH_S WHO).
 held() {
     [ -r "$HOLD_FILE" ] || return 1
-    read -r until _who <"$HOLD_FILE" || return 1
+    until=
+    read -r until _who <"$HOLD_FILE" || [ -n "$until" ] || return 1
     [ "${until:-0}" -gt "$(date +%s)" ] 2>/dev/null
+}
+
+# Whether systemd is stopping or restarting this unit (its ExecStop's grace period runs: a
+# server that refuses new connections then is not wedged).
+stopping() {
+    case "$(systemctl show -p ActiveState --value "vllm-$instance.service" 2>/dev/null)" in
+    deactivating | inactive | failed) return 0 ;;
+    esac
+    return 1
 }
 
 # The watchdog of `run --watch-port` (in the background; its lines go to the unit's journal).
 watch() {
-    mkdir -p "$state" || return 0
+    if ! mkdir -p "$state" || ! : >"$state/answer" 2>/dev/null; then
+        echo "rocmfleet watchdog: $state cannot be written: $container is not watched" >&2
+        return 0
+    fi
     born=$(date +%s)
     wait_s=$every
     k=$(recent_restarts)
@@ -79,7 +92,7 @@ watch() {
     url="http://127.0.0.1:$port/v1/completions"
     sleep "$wait_s"
     while :; do
-        if held; then
+        if held || stopping; then
             fails=0
             sleep "$every"
             continue
@@ -87,7 +100,9 @@ watch() {
         http=$(curl -sS -m "$deadline" -o "$state/answer" -w '%{http_code}' -H 'content-type: application/json' \
             -d "$request" "$url" 2>"$state/curl.err")
         code=$?
-        if [ "$code" = 0 ] && [ "$http" = 200 ] && grep -q '"choices"' "$state/answer"; then
+        # Any HTTP answer but a server error is an answer: the server is alive (a 4xx is the
+        # request's problem, which a restart does not mend).
+        if [ "$code" = 0 ] && [ "${http:-0}" -ge 200 ] 2>/dev/null && [ "$http" -lt 500 ]; then
             if [ "$answered" = 0 ]; then
                 echo "rocmfleet watchdog: $container answers; watching it every $every s" >&2
             fi
@@ -98,7 +113,6 @@ watch() {
             case "$code:$http" in
             28:*) why="no answer within $deadline s" ;;
             7:*) why="connection refused" ;;
-            0:200) why="an HTTP 200 without choices" ;;
             0:*) why="HTTP $http" ;;
             *) why="curl failed: $(head -c 160 "$state/curl.err" | tr '\n' ' ')" ;;
             esac
@@ -117,7 +131,24 @@ watch() {
                 fi
                 # SIGKILL: a wedged engine finishes nothing in a grace period, and it also ends a
                 # frozen container (Docker unpauses a paused one it kills).
-                docker kill "$container" >/dev/null 2>&1
+                if ! out=$(docker kill "$container" 2>&1); then
+                    echo "rocmfleet watchdog: docker kill $container failed ($out); watching on" >&2
+                    rm -f "$state/gave-up"
+                    fails=0
+                    sleep "$every"
+                    continue
+                fi
+                t=0
+                while [ "$(docker inspect -f '{{.State.Running}}' "$container" 2>/dev/null)" = true ] && [ "$t" -lt 60 ]; do
+                    sleep 1
+                    t=$((t + 1))
+                done
+                if [ "$t" -ge 60 ]; then
+                    # A process SIGKILL cannot end (uninterruptible sleep after a GPU hang): only
+                    # a person, or a reboot, can end it.
+                    printf '%s\n' "$reason; the container still runs 60 s after SIGKILL (a process in uninterruptible sleep?): reboot the host" >"$state/gave-up"
+                    echo "rocmfleet watchdog: $container: $(cat "$state/gave-up")" >&2
+                fi
                 return 0
             fi
         fi

@@ -103,3 +103,23 @@ def test_the_deploy_warns_of_each_gpu_problem_its_read_shows(monkeypatch, caplog
         "mi300x-a01: GPU health: 3 amdgpu reset/hang line(s) in the kernel log since boot: "
         "[ 8813.0] amdgpu 0000:05:00.0: amdgpu: GPU reset(1) succeeded! (rocmfleet check --select gpu)",
     ]
+
+
+def test_the_correctable_threshold_is_a_setting_with_bounds(lab_data):
+    from rocmfleet.config.errors import ConfigError
+    from rocmfleet.config.settings import host_config
+
+    assert host_config({**lab_data, "gpu_ecc_correctable_max": 5}).settings.gpu_ecc_correctable_max == 5
+    with pytest.raises(ConfigError, match="gpu_ecc_correctable_max"):
+        host_config({**lab_data, "gpu_ecc_correctable_max": -1})
+
+
+def test_odd_counts_and_lines_are_not_errors():
+    odd = [{"gpu": 0, "ecc": {"total_uncorrectable_count": -3, "total_correctable_count": "\u00b2"}},
+           {"gpu": None, "ecc": {"total_uncorrectable_count": 1}}]  # fmt: skip
+    assert gpuhealth.parse_amd_smi_ecc(json.dumps(odd)) == (EccCounts("0", None, None, None),)
+    deferred = gpuhealth.parse_sysfs_ras("card1 umc ue: 0\ncard1 umc ce:  2\ncard1 umc de: 1\n")
+    assert deferred == (EccCounts("card1", 2, 0, 1),)
+    assert gpuhealth.ecc_problems(deferred, 100) == ["card1: 1 deferred ECC error(s) since boot"]
+    for benign in ("amdgpu 0000:05:00.0: amdgpu: GPU reset is not supported", "amdgpu: GPU recovery disabled."):
+        assert not gpuhealth.RESET_PATTERN.search(benign)

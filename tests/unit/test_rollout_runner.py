@@ -344,6 +344,16 @@ def test_an_inconclusive_step_that_works_on_retry_goes_on(tmp_path):
                     "undrain", "undrain"]  # fmt: skip
 
 
+def test_a_failed_canary_does_not_wait_for_the_next_batchs_pull_retries(tmp_path):
+    steps = FakeSteps(fail={("gate", "h1")}, unjudged={("pull", h): -1 for h in ("h2", "h3", "h4")})
+    slept = []
+    runner, path = _runner(tmp_path, _plan(["h1", "h2", "h3", "h4"], canary=1, most=3), steps, slept=slept)
+    runner.sleep = lambda s: (slept.append(s), time.sleep(0.3))  # the canary's gate ends while the pull waits
+    assert runner.run() == 1
+    assert rstate.load_state(path).status == "rolled_back"
+    assert len(slept) <= 2, slept  # not 2 retries for each of the three hosts
+
+
 def test_a_failure_beside_an_inconclusive_host_rolls_back(tmp_path):
     """One verdict against the image in the batch is enough: the batch rolls back."""
     steps = FakeSteps(fail={("gate", "h2")}, unjudged={("drain", "h3"): -1})
@@ -586,10 +596,15 @@ def test_the_check_and_bench_steps_are_the_ones_given(tmp_path):
         with pytest.raises(StepError, match="before the switch: ") as raised:
             unjudged.bench("h", "before")
         assert raised.value.inconclusive
-    errors = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "id", check=lambda *a: ["vllm::x: error: lost"])
-    with pytest.raises(StepError, match="vllm::x: error: lost") as raised:
-        errors.check("h")
-    assert raised.value.inconclusive
+    for lines in (["vllm::x: error: lost"], ["host::reachable: failed: h: Could not connect"]):
+        unjudged = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "id", check=lambda *a, ls=lines: ls)
+        with pytest.raises(StepError, match=lines[0]) as raised:
+            unjudged.check("h")
+        assert raised.value.inconclusive
+    judged = hoststeps.HostSteps(
+        "inv.py", {"h": target}, tmp_path, "id", check=lambda *a: ["vllm::x: failed: says error: x"]
+    )
+    assert judged.check("h") == ["vllm::x: failed: says error: x"]
     observer = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "status")
     for step in (lambda: observer.check("h"), lambda: observer.bench("h", "after")):
         with pytest.raises(StepError, match="no .* step given"):

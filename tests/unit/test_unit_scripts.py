@@ -337,3 +337,41 @@ def test_the_watchdog_leaves_a_host_a_rollout_holds_alone_until_the_hold_expires
     (tmp_path / "watchdog" / "hold").write_text(f"{int(time.time()) - 1} 20261204T170000Z\n")
     (tmp_path / "calls").unlink()
     assert watch_run(env).returncode == 1  # an expired hold holds nothing
+
+
+def test_the_watchdog_keeps_watching_when_its_kill_fails_and_counts_4xx_as_an_answer(tmp_path):
+    env = watch_env(tmp_path, "ok\n28\n")
+    docker = (
+        (tmp_path / "bin" / "docker")
+        .read_text()
+        .replace("kill) touch", "kill) echo 'dockerd is restarting' >&2; exit 1; touch")
+    )
+    (tmp_path / "bin" / "docker").write_text(docker)
+    proc = watch_run(env)  # docker wait ends after 3 s: the watchdog kept asking
+    assert "docker kill vllm-a failed (dockerd is restarting); watching on" in proc.stderr, proc.stderr
+    assert (tmp_path / "calls").read_text().count("curl ") > 4
+    (tmp_path / "x").mkdir()
+    teapot = watch_env(tmp_path / "x", "ok\n")
+    (tmp_path / "x" / "bin" / "curl").write_text(WATCH_CURL.replace("printf 200", "printf 418"))
+    proc = watch_run(teapot, start=0)  # a 418 is an answer: the server lives
+    assert proc.returncode == 0 and "restarting" not in proc.stderr, proc.stderr
+
+
+def test_the_watchdog_leaves_a_unit_systemd_is_stopping_alone_and_one_it_cannot_write_for_alone(tmp_path):
+    env = watch_env(tmp_path, "ok\n28\n")
+    (tmp_path / "bin" / "systemctl").write_text("#!/bin/sh\necho deactivating\n")
+    proc = watch_run(env)
+    assert proc.returncode == 0 and "curl" not in (tmp_path / "calls").read_text(), proc.stderr
+    (tmp_path / "y").mkdir()
+    locked = {**watch_env(tmp_path / "y", "28\n"), "ROCMFLEET_WATCHDOG_DIR": "/proc/rocmfleet"}
+    proc = watch_run(locked, start=0)
+    assert proc.returncode == 0 and "cannot be written: vllm-a is not watched" in proc.stderr, proc.stderr
+
+
+def test_a_hold_written_without_a_newline_holds(tmp_path):
+    import time
+
+    env = watch_env(tmp_path, "ok\n28\n")
+    (tmp_path / "watchdog").mkdir()
+    (tmp_path / "watchdog" / "hold").write_text(f"{int(time.time()) + 600} r1")
+    assert watch_run(env).returncode == 0 and "curl" not in (tmp_path / "calls").read_text()

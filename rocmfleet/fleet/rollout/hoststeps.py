@@ -76,6 +76,8 @@ WAIT_MARGIN_S = 120
 HEARTBEAT_S = 15
 #: Failed checks in a row after which a host counts as lost and its deploy is stopped.
 LOST_AFTER = 2
+#: The check that fails when a host does not answer SSH (rocmfleet.fleet.check.compliance.REACHABLE).
+REACHABLE = "host::reachable"
 #: Seconds ``rocmfleet status`` waits for an instance's known answer: a wedged engine (``/health``
 #: 200, no answer) is "not ready" within the 30 s issue 26 asks, not after the probe's 60.
 STATUS_ANSWER_S = 15
@@ -308,8 +310,12 @@ class HostSteps:
         settings = self.targets[host].config.settings
         command = getattr(settings, f"vllm_{which}_command")
         if which == "drain":
-            # Until the host's gate is over: its deploy, its readiness wait and two benchmarks at most.
-            hold_s = settings.vllm_ready_timeout_s + DEPLOY_MARGIN_S + int(2 * self.bench_timeout_s)
+            # Until the host's gate is over: its deploy, its readiness wait, its benchmarks and check.
+            # (three benchmarks: before, after and a second after; the check; their retries)
+            hold_s = (
+                settings.vllm_ready_timeout_s + DEPLOY_MARGIN_S + int(3 * self.bench_timeout_s) + 2 * CHECK_TIMEOUT_S
+            )
+            hold_s += 600
             hold = (
                 f"mkdir -p {watchdog.STATE_DIR} && echo $(($(date +%s) + {hold_s})) "
                 f"{shlex.quote(self.rollout_id)} > {watchdog.HOLD_FILE}"
@@ -472,7 +478,11 @@ class HostSteps:
         if self._check is None:
             raise StepError("check", f"{host}: no check step given to these host steps")
         lines = self._check(self.targets[host], CHECK_TIMEOUT_S)
-        if lines and all(": error: " in line for line in lines):  # none ran to a verdict (SSH, a timeout)
+        # None ran to a verdict (every check an error: a timeout), or the host did not answer SSH:
+        # the check could not judge the image.
+        outcomes = [line.split(": ", 2)[1] if line.count(": ") >= 1 else "" for line in lines]
+        unreachable = any(line.startswith(f"{REACHABLE}: ") for line in lines)
+        if lines and (unreachable or all(o == "error" for o in outcomes)):
             raise StepError("check", "; ".join(lines), inconclusive=True)
         return lines
 

@@ -105,6 +105,8 @@ class Runner:
         self.state, self.path, self.steps, self.progress = state, path, steps, progress
         self.on_data_revert = on_data_revert
         self.retries, self.backoff_s, self.sleep = max(0, retries), backoff_s, sleep
+        #: Set once a batch failed or paused: a pre-pull of the next batch stops retrying.
+        self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._before: dict[str, dict[str, BenchResult]] = {}
         self._pulls: dict[int, Future[dict[str, str]]] = {}
@@ -143,8 +145,10 @@ class Runner:
                     break
                 except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
                     failures[host] = step_failure(exc)
-                    if attempt < self.retries:
+                    if attempt < self.retries and not self._stopping.is_set():
                         self._wait_to_retry(host, "pull", failures[host], attempt)
+                    else:
+                        break
             self._time(host, "pull", time.monotonic() - started)
         return failures
 
@@ -266,6 +270,7 @@ class Runner:
                     for host in hosts:
                         self.progress.host_done(host, host not in failed)
                 if failed:
+                    self._stopping.set()  # the next batch's pre-pull retries no more
                     for future in self._pulls.values():
                         future.result()
                     said = {True: "inconclusive", False: "failed"}
