@@ -1,7 +1,7 @@
 """The rollout runner: :class:`Runner` takes a :class:`~rocmfleet.fleet.rollout.state.RolloutState`
 through its batches, or back, with a :class:`Steps` object, and writes the state file after every step.
 
-A host's gate has one of three verdicts (``docs/fleet.md``, "Pass, fail, inconclusive"):
+A host's gate has one of three verdicts (``docs/fleet.md``, the rollout's step 4):
 
 * **pass**: the host is done and serves the new image;
 * **fail**: a verdict against the image (never ready, a wrong known answer, failed checks,
