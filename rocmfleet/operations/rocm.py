@@ -12,6 +12,7 @@ from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.server import LinuxDistribution
 
 from rocmfleet.domain import rocm
+from rocmfleet.facts.packages import HeldPackages
 from rocmfleet.facts.rocm import (
     REBOOT_DIR,
     AmdgpuLoaded,
@@ -98,18 +99,36 @@ def preflight(
 
 
 @operation()
-def packages_from_repo(packages: list[str], repo: str, reboot_reason: str | None = None) -> Commands:
+def packages_from_repo(
+    packages: list[str], repo: str, reboot_reason: str | None = None, hold: bool = False
+) -> Commands:
     """
     Install ``packages`` at exactly the version the apt repository ``repo`` offers.
 
     + packages: package names
     + repo: repository URL as in the source file (``https://repo.radeon.com/amdgpu/30.30/ubuntu``)
     + reboot_reason: when set, a change records this reason for :func:`rocmfleet.operations.reboot.if_required`
+    + hold: the packages end held (``apt-mark hold``), and a version change moves the hold with
+      it: apt is told ``--allow-change-held-packages``, without which it refuses to change a held
+      package under ``-y`` (``E: Held packages were changed and -y was used without
+      --allow-change-held-packages``, apt's ``apt-private/private-install.cc``). A downgrade is
+      still refused earlier unless ``rocm_allow_downgrade`` (:func:`preflight`).
 
     Installed packages at another version are upgraded (or downgraded) to the repository's, so
     changing the ROCm version in group data moves the host cleanly; packages already at that
-    version are a no-op. When apt does not know the repository yet (its lists predate the
-    source file) the lists are updated first.
+    version (and held, with ``hold``) are a no-op. When apt does not know the repository yet
+    (its lists predate the source file) the lists are updated first.
+
+    **Example:**
+
+    .. code:: python
+
+        rocm.packages_from_repo(
+            name="amdgpu driver",
+            packages=["amdgpu-dkms"],
+            repo="https://repo.radeon.com/amdgpu/30.30/ubuntu",
+            hold=True,
+        )
     """
     versions = host.get_fact(AptRepoVersions, packages=packages)
     wanted = {p: version_from_repo(versions, p, repo) for p in packages}
@@ -124,11 +143,16 @@ def packages_from_repo(packages: list[str], repo: str, reboot_reason: str | None
             return
     installed = host.get_fact(InstalledVersions, packages=packages)
     todo = [f"{p}={v}" for p, v in wanted.items() if installed.get(p) != v]
-    if not todo:
-        host.noop(f"{', '.join(packages)} at the version of {repo}")
+    unheld = sorted(set(packages) - set(host.get_fact(HeldPackages, packages=packages))) if hold else []
+    if not todo and not unheld:
+        host.noop(f"{', '.join(packages)} at the version of {repo}{', held' if hold else ''}")
         return
-    yield noninteractive_apt("install --no-install-recommends --allow-downgrades " + " ".join(todo))
-    if reboot_reason:
+    if todo:
+        allow = " --allow-change-held-packages" if hold else ""
+        yield noninteractive_apt(f"install --no-install-recommends --allow-downgrades{allow} " + " ".join(todo))
+    if unheld:
+        yield StringCommand("apt-mark", "hold", *unheld)
+    if todo and reboot_reason:
         yield mark_reboot("driver", reboot_reason + ": " + ", ".join(todo))
 
 

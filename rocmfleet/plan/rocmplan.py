@@ -203,6 +203,8 @@ def differs(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
         item = got.packages.get(package)
         if version is None or item is None or item.status[:2] not in ("ii", "hi") or item.version != version:
             reasons.append(f"{package} not at the version of {repo}")
+        elif package in settings.rocm_driver_packages and item.status[:1] != "h":
+            reasons.append(f"{package} not held (apt-mark hold)")
     running, newest = kernels["running"], rocm.newest_kernel(kernels["installed"])
     reasons += rocm.dkms_problems(rocm.parse_dkms_status(dkms or ""), "amdgpu", [running, newest])
     if owed:

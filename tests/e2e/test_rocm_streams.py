@@ -151,11 +151,17 @@ def test_current_to_legacy_beside_secure_boot_with_an_enrolled_key(lab, deploy_f
 
 
 def current_to_legacy(lab, deploy_file, switcher: str, before: dict[str, dict[str, str]], busy: str) -> None:
-    """Current -> legacy 7.2 reboots once and leaves nothing of the current stream."""
+    """Current -> legacy 7.2 reboots once and leaves nothing of the current stream; the driver
+    packages, held by the deploy at 31.50, move with their hold (apt refuses to change a held
+    package under -y without --allow-change-held-packages)."""
+    for package in ("amdgpu-dkms", "amdgpu-dkms-firmware"):
+        assert f"{package} hi  1:6.14.14.315000" in before[switcher]["packages"], before[switcher]["packages"]
     rc, _report, output, rebooted = run(lab, deploy_file, "--limit", switcher, *LEGACY)
     assert rc == 0, output[-4000:]
     assert rebooted[switcher] == 1
     snap = snapshot(lab, switcher)
+    for package in ("amdgpu-dkms", "amdgpu-dkms-firmware"):
+        assert f"{package} hi  1:6.14.14.303000" in snap["packages"], snap["packages"]  # held at the new version
     assert not {p for p in installed(snap) if p.startswith("amdrocm")}
     assert {"rocm", "rocm-core", "amd-smi-lib", "amdgpu-dkms"} <= installed(snap)
     assert "1:6.14.14.303000" in snap["packages"]  # the legacy 7.2 driver, amdgpu 30.30

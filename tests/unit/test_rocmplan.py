@@ -75,6 +75,11 @@ def test_the_query_runs_each_fact_of_the_role_once():
             lines(replace={f'"version":"{DRIVER}"': '"version":"1:6.14.14.303000-1"'}),
             "amdgpu-dkms not at the version of",
         ),
+        # at the version, not held: an operator's `apt-mark unhold`, or a host deployed before holds
+        (
+            lines(replace={'"amdgpu-dkms-firmware","status":"hi "': '"amdgpu-dkms-firmware","status":"ii "'}),
+            "amdgpu-dkms-firmware not held",
+        ),
         # the repository's lists predate the source file: apt knows no version from there
         (lines(drop='"key":"rocm-apt-versions","text"'), "amdgpu-dkms not at the version of"),
         # the driver purged

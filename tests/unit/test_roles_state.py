@@ -219,7 +219,7 @@ def converged_runs() -> list[str]:
     version = "1:6.14.14.315000-2278356.24.04"
     outputs = {
         rocmplan.RUN_STREAMS: [f"file {rocm.AMDGPU_LIST}", f"file {rocm.LEGACY_KEYRING}"]
-        + [f"pkg {p} ii  {version}" for p in settings.rocm_driver_packages],
+        + [f"pkg {p} hi  {version}" for p in settings.rocm_driver_packages],
         rocmplan.RUN_SECURE_BOOT: ["sb: SecureBoot disabled"],
         rocmplan.RUN_VERSIONS: [
             f"{p} | {version} | {settings.driver_repo} noble/main amd64 Packages" for p in settings.rocm_driver_packages
@@ -231,7 +231,7 @@ def converged_runs() -> list[str]:
         rocmplan.RUN_KEYRING + rocm.LEGACY_KEYRING: ["same"],
     }
     lines = [
-        json.dumps({"kind": "pkg", "package": p, "status": "ii ", "version": version})
+        json.dumps({"kind": "pkg", "package": p, "status": "hi ", "version": version})  # held, as the role leaves them
         for p in settings.rocm_driver_packages
     ]
     for key, texts in outputs.items():
@@ -250,7 +250,7 @@ def test_rocm_whose_facts_the_read_could_not_tell_runs_its_operations_and_checks
     assert names(operations) == [
         "AMD's repo.radeon.com key",
         "Update apt lists for AMD's repositories",  # only if the key changed (_if): no command otherwise
-        "Install the amdgpu driver from amdgpu/" + host_config(DATA).rocm.amdgpu_version,
+        "Install the amdgpu driver from amdgpu/" + host_config(DATA).rocm.amdgpu_version + " and hold it",
         "Check DKMS built amdgpu for the running and newest kernels",
     ]
 

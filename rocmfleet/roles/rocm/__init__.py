@@ -144,10 +144,11 @@ def apply(
         apt.packages(name="Install kernel headers for the running kernel", packages=headers, no_recommends=True)
     _module_signing(settings, got)
     rocm_ops.packages_from_repo(
-        name=f"Install the amdgpu driver from amdgpu/{settings.amdgpu_version}",
+        name=f"Install the amdgpu driver from amdgpu/{settings.amdgpu_version} and hold it",
         packages=settings.rocm_driver_packages,
         repo=settings.driver_repo,
         reboot_reason=f"amdgpu driver {settings.amdgpu_version} installed",
+        hold=True,
     )
     rocm_ops.dkms_installed(name="Check DKMS built amdgpu for the running and newest kernels", module="amdgpu")
 
