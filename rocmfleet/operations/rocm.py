@@ -143,7 +143,8 @@ def packages_from_repo(
             return
     installed = host.get_fact(InstalledVersions, packages=packages)
     todo = [f"{p}={v}" for p, v in wanted.items() if installed.get(p) != v]
-    unheld = sorted(set(packages) - set(host.get_fact(HeldPackages, packages=packages))) if hold else []
+    held: list[str] = host.get_fact(HeldPackages, packages=packages) if hold else []
+    unheld = sorted(set(packages) - set(held)) if hold else []
     if not todo and not unheld:
         host.noop(f"{', '.join(packages)} at the version of {repo}{', held' if hold else ''}")
         return
