@@ -2,8 +2,9 @@
 second rollout refused meanwhile), ``--bake`` of a slow version stopped at the canary, a host lost
 mid-batch (the rollout pauses: a lost host is not the image's fault; ``--rollback`` returns both
 hosts once it is back), a registry that stops answering lab-3 after the canary (the good tag's
-rollout pauses, exit 3, and ``--resume`` finishes it once the registry is back: issue 26). Every
-failed rollout ends with its summary on stderr, exit 1 and no traceback (issue 24).
+rollout pauses, exit 3, and ``--resume`` finishes it once the registry is back: issue 26), and
+``--bake`` of the pinned good tag end to end over lab-2 and lab-3 (issue 27). Every failed rollout
+ends with its summary on stderr, exit 1 and no traceback (issue 24).
 
 Needs root and a deployed lab (``./dev test`` brings it; alone: ``ROCMFLEET_LAB_REUSE=1
 .venv/bin/pytest -m lab tests/e2e/test_rollout.py``). It deploys, so nobody else may deploy to the
@@ -415,3 +416,49 @@ def test_powered_off_host_pauses_the_rollout_and_rollback_returns_both_once_it_i
     assert state_of(results)["status"] == "rolled_back"
     assert running(lab) == before
     assert check().returncode == 0
+
+
+def test_rollout_bake_of_the_pinned_tag_runs_end_to_end_holding_capacity(baseline, results, tmp_path):
+    """``rollout --bake`` over lab-2 and lab-3 (``--max-unavailable 1``), from the good tag the
+    group file pins, while a client probes both instances (issue 27): the bake on the canary
+    (lab-2), whose instance is ready again before the preflight; the baked image rolled out to
+    both, one host out of service at a time; ``rocmfleet check --select cache,vllm`` passes on
+    both; lab-3, which never baked, started the baked image and compiled nothing while it was
+    gated and served."""
+    lab = baseline
+    names = list(lab.hosts)
+    inventory = without_lab_1(tmp_path)
+    targets = [t for t in instances(lab) if t[0] != names[0]]
+    prober = Prober(targets, results.parent / "probe-bake.txt")
+    try:
+        done = rollout("--bake", "--max-unavailable", "1", inventory=inventory, timeout_s=3000)
+    finally:
+        samples = prober.stop()
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in said, said
+    lines = done.stdout.splitlines()
+    assert any(line.startswith(f"bake on the canary {names[1]} from ") for line in lines), done.stdout
+    ready_again = next(i for i, line in enumerate(lines) if "waiting until" in line and "is ready again" in line)
+    preflight = next(i for i, line in enumerate(lines) if line.startswith("preflight: "))
+    assert ready_again < preflight, done.stdout
+    baked = [line.split()[1] for line in lines if line.startswith("baked ") and "rolling it out" in line]
+    assert len(baked) == 1 and "-rfcache-" in baked[0], done.stdout
+    digest = baked[0].rpartition("@")[2]
+    state = state_of(results)
+    assert state["status"] == "done" and state["batches"] == [[names[1]], [names[2]]], state
+    assert len(samples) > 30 and min(samples) >= len(targets) - 1, samples  # N - max-unavailable answered
+    now = running(lab)
+    assert now[names[1]] == now[names[2]] == {digest}, now
+    checked = subprocess.run(
+        [sys.executable, "-m", "rocmfleet.cli", "check", inventory, "--select", "cache,vllm"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    # lab-3 pulled the baked image and started it: nothing compiled since, through the gate's benchmark.
+    container = "vllm-lab-tiny-llama-0"
+    paths = "/root/.cache/vllm /root/.cache/inductor /root/.triton/cache /root/.aiter/jit"
+    started = lab_ssh(lab, names[2], f"docker inspect --format '{{{{.State.StartedAt}}}}' {container}").stdout.strip()
+    newer = lab_ssh(lab, names[2], f"docker exec {container} find {paths} -type f -newermt '{started}' 2>/dev/null")
+    assert started and newer.stdout.strip() == "", newer.stdout[:2000]
+    logs = lab_ssh(lab, names[2], f"docker logs {container} 2>&1").stdout
+    assert "Compiling a graph for" not in logs and "Cannot load aot compilation" not in logs
