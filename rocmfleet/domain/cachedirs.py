@@ -48,7 +48,7 @@ namespaces and the ``vllm``, ``inductor``, ``triton``, ``aiter`` directories of 
 namespaces.
 
 **Stale JIT lock files**: the same step removes lock files in the namespace of the image it starts
-that no process holds open (module :data:`LOCK_NAMES`; docs/host.md, "Compiler caches", has the
+that no process holds open (:data:`LOCK_NAMES`; docs/host.md, "Compiler caches", has the
 sources): AITER builds under an ``O_CREAT|O_EXCL`` file baton that waits while the file exists,
 so one left by a killed build made every later start of the same image wait for it.
 
@@ -111,10 +111,10 @@ BAKED_TAG = re.compile(r"^(?P<base>\w[\w.-]*)-rfcache-(?P<key>[0-9a-f]{12})$")
 #: (``docker ps``, ``docker images``), 48 bits: two images of one instance never share one.
 NAMESPACE_HEX = 12
 #: Names of the lock files ``vllm-unit.sh prepare-cache`` removes when no process holds them open
-#: (shell patterns; docs/host.md, "Compiler caches", has each one's source): AITER's file batons
-#: ``build/lock_<module>``, ``build/lock_3rdparty_clone_<name>``, ``build/<module>/build/lock`` and
-#: their ``.steal`` companions; inductor's ``locks/*.lock`` (flock: harmless once their writer is
-#: gone, removed all the same).
+#: (its ``find -name`` patterns, the same list; docs/host.md, "Compiler caches", has each one's
+#: source): AITER's file batons ``build/lock_<module>``, ``build/lock_3rdparty_clone_<name>``,
+#: ``build/<module>/build/lock`` and their ``.steal`` companions; inductor's ``locks/*.lock``
+#: (flock: harmless once their writer is gone, removed all the same).
 LOCK_NAMES = ("lock", "lock_*", "*.lock", "*.steal")
 #: Docker's tag length limit (``[\w][\w.-]{0,127}``, distribution/reference).
 TAG_MAX = 128

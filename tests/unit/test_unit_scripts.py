@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rocmfleet import scripts
-from rocmfleet.domain import lastgood
+from rocmfleet.domain import cachedirs, lastgood
 
 DOCKER = r"""#!/bin/sh
 # stub docker: answers from files in $STUB
@@ -259,6 +260,12 @@ def _serve_json(tmp_path: Path, namespace: str | None) -> Path:
 
 def _tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_prepare_cache_looks_for_the_lock_names_the_layout_documents():
+    text = (scripts.DIR / "vllm-unit.sh").read_text()
+    find = next(line for line in text.splitlines() if "locks=$(find" in line)
+    assert tuple(p.strip("'") for p in re.findall(r"-name (\S+)", find)) == cachedirs.LOCK_NAMES
 
 
 def test_prepare_cache_keeps_this_and_the_last_good_namespace_and_removes_the_rest(tmp_path):
