@@ -406,9 +406,9 @@ class HostSettings(BaseModel):
 
     vllm_cache_dir: HostPath = Field(
         default="/var/cache/vllm",
-        description="Host directory of the instances' compiler caches: `<dir>/<instance>/{vllm,inductor,triton,"
-        "aiter}`, each instance its own (none for a baked image: its caches are in the image); absolute: a relative "
-        "one would be a Docker named volume.",
+        description="Host directory of the instances' compiler caches: `<dir>/<instance>/<first 12 hex of the "
+        "image digest>/{vllm,inductor,triton,aiter}`, each instance and image its own (none for a baked image: its "
+        "caches are in the image); absolute: a relative one would be a Docker named volume.",
     )
     vllm_hf_cache_dir: HostPath = Field(
         default="/var/cache/huggingface",

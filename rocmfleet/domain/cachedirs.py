@@ -25,14 +25,37 @@ shared between starting containers hung startup). Two layouts, chosen per image:
 * a **baked** image (its tag ends in ``-rfcache-<key>``, :func:`rocmfleet.domain.cachekey.baked_key_of`)
   carries the caches in an image layer at the container paths; nothing is mounted over them, so
   what a container adds goes to its own copy-on-write layer and dies with it;
-* any other image gets **per-instance** host directories,
-  ``<vllm_cache_dir>/<instance>/<name>``, mounted read-write: an instance's caches survive its
-  restarts, and no other instance ever writes them (instance names are unique on a host).
+* any other image gets **per-instance, per-image** host directories,
+  ``<vllm_cache_dir>/<instance>/<namespace>/<name>``, mounted read-write: an instance's caches
+  survive its restarts, and no other instance ever writes them (instance names are unique on a
+  host). The **namespace** is the first 12 hex of the image's manifest digest (:func:`namespace`).
+
+**Why per image**: the compilers key their entries on what they compile, not on the build that
+compiles it. A Triton cache written by another Triton or ROCm build is found and used, and gives
+garbled output until wiped (vllm-project/vllm issue 41871); AITER's JIT modules carry no version
+check at all. So a new image starts in a new namespace. The other parts of the cache key
+(:mod:`rocmfleet.domain.cachekey`) are not in the namespace, on purpose: the GPU architecture is
+the host's and never changes under an instance, and the profile's settings, the model and the
+environment are in the compilers' own keys (vLLM hashes its config into
+``torch_compile_cache/<hash10>``, inductor its FX graph and config, Triton the kernel source and
+constants), so a profile change with the same image keeps what still applies.
+
+**Old namespaces**: before each start the unit removes those neither the image it starts nor the
+instance's last good version (:mod:`rocmfleet.domain.lastgood`, its ``serve.json``) runs, so a
+rollback finds its warm cache and a host keeps at most two per instance
+(``rocmfleet/scripts/vllm-unit.sh prepare-cache``). Only names rocmfleet makes are removed: 12-hex
+namespaces and the ``vllm``, ``inductor``, ``triton``, ``aiter`` directories of the layout before
+namespaces.
+
+**Stale JIT lock files**: the same step removes lock files in the namespace of the image it starts
+that no process holds open (:data:`LOCK_NAMES`; docs/host.md, "Compiler caches", has the
+sources): AITER builds under an ``O_CREAT|O_EXCL`` file baton that waits while the file exists,
+so one left by a killed build made every later start of the same image wait for it.
 
 **AITER's prebuilt modules**: with ``AITER_JIT_DIR`` set, AITER looks for its modules in that
 directory only (ROCm/aiter ``aiter/jit/core.py``), not in the package's ``aiter/jit/`` where an
 image ships them prebuilt; an empty per-instance directory would have AITER build them again.
-So the unit seeds it from the image before each start (:func:`aiter_seed_dir`,
+So the unit seeds its namespace's directory from the image before each start (:func:`aiter_seed_dir`,
 ``rocmfleet/scripts/vllm-unit.sh seed-aiter``: once per image; another image's modules go), and
 the bake seeds its directory the same way, so a baked layer holds the prebuilt modules and what
 the warm-up built. Not setting ``AITER_JIT_DIR`` would keep the prebuilt ones in reach, but AITER
@@ -56,6 +79,8 @@ from typing import Protocol
 class _Tagged(Protocol):
     @property
     def tag(self) -> str: ...
+    @property
+    def digest(self) -> str: ...
 
 
 class _CacheDir(Protocol):
@@ -71,7 +96,7 @@ class NamedInstance(Protocol):
 
 
 class CacheHost(Protocol):
-    """What the cache layout reads of a host: its image's tag, ``vllm_cache_dir`` and its instances."""
+    """What the cache layout reads of a host: its image's tag and digest, ``vllm_cache_dir`` and its instances."""
 
     @property
     def image(self) -> _Tagged: ...
@@ -82,6 +107,15 @@ class CacheHost(Protocol):
 
 #: A baked image's tag: ``<base tag>-rfcache-<first 12 hex of its cache key hash>``.
 BAKED_TAG = re.compile(r"^(?P<base>\w[\w.-]*)-rfcache-(?P<key>[0-9a-f]{12})$")
+#: Hex digits of the image digest that name a namespace: Docker's own short form of an id
+#: (``docker ps``, ``docker images``), 48 bits: two images of one instance never share one.
+NAMESPACE_HEX = 12
+#: Names of the lock files ``vllm-unit.sh prepare-cache`` removes when no process holds them open
+#: (its ``find -name`` patterns, the same list; docs/host.md, "Compiler caches", has each one's
+#: source): AITER's file batons ``build/lock_<module>``, ``build/lock_3rdparty_clone_<name>``,
+#: ``build/<module>/build/lock`` and their ``.steal`` companions; inductor's ``locks/*.lock``
+#: (flock: harmless once their writer is gone, removed all the same).
+LOCK_NAMES = ("lock", "lock_*", "*.lock", "*.steal")
 #: Docker's tag length limit (``[\w][\w.-]{0,127}``, distribution/reference).
 TAG_MAX = 128
 
@@ -162,14 +196,44 @@ def instance_root(config: CacheHost, instance: NamedInstance) -> str:
     return f"{config.settings.vllm_cache_dir.rstrip('/')}/{instance.name}"
 
 
+def namespace(config: CacheHost) -> str:
+    """The namespace of the host's image: the first :data:`NAMESPACE_HEX` hex of its digest.
+
+    Example: digest ``sha256:0123456789abcdef...`` gives ``0123456789ab``.
+
+    Raises:
+        ValueError: the digest is not ``sha256:`` and 64 lowercase hex (the configuration refuses
+            any other, ``rocmfleet.config.imageref.digest_problem``).
+    """
+    match = re.fullmatch(r"sha256:([0-9a-f]{64})", config.image.digest)
+    if not match:
+        raise ValueError(f"image digest {config.image.digest!r}: expected sha256: and 64 lowercase hex")
+    return match[1][:NAMESPACE_HEX]
+
+
+def namespace_root(config: CacheHost, instance: NamedInstance) -> str:
+    """``<vllm_cache_dir>/<instance name>/<namespace>``: the host directory of ``instance``'s caches
+    for the host's image (:func:`namespace`)."""
+    return f"{instance_root(config, instance)}/{namespace(config)}"
+
+
 def mounts(config: CacheHost, instance: NamedInstance) -> list[Mount]:
     """The cache mounts of ``instance``: none for a baked image, else one writable host directory
-    per :data:`LAYOUT` entry under :func:`instance_root` (Docker creates missing ones, as root).
+    per :data:`LAYOUT` entry under :func:`namespace_root` (Docker creates missing ones, as root).
     """
     if is_baked(config):
         return []
-    root = instance_root(config, instance)
+    root = namespace_root(config, instance)
     return [Mount(f"{root}/{d.name}", d.path) for d in LAYOUT]
+
+
+def prepared(config: CacheHost, instance: NamedInstance) -> tuple[str, str] | None:
+    """``(instance_root, namespace)`` that ``instance``'s unit prepares before each start
+    (``vllm-unit.sh prepare-cache``: old namespaces removed, stale lock files cleared); ``None`` for
+    a baked image, which has no host directories."""
+    if is_baked(config):
+        return None
+    return instance_root(config, instance), namespace(config)
 
 
 def aiter_seed_dir(config: CacheHost, instance: NamedInstance) -> str | None:
@@ -184,7 +248,7 @@ def aiter_seed_dir(config: CacheHost, instance: NamedInstance) -> str | None:
     """
     if is_baked(config):
         return None
-    return f"{instance_root(config, instance)}/aiter"
+    return f"{namespace_root(config, instance)}/aiter"
 
 
 def volume_args(config: CacheHost, instance: NamedInstance) -> list[str]:

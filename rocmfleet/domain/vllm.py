@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol, get_args
 
-from rocmfleet.domain import cachedirs, envpolicy, memfit, partitions, parts
+from rocmfleet.domain import cachedirs, envpolicy, lastgood, memfit, partitions, parts
 from rocmfleet.domain.partitionmodes import ComputePartition, PartitionPolicy
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
@@ -76,6 +76,8 @@ class VllmSettings:
         cache_mounts: ``{instance name: its compiler cache mounts}`` (:func:`rocmfleet.domain.cachedirs.mounts`).
         aiter_seed_dirs: ``{instance name: the directory its unit seeds with AITER modules, or None}``
             (:func:`rocmfleet.domain.cachedirs.aiter_seed_dir`).
+        cache_prepared: ``{instance name: (its cache root, the image's namespace), or None}``
+            (:func:`rocmfleet.domain.cachedirs.prepared`): what its unit prepares before each start.
         tensor_parallel_size: the profile's TP size.
         attention_heads: the model's attention heads (the profile's; ``None``: unknown).
         partition_policy: the profile's compute and memory partition modes.
@@ -107,6 +109,7 @@ class VllmSettings:
     instances: tuple[ServedInstance, ...]
     cache_mounts: Mapping[str, tuple[cachedirs.Mount, ...]]
     aiter_seed_dirs: Mapping[str, str | None]
+    cache_prepared: Mapping[str, tuple[str, str] | None]
     tensor_parallel_size: int
     attention_heads: int | None
     partition_policy: PartitionPolicy
@@ -313,19 +316,44 @@ def unit_exec_start(
     ]  # fmt: skip
 
 
+def prepare_cache_argv(service: VllmSettings, instance: ServedInstance) -> list[str]:
+    """``vllm-unit.sh prepare-cache ROOT NAMESPACE SERVE_JSON`` for ``instance``'s ``ExecStartPre``,
+    after ``clear`` (its container gone) and before ``seed-aiter``: under ``ROOT``
+    (``<vllm_cache_dir>/<instance>``) it removes the namespaces that neither ``NAMESPACE`` (the image
+    it starts, :func:`rocmfleet.domain.cachedirs.namespace`) nor the image in ``SERVE_JSON`` (the
+    instance's last good version, :attr:`rocmfleet.domain.lastgood.LastGoodFiles.serve_json`) uses,
+    then the lock files in ``ROOT/NAMESPACE`` that no process holds open. Empty for a baked image.
+
+    Raises:
+        KeyError: ``service.cache_prepared`` has no entry for ``instance``.
+    """
+    prepared = service.cache_prepared[instance.name]
+    if prepared is None:
+        return []
+    root, namespace = prepared
+    files = files_of(instance)
+    serve_json = lastgood.last_good_files(
+        CONFIG_DIR, instance.name, files.unit_path, files.env_file, files.secrets_file
+    ).serve_json
+    return [UNIT_SCRIPT, "prepare-cache", root, namespace, serve_json]
+
+
 def unit_template_vars(
     service: VllmSettings, instance: ServedInstance, placement: Placement, device_gids: list[int], gpu_bdfs: list[str]
 ) -> dict[str, object]:
     """What ``templates/vllm/vllm.service.j2`` is rendered with for ``instance`` (arguments as
-    :func:`unit_exec_start`): names, the quoted ``ExecStart``, the ``ExecStartPre`` that seeds the
-    instance's AITER JIT directory (:func:`rocmfleet.domain.cachedirs.aiter_seed_dir`; empty for a baked
-    image; ``service.aiter_seed_dirs``) and :func:`unit_timings`.
+    :func:`unit_exec_start`): names, the quoted ``ExecStart``, the ``ExecStartPre`` lines that prepare
+    the instance's cache root (:func:`prepare_cache_argv`) and seed its AITER JIT directory
+    (:func:`rocmfleet.domain.cachedirs.aiter_seed_dir`), both empty for a baked image, and
+    :func:`unit_timings`.
 
     Raises:
-        KeyError: ``service.aiter_seed_dirs`` or ``service.cache_mounts`` has no entry for ``instance``.
+        KeyError: ``service.aiter_seed_dirs``, ``service.cache_prepared`` or ``service.cache_mounts``
+            has no entry for ``instance``.
     """
     files = files_of(instance)
     seed = service.aiter_seed_dirs[instance.name]
+    prepare = prepare_cache_argv(service, instance)
     return {
         "instance": instance.name,
         # Description= expands systemd specifiers: a literal % is %% (systemd.unit(5), "Specifiers").
@@ -336,6 +364,7 @@ def unit_template_vars(
         "secrets_file": files.secrets_file,
         "notes": placement.notes,
         "script": UNIT_SCRIPT,
+        "prepare_cache": exec_line(prepare) if prepare else "",
         "seed_aiter": exec_line([UNIT_SCRIPT, "seed-aiter", service.image, seed]) if seed else "",
         "exec_start": exec_line(unit_exec_start(service, instance, placement, device_gids, gpu_bdfs)),
         "gpu_held_exit": GPU_HELD_EXIT,

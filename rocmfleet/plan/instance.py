@@ -53,6 +53,7 @@ def vllm_settings(config: HostConfig) -> vllm.VllmSettings:
         instances=instances,
         cache_mounts={i.name: tuple(cachedirs.mounts(config, i)) for i in instances},
         aiter_seed_dirs={i.name: cachedirs.aiter_seed_dir(config, i) for i in instances},
+        cache_prepared={i.name: cachedirs.prepared(config, i) for i in instances},
         tensor_parallel_size=profile.tensor_parallel_size,
         attention_heads=profile.attention_heads,
         partition_policy=PartitionPolicy(profile.compute_partition, profile.memory_partition, profile.tp_on_one_gpu),

@@ -9,6 +9,21 @@
 #       (ExecStartPre) make room for a new container: a running CONTAINER (left by a unit that
 #       died, or by hand) gets `docker stop --time GRACE_S` (SIGTERM, then SIGKILL after
 #       GRACE_S seconds: in-flight requests finish), then the stopped one is removed (no --force).
+#   vllm-unit.sh prepare-cache ROOT NAMESPACE SERVE_JSON
+#       (ExecStartPre of an image without baked caches, after clear: the instance's container is
+#       gone) ROOT is the instance's cache root (<vllm_cache_dir>/<instance>), NAMESPACE the one
+#       of the image this start runs (12 hex of its digest; rocmfleet/domain/cachedirs.py),
+#       SERVE_JSON the instance's last good version (rocmfleet/domain/lastgood.py). 1. Removes
+#       the namespaces under ROOT that neither NAMESPACE nor the image in SERVE_JSON is (a
+#       rollback finds its warm cache); only names rocmfleet makes: 12 hex, and vllm, inductor,
+#       triton, aiter (the layout before namespaces). 2. Removes the lock files in
+#       ROOT/NAMESPACE (lock, lock_*, *.lock, *.steal) that no process on the host holds open.
+#       AITER's JIT build lock is a file baton (aiter/jit/utils/file_baton.py: O_CREAT|O_EXCL,
+#       its holder keeps it open until it removes it; waiters wait while it exists), so one left
+#       by a killed build made every later start wait on it until VLLM_ENGINE_READY_TIMEOUT_S.
+#       Held open = some /proc/PID/fd entry is the same file (device and inode: a process in a
+#       container names it by its container path). Never fails the start: what cannot be done
+#       leaves a warning.
 #   vllm-unit.sh seed-aiter IMAGE DIR
 #       (ExecStartPre of an image without baked caches; `rocmfleet cache bake` before its bake
 #       container) make DIR, the instance's AITER_JIT_DIR on the host, hold the AITER modules
@@ -166,6 +181,50 @@ clear)
     fi
     docker rm "$container" >/dev/null || exit 1
     ;;
+prepare-cache)
+    root=$2 ns=$3 record=$4
+    # serve.json is one line of JSON, keys sorted (lastgood.serve_record): a quote inside a value is
+    # escaped, so the only unescaped `"image": "` is the key's.
+    good=$(sed -n 's/.*"image": "[^"]*@sha256:\([0-9a-f]\{12\}\)[0-9a-f]*".*/\1/p' "$record" 2>/dev/null | head -n 1)
+    for entry in "$root"/*; do
+        [ -e "$entry" ] || [ -L "$entry" ] || continue
+        name=${entry##*/}
+        if [ "$name" = "$ns" ] || [ "$name" = "$good" ]; then
+            continue
+        fi
+        case "$name" in
+        vllm | inductor | triton | aiter) ;;
+        *[!0-9a-f]*) continue ;;
+        *) [ "${#name}" = 12 ] || continue ;;
+        esac
+        if rm -rf "$entry"; then
+            echo "rocmfleet: removed $entry: compile caches of an image neither this start (${ns}) nor the last good version (${good:-none}) runs" >&2
+        else
+            echo "rocmfleet: cannot remove $entry" >&2
+        fi
+    done
+    dir="$root/$ns"
+    [ -d "$dir" ] || exit 0
+    locks=$(find "$dir" -xdev -type f \( -name lock -o -name 'lock_*' -o -name '*.lock' -o -name '*.steal' \) 2>/dev/null)
+    [ -n "$locks" ] || exit 0
+    # device:inode of every file a process holds open (find -L stats what each fd points at).
+    held=$(find -L /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -printf '%D:%i\n' 2>/dev/null | sort -u)
+    if [ -z "$held" ]; then
+        echo "rocmfleet: cannot read the open files of the host's processes (/proc/*/fd): lock files in $dir left as they are" >&2
+        exit 0
+    fi
+    printf '%s\n' "$locks" | while IFS= read -r lock; do
+        id=$(stat -c '%d:%i' "$lock" 2>/dev/null) || continue
+        if printf '%s\n' "$held" | grep -qx "$id"; then
+            echo "rocmfleet: $lock is held open by a running process: left" >&2
+        elif rm -f "$lock"; then
+            echo "rocmfleet: removed $lock: no process holds it (left by a JIT build that was killed)" >&2
+        else
+            echo "rocmfleet: cannot remove the stale lock file $lock" >&2
+        fi
+    done
+    exit 0
+    ;;
 seed-aiter)
     image=$2 dir=$3
     marker="$dir/.rocmfleet-seeded"
@@ -269,7 +328,7 @@ run)
     done
     ;;
 *)
-    echo "usage: vllm-unit.sh clear CONTAINER GRACE_S | seed-aiter IMAGE DIR | run CONTAINER INSTANCE BDFS -- DOCKER_RUN_ARGV..." >&2
+    echo "usage: vllm-unit.sh clear CONTAINER GRACE_S | prepare-cache ROOT NAMESPACE SERVE_JSON | seed-aiter IMAGE DIR | run CONTAINER INSTANCE BDFS -- DOCKER_RUN_ARGV..." >&2
     exit 2
     ;;
 esac

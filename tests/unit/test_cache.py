@@ -185,10 +185,60 @@ def test_instances_get_their_own_writable_cache_dirs(lab_config, lab_placements)
         for i in lab_config.instances()
     }
     a = [argv["tiny-llama-a"][i + 1] for i, x in enumerate(argv["tiny-llama-a"]) if x == "--volume"]
-    assert "/var/cache/vllm/tiny-llama-a/triton:/root/.triton/cache" in a
-    assert "/var/cache/vllm/tiny-llama-a/aiter:/root/.aiter/jit" in a
+    assert "/var/cache/vllm/tiny-llama-a/abababababab/triton:/root/.triton/cache" in a
+    assert "/var/cache/vllm/tiny-llama-a/abababababab/aiter:/root/.aiter/jit" in a
     assert not any(v.startswith("/var/cache/vllm:") for v in a)
     assert cachedirs.writable_sharing(lab_config) == []
+
+
+OTHER_DIGEST = "sha256:" + "cd" * 32
+
+
+def _caches(config, placements) -> dict[str, dict[str, str]]:
+    """``{instance: {cache name: host directory}}`` as the ``docker run`` line mounts them."""
+    by_path = {d.path: d.name for d in cachedirs.LAYOUT}
+    found: dict[str, dict[str, str]] = {}
+    for i in config.instances():
+        argv = vllm.docker_run_argv(vllm_settings(config), i, placements[i.name], [])
+        volumes = [argv[k + 1].split(":") for k, x in enumerate(argv) if x == "--volume"]
+        found[i.name] = {by_path[container]: host for host, container, *_ in volumes if container in by_path}
+    return found
+
+
+def test_two_images_give_disjoint_cache_directories_for_every_compiler(lab_data, lab_placements):
+    """Issue 27: a Triton cache of another Triton or ROCm build gives garbled output (vllm issue
+    41871), so no compiler's directory of one image is, or holds, another image's."""
+    first = host_config(lab_data)
+    second = host_config(dict(lab_data, vllm_image_tag="0.33.0", vllm_image_digest=OTHER_DIGEST))
+    one, two = _caches(first, lab_placements), _caches(second, lab_placements)
+    for instance in one:
+        assert set(one[instance]) == set(two[instance]) == {"vllm", "inductor", "triton", "aiter"}
+        for name, path in one[instance].items():
+            assert path == f"/var/cache/vllm/{instance}/abababababab/{name}"
+            assert two[instance][name] == f"/var/cache/vllm/{instance}/cdcdcdcdcdcd/{name}"
+        paths = [p.rstrip("/") + "/" for p in (*one[instance].values(), *two[instance].values())]
+        assert not [(a, b) for a in paths for b in paths if a != b and a.startswith(b)]
+    for config in (first, second):
+        for i in config.instances():
+            assert cachedirs.aiter_seed_dir(config, i) == _caches(config, lab_placements)[i.name]["aiter"]
+    # the same image under another tag is the same build: the same namespace
+    retagged = host_config(dict(lab_data, vllm_image_tag="0.32.0-lab.1-again"))
+    assert _caches(retagged, lab_placements) == one
+
+
+def test_the_namespace_is_the_digest_short_form_and_refuses_other_digests(lab_config):
+    assert cachedirs.namespace(lab_config) == "abababababab"
+    instance = lab_config.instances()[0]
+    assert cachedirs.prepared(lab_config, instance) == ("/var/cache/vllm/tiny-llama-a", "abababababab")
+
+    class Odd:
+        tag, digest = "t", "sha512:" + "ab" * 64
+
+    class Host:
+        image = Odd()
+
+    with pytest.raises(ValueError, match="sha256: and 64 lowercase hex"):
+        cachedirs.namespace(Host())  # type: ignore[arg-type]
 
 
 @settings(max_examples=60, deadline=None)
@@ -224,6 +274,7 @@ def test_baked_image_mounts_no_cache_and_env_points_at_the_layer(lab_data, lab_p
     volumes = [argv[i + 1] for i, x in enumerate(argv) if x == "--volume"]
     assert volumes == ["/var/cache/huggingface:/root/.cache/huggingface"]
     assert cachedirs.mounts(config, instance) == [] and cachedirs.writable_sharing(config) == []
+    assert cachedirs.prepared(config, instance) is None and cachedirs.aiter_seed_dir(config, instance) is None
     env = vllm.container_env(vllm_settings(config), lab_placements[instance.name])
     assert env["TRITON_CACHE_DIR"] == "/root/.triton/cache" and env["AITER_JIT_DIR"] == "/root/.aiter/jit"
 

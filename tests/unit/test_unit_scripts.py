@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rocmfleet import scripts
+from rocmfleet.domain import cachedirs, lastgood
 
 DOCKER = r"""#!/bin/sh
 # stub docker: answers from files in $STUB
@@ -227,6 +230,96 @@ def test_seed_aiter_never_fails_the_start(tmp_path):
     proc = run(env, "vllm-unit.sh", "seed-aiter", "reg/vllm:2@sha256:dd", jit_dir)
     assert proc.returncode == 0 and "could not copy" in proc.stderr
     assert not (jit_dir / ".rocmfleet-seeded").exists()
+
+
+# --- vllm-unit.sh prepare-cache: old namespaces and stale JIT lock files (issue 27) -------------
+
+NOW, GOOD, OLD = "aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"
+#: A holder that stays alive: ``baton`` keeps the file open as AITER's and torch's FileBaton do
+#: (os.open(O_CREAT|O_EXCL), closed at release), ``flock`` as the filelock package (inductor) does.
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[2], os.O_RDWR | os.O_CREAT)
+if sys.argv[1] == "flock":
+    fcntl.flock(fd, fcntl.LOCK_EX)
+print("holding", flush=True)
+time.sleep(60)
+"""
+
+
+def _serve_json(tmp_path: Path, namespace: str | None) -> Path:
+    """The last good version's serve.json as lastgood.serve_record writes it (an env value that
+    names a third image must not count)."""
+    record = tmp_path / "serve.json"
+    if namespace:
+        env = {"NOTE": '"image": "r:x@sha256:' + OLD + "0" * 52 + '"'}
+        image = f"reg/vllm:good@sha256:{namespace}{'0' * 52}"
+        record.write_text(lastgood.serve_record(image, ["/m", "--port", "8000"], env))
+    return record
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_prepare_cache_looks_for_the_lock_names_the_layout_documents():
+    text = (scripts.DIR / "vllm-unit.sh").read_text()
+    find = next(line for line in text.splitlines() if "locks=$(find" in line)
+    assert tuple(p.strip("'") for p in re.findall(r"-name (\S+)", find)) == cachedirs.LOCK_NAMES
+
+
+def test_prepare_cache_keeps_this_and_the_last_good_namespace_and_removes_the_rest(tmp_path):
+    env = stubs(tmp_path)
+    root = tmp_path / "cache" / "a"
+    for name in (NOW, GOOD, OLD, "vllm", "triton", "operator-notes", "abc"):
+        (root / name / "sub").mkdir(parents=True)
+    record = _serve_json(tmp_path, GOOD)
+    proc = run(env, "vllm-unit.sh", "prepare-cache", root, NOW, record)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in root.iterdir()) == sorted([NOW, GOOD, "operator-notes", "abc"])
+    assert f"removed {root}/{OLD}: compile caches of an image neither this start ({NOW}) nor" in proc.stderr
+    before = _tree(root)
+    again = run(env, "vllm-unit.sh", "prepare-cache", root, NOW, record)
+    assert again.returncode == 0 and again.stderr == "" and _tree(root) == before  # idempotent
+    # the last good version is now this image (saved after it was ready): the other one goes
+    proc = run(env, "vllm-unit.sh", "prepare-cache", root, NOW, _serve_json(tmp_path, NOW))
+    assert sorted(p.name for p in root.iterdir()) == sorted([NOW, "operator-notes", "abc"])
+    # no last good version, no cache root yet: nothing fails
+    (tmp_path / "serve.json").unlink()
+    assert run(env, "vllm-unit.sh", "prepare-cache", tmp_path / "none", NOW, tmp_path / "serve.json").returncode == 0
+
+
+@pytest.mark.parametrize("kind", ["baton", "flock"])
+def test_prepare_cache_removes_a_dead_writers_lock_and_never_a_live_writers(tmp_path, kind):
+    """A lock file no process holds (its writer was killed with its container) goes; one a live
+    writer holds stays, however it holds it; lock files of another namespace are not touched."""
+    env = stubs(tmp_path)
+    root = tmp_path / "cache" / "a"
+    build = root / NOW / "aiter" / "build"
+    (build / "module_rmsnorm" / "build").mkdir(parents=True)
+    dead = [build / "lock_module_moe", build / "module_rmsnorm" / "build" / "lock", build / "lock_module_moe.steal"]
+    dead.append(root / NOW / "inductor" / "locks" / "x.lock")
+    live = build / "lock_module_gemm"
+    kept = [root / NOW / "aiter" / "module_gemm.so", root / GOOD / "aiter" / "build" / "lock_module_moe"]
+    for path in (*dead, live, *kept):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, kind, str(live)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+        proc = run(env, "vllm-unit.sh", "prepare-cache", root, NOW, _serve_json(tmp_path, GOOD))
+        assert holder.poll() is None  # still alive: its lock was live throughout
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert [p for p in dead if p.exists()] == []
+    assert live.exists() and all(p.exists() for p in kept)
+    assert f"{live} is held open by a running process: left" in proc.stderr
+    assert f"removed {dead[0]}: no process holds it" in proc.stderr
+    # once its writer is gone, the same lock is stale
+    proc = run(env, "vllm-unit.sh", "prepare-cache", root, NOW, _serve_json(tmp_path, GOOD))
+    assert not live.exists() and f"removed {live}" in proc.stderr
 
 
 # --- the watchdog (vllm-unit.sh run --watch-*, rocmfleet/domain/watchdog.py) -------------------

@@ -40,6 +40,7 @@ def directives(unit: str) -> dict[str, list[str]]:
 def test_the_unit_follows_a_detached_container_without_requiring_docker(lab_config, lab_placements):
     unit = render(lab_config, lab_placements)
     assert unit.splitlines()[0].startswith(UNIT_MARKER)  # ManagedInstances reads it
+    assert "\n\n\n" not in unit
     d = directives(unit)
     assert "Requires" not in d and "BindsTo" not in d and "PartOf" not in d  # docker restarts do not reach us
     assert d["Wants"] == ["docker.service network-online.target"]
@@ -57,9 +58,15 @@ def test_the_unit_follows_a_detached_container_without_requiring_docker(lab_conf
     assert start[end + 1 : end + 5] == ["/usr/bin/docker", "run", "--detach", "--init"]
     # no SIGKILL of a running server before a start: a graceful stop, then a plain rm, in the script
     assert d["ExecStartPre"][0] == f"{vllm.UNIT_SCRIPT} clear vllm-tiny-llama-a 90"
-    # then the instance's own AITER_JIT_DIR gets the image's prebuilt AITER modules (cachedirs.aiter_seed_dir)
-    seed = f"{lab_config.settings.vllm_cache_dir.rstrip('/')}/tiny-llama-a/aiter"
-    assert d["ExecStartPre"][1:] == [f"{vllm.UNIT_SCRIPT} seed-aiter {lab_config.image.reference} {seed}"]
+    # then the instance's cache root keeps this image's and the last good version's namespaces and
+    # loses its stale lock files (cachedirs.prepared), then the image's own AITER_JIT_DIR gets its
+    # prebuilt AITER modules (cachedirs.aiter_seed_dir)
+    root = f"{lab_config.settings.vllm_cache_dir.rstrip('/')}/tiny-llama-a"
+    serve_json = f"{vllm.CONFIG_DIR}/tiny-llama-a.last-good/serve.json"
+    assert d["ExecStartPre"][1:] == [
+        f"{vllm.UNIT_SCRIPT} prepare-cache {root} abababababab {serve_json}",
+        f"{vllm.UNIT_SCRIPT} seed-aiter {lab_config.image.reference} {root}/abababababab/aiter",
+    ]
     assert not [line for line in unit.splitlines() if "--force" in line and not line.startswith("#")]
     assert d["ExecStop"] == ["-/usr/bin/docker stop --time 90 vllm-tiny-llama-a"]
 
@@ -185,5 +192,7 @@ def test_amd_smi_output_decides(monkeypatch, capsys, tmp_path):
 def test_a_baked_image_has_no_aiter_seed(lab_data, lab_placements):
     """A baked image carries AITER_JIT_DIR in its layer (seeded at the bake): nothing is mounted or seeded."""
     lab_data["vllm_image_tag"] = "lab-rfcache-0123456789ab"
-    d = directives(render(host_config(lab_data), lab_placements))
-    assert len(d["ExecStartPre"]) == 1 and "seed-aiter" not in d["ExecStartPre"][0]
+    unit = render(host_config(lab_data), lab_placements)
+    d = directives(unit)
+    assert len(d["ExecStartPre"]) == 1 and d["ExecStartPre"][0].split()[1] == "clear"
+    assert "\n\n\n" not in unit  # the steps left out leave no run of blank lines
