@@ -47,7 +47,7 @@ from rocmfleet.config.profiles import (
 )
 from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import docker, envpolicy
+from rocmfleet.domain import docker, envpolicy, ports
 from rocmfleet.domain.docker import DockerDaemon
 from rocmfleet.domain.placement import world_problem
 from rocmfleet.domain.rocm import PREFIX as ROCM_PREFIX
@@ -323,6 +323,16 @@ class HostSettings(BaseModel):
         default=None,
         description="Explicit instances (name, port, GPUs) instead of the profile's `instances_per_host` layout.",
     )
+    vllm_internal_port_base: int = Field(
+        default=ports.DEFAULT_BASE,
+        ge=ports.LOWEST,
+        le=65535,
+        description=(
+            f"First of the ports vLLM opens besides its API port (its torch.distributed rendezvous): instance i "
+            f"of the host gets {ports.STRIDE} ports from `base + {ports.STRIDE} * i`, its `VLLM_PORT`. The blocks "
+            "must miss every API port and stay below 32768 (Linux's ephemeral ports)."
+        ),
+    )
     vllm_env: dict[str, str] = Field(default_factory=dict, description="Container environment (not secrets).")
     vllm_secret_env: dict[str, VaultSecret] = Field(
         default_factory=dict,
@@ -454,11 +464,25 @@ def _text(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Instance:
-    """One vLLM server of a host: unit ``vllm-<name>.service``, container ``vllm-<name>``."""
+    """One vLLM server of a host: unit ``vllm-<name>.service``, container ``vllm-<name>``.
+
+    Attributes:
+        name: the instance's name.
+        port: its API port (``--port``).
+        gpus: its host GPU indices (KFD order).
+        internal_port: the first of its internal ports, ``VLLM_PORT`` (:func:`rocmfleet.domain.ports.block`
+            of ``vllm_internal_port_base`` and its position on the host).
+    """
 
     name: str
     port: int
     gpus: tuple[int, ...]
+    internal_port: int
+
+    @property
+    def internal_ports(self) -> ports.Block:
+        """The ports vLLM may open besides ``port`` (:mod:`rocmfleet.domain.ports`)."""
+        return ports.Block(self.internal_port)
 
 
 @dataclass(frozen=True)
@@ -472,10 +496,9 @@ class HostConfig:
     tuning: TuningSettings
 
     def instances(self) -> list[Instance]:
-        """``vllm_instances`` if given, else ``<profile>-<i>`` on ``base_port + i`` with the profile's GPUs."""
-        if self.settings.vllm_instances is not None:
-            return [Instance(i.name, i.port, tuple(i.gpus)) for i in self.settings.vllm_instances]
-        return _profile_instances(self.profile)
+        """``vllm_instances`` if given, else ``<profile>-<i>`` on ``base_port + i`` with the profile's GPUs;
+        instance *i* gets the internal ports of :func:`rocmfleet.domain.ports.block`."""
+        return _instances(self.settings, self.profile)
 
 
 def _all_fields() -> list[str]:
@@ -625,10 +648,8 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
     profile = _profile(settings, directory, problems) if settings else None
     image = _image(settings, profile, directory, data, problems) if settings else None
     instances: list[Instance] | None = None
-    if settings and settings.vllm_instances is not None:
-        instances = [Instance(i.name, i.port, tuple(i.gpus)) for i in settings.vllm_instances]
-    elif profile is not None:
-        instances = _profile_instances(profile)
+    if settings and (settings.vllm_instances is not None or profile is not None):
+        instances = _instances(settings, profile)
     if instances is not None and settings is not None:
         key = "vllm_instances" if settings.vllm_instances is not None else "vllm_profile"
         problems += instance_problems(instances, profile, settings.vllm_gpu_count, key)
@@ -649,7 +670,10 @@ def port_problems(instances: list[Instance], settings: HostSettings, key: str) -
     vLLM serves on ``0.0.0.0:<port>`` (``rocmfleet.domain.vllm.serve_args``), so it takes the port
     on every address; Docker's ``metrics-addr`` listens on its own. Two owners of one port: the
     second to start dies with ``EADDRINUSE`` (vLLM at start, dockerd at start-up). The instances'
-    own duplicates are :func:`instance_problems`'.
+    own duplicates are :func:`instance_problems`'. Each instance's internal ports (``VLLM_PORT``
+    and the block after it, :mod:`rocmfleet.domain.ports`) miss every API port, the metrics port
+    and each other, and stay in 1024-32767 (:func:`rocmfleet.domain.ports.problems`), reported
+    under ``vllm_internal_port_base``.
 
     Args:
         instances: the host's instances; ``key`` is where they come from, for the message.
@@ -658,6 +682,16 @@ def port_problems(instances: list[Instance], settings: HostSettings, key: str) -
     problems = []
     metrics = settings.docker_daemon.metrics_addr
     port_text = metrics.rpartition(":")[2] if metrics else ""
+    others = [(int(port_text), "Docker's metrics-addr (docker_daemon)")] if port_text.isdigit() else []
+    problems += [
+        Problem(
+            "vllm_internal_port_base",
+            f"{p}; give vllm_internal_port_base another value (instance i takes {ports.STRIDE} ports from "
+            f"base + {ports.STRIDE} * i) or the instances other API ports ({key})",
+            repr(settings.vllm_internal_port_base),
+        )
+        for p in ports.problems(instances, others)
+    ]
     if port_text.isdigit():
         for instance in instances:
             if instance.port == int(port_text):
@@ -734,13 +768,21 @@ def _image(
         return None
 
 
-def _profile_instances(profile: Profile) -> list[Instance]:
-    if profile.instance_gpus is not None:
-        groups = [tuple(g) for g in profile.instance_gpus]
+def _instances(settings: HostSettings, profile: Profile | None) -> list[Instance]:
+    """``vllm_instances``, else the profile's layout (``profile`` is then not ``None``), each with its
+    internal ports from ``vllm_internal_port_base`` by position (:func:`rocmfleet.domain.ports.block`)."""
+    base = settings.vllm_internal_port_base
+    if settings.vllm_instances is not None:
+        named = [(i.name, i.port, tuple(i.gpus)) for i in settings.vllm_instances]
     else:
-        n = profile.gpus_per_instance or 1
-        groups = [tuple(range(i * n, (i + 1) * n)) for i in range(profile.instances_per_host)]
-    return [Instance(f"{profile.name}-{i}", port, groups[i]) for i, port in enumerate(profile.ports)]
+        assert profile is not None
+        if profile.instance_gpus is not None:
+            groups = [tuple(g) for g in profile.instance_gpus]
+        else:
+            n = profile.gpus_per_instance or 1
+            groups = [tuple(range(i * n, (i + 1) * n)) for i in range(profile.instances_per_host)]
+        named = [(f"{profile.name}-{i}", port, groups[i]) for i, port in enumerate(profile.ports)]
+    return [Instance(name, port, gpus, ports.block(base, i).first) for i, (name, port, gpus) in enumerate(named)]
 
 
 def instance_problems(

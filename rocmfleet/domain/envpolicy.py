@@ -13,13 +13,17 @@ Sources, in the order they are merged (:func:`container_env`):
 4. host data's ``vllm_env``;
 5. vLLM's engine start deadline from ``vllm_ready_timeout_s`` (:data:`ENGINE_READY_TIMEOUT`), for
    the vLLM versions that read it;
-6. placement's visible-devices variable (``CUDA_VISIBLE_DEVICES``, :mod:`rocmfleet.domain.placement`).
+6. placement's visible-devices variable (``CUDA_VISIBLE_DEVICES``, :mod:`rocmfleet.domain.placement`);
+7. (in :func:`rocmfleet.domain.vllm.container_env`) the compiler cache paths and ``VLLM_PORT``, the
+   instance's internal ports (:mod:`rocmfleet.domain.ports`).
 
 Rules, the same for ``extra_env`` and ``vllm_env`` (:func:`profile_problems`,
 :func:`host_problems`; both run when ``rocmfleet validate`` or an inventory loads):
 
 - visibility variables (:data:`VISIBILITY`) belong to placement: refused elsewhere;
 - ``VLLM_ENGINE_READY_TIMEOUT_S`` belongs to ``vllm_ready_timeout_s``: refused elsewhere;
+- ``VLLM_PORT`` belongs to the instance's internal port block (``vllm_internal_port_base``): one
+  value for every instance would give them all the same rendezvous port; refused elsewhere;
 - a variable the target vLLM removed is refused with its replacement, and a variable the flag
   table renders with the setting that owns it (:func:`rocmfleet.domain.flags.env_passthrough_problems`);
 - a variable a named set renders is refused: the set owns it;
@@ -44,6 +48,7 @@ from typing import Protocol
 
 from packaging.version import Version
 
+from rocmfleet.domain import ports
 from rocmfleet.domain.flags import Rendered, env_passthrough_problems
 
 
@@ -302,6 +307,13 @@ def _owned(profile: EnvProfile, name: str, value: str, where: str) -> str | None
         return (
             f"{where} {name}: rendered from vllm_ready_timeout_s (the deploy's readiness deadline), so that vLLM "
             "does not give up on a cold start before the deploy does; set vllm_ready_timeout_s instead"
+        )
+    if name == ports.ENV:
+        return (
+            f"{where} {name}: rendered per instance, the first of its {ports.STRIDE} internal ports from "
+            "vllm_internal_port_base; one value in every instance's environment would make them race for one "
+            "torch.distributed rendezvous port (EADDRINUSE); set vllm_internal_port_base instead (VLLM_PORT is "
+            "vLLM's internal port, not the API port: that is the profile's base_port or vllm_instances[].port)"
         )
     owners = [s for s in profile.env_sets if name in ENV_SETS[s].variables]
     if owners:

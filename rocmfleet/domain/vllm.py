@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol, get_args
 
-from rocmfleet.domain import cachedirs, envpolicy, lastgood, memfit, partitions, parts
+from rocmfleet.domain import cachedirs, envpolicy, lastgood, memfit, partitions, parts, ports
 from rocmfleet.domain.partitionmodes import ComputePartition, PartitionPolicy
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
@@ -50,6 +50,8 @@ class ServedInstance(Protocol):
     def port(self) -> int: ...
     @property
     def gpus(self) -> tuple[int, ...]: ...
+    @property
+    def internal_port(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -222,9 +224,15 @@ def container_env(service: VllmSettings, placement: Placement) -> dict[str, str]
     the placement's GPU architecture, then ``vllm_env``, then ``VLLM_ENGINE_READY_TIMEOUT_S`` from
     ``vllm_ready_timeout_s`` (vLLM >= 0.14), then visible devices
     (:func:`rocmfleet.domain.envpolicy.container_env`), then the compiler cache paths
-    (:func:`rocmfleet.domain.cachedirs.env`)."""
+    (:func:`rocmfleet.domain.cachedirs.env`), then ``VLLM_PORT``, the first of the instance's internal
+    ports (:func:`rocmfleet.domain.ports.env`; ``vllm_env`` may not set it).
+
+    Raises:
+        KeyError: ``service.instances`` has no instance named ``placement.name``.
+    """
     env = envpolicy.container_env(service.env_profile, service.vllm_env, placement, service.ready_timeout_s)
-    return {**env, **cachedirs.env()}
+    instance = {i.name: i for i in service.instances}[placement.name]
+    return {**env, **cachedirs.env(), **ports.env(instance.internal_port)}
 
 
 def docker_run_argv(
@@ -342,8 +350,9 @@ def unit_template_vars(
     service: VllmSettings, instance: ServedInstance, placement: Placement, device_gids: list[int], gpu_bdfs: list[str]
 ) -> dict[str, object]:
     """What ``templates/vllm/vllm.service.j2`` is rendered with for ``instance`` (arguments as
-    :func:`unit_exec_start`): names, the quoted ``ExecStart``, the ``ExecStartPre`` lines that prepare
-    the instance's cache root (:func:`prepare_cache_argv`) and seed its AITER JIT directory
+    :func:`unit_exec_start`): names, the API port and the internal ports (``FIRST-LAST``), the quoted
+    ``ExecStart``, the ``ExecStartPre`` lines that prepare the instance's cache root
+    (:func:`prepare_cache_argv`) and seed its AITER JIT directory
     (:func:`rocmfleet.domain.cachedirs.aiter_seed_dir`), both empty for a baked image, and
     :func:`unit_timings`.
 
@@ -359,6 +368,7 @@ def unit_template_vars(
         # Description= expands systemd specifiers: a literal % is %% (systemd.unit(5), "Specifiers").
         "model": service.served_model_name.replace("%", "%%"),
         "port": instance.port,
+        "internal_ports": ports.Block(instance.internal_port).spec(),
         "image": service.image,
         "container": files.container,
         "secrets_file": files.secrets_file,

@@ -42,14 +42,17 @@ class VllmReady(FactBase[bool]):
 class PortOwner(FactBase[str]):
     """
     Who listens on TCP ``port``: ``"free"``, ``"ours"`` (a process of ``container``) or
-    ``"other PID COMMAND"`` (``rocmfleet/scripts/vllm-probe.sh owner``).
+    ``"other PID COMMAND"`` (``rocmfleet/scripts/vllm-probe.sh owner``). ``port`` may be a range
+    ``"FIRST-LAST"`` (an instance's internal ports): ``"ours"`` when every listener there is the
+    container's, ``"other PID COMMAND on port N"`` for the first a stranger holds.
 
     .. code:: python
 
         host.get_fact(PortOwner, port=8001, container="vllm-b")  # "other 4242 python3 -m http.server 8001"
+        host.get_fact(PortOwner, port="20010-20019", container="vllm-b")  # "free"
     """
 
-    def command(self, port: int, container: str) -> str:
+    def command(self, port: int | str, container: str) -> str:
         return scripts.command("vllm-probe.sh", "owner", port, container)
 
     def process(self, output: list[str]) -> str:

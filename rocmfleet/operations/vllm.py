@@ -201,24 +201,34 @@ def clear_start_limit(unit: str) -> Commands:
 
 
 @operation()
-def port_is_ours(instance: str, port: int, container: str) -> Commands:
+def port_is_ours(instance: str, port: int | str, container: str) -> Commands:
     """
-    Fail the host when a process other than the instance's own container listens on its port.
+    Fail the host when a process other than the instance's own container listens on its port, or
+    on one of its internal ports.
 
     + instance: instance name
-    + port: its API port
+    + port: its API port, or its internal ports as ``FIRST-LAST`` (``Instance.internal_ports.spec()``,
+      :mod:`rocmfleet.domain.ports`)
     + container: its container (``vllm-<instance>``)
 
-    A no-op when the port is free or held by the container (``PortOwner``). Otherwise the new
-    server could never bind it, and a readiness probe of the port would ask the stranger.
+    A no-op when the port (every port of the range) is free or held by the container (``PortOwner``).
+    Otherwise the new server could never bind its API port (and a readiness probe of the port would
+    ask the stranger), or vLLM would walk past the held internal port into another instance's block.
     """
     owner = host.get_fact(PortOwner, port=port, container=container)
     if owner in ("free", "ours"):
         host.noop(f"port {port}: {owner}")
         return
+    if isinstance(port, int):
+        yield host_failure(
+            f"rocmfleet: port {port} of vLLM instance {instance} is held by {owner.removeprefix('other ')} "
+            f"(pid, command), not by its container {container}; stop that process or give the instance another port"
+        )
+        return
     yield host_failure(
-        f"rocmfleet: port {port} of vLLM instance {instance} is held by {owner.removeprefix('other ')} "
-        f"(pid, command), not by its container {container}; stop that process or give the instance another port"
+        f"rocmfleet: internal ports {port} (VLLM_PORT) of vLLM instance {instance}: a port is held by "
+        f"{owner.removeprefix('other ')} (pid, command), not by its container {container}; stop that process or "
+        "move every instance's internal ports with vllm_internal_port_base"
     )
 
 

@@ -237,9 +237,10 @@ def _instance_differs(config: HostConfig, instance: Instance, placed: HostPlacem
 
 def plan_dict(config: HostConfig, todo: VllmPlan) -> dict[str, object]:
     """``todo`` as JSON-ready data, to print and to compare with a checked-in expectation
-    (``tests/fixtures/plans/``): the placement, each instance's files as rendered (the text of its
-    environment file and unit; of its secrets file only the path and mode: secret values never
-    leave the deploy) and why it is not clean, then the directories, scripts and orphans to fix.
+    (``tests/fixtures/plans/``): the placement, each instance's API and internal ports and files as
+    rendered (the text of its environment file and unit; of its secrets file only the path and mode:
+    secret values never leave the deploy) and why it is not clean, then the directories, scripts and
+    orphans to fix.
 
     Args:
         config: the host's validated configuration (the one ``todo`` was planned from).
@@ -277,6 +278,7 @@ def plan_dict(config: HostConfig, todo: VllmPlan) -> dict[str, object]:
             "unit": names.unit,
             "container": names.container,
             "port": instance.port,
+            "internal_ports": instance.internal_ports.spec(),
             "dirty": instance.name in todo.dirty,
             "why": todo.why.get(instance.name, []),
             "files": files,

@@ -3,7 +3,10 @@
 #
 #   vllm-probe.sh owner PORT CONTAINER
 #       prints "free" (nothing listens on PORT), "ours" (a process of CONTAINER listens on it)
-#       or "other PID COMMAND" (another process does); exit 0.
+#       or "other PID COMMAND" (another process does); exit 0. PORT may be a range FIRST-LAST (an
+#       instance's internal ports, rocmfleet/domain/ports.py): "free" when nothing listens on any of
+#       them, "ours" when every listener there is CONTAINER's, else "other PID COMMAND on port N"
+#       for the first port a stranger holds.
 #   vllm-probe.sh ready PORT CONTAINER MODEL_JSON BODY [EXPECT_JSON [CHAT_BODY CHAT_EXPECT_JSON]]
 #       exit 0 when a process of CONTAINER listens on PORT and the server there is ready:
 #       GET /health answers 200, GET /v1/models lists the served model name MODEL_JSON (a JSON
@@ -53,32 +56,41 @@ fi
 mode=$1 port=$2 container=$3
 
 owner() {
+    case $port in
+        *-*) first=${port%-*} last=${port#*-} filter="sport >= :${port%-*} and sport <= :${port#*-}" ;;
+        *) first=$port last=$port filter="sport = :$port" ;;
+    esac
     # A port nobody can read is not a free port: say so rather than "free".
-    if ! listening=$(ss -Hltnp "sport = :$port" 2>&1); then
+    if ! listening=$(ss -Hltnp "$filter" 2>&1); then
         echo "other ? (ss failed: $(echo "$listening" | head -n 1))"
         return 0
     fi
-    pids=$(echo "$listening" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)
-    if [ -z "$pids" ]; then
-        if [ -n "$listening" ]; then
-            echo "other ? (a listener whose process ss cannot see)"
-        else
-            echo free
-        fi
+    if [ -z "$listening" ]; then
+        echo free
         return 0
     fi
     ours=$(docker top "$container" -eo pid 2>/dev/null | tail -n +2)
-    for pid in $pids; do
-        for own in $ours; do
-            if [ "$pid" = "$own" ]; then
-                echo ours
-                return 0
-            fi
+    # One line per listening socket: state, queues, local address:port, peer, processes. The
+    # first socket none of whose processes is the container's is the stranger.
+    stranger=$(echo "$listening" | while read -r _ _ _ local rest; do
+        where=""
+        [ "$first" = "$last" ] || where=" on port ${local##*:}"
+        pids=$(echo "$rest" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)
+        if [ -z "$pids" ]; then
+            echo "other ? (a listener whose process ss cannot see)$where"
+            break
+        fi
+        for pid in $pids; do
+            for own in $ours; do
+                [ "$pid" = "$own" ] && continue 3
+            done
         done
-    done
-    pid=$(echo "$pids" | head -n 1)
-    command=$( (tr '\0' ' ' < "/proc/$pid/cmdline") 2>/dev/null | cut -c1-120)
-    echo "other $pid ${command:-(command unknown)}"
+        pid=$(echo "$pids" | head -n 1)
+        command=$( (tr '\0' ' ' < "/proc/$pid/cmdline") 2>/dev/null | cut -c1-120)
+        echo "other $pid ${command:-(command unknown)}$where"
+        break
+    done)
+    echo "${stranger:-ours}"
 }
 
 # CHECK: the judge of the answers, a Python program. `ready` runs it with the container's python3

@@ -65,9 +65,9 @@ def test_llama_reproduces_the_production_guidance(profiles):
 
 def test_container_env_reads_the_placements_arch(tmp_path):
     config = _config(tmp_path, "deepseek-r1", vllm_version="0.16.0")
-    placement = Placement("d", (), {"CUDA_VISIBLE_DEVICES": "0"}, "", "", gpus=(0,), gfx_arch="gfx942")
+    placement = Placement("deepseek-r1-0", (), {"CUDA_VISIBLE_DEVICES": "0"}, "", "", gpus=(0,), gfx_arch="gfx942")
     assert vllm.container_env(vllm_settings(config), placement)[FP4] == "0"
-    placement = Placement("d", (), {"CUDA_VISIBLE_DEVICES": "0"}, "", "", gpus=(0,), gfx_arch="gfx950")
+    placement = Placement("deepseek-r1-0", (), {"CUDA_VISIBLE_DEVICES": "0"}, "", "", gpus=(0,), gfx_arch="gfx950")
     assert FP4 not in vllm.container_env(vllm_settings(config), placement)
 
 

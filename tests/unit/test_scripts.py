@@ -89,3 +89,18 @@ def test_the_wait_says_how_to_call_it_when_a_target_is_incomplete():
     assert result.returncode == 2 and result.stderr.startswith("usage: vllm-wait.sh TIMEOUT_S ROLLBACK_TIMEOUT_S")
     result = subprocess.run([*wait, "a", "vllm-a.service"], input="", capture_output=True, text=True)
     assert result.returncode == 2 and "(stdin: lines 'target NAME UNIT" in result.stderr  # targets are not arguments
+
+
+def test_owner_of_a_range_names_the_port_a_stranger_holds_and_knows_the_containers(listener, tmp_path):
+    if shutil.which("ss") is None:
+        pytest.skip("ss (iproute2) is not installed")
+    port, pid = listener
+    block = f"{port - 3}-{port + 6}"  # an instance's internal ports, one of them held
+    stranger = run("owner", block, "vllm-nosuch").stdout
+    assert stranger.startswith(f"other {pid} ") and stranger.endswith(f" on port {port}\n")
+    (tmp_path / "docker").write_text(f"#!/bin/sh\necho PID\necho {pid}\n")  # `docker top`: the listener is ours
+    (tmp_path / "docker").chmod(0o755)
+    command = scripts.command("vllm-probe.sh", "owner", block, "vllm-a")
+    env = {"PATH": f"{tmp_path}:/usr/sbin:/usr/bin:/sbin:/bin"}
+    assert subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env).stdout == "ours\n"
+    assert run("owner", f"{port + 1}-{port + 10}", "vllm-nosuch").stdout == "free\n"

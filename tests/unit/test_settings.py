@@ -8,12 +8,15 @@ from tests.unit.conftest import DIGEST
 
 def test_lab_data_validates_and_resolves_image_and_instances(lab_config):
     assert lab_config.image.reference == f"10.213.0.1:5000/rocmfleet-lab/vllm-cpu:0.32.0-lab.1@{DIGEST}"
-    assert lab_config.instances() == [Instance("tiny-llama-a", 8000, (0,)), Instance("tiny-llama-b", 8001, (1,))]
+    assert lab_config.instances() == [
+        Instance("tiny-llama-a", 8000, (0,), 20000),
+        Instance("tiny-llama-b", 8001, (1,), 20010),
+    ]
 
 
 def test_without_explicit_instances_the_profile_layout_applies(lab_data):
     del lab_data["vllm_instances"]
-    assert host_config(lab_data).instances() == [Instance("lab-tiny-llama-0", 8000, (0,))]
+    assert host_config(lab_data).instances() == [Instance("lab-tiny-llama-0", 8000, (0,), 20000)]
 
 
 def test_every_problem_is_reported_at_once(lab_data):
@@ -48,7 +51,7 @@ def test_secret_env_must_come_from_vault(lab_data):
 
 def test_explicit_instances_replace_the_profile_layout(lab_data):
     lab_data["vllm_instances"] = [{"name": "a", "port": 9000, "gpus": [6]}]
-    assert host_config(lab_data).instances() == [Instance("a", 9000, (6,))]
+    assert host_config(lab_data).instances() == [Instance("a", 9000, (6,), 20000)]
 
 
 def test_host_and_ports_of_pyinfra_are_checked_too(lab_data):

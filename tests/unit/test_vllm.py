@@ -65,6 +65,7 @@ def test_container_env_has_profile_flags_user_env_and_visible_devices(lab_config
         "VLLM_ENGINE_READY_TIMEOUT_S": "1800",
         "CUDA_VISIBLE_DEVICES": "0",
         **cachedirs.env(),
+        "VLLM_PORT": "20000",  # tiny-llama-a, the host's first instance: the first internal port block
     }
     assert "HIP_VISIBLE_DEVICES" not in env
 

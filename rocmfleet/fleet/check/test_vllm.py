@@ -1,5 +1,5 @@
 """Compliance of the vLLM role, per instance: unit, container (image digest, arguments,
-environment, devices and CPUs), port and readiness.
+environment, devices and CPUs), API and internal ports, and readiness.
 
 A check whose precondition is already reported skips, naming it: with the unit stopped only
 ``test_unit_enabled_and_active`` fails, not every check about the container it would run.
@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from rocmfleet import scripts
 from rocmfleet.config.errors import CannotCheck
 from rocmfleet.config.settings import HostConfig, Instance
 from rocmfleet.domain import docker, partitions, readiness, vllm
@@ -149,6 +150,18 @@ def test_port_answering(host: Any, instance: Instance, unit: str) -> None:
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     probe = _health(host, instance.port)
     assert probe.rc == 0, f"port {instance.port}: {probe.stderr.strip()}"
+
+
+def test_internal_ports_ours(host: Any, instance: Instance, unit: str) -> None:
+    """No process but the instance's own container listens on its internal ports (``VLLM_PORT``'s
+    block, :mod:`rocmfleet.domain.ports`): free before start, the container's (its torch.distributed
+    rendezvous) after. One ``ss`` read of the block (``vllm-probe.sh owner FIRST-LAST``)."""
+    block = instance.internal_ports.spec()
+    container = vllm.files_of(instance).container
+    owner = host.run(scripts.command("vllm-probe.sh", "owner", block, container)).stdout.strip()
+    assert owner in ("free", "ours"), (
+        f"internal ports {block} (VLLM_PORT) of {unit}: held by {owner.removeprefix('other ')}, not {container}"
+    )
 
 
 def test_ready(host: Any, config: HostConfig, instance: Instance, unit: str) -> None:

@@ -120,15 +120,17 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
         )
 
     # A port held by anything but the instance's own container fails the host, also before any file
-    # is written: no instance is swapped on a host where one of them could not start.
+    # is written: no instance is swapped on a host where one of them could not start. The same for
+    # its internal ports (VLLM_PORT's block, rocmfleet/domain/ports.py), in one read.
     for instance in host.loop(dirty):
         names = vllm.files_of(instance)
-        vllm_ops.port_is_ours(
-            name=f"Check port {instance.port} is free or held by {names.container}",
-            instance=instance.name,
-            port=instance.port,
-            container=names.container,
-        )
+        for port in (instance.port, instance.internal_ports.spec()):
+            vllm_ops.port_is_ours(
+                name=f"Check port {port} is free or held by {names.container}",
+                instance=instance.name,
+                port=port,
+                container=names.container,
+            )
 
     # (c) Write the files and swap what changed.
     secret_content = secrets_content(config)
