@@ -346,6 +346,8 @@ def test_bench_command_argv() -> None:
         "--max-concurrency", "64",
         "--num-prompts", "256",
         "--ignore-eos",
+        "--temperature", "0",
+        "--seed", "0",
         "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,90,99",
         "--save-result",
@@ -357,9 +359,10 @@ def test_bench_command_argv() -> None:
     assert "--served-model-name" not in plain and "--metadata" not in plain
     assert plain[-1] == "--save-detailed"
     assert plain[plain.index("--result-dir") + 1] == "."
-    # every flag is one reference §5.1 lists for 0.33, or --served-model-name (serve.py add_cli_args)
+    # every flag is one reference §5.1 lists for 0.33, or --served-model-name (serve.py add_cli_args),
+    # or --temperature (its "sampling parameters" group: vllm PR #16022; rocmfleet.fleet.bench.client)
     reference = set((FIXTURES.parent / "reference" / "mi300x.md").read_text().split("`"))
-    flags = {a for a in argv + plain if a.startswith("--")} - {"--served-model-name"}
+    flags = {a for a in argv + plain if a.startswith("--")} - {"--served-model-name", "--temperature"}
     assert flags <= reference, flags - reference
 
 
@@ -798,6 +801,10 @@ def test_bench_saves_results_reports_and_compares_with_the_previous_run(
         "rocmfleet_host=lab-1",
         "rocmfleet_instance=tiny-llama-a",
         f"rocmfleet_image=10.213.0.1:5000/rocmfleet-lab/vllm-cpu:0.32.0-lab.1@{DIGEST}",
+        f"rocmfleet_client_image=10.213.0.1:5000/rocmfleet-lab/vllm-cpu:0.32.0-lab.1@{DIGEST}",
+        f"rocmfleet_client_vllm={fleet[0].config.profile.vllm_version}",
+        "rocmfleet_temperature=0",
+        "rocmfleet_seed=0",
     ]
     assert all(not h.files and h.closed for h in hosts.values())  # the containers' copies are removed
 
@@ -870,10 +877,11 @@ def test_benchmark_errors_and_timeouts_fail_the_case_with_secrets_masked(
 def test_gate_results_split_the_cases_that_gave_a_result_from_those_that_did_not(
     fleet: list[Target], raw: dict[str, Any], tmp_path: Path
 ) -> None:
-    error, results, errors = benchrun.gate_results(fleet[1], tmp_path, 600, [].append, lambda t: FakeHost(raw))
+    client = benchrun.serving_client(fleet[1])
+    error, results, errors = benchrun.gate_results(fleet[1], tmp_path, 600, [].append, client, lambda t: FakeHost(raw))
     assert error is None and errors == [] and list(results) == ["lab-2:200x15-c4"]
     error, results, errors = benchrun.gate_results(
-        fleet[1], tmp_path, 600, [].append, lambda t: FakeHost(raw, exit_code=124)
+        fleet[1], tmp_path, 600, [].append, client, lambda t: FakeHost(raw, exit_code=124)
     )
     assert error is None and results == {}
     assert errors == ["lab-2:200x15-c4: timed out after 600 s (--timeout-s)"]

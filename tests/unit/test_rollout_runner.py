@@ -13,6 +13,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -20,6 +21,7 @@ from rocmfleet import scripts
 from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet import registry
 from rocmfleet.fleet.bench.bench import Thresholds
+from rocmfleet.fleet.bench.client import RUN, BenchClient
 from rocmfleet.fleet.rollout import batches as rbatches
 from rocmfleet.fleet.rollout import fleetimage, hoststeps
 from rocmfleet.fleet.rollout import report as rreport
@@ -556,6 +558,8 @@ class _Target:
         from rocmfleet.fleet.connect import SshSettings
 
         self.ssh = SshSettings(hostname="127.0.0.1", port=port, connect_timeout_s=2)
+        image = SimpleNamespace(reference="r/vllm:new@sha256:" + "b" * 64)
+        self.config = SimpleNamespace(image=image, profile=SimpleNamespace(vllm_version="0.33.0"))
 
 
 def test_a_deploy_whose_host_stops_answering_is_stopped_and_reported(monkeypatch):
@@ -578,15 +582,22 @@ def test_the_check_and_bench_steps_are_the_ones_given(tmp_path):
         calls.append(("check", target, timeout_s))
         return ["vllm::ready: failed: not ready"]
 
-    def bench(target, directory, timeout_s, emit):
-        calls.append(("bench", target, directory, timeout_s))
+    def bench(target, directory, timeout_s, emit, client):
+        calls.append(("bench", target, directory, timeout_s, client))
         return None, {"h/a:short": "result"}, ["h/a:long: vllm bench serve exited 1: boom"]
 
     target = _Target(1)
     steps = hoststeps.HostSteps("inv.py", {"h": target}, tmp_path, "id", bench_timeout_s=7, check=check, bench=bench)
     assert steps.check("h") == ["vllm::ready: failed: not ready"]
     assert steps.bench("h", "before") == ({"h/a:short": "result"}, ["h/a:long: vllm bench serve exited 1: boom"])
-    assert calls == [("check", target, hoststeps.CHECK_TIMEOUT_S), ("bench", target, tmp_path / "bench" / "before", 7)]
+    steps.bench("h", "after")
+    # one client for the runs before and after the switch: the new image's, in a container of its own
+    one = BenchClient("r/vllm:new@sha256:" + "b" * 64, "0.33.0", RUN)
+    assert calls == [
+        ("check", target, hoststeps.CHECK_TIMEOUT_S),
+        ("bench", target, tmp_path / "bench" / "before", 7, one),
+        ("bench", target, tmp_path / "bench" / "after", 7, one),
+    ]
     # what the image cannot have caused is inconclusive: the host unreachable, the client timed out
     # or lost, every check an error (none ran to a verdict)
     for error, results in (("unreachable", []), (None, ["h/a:long: timed out after 60 s (--timeout-s)"]),

@@ -27,6 +27,7 @@ from typing import Any
 
 from rocmfleet.domain.benchshape import CASE_NAME, Case
 from rocmfleet.domain.benchshape import Thresholds as Thresholds  # the rollout reads a profile's thresholds here
+from rocmfleet.fleet.bench.client import SAMPLING, ClientInfo, client_info, mismatch
 
 #: Latency metrics the command asks for (``--percentile-metrics``) and the percentiles of each.
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -69,6 +70,11 @@ def bench_command(
     ``result_path`` is where the JSON lands, as the command sees it (inside the container).
     ``save_detailed`` keeps per-request TTFTs and ITLs (large: one float per output token).
     ``metadata`` becomes extra top-level keys of the JSON (``--metadata KEY=VALUE``).
+
+    Sampling is pinned in every run (:data:`rocmfleet.fleet.bench.client.SAMPLING`:
+    ``--temperature 0 --seed 0``): since vllm-project/vllm PR #32723 (2026-01-20) the client
+    sends no temperature unless told, so two clients on either side of it would sample
+    differently (:mod:`rocmfleet.fleet.bench.client`).
     """
     if case.num_prompts < 1:
         raise ValueError(f"case {case.name}: num_prompts must be >= 1 (cases from sweep_for have it)")
@@ -89,6 +95,7 @@ def bench_command(
         "--max-concurrency", str(case.concurrency),
         "--num-prompts", str(case.num_prompts),
         "--ignore-eos",
+        *SAMPLING,
         "--percentile-metrics", ",".join(PERCENTILE_METRICS),
         "--metric-percentiles", ",".join(map(str, METRIC_PERCENTILES)),
         "--save-result",
@@ -168,6 +175,7 @@ class BenchResult:
     max_output_tokens_per_s: float | None = None
     max_concurrent_requests: int | None = None
     samples_ms: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    client: ClientInfo = field(default_factory=ClientInfo)  # which vllm bench serve ran it, its sampling
 
     @property
     def ttft(self) -> Latency:
@@ -389,6 +397,7 @@ def parse_result(data: str | bytes | Mapping[str, Any], source: str) -> BenchRes
         max_output_tokens_per_s=r.number("max_output_tokens_per_s", "a number >= 0", required=False),
         max_concurrent_requests=r.integer("max_concurrent_requests", "an integer >= 0", required=False),
         samples_ms=_samples(r),
+        client=client_info(data),
     )
     metrics = _latencies(r)
     if r.problems:
@@ -441,6 +450,8 @@ def _comparable(result: BenchResult, baseline: BenchResult) -> str | None:
         mine, theirs = getattr(result, key), getattr(baseline, key)
         if mine is not None and theirs is not None and mine != theirs:
             return f"baseline {baseline.source} has {key} {theirs!r}, this run {mine!r}: not compared"
+    if why := mismatch(result.client, baseline.client):
+        return f"baseline {baseline.source} was run by another client ({why}): not compared"
     return None
 
 
@@ -451,7 +462,9 @@ def judge(result: BenchResult, thresholds: Thresholds, baseline: BenchResult | N
     the count is unknown); p99 TTFT or TPOT is over its limit or was not computed; output
     throughput is under its minimum; or one of :data:`REGRESSION_METRICS` is worse than the
     baseline's by more than ``regression_tolerance``. Each reason names the metric (its JSON
-    key), the value and the limit.
+    key), the value and the limit. A baseline run by another known client (image or sampling,
+    :func:`rocmfleet.fleet.bench.client.mismatch`) is not compared, and a note says why; one
+    whose client is unknown (an older rocmfleet's result) is compared, and a note says that.
     """
     reasons: list[str] = []
     notes: list[str] = []
@@ -479,6 +492,12 @@ def judge(result: BenchResult, thresholds: Thresholds, baseline: BenchResult | N
     elif why := _comparable(result, baseline):
         notes.append(why)
     else:
+        if not (result.client.known and baseline.client.known):
+            which = "baseline's" if result.client.known else "this run's" if baseline.client.known else "both runs'"
+            notes.append(
+                f"{which} benchmark client unknown (a result without its client recorded): compared, "
+                "but the two runs may have sampled differently"
+            )
         tolerance = thresholds.regression_tolerance
         for key, unit, higher_is_better in REGRESSION_METRICS:
             value, base = result.value(key), baseline.value(key)

@@ -53,6 +53,8 @@ def markdown_summary(
     ms of TTFT, TPOT, ITL and end-to-end latency ("–" where the run did not record it).
     ``errors``: per target, what kept cases from giving a result (an unreachable host, a
     benchmark that exited non-zero); such a target fails, and may have no results at all.
+    Each target names the benchmark client that ran its cases and its sampling
+    (:meth:`rocmfleet.fleet.bench.client.ClientInfo.describe`).
     """
     errors = {t: list(e) for t, e in (errors or {}).items() if e}
     run = {**run, **{t: [] for t in errors if t not in run}}
@@ -74,6 +76,9 @@ def markdown_summary(
     for target, rows in run.items():
         verdict = "PASS" if target in passed_targets else "FAIL"
         lines += ["", f"## {target}: {verdict}", ""]
+        clients = sorted({r.client.describe() for _, r, _ in rows})
+        if clients:
+            lines += [f"Benchmark client: {'; '.join(clients)}.", ""]
         if not rows:
             lines.append("No results.")
         else:

@@ -15,6 +15,7 @@ settings (see that module for what each means).
 from __future__ import annotations
 
 import contextlib
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +45,8 @@ from rocmfleet.fleet.bench.bench import (
     target_name,
 )
 from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
+from rocmfleet.fleet.bench.client import EXEC, BenchClient, client_container, client_json, client_run
+from rocmfleet.fleet.bench.client import metadata as client_metadata
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Result, Session
 from rocmfleet.fleet.target import Target
 
@@ -125,6 +128,12 @@ class _Where(TypedDict):
     label: str
 
 
+def serving_client(target: Target) -> BenchClient:
+    """The client of ``rocmfleet bench``: each serving container's own ``vllm bench serve``
+    (:data:`~rocmfleet.fleet.bench.client.EXEC`), the host's image and its profile's vLLM version."""
+    return BenchClient(target.config.image.reference, target.config.profile.vllm_version, EXEC)
+
+
 def _run(conn: Session, command: str, timeout_s: float) -> Result:
     """``command`` on the host: a :class:`~rocmfleet.fleet.connect.Result` (``exited``, ``stdout``, ``stderr``).
 
@@ -146,10 +155,18 @@ def _bench_case(
     run_id: str,
     deadline: float,
     secrets: list[str],
+    client: BenchClient,
 ) -> CaseOutcome:
-    """Run ``case`` in ``instance``'s container, copy its JSON to ``root`` and judge it."""
+    """Run ``case`` with ``client`` against ``instance``, copy its JSON to ``root`` and judge it.
+
+    :data:`~rocmfleet.fleet.bench.client.EXEC`: in the instance's container, the JSON read back
+    with ``docker exec cat``; :data:`~rocmfleet.fleet.bench.client.RUN`: in a client container
+    of its own (:func:`~rocmfleet.fleet.bench.client.client_run`), the JSON on the host.
+    """
     profile = target.config.profile
-    container = files_of(instance).container
+    files = files_of(instance)
+    container = files.container
+    own = client.mode != EXEC
     where = _Where(target=target_name(target.name, inst_dir), label=f"{target.name} {instance.name}:{instance.port}")
     remaining = deadline - time.monotonic()
     if remaining < 1:
@@ -160,12 +177,20 @@ def _bench_case(
         "rocmfleet_host": target.name,
         "rocmfleet_instance": instance.name,
         "rocmfleet_image": target.config.image.reference,
+        **client_metadata(client),
     }
     argv = bench_command(
         case, instance.port, profile.model, inside, served_model_name=profile.served_model_name, metadata=metadata
     )
+    if own:
+        hf_cache = target.config.settings.vllm_hf_cache_dir
+        command = client_run(client, instance.name, argv, str(inside.parent), files.env_file, hf_cache, remaining)
+        read_back = shlex.join(["cat", str(inside)])
+    else:
+        command = docker_exec(container, argv, remaining)
+        read_back = docker_exec(container, ["cat", str(inside)])
     try:
-        ran = _run(conn, docker_exec(container, argv, remaining), remaining + KILL_AFTER_S + 30)
+        ran = _run(conn, command, remaining + KILL_AFTER_S + 30)
         if ran.exited == 124:
             return CaseOutcome(**where, case=case, error=f"timed out after {remaining:.0f} s (--timeout-s)")
         if ran.exited == 137:  # docker exec's status when the process got SIGKILL
@@ -174,7 +199,7 @@ def _bench_case(
         if ran.exited != 0:
             why = _mask(_tail(ran.stderr if ran.stderr.strip() else ran.stdout), secrets)  # tracebacks: stderr
             return CaseOutcome(**where, case=case, error=f"vllm bench serve exited {ran.exited}: {why}")
-        read = _run(conn, docker_exec(container, ["cat", str(inside)]), SHORT_COMMAND_S)
+        read = _run(conn, read_back, SHORT_COMMAND_S)
     except CommandTimeout:
         return CaseOutcome(**where, case=case, error="timed out (--timeout-s)")
     except Exception as exc:  # noqa: BLE001 - SSH or socket errors: this case failed, the run goes on
@@ -182,7 +207,8 @@ def _bench_case(
             **where, case=case, error=f"connection lost: {type(exc).__name__}: {_mask(str(exc), secrets)}"
         )
     if read.exited != 0:
-        return CaseOutcome(**where, case=case, error=f"cannot read {inside} in {container}: {_tail(read.stderr)}")
+        place = client_container(instance.name) + "'s mount on the host" if own else container
+        return CaseOutcome(**where, case=case, error=f"cannot read {inside} in {place}: {_tail(read.stderr)}")
     local = result_path(root, run_id, target.name, case, inst_dir)
     local.parent.mkdir(parents=True, exist_ok=True)
     local.write_text(read.stdout)
@@ -204,13 +230,16 @@ def bench_host(
     timeout_s: float,
     emit: Emit,
     connector: Callable[[Target], Session] = connect,
+    client: BenchClient | None = None,
 ) -> HostOutcome:
     """Every case of every instance of ``target``, one after the other, within ``timeout_s`` seconds.
 
     ``emit`` gets one :func:`rocmfleet.fleet.bench.bench_report.case_line` per case as it ends (or one line
     for the host when it cannot be reached). ``connector`` opens the SSH connection (tests
-    pass a fake).
+    pass a fake). ``client`` runs the cases (default :func:`serving_client`: each instance's own
+    container).
     """
+    client = client or serving_client(target)
     deadline = time.monotonic() + timeout_s
     secrets = _secrets(target)
     outcome = HostOutcome(target.name)
@@ -230,30 +259,40 @@ def bench_host(
             inst_dir = instance_dir(names, instance.name)
             try:
                 for case in cases:
-                    done = _bench_case(conn, target, instance, inst_dir, case, root, run_id, deadline, secrets)
+                    done = _bench_case(conn, target, instance, inst_dir, case, root, run_id, deadline, secrets, client)
                     outcome.cases.append(done)
                     emit(case_line(done.label, case, done.result, done.verdict, done.baseline_run, done.error))
             finally:
                 scratch = container_result_path(run_id, cases[0]).parent
-                with contextlib.suppress(Exception):  # best effort: /tmp of the container
-                    _run(conn, docker_exec(files_of(instance).container, ["rm", "-rf", str(scratch)]), SHORT_COMMAND_S)
+                remove = ["rm", "-rf", str(scratch)]
+                with contextlib.suppress(Exception):  # best effort: /tmp of the container, or of the host
+                    command = (
+                        shlex.join(remove) if client.mode != EXEC else docker_exec(files_of(instance).container, remove)
+                    )
+                    _run(conn, command, SHORT_COMMAND_S)
     finally:
         conn.close()
     return outcome
 
 
 def gate_results(
-    target: Target, root: Path, timeout_s: float, emit: Emit, connector: Callable[[Target], Session] = connect
+    target: Target,
+    root: Path,
+    timeout_s: float,
+    emit: Emit,
+    client: BenchClient,
+    connector: Callable[[Target], Session] = connect,
 ) -> tuple[str | None, dict[str, BenchResult], list[str]]:
-    """:func:`bench_host` (run id ``run``, results under ``root``; ``connector`` as there), as a
-    rollout's gate reads it.
+    """:func:`bench_host` (run id ``run``, results under ``root``; ``connector`` and ``client``
+    as there), as a rollout's gate reads it. A rollout passes the same ``client`` for the runs
+    before and after a host's switch (:meth:`rocmfleet.fleet.rollout.hoststeps.HostSteps.bench`).
 
     Returns:
         ``(error, results, errors)``: the host's error when it could not be benchmarked at all (else
         ``None``), ``{"<target>:<case>": result}`` of the cases that gave a result, and
         ``"<target>:<case>: <error>"`` of those that did not.
     """
-    outcome = bench_host(target, root, "run", timeout_s, emit, connector)
+    outcome = bench_host(target, root, "run", timeout_s, emit, connector, client)
     results, errors = {}, []
     for case in outcome.cases:
         key = f"{case.target}:{case.case.name}"
@@ -364,7 +403,10 @@ def json_report(run_id: str, run_dir: Path, hosts: list[HostOutcome]) -> str:
 
     Shape: ``{"run_id", "results": run directory, "passed": bool, "hosts": [{"host", "passed",
     "error", "cases": [{"target", "case", "passed", "reasons", "notes", "error", "baseline_run",
-    "result_file", "metrics": {key: number | null}}]}]}``; metric units are in the key (tok/s, ms).
+    "result_file", "client", "metrics": {key: number | null}}]}]}``; metric units are in the key
+    (tok/s, ms). ``client``: ``{"image", "vllm_version", "temperature", "seed"}`` as the result
+    records them (:class:`rocmfleet.fleet.bench.client.ClientInfo`; null each when not recorded),
+    null when the case gave no result.
     """
     import json
 
@@ -378,6 +420,7 @@ def json_report(run_id: str, run_dir: Path, hosts: list[HostOutcome]) -> str:
             "error": c.error,
             "baseline_run": c.baseline_run,
             "result_file": str(c.path) if c.path else None,
+            "client": client_json(c.result.client) if c.result else None,
             "metrics": {key: (c.result.value(key) if c.result else None) for key in JSON_METRICS},
         }
 

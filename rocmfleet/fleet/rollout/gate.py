@@ -43,15 +43,28 @@ def _metrics(result: BenchResult) -> dict[str, float]:
     return {k: v for k, v in values.items() if v is not None and not math.isnan(v)}
 
 
-def bench_numbers(before: Mapping[str, BenchResult], after: Mapping[str, BenchResult]) -> dict[str, CaseNumbers]:
-    """Per case name the report's numbers (:data:`rocmfleet.fleet.bench.bench.REGRESSION_METRICS` and ``failed``)."""
-    return {
-        name: CaseNumbers(
-            before=_metrics(before[name]) if name in before else {},
-            after=_metrics(after[name]) if name in after else {},
+def bench_numbers(
+    before: Mapping[str, BenchResult], after: Mapping[str, BenchResult], thresholds: Thresholds | None = None
+) -> dict[str, CaseNumbers]:
+    """Per case name the report's numbers (:data:`rocmfleet.fleet.bench.bench.REGRESSION_METRICS` and
+    ``failed``), the benchmark client and sampling of each run, and, for a case with both runs,
+    what the comparison noted about them (another client: not compared; a client unknown)."""
+    given = thresholds or Thresholds()
+    relative = Thresholds(max_failed=given.max_failed, regression_tolerance=given.regression_tolerance)
+    numbers = {}
+    for name in sorted(set(before) | set(after)):
+        b, a = before.get(name), after.get(name)
+        notes = []
+        if a is not None and b is not None:
+            notes = [n for n in judge(a, relative, b).notes if "client" in n]
+        numbers[name] = CaseNumbers(
+            before=_metrics(b) if b else {},
+            after=_metrics(a) if a else {},
+            client_before=b.client.describe() if b else None,
+            client_after=a.client.describe() if a else None,
+            notes=notes,
         )
-        for name in sorted(set(before) | set(after))
-    }
+    return numbers
 
 
 def gate_decision(

@@ -44,6 +44,7 @@ from rocmfleet.domain import watchdog
 from rocmfleet.domain.readiness import probe_script
 from rocmfleet.domain.vllm import files_of
 from rocmfleet.fleet.bench.bench import BenchResult, Thresholds
+from rocmfleet.fleet.bench.client import RUN, BenchClient
 from rocmfleet.fleet.connect import Result, Session, reachable
 from rocmfleet.fleet.rollout.progress import Emit
 from rocmfleet.fleet.rollout.runner import StepError
@@ -64,11 +65,11 @@ POLL_S = 5
 #: ``timeout_s`` seconds, one ``check: outcome: message`` line per check that neither passed nor
 #: was skipped (empty: it passes).
 HostCheck = Callable[[Target, float], list[str]]
-#: ``bench(target, directory, timeout_s, emit) -> (error, results, errors)``: the smoke benchmark of
-#: one host, its results under ``directory``: ``error`` when the host could not be benchmarked at
-#: all (else ``None``), ``{"<target>:<case>": result}`` of the cases that gave one, and
+#: ``bench(target, directory, timeout_s, emit, client) -> (error, results, errors)``: the smoke
+#: benchmark of one host run by ``client``, its results under ``directory``: ``error`` when the
+#: host could not be benchmarked at all (else ``None``), ``{"<target>:<case>": result}`` of the cases that gave one, and
 #: ``"<target>:<case>: <error>"`` of those that did not.
-HostBench = Callable[[Target, Path, float, Emit], tuple[str | None, dict[str, BenchResult], list[str]]]
+HostBench = Callable[[Target, Path, float, Emit, BenchClient], tuple[str | None, dict[str, BenchResult], list[str]]]
 
 #: Seconds a rolling restart's wait may take beyond ``vllm_ready_timeout_s`` (its logs, its end).
 WAIT_MARGIN_S = 120
@@ -343,11 +344,19 @@ class HostSteps:
     def undrain(self, host: str) -> None:
         self._hook(host, "undrain")
 
+    def client(self, host: str) -> BenchClient:
+        """The one benchmark client of ``host``'s runs before and after its switch: the image the
+        host is moved to (its targets carry the data it ends with; a restart's is its own), run
+        in a container of its own (:data:`rocmfleet.fleet.bench.client.RUN`), with that image's
+        vLLM version (its profile's ``vllm_version``)."""
+        config = self.targets[host].config
+        return BenchClient(config.image.reference, config.profile.vllm_version, RUN)
+
     def bench(self, host: str, label: str) -> tuple[dict[str, BenchResult], list[str]]:
         if self._bench is None:
             raise StepError("benchmark", f"{host}: no benchmark step given to these host steps")
         error, results, errors = self._bench(
-            self.targets[host], self.run_dir / "bench" / label, self.bench_timeout_s, self.emit
+            self.targets[host], self.run_dir / "bench" / label, self.bench_timeout_s, self.emit, self.client(host)
         )
         if error:
             raise StepError("benchmark", f"{label} the switch: {error}", inconclusive=True)

@@ -54,10 +54,32 @@ def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
         row = [name, "canary" if host.batch == 0 and state.canary else str(host.batch)]
         row += [_short(host.before), _short(host.after), host.step, *times, bench]
         lines.append("| " + " | ".join(row) + " |")
+    clients = benchmark_clients(state)
+    if clients:
+        lines += ["", "## Benchmark client", ""] + clients
     errors = [(name, h.error) for name, h in state.hosts.items() if h.error]
     if errors:
         lines += ["", "## Problems", ""] + [f"- **{name}**: {error}" for name, error in errors]
     return "\n".join(lines) + "\n"
+
+
+def benchmark_clients(state: RolloutState) -> list[str]:
+    """One Markdown line per host benchmarked: the client that ran its benchmark before and after
+    the switch, with its sampling (one client for both: the rollout's own), or both when they
+    differ or one is unknown; then what the comparison noted (another client: not compared)."""
+    lines = []
+    for name, host in state.hosts.items():
+        before = sorted({n.client_before for n in host.bench.values() if n.client_before})
+        after = sorted({n.client_after for n in host.bench.values() if n.client_after})
+        if not before and not after:
+            continue
+        if before == after and len(before) == 1:
+            said = f"before and after the switch: {before[0]}"
+        else:
+            said = f"before: {'; '.join(before) or '-'}; after: {'; '.join(after) or '-'}"
+        notes = sorted({note for n in host.bench.values() for note in n.notes})
+        lines.append(f"- **{name}**: {said}" + "".join(f"; {note}" for note in notes))
+    return lines
 
 
 def left_drained(state: RolloutState, hosts: Sequence[str]) -> str:
@@ -102,5 +124,13 @@ def status_json(rows: Sequence[Mapping[str, object]], state: RolloutState | None
             "status": state.status,
             "target": state.target.reference if state.target else None,
             "steps": {name: h.step for name, h in state.hosts.items()},
+            "bench_clients": {
+                name: {
+                    case: {"before": n.client_before, "after": n.client_after, "notes": n.notes}
+                    for case, n in h.bench.items()
+                }
+                for name, h in state.hosts.items()
+                if h.bench
+            },
         }
     return json.dumps({"rollout": rollout, "instances": list(rows)}, indent=2) + "\n"

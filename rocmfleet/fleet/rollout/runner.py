@@ -203,7 +203,7 @@ class Runner:
                         again = "slower twice" if outcome.regression_only else "slower, then the second run failed"
                         outcome.reasons.insert(0, f"{again}; first run: {first}")
                 self._time(host, "gate", time.monotonic() - started)
-                self._set(host, None, bench=bench_numbers(before, after))
+                self._set(host, None, bench=bench_numbers(before, after, self.steps.thresholds(host)))
                 if not outcome.passed:
                     why = f"{outcome.gate} gate failed: " + "; ".join(outcome.reasons)
                     self._set(host, None, error=why)

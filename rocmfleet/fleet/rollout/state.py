@@ -109,6 +109,11 @@ class CaseNumbers(BaseModel):
 
     before: dict[str, float] = Field(default_factory=dict)
     after: dict[str, float] = Field(default_factory=dict)
+    #: The benchmark client of each run and its sampling (``ClientInfo.describe``), ``None``: no run.
+    client_before: str | None = None
+    client_after: str | None = None
+    #: Why the two runs were not compared, or what to know about comparing them (``judge``'s notes).
+    notes: list[str] = Field(default_factory=list)
 
 
 class HostState(BaseModel):
