@@ -272,3 +272,37 @@ def writable_sharing(config: CacheHost) -> list[str]:
             if other != owner and (path.startswith(other_path) or other_path.startswith(path)):
                 problems.append(f"instances {owner} and {other} share writable cache {path.rstrip('/')}")
     return problems
+
+
+def layout_relative(container_path: str) -> str | None:
+    """``<layout name>/<rest>`` of a file at a :data:`LAYOUT` container path (what :func:`writer_of`
+    reads), e.g. ``/root/.triton/cache/ab/k.hsaco`` gives ``triton/ab/k.hsaco``; ``None`` outside them."""
+    for d in LAYOUT:
+        if container_path.startswith(d.path + "/"):
+            return f"{d.name}/{container_path[len(d.path) + 1 :]}"
+    return None
+
+
+def writer_of(path: str) -> str:
+    """Which compiler wrote ``path`` (relative to the bake directory or to the container's cache
+    paths, ``<layout name>/...``, :func:`layout_relative`).
+
+    Inside vLLM's cache (vllm/compilation/backends.py, compiler_interface.py):
+    ``torch_compile_cache/torch_aot_compile/`` is vLLM's AOT compile, an ``inductor_cache`` or
+    ``triton_cache`` directory below ``torch_compile_cache/<hash>/rank_*/`` is inductor's or
+    Triton's when vLLM placed them there, the rest of ``torch_compile_cache`` is vLLM's
+    torch.compile (Dynamo graphs, its cache index).
+    """
+    name, _, rest = path.partition("/")
+    if name == "vllm":
+        parts = rest.split("/")
+        if parts[0] != "torch_compile_cache":
+            return "vLLM (other)"
+        if len(parts) > 1 and parts[1] == "torch_aot_compile":
+            return "vLLM AOT compile"
+        if "inductor_cache" in parts:
+            return "TorchInductor (in vLLM's cache)"
+        if "triton_cache" in parts:
+            return "Triton (in vLLM's cache)"
+        return "vLLM torch.compile"
+    return {d.name: d.writer for d in LAYOUT}.get(name, f"unknown ({name})")

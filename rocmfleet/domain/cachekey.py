@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rocmfleet.config.settings import HostConfig
-from rocmfleet.domain import cachedirs, envpolicy
+from rocmfleet.domain import cachedirs, cacheproof, envpolicy
 
 #: Bumped when the key's fields or their meaning change: every older bake becomes invalid.
 KEY_VERSION = 1
@@ -47,10 +47,13 @@ LABEL_BASE = "org.rocmfleet.base-image"
 #: ``VLLM_*`` it reads; inductor and Triton read ``TORCH*``/``TRITON_*``; AITER ``AITER_*``; the HIP
 #: runtime ``HIP_*``/``HSA_*``/``GPU_*``/``ROCM_*``/``MIOPEN_*``/``PYTORCH_*``).
 ENV_PREFIXES = ("VLLM_", "TORCH", "TRITON_", "AITER_", "HIP_", "HSA_", "GPU_", "ROCM_", "MIOPEN_", "PYTORCH_")
-#: Never in the key: which devices an instance sees and where its caches live are the instance's.
-ENV_EXCLUDED = frozenset({"HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}) | (
-    cachedirs.VARIABLES
-)
+#: Never in the key: which devices an instance sees and where its caches live are the instance's;
+#: ``VLLM_FORCE_AOT_LOAD`` says only whether a miss is an error (vLLM leaves it out of its own hash:
+#: vllm-0.32.0 ``vllm/envs.py`` L2383), and a baked image's containers get it, its bake's do not
+#: (:func:`rocmfleet.domain.cacheproof.strict_env`).
+ENV_EXCLUDED = frozenset(
+    {"HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", cacheproof.STRICT_LOAD[0]}
+) | (cachedirs.VARIABLES)
 #: The profile's :class:`~rocmfleet.domain.flags.ServingSettings` that are in the key (module docstring).
 SERVING_FIELDS = (
     "tensor_parallel_size",

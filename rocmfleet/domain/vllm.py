@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol, get_args
 
-from rocmfleet.domain import cachedirs, envpolicy, lastgood, memfit, partitions, parts, ports
+from rocmfleet.domain import cachedirs, cacheproof, envpolicy, lastgood, memfit, partitions, parts, ports
 from rocmfleet.domain.partitionmodes import ComputePartition, PartitionPolicy
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
@@ -225,14 +225,19 @@ def container_env(service: VllmSettings, placement: Placement) -> dict[str, str]
     ``vllm_ready_timeout_s`` (vLLM >= 0.14), then visible devices
     (:func:`rocmfleet.domain.envpolicy.container_env`), then the compiler cache paths
     (:func:`rocmfleet.domain.cachedirs.env`), then ``VLLM_PORT``, the first of the instance's internal
-    ports (:func:`rocmfleet.domain.ports.env`; ``vllm_env`` may not set it).
+    ports (:func:`rocmfleet.domain.ports.env`; ``vllm_env`` may not set it), then, for a baked image
+    (its tag ``...-rfcache-<key>``), vLLM's strict AOT load mode where it takes effect
+    (:func:`rocmfleet.domain.cacheproof.strict_env`: a cache miss fails the start instead of compiling).
 
     Raises:
         KeyError: ``service.instances`` has no instance named ``placement.name``.
     """
     env = envpolicy.container_env(service.env_profile, service.vllm_env, placement, service.ready_timeout_s)
     instance = {i.name: i for i in service.instances}[placement.name]
-    return {**env, **cachedirs.env(), **ports.env(instance.internal_port)}
+    env = {**env, **cachedirs.env(), **ports.env(instance.internal_port)}
+    if cachedirs.baked_key_of(service.image_tag) is not None:
+        env.update(cacheproof.strict_env(service.env_profile.vllm_version, env))
+    return env
 
 
 def docker_run_argv(

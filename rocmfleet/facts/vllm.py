@@ -1,4 +1,5 @@
-"""Facts about vLLM servers on a host: readiness, who holds a port, which instances are rocmfleet's."""
+"""Facts about vLLM servers on a host: readiness, who holds a port, which instances are rocmfleet's,
+what a baked container compiled since its start."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pyinfra.api.facts import FactBase
 
 from rocmfleet import scripts
 from rocmfleet.config.profiles import ReadyProbe
+from rocmfleet.domain import cacheproof
 from rocmfleet.domain.readiness import probe_script
 
 #: First line of every unit rocmfleet renders (``templates/vllm/vllm.service.j2``): the mark that
@@ -37,6 +39,27 @@ class VllmReady(FactBase[bool]):
 
     def process(self, output: list[str]) -> bool:
         return output == ["ready"]
+
+
+class CacheProof(FactBase[cacheproof.Proof]):
+    """
+    What ``container`` compiled since it started: cache files newer than its start and vLLM's compile
+    log lines (``rocmfleet/scripts/cache-proof.sh``, :mod:`rocmfleet.domain.cacheproof`). Output that
+    cannot be read is a :class:`~rocmfleet.domain.cacheproof.Proof` with ``problem`` set.
+
+    .. code:: python
+
+        host.get_fact(CacheProof, container="vllm-a")  # Proof(started="2026-...Z", files=(), logs=())
+    """
+
+    def command(self, container: str) -> str:
+        return cacheproof.command(container)
+
+    def process(self, output: list[str]) -> cacheproof.Proof:
+        try:
+            return cacheproof.parse("\n".join(output))
+        except ValueError as exc:
+            return cacheproof.Proof(problem=str(exc))
 
 
 class PortOwner(FactBase[str]):

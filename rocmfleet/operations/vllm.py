@@ -22,6 +22,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import replace
 from io import StringIO
 
+from pyinfra import logger
 from pyinfra.api.command import PyinfraCommand, StringCommand
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import operation
@@ -29,12 +30,12 @@ from pyinfra.context import host, state
 from pyinfra.operations import files as file_ops
 
 from rocmfleet.config.settings import HostConfig, Instance
-from rocmfleet.domain import cachedirs, cachekey, lastgood, vllm
+from rocmfleet.domain import cachedirs, cachekey, cacheproof, lastgood, vllm
 from rocmfleet.facts.devices import DeviceGroupIds
 from rocmfleet.facts.docker import ImageLabels
 from rocmfleet.facts.rollout import LastGood
 from rocmfleet.facts.topology import GpuTopology
-from rocmfleet.facts.vllm import ManagedInstances, PortOwner, VllmReady
+from rocmfleet.facts.vllm import CacheProof, ManagedInstances, PortOwner, VllmReady
 from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.operations.fail import host_failure
 from rocmfleet.plan import instance as plan_instance
@@ -331,6 +332,49 @@ def ready_or_roll_back(
         )
     wait = rollout.wait_or_roll_back_script(planned, timeout_s, rollback_timeout_s)
     yield StringCommand(wait.command, _stdin=wait.stdin)  # the targets on stdin: any number fits
+
+
+@operation()
+def cache_proof(config: HostConfig, instances: Sequence[str]) -> Commands:
+    """
+    Say, per instance of a baked image, whether its compile cache was used: a warning line naming
+    what compiled since its container started (:func:`rocmfleet.domain.cacheproof.miss_line`), or
+    that it could not be read.
+
+    + config: the host's validated configuration (its image; a unbaked image: nothing to prove)
+    + instances: names of the instances the deploy just waited for
+
+    Run it right after ``ready_or_roll_back``, gated on that wait having run (``_if``): one
+    ``rocmfleet/scripts/cache-proof.sh`` read per instance, at execution only; it changes nothing
+    and never fails the host (a miss is the image's, and ``rocmfleet check --select cache`` and a
+    rollout's gate fail on it).
+
+    **Example:**
+
+    .. code:: python
+
+        vllm.cache_proof(name="Prove the baked caches were used", config=config, instances=["a"], _if=wait.did_change)
+    """
+    if not cachedirs.is_baked(config):
+        host.noop(f"{config.image.reference} is not a baked image")
+        return
+    if not state.is_executing:
+        host.noop("the baked caches are proven after the readiness wait")
+        return
+    proven = 0
+    for name in instances:
+        proof = host.get_fact(CacheProof, container=vllm.layout(name).container)
+        try:
+            line = cacheproof.miss_line(name, proof)
+        except ValueError as exc:
+            logger.warning(f"{host.print_prefix}rocmfleet: cannot prove the baked compile cache was used: {exc}")
+            continue
+        if line:
+            logger.warning(f"{host.print_prefix}rocmfleet: baked compile cache missed: {line}")
+        else:
+            proven += 1
+    host.noop(f"baked caches: {proven} of {len(instances)} instance(s) compiled nothing since their start")
+    yield from ()  # a read, never a change
 
 
 @operation()

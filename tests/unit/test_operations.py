@@ -22,6 +22,8 @@ from tests.harness import FakeHost, FakeState, as_pyinfra, cases, load, render_c
 ARGUMENTS = {
     # a host's RocmSettings from its data (a vLLM profile added, as every host has one)
     "rocm_settings": lambda data: host_config({"vllm_profile": "llama-4-scout", **data}).rocm,
+    # a host's HostConfig from its data (a vLLM profile added unless given)
+    "host_config": lambda data: host_config({"vllm_profile": "llama-4-scout", **data}),
     # a tuple (JSON has lists only)
     "tuple": tuple,
 }

@@ -234,3 +234,57 @@ def test_dry_says_per_instance_what_differs_and_which_orphan_goes(tmp_path):
     assert len(said) == 5
     _, stderr = run_role(tmp_path, responses)
     assert "] would " not in stderr
+
+
+def _baked_data() -> dict:
+    """DATA on a baked image whose labels hold the key the fake host's instances compile."""
+    from rocmfleet.domain import cachedirs, cachekey
+
+    facts = cachekey.ImageFacts(base_digest="sha256:" + "cd" * 32, rocm_version="7.0.0", vllm_version="0.32.0")
+    key = cachekey.instance_key(host_config(DATA), "gfx942", facts)
+    labels = {cachekey.LABEL_KEY: key.canonical(), cachekey.LABEL_HASH: key.digest}
+    return {**DATA, "vllm_image_tag": cachedirs.baked_tag(DATA["vllm_image_tag"], key.short)}, labels
+
+
+def test_a_baked_deploy_proves_its_cache_after_the_wait_and_warns_on_a_miss(tmp_path, monkeypatch):
+    data, labels = _baked_data()
+    monkeypatch.setitem(globals(), "DATA", data)
+    miss = ["started\t2026-12-04T20:25:04Z", "file\t/root/.triton/cache/AB/k.hsaco", "end"]
+    responses = {
+        "timeout 20 sh -c '": TOPOLOGY,
+        "stat -c %g /dev/kfd": ["992"],
+        "vllm-probe.sh ready 80": ["not-ready"],  # the fresh containers: the deploy waits for them
+        "vllm-probe.sh owner 80": ["free"],
+        "{{json .Config.Labels}}": [json.dumps(labels)],
+        "cache-proof.sh": miss,
+    }
+    # gpu-1's wait "succeeds" but its probe still says not ready: keeping last good fails it; gpu-2 is
+    # ready all along, so the run goes on (and reports) and gpu-2 reads no proof
+    ready = {**responses, "vllm-probe.sh ready 80": ["ready"]}
+    operations, stderr = run_role(tmp_path, responses, rc=1, others={"gpu-2": ready})
+    names = [op["name"].removeprefix("vllm | ") for op in operations]
+    wait = names.index("Wait until every vLLM instance is ready; roll back each one that is not")
+    assert names[wait + 1] == "Prove the baked compile caches were used (nothing compiled since the start)"
+    for instance in "ab":
+        assert (
+            f"[@fake/gpu-1] rocmfleet: baked compile cache missed: {instance}: 1 file(s) compiled since the start "
+            "of the baked container (2026-12-04T20:25:04Z): Triton: 1 (/root/.triton/cache/AB/k.hsaco)"
+        ) in stderr
+    assert "[@fake/gpu-2] rocmfleet: baked compile cache missed" not in stderr
+
+
+def test_a_baked_deploy_that_did_not_wait_reads_no_proof(tmp_path, monkeypatch):
+    data, labels = _baked_data()
+    monkeypatch.setitem(globals(), "DATA", data)
+    responses = {
+        "timeout 20 sh -c '": TOPOLOGY,
+        "stat -c %g /dev/kfd": ["992"],
+        "vllm-probe.sh ready 80": ["ready"],
+        "vllm-probe.sh owner 80": ["free"],
+        "{{json .Config.Labels}}": [json.dumps(labels)],
+        "cache-proof.sh": ["started\t2026-12-04T20:25:04Z", "file\t/root/.triton/cache/AB/k.hsaco", "end"],
+    }
+    operations, stderr = run_role(tmp_path, responses)
+    proof = [op for op in operations if op["name"].endswith("(nothing compiled since the start)")]
+    assert [op["no_change"] for op in proof] == [["@fake/gpu-1"]]
+    assert "baked compile cache missed" not in stderr  # the proof (a miss, were it read) was not read

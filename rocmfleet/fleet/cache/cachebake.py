@@ -36,6 +36,7 @@ from rocmfleet import project, scripts
 from rocmfleet.config.profiles import Image
 from rocmfleet.config.settings import HostConfig, Instance
 from rocmfleet.domain import cachedirs, cachekey, readiness, vllm, warmup
+from rocmfleet.domain.cachedirs import writer_of as writer_of  # the bake's manifest names writers with it
 from rocmfleet.domain.cachekey import CacheKey, ImageFacts
 from rocmfleet.domain.placement import Placement
 from rocmfleet.plan.instance import vllm_settings
@@ -77,30 +78,6 @@ class Manifest(BaseModel):
     bytes: int
     caches: dict[str, CacheStats] = Field(default_factory=dict)
     writers: dict[str, CacheStats] = Field(default_factory=dict)
-
-
-def writer_of(path: str) -> str:
-    """Which compiler wrote ``path`` (relative to the bake directory, ``<layout name>/...``).
-
-    Inside vLLM's cache (vllm/compilation/backends.py, compiler_interface.py):
-    ``torch_compile_cache/torch_aot_compile/`` is vLLM's AOT compile, an ``inductor_cache`` or
-    ``triton_cache`` directory below ``torch_compile_cache/<hash>/rank_*/`` is inductor's or
-    Triton's when vLLM placed them there, the rest of ``torch_compile_cache`` is vLLM's
-    torch.compile (Dynamo graphs, its cache index).
-    """
-    name, _, rest = path.partition("/")
-    if name == "vllm":
-        parts = rest.split("/")
-        if parts[0] != "torch_compile_cache":
-            return "vLLM (other)"
-        if len(parts) > 1 and parts[1] == "torch_aot_compile":
-            return "vLLM AOT compile"
-        if "inductor_cache" in parts:
-            return "TorchInductor (in vLLM's cache)"
-        if "triton_cache" in parts:
-            return "Triton (in vLLM's cache)"
-        return "vLLM torch.compile"
-    return {d.name: d.writer for d in cachedirs.LAYOUT}.get(name, f"unknown ({name})")
 
 
 def manifest(listing: str, layer_sha256: str = "") -> Manifest:

@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.domain import cachedirs
 from rocmfleet.fleet import check as checks
 from rocmfleet.fleet import connect
 from rocmfleet.fleet.check import backend, checkfile, expect, report
@@ -47,8 +49,12 @@ from rocmfleet.fleet.target import Target
 #: Modules of the suite, in the order they run (``rocmfleet/fleet/check/test_<name>.py``).
 MODULES = ("rocm", "tuning", "docker", "gpu", "vllm", "cache", "cvs")
 #: What a rollout checks before it starts and in each host's gate: a host whose GPUs fail their
-#: health is never undrained (issue 26).
+#: health is never undrained (issue 26). The gate adds :data:`BAKED_GATE_MODULES` for a baked image
+#: (:func:`gate_modules`).
 GATE_MODULES = ("gpu", "vllm")
+#: What a host's gate adds when the image it switched to is baked: its key matches, and its cache
+#: was used (``test_cache.py``, :mod:`rocmfleet.domain.cacheproof`): a miss is the image's verdict.
+BAKED_GATE_MODULES = ("cache",)
 REACHABLE = "host::reachable"
 SUITE = report.SUITE
 REACH_TIMEOUT_S = 20
@@ -269,15 +275,22 @@ def run_host(target: Target, paths: list[str], timeout_s: float) -> list[CheckRe
     return [reach, *run_group([target], paths, timeout_s)]
 
 
+def gate_modules(config: HostConfig) -> tuple[str, ...]:
+    """The check modules of a host's rollout gate: :data:`GATE_MODULES`, and :data:`BAKED_GATE_MODULES`
+    when ``config``'s image is baked (:func:`rocmfleet.domain.cachedirs.is_baked`)."""
+    return GATE_MODULES + (BAKED_GATE_MODULES if cachedirs.is_baked(config) else ())
+
+
 def vllm_failures(target: Target, timeout_s: float) -> list[str]:
-    """``rocmfleet check --select gpu,vllm`` on one host (:func:`run_host`), as a rollout's gate reads it:
-    one ``check: outcome: message`` line per check that neither passed nor was skipped; empty: it passes.
+    """``rocmfleet check --select gpu,vllm`` on one host (:func:`run_host`), with ``cache`` when its
+    image is baked (:func:`gate_modules`), as a rollout's gate reads it: one ``check: outcome: message``
+    line per check that neither passed nor was skipped; empty: it passes.
 
     Args:
-        target: the host.
+        target: the host, with the image it runs now (the one the gate judges).
         timeout_s: the host's deadline, seconds.
     """
-    results = run_host(target, module_paths(list(GATE_MODULES)), timeout_s)
+    results = run_host(target, module_paths(list(gate_modules(target.config))), timeout_s)
     return [f"{r.check}: {r.outcome}: {r.message}" for r in results if r.outcome not in ("passed", "skipped")]
 
 

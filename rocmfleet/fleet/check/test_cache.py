@@ -1,4 +1,5 @@
-"""Compile caches: a baked image is valid for the instances that run it; no writable cache is shared."""
+"""Compile caches: a baked image is valid for the instances that run it, its cache was used (nothing
+compiled since its containers started); no writable cache is shared."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from rocmfleet.config.errors import CannotCheck
-from rocmfleet.domain import cachedirs, cachekey, docker, vllm
+from rocmfleet.domain import cachedirs, cachekey, cacheproof, docker, vllm
 from rocmfleet.fleet.check import expect
 
 if TYPE_CHECKING:
@@ -32,6 +33,28 @@ def test_baked_image_matches_instances(
     assert len(archs) == 1, f"GPUs of more than one architecture: {sorted(archs)}"
     problems = cachekey.refusal(config.image.reference, labels, config, archs.pop())
     assert not problems, "; ".join(problems)
+
+
+def test_baked_cache_was_used(host: Host, config: HostConfig, docker_running: None) -> None:
+    """A baked image's cache was used: since each container started, no file under the compiler cache
+    paths was written and vLLM logged no compile (``cache-proof.sh``). The failure names, per instance,
+    how many files each compiler wrote, with paths, and what vLLM logged; a container that is not
+    running, or whose caches cannot be read, is an error, never a pass."""
+    if not cachedirs.is_baked(config):
+        pytest.skip(f"{config.image.reference} is not a baked image: its caches are compiled on the host")
+    misses = []
+    for instance in config.instances():
+        container = vllm.files_of(instance).container
+        result = host.run(cacheproof.command(container))
+        if result.rc != 0:
+            raise CannotCheck(f"cache-proof.sh {container} exited {result.rc}: {result.stderr.strip()[-300:]}")
+        try:
+            line = cacheproof.miss_line(instance.name, cacheproof.parse(result.stdout))
+        except ValueError as exc:
+            raise CannotCheck(f"cannot prove the cache of {container}: {exc}") from None
+        if line:
+            misses.append(line)
+    assert not misses, "; ".join(misses)
 
 
 def test_no_writable_cache_shared(host: Host, config: HostConfig, docker_running: None) -> None:

@@ -14,7 +14,9 @@
   with the deploy's targets, :func:`rocmfleet.fleet.rollout.swap.wait_targets`, on stdin) go over
   :mod:`rocmfleet.fleet.connect`. A restart that fails leaves its host drained and marked ``failed``
   (nothing to roll back); ``--resume`` restarts and gates it again.
-* **check** is ``rocmfleet check --select gpu,vllm`` on the one host, **bench** the smoke benchmark,
+* **check** is ``rocmfleet check --select gpu,vllm`` on the one host (``gpu,vllm,cache`` when the image
+  is baked: a cache miss fails the gate,
+  :func:`rocmfleet.fleet.check.compliance.gate_modules`), **bench** the smoke benchmark,
   results under the rollout's directory: the rollout command passes them in (:data:`HostCheck`,
   :data:`HostBench`; :func:`rocmfleet.fleet.check.compliance.vllm_failures` and
   :func:`rocmfleet.fleet.bench.benchrun.gate_results`), so these steps need not load the check
@@ -61,9 +63,9 @@ PULL_TIMEOUT_S = 3600
 DEPLOY_MARGIN_S = 1800
 #: Seconds between readiness polls of a rolling restart.
 POLL_S = 5
-#: ``check(target, timeout_s) -> lines``: ``rocmfleet check --select gpu,vllm`` on one host within
-#: ``timeout_s`` seconds, one ``check: outcome: message`` line per check that neither passed nor
-#: was skipped (empty: it passes).
+#: ``check(target, timeout_s) -> lines``: ``rocmfleet check --select gpu,vllm`` (and ``cache`` for a
+#: baked image) on one host within ``timeout_s`` seconds, one ``check: outcome: message`` line per
+#: check that neither passed nor was skipped (empty: it passes).
 HostCheck = Callable[[Target, float], list[str]]
 #: ``bench(target, directory, timeout_s, emit, client) -> (error, results, errors)``: the smoke
 #: benchmark of one host run by ``client``, its results under ``directory``: ``error`` when the

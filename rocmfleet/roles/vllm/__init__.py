@@ -21,7 +21,7 @@ from pyinfra.operations.util import any_changed
 
 from rocmfleet import scripts
 from rocmfleet.config.settings import HostConfig, HostSettings, Instance
-from rocmfleet.domain import vllm
+from rocmfleet.domain import cachedirs, vllm
 from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.facts.topology import GpuTopology
@@ -176,13 +176,22 @@ def _wait_and_keep(
     # (d) Wait only after every instance was (re)started, so that they load their models together;
     # (e) one operation for all, so that each instance not ready by the deadline is rolled back.
     targets = rollout.wait_targets(config)
-    vllm_ops.ready_or_roll_back(
+    wait = vllm_ops.ready_or_roll_back(
         name="Wait until every vLLM instance is ready; roll back each one that is not",
         targets=targets,
         timeout_s=settings.vllm_ready_timeout_s,
         rollback_timeout_s=max(settings.vllm_ready_timeout_s, ROLLBACK_MIN_TIMEOUT_S),
         **op_args,
     )
+    if cachedirs.is_baked(config):
+        # One read per instance, only where the deploy waited: what compiled since the start (issue 27).
+        conditions = op_args.get("_if", [])
+        vllm_ops.cache_proof(
+            name="Prove the baked compile caches were used (nothing compiled since the start)",
+            config=config,
+            instances=[t.name for t in targets],
+            _if=[*(conditions if isinstance(conditions, list) else [conditions]), wait.did_change],
+        )
 
     # Only now, ready: these files become the version to roll back to.
     for instance in host.loop(instances):
