@@ -25,7 +25,7 @@ Rules, the same for ``extra_env`` and ``vllm_env`` (:func:`profile_problems`,
 - ``VLLM_ENGINE_READY_TIMEOUT_S`` belongs to ``vllm_ready_timeout_s``: refused elsewhere;
 - ``VLLM_PORT`` belongs to the instance's internal port block (``vllm_internal_port_base``): one
   value for every instance would give them all the same rendezvous port; refused elsewhere;
-- ``HF_HOME``, ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` belong to the staged model
+- ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE`` and ``HF_MODULES_CACHE`` belong to the staged model
   (:mod:`rocmfleet.domain.hfmodel`: the cache mounted read-only, read offline); refused elsewhere;
 - a variable the target vLLM removed is refused with its replacement, and a variable the flag
   table renders with the setting that owns it (:func:`rocmfleet.domain.flags.env_passthrough_problems`);

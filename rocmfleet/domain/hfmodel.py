@@ -51,15 +51,23 @@ STAGE_SECRETS_FILE = "/etc/rocmfleet/vllm/model-stage.secrets"
 STAGE_SCRIPT = "model-stage.sh"
 
 
+#: Where transformers copies a model's own code (``trust_remote_code`` with an ``auto_map``, e.g.
+#: DeepSeek-V3's ``configuration_deepseek.py``) to import it: by default ``$HF_HOME/modules``
+#: (``transformers/utils/hub.py`` L108, ``dynamic_module_utils.py`` ``init_hf_modules`` L85-98 makes
+#: it), inside the read-only mount; the container's own writable ``/tmp`` instead.
+CONTAINER_MODULES_CACHE = "/tmp/hf_modules"
+
+
 def offline_env() -> dict[str, str]:
-    """The instances' Hugging Face variables: the cache where the staging put it, and no hub call
-    (``HF_HUB_OFFLINE=1``): the cache is mounted read-only, a download could not land anyway."""
-    return {"HF_HUB_CACHE": CONTAINER_HUB_CACHE, "HF_HUB_OFFLINE": "1"}
+    """The instances' Hugging Face variables: the cache where the staging put it, no hub call
+    (``HF_HUB_OFFLINE=1``: the cache is mounted read-only, a download could not land anyway), and
+    transformers' remote-code modules outside the read-only mount (:data:`CONTAINER_MODULES_CACHE`)."""
+    return {"HF_HUB_CACHE": CONTAINER_HUB_CACHE, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": CONTAINER_MODULES_CACHE}
 
 
 #: Variables :func:`offline_env` renders, which ``vllm_env`` and ``extra_env`` may not set
 #: (``HF_HOME`` would move the cache away from the mount).
-OWNED_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE")
+OWNED_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_MODULES_CACHE")
 
 
 def is_local(model: str) -> bool:

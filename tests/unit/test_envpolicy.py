@@ -146,7 +146,7 @@ def test_ordinary_variables_pass():
     assert config.settings.vllm_env["NCCL_DEBUG"] == "WARN"
 
 
-@pytest.mark.parametrize("name", ["HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME"])
+@pytest.mark.parametrize("name", ["HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME", "HF_MODULES_CACHE"])
 def test_the_hugging_face_cache_variables_are_rocmfleets(name):
     """The staged cache is mounted read-only and read offline: vllm_env may not move it or go online."""
     with pytest.raises(ConfigError) as err:

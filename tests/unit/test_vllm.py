@@ -88,6 +88,7 @@ def test_container_env_has_profile_flags_user_env_and_visible_devices(lab_config
         **cachedirs.env(),
         "HF_HUB_CACHE": "/root/.cache/huggingface/hub",  # the staged cache, read offline
         "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": "/tmp/hf_modules",  # transformers' remote code, outside the read-only mount
         "VLLM_PORT": "20000",  # tiny-llama-a, the host's first instance: the first internal port block
     }
     assert "HIP_VISIBLE_DEVICES" not in env
