@@ -13,13 +13,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from rocmfleet import project
 from rocmfleet.config import yamlfile
 from rocmfleet.config.errors import shown
 from rocmfleet.config.keys import did_you_mean, model_keys
-from rocmfleet.domain import envpolicy, imageref, memfit, names
+from rocmfleet.domain import envpolicy, hfmodel, imageref, memfit, names
 from rocmfleet.domain.benchshape import BenchSettings, served_problems
 from rocmfleet.domain.flags import FlagError, Rendered, ServingSettings, parse_version, render
 from rocmfleet.domain.memfit import ModelMemory
@@ -130,6 +139,19 @@ class Profile(ServingSettings):
     model: str = Field(
         min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$", description="Hugging Face id (or a path inside the container)"
     )
+    # Before revision: its validator reads both (pydantic validates fields in this order).
+    revision_unpinned: bool = Field(
+        default=False,
+        description="serve a hub model without a pinned revision: staged once per host at its main branch",
+    )
+    revision: str | None = Field(
+        default=None,
+        validate_default=True,  # a missing revision is a problem of its own key
+        description=(
+            "commit of the model's Hugging Face repository, 40 hex (`vllm serve --revision`): the snapshot the "
+            "host stages once and every instance loads offline; required for a hub model unless revision_unpinned"
+        ),
+    )
     served_model_name: Annotated[str, _checked(names.lookalike_problem)] = Field(
         min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$"
     )
@@ -175,6 +197,21 @@ class Profile(ServingSettings):
     ready_probe: ReadyProbe | None = Field(
         default=None, description="known-answer request the readiness check sends (temperature 0)"
     )
+
+    @field_validator("revision")
+    @classmethod
+    def _pinned(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A hub model names its commit unless ``revision_unpinned``; a path names none
+        (:func:`rocmfleet.domain.hfmodel.revision_problem`). Skipped when ``model`` is itself invalid."""
+        if value is not None and not hfmodel.is_revision(value):
+            raise ValueError(
+                "not a commit: 40 lower-case hex digits (a branch or tag moves; pin the commit it points at)"
+            )
+        if "model" in info.data:
+            problem = hfmodel.revision_problem(info.data["model"], value, info.data.get("revision_unpinned", False))
+            if problem:
+                raise ValueError(problem.split(": ", 1)[1] if problem.startswith("revision: ") else problem)
+        return value
 
     @field_validator("vllm_version")
     @classmethod
@@ -303,7 +340,9 @@ def _parse(path: Path, raw: bytes) -> Profile:
 
 def _problem(err: Any, lines: dict[str, int]) -> tuple[str, str, str]:
     key = ".".join(str(p) for p in err["loc"]) or "(profile)"
-    value = "" if err["type"] == "missing" or not err["loc"] else shown(err.get("input"))
+    # A missing key with a default (revision) is checked with None: nothing was given, nothing to show.
+    missing = err["type"] == "missing" or (err["type"] == "value_error" and err.get("input") is None)
+    value = "" if missing or not err["loc"] else shown(err.get("input"))
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         message = "unknown key" + did_you_mean(str(err["loc"][-1]), model_keys(Profile, err["loc"][:-1]))

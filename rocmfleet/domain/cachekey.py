@@ -10,7 +10,7 @@ all of it:
 * from the **image**: the base image digest, the ROCm version inside it (``/opt/rocm/.info/version``)
   and its vLLM version (``vllm.__version__``), read at bake time;
 * from the **host**: the GPUs' LLVM target (``gfx942``, KFD ``gfx_target_version``);
-* from the **profile**: model and revision (``--revision`` in ``extra_args``; ``None`` is unpinned),
+* from the **profile**: model and revision (its ``revision``; ``None`` is unpinned or a local path),
   and every serving setting that changes compiled code: TP, max-num-batched-tokens, max-model-len,
   max-num-seqs (capture sizes), dtype, kv-cache dtype, quantization, block size, attention backend,
   cudagraph mode, V1, the AITER switches, ``extra_args`` (all of them: an unknown flag may change
@@ -133,16 +133,6 @@ class CacheKey(BaseModel):
         return self.digest[:12]
 
 
-def model_revision(extra_args: list[str] | tuple[str, ...]) -> str | None:
-    """The ``--revision`` among ``vllm serve`` arguments (``--revision R`` or ``--revision=R``); ``None``."""
-    for index, arg in enumerate(extra_args):
-        if arg == "--revision" and index + 1 < len(extra_args):
-            return extra_args[index + 1]
-        if arg.startswith("--revision="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def compile_env(config: HostConfig, gpu_arch: str) -> dict[str, str]:
     """The container variables of ``config`` that can change compiled code (:data:`ENV_PREFIXES`),
     as :func:`rocmfleet.domain.envpolicy.rendered_env` on ``gpu_arch`` plus the host's ``vllm_env``."""
@@ -168,7 +158,7 @@ def instance_key(config: HostConfig, gpu_arch: str, image: ImageFacts) -> CacheK
         rocm_version=image.rocm_version,
         vllm_version=image.vllm_version,
         model=profile.model,
-        model_revision=model_revision(profile.extra_args),
+        model_revision=profile.revision,
         extra_args=tuple(profile.extra_args),
         env=compile_env(config, gpu_arch),
         **serving,

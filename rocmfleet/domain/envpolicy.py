@@ -14,8 +14,9 @@ Sources, in the order they are merged (:func:`container_env`):
 5. vLLM's engine start deadline from ``vllm_ready_timeout_s`` (:data:`ENGINE_READY_TIMEOUT`), for
    the vLLM versions that read it;
 6. placement's visible-devices variable (``CUDA_VISIBLE_DEVICES``, :mod:`rocmfleet.domain.placement`);
-7. (in :func:`rocmfleet.domain.vllm.container_env`) the compiler cache paths and ``VLLM_PORT``, the
-   instance's internal ports (:mod:`rocmfleet.domain.ports`).
+7. (in :func:`rocmfleet.domain.vllm.container_env`) the compiler cache paths, the Hugging Face cache
+   offline (:func:`rocmfleet.domain.hfmodel.offline_env`) and ``VLLM_PORT``, the instance's internal
+   ports (:mod:`rocmfleet.domain.ports`).
 
 Rules, the same for ``extra_env`` and ``vllm_env`` (:func:`profile_problems`,
 :func:`host_problems`; both run when ``rocmfleet validate`` or an inventory loads):
@@ -24,6 +25,8 @@ Rules, the same for ``extra_env`` and ``vllm_env`` (:func:`profile_problems`,
 - ``VLLM_ENGINE_READY_TIMEOUT_S`` belongs to ``vllm_ready_timeout_s``: refused elsewhere;
 - ``VLLM_PORT`` belongs to the instance's internal port block (``vllm_internal_port_base``): one
   value for every instance would give them all the same rendezvous port; refused elsewhere;
+- ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE`` and ``HF_MODULES_CACHE`` belong to the staged model
+  (:mod:`rocmfleet.domain.hfmodel`: the cache mounted read-only, read offline); refused elsewhere;
 - a variable the target vLLM removed is refused with its replacement, and a variable the flag
   table renders with the setting that owns it (:func:`rocmfleet.domain.flags.env_passthrough_problems`);
 - a variable a named set renders is refused: the set owns it;
@@ -48,7 +51,7 @@ from typing import Protocol
 
 from packaging.version import Version
 
-from rocmfleet.domain import ports
+from rocmfleet.domain import hfmodel, ports
 from rocmfleet.domain.flags import Rendered, env_passthrough_problems
 
 
@@ -314,6 +317,12 @@ def _owned(profile: EnvProfile, name: str, value: str, where: str) -> str | None
             "vllm_internal_port_base; one value in every instance's environment would make them race for one "
             "torch.distributed rendezvous port (EADDRINUSE); set vllm_internal_port_base instead (VLLM_PORT is "
             "vLLM's internal port, not the API port: that is the profile's base_port or vllm_instances[].port)"
+        )
+    if name in hfmodel.OWNED_ENV:
+        return (
+            f"{where} {name}: the Hugging Face cache is rendered by rocmfleet: the host's vllm_hf_cache_dir, "
+            "staged once per host and mounted read-only at /root/.cache/huggingface with HF_HUB_OFFLINE=1 "
+            "(docs/host.md, Model staging); set vllm_hf_cache_dir to move it"
         )
     owners = [s for s in profile.env_sets if name in ENV_SETS[s].variables]
     if owners:

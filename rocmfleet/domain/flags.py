@@ -340,6 +340,9 @@ SERVE_OWNED = {
     "--served-model-name": "the profile's served_model_name",
     "--host": "rocmfleet (0.0.0.0: the readiness check, the benchmark and the drain hooks reach every instance)",
     "--port": "the profile's base_port or vllm_instances[].port",
+    # The staged snapshot (rocmfleet.domain.hfmodel): another revision is not in the read-only cache.
+    "--revision": "the profile's revision (the snapshot staged on the host)",
+    "--tokenizer-revision": "the profile's revision (vLLM's default for the tokenizer: vllm/config/model.py L598-599)",
 }
 #: Parallel sizes rocmfleet does not render (with vLLM's short forms, vllm-0.33.0
 #: ``vllm/engine/arg_utils.py``): an instance's world is its ``tensor_parallel_size``, one rank per

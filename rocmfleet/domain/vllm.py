@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol, get_args
 
-from rocmfleet.domain import cachedirs, cacheproof, envpolicy, lastgood, memfit, partitions, parts, ports
+from rocmfleet.domain import cachedirs, cacheproof, envpolicy, hfmodel, lastgood, memfit, partitions, parts, ports
 from rocmfleet.domain.partitionmodes import ComputePartition, PartitionPolicy
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
@@ -93,6 +93,8 @@ class VllmSettings:
         watchdog: ``vllm_watchdog`` (:mod:`rocmfleet.domain.watchdog`).
         probe_request: the JSON body of the instance's known-answer completion, which the watchdog
             sends (:func:`rocmfleet.domain.readiness.probe_args`); empty: no watchdog.
+        revision: the profile's model revision (``--revision``, the snapshot staged on the host:
+            :mod:`rocmfleet.domain.hfmodel`); ``None``: a local path or an unpinned model.
     """
 
     image: str
@@ -121,6 +123,7 @@ class VllmSettings:
     rocm_version: str = ""
     watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
     probe_request: str = ""
+    revision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -209,9 +212,11 @@ def files_of(instance: cachedirs.NamedInstance) -> InstanceFiles:
 
 
 def serve_args(service: VllmSettings, instance: ServedInstance) -> list[str]:
-    """``vllm serve`` arguments: model, served name, address, then the profile's flags for its vLLM."""
+    """``vllm serve`` arguments: model, its ``--revision`` when pinned, served name, address, then the
+    profile's flags for its vLLM."""
     return [
         service.model,
+        *(["--revision", service.revision] if service.revision else []),
         "--served-model-name", service.served_model_name,
         "--host", "0.0.0.0",
         "--port", str(instance.port),
@@ -224,17 +229,18 @@ def container_env(service: VllmSettings, placement: Placement) -> dict[str, str]
     the placement's GPU architecture, then ``vllm_env``, then ``VLLM_ENGINE_READY_TIMEOUT_S`` from
     ``vllm_ready_timeout_s`` (vLLM >= 0.14), then visible devices
     (:func:`rocmfleet.domain.envpolicy.container_env`), then the compiler cache paths
-    (:func:`rocmfleet.domain.cachedirs.env`), then ``VLLM_PORT``, the first of the instance's internal
-    ports (:func:`rocmfleet.domain.ports.env`; ``vllm_env`` may not set it), then, for a baked image
-    (its tag ``...-rfcache-<key>``), vLLM's strict AOT load mode where it takes effect
-    (:func:`rocmfleet.domain.cacheproof.strict_env`: a cache miss fails the start instead of compiling).
+    (:func:`rocmfleet.domain.cachedirs.env`), then the Hugging Face cache offline
+    (:func:`rocmfleet.domain.hfmodel.offline_env`: ``HF_HUB_OFFLINE=1``), then ``VLLM_PORT``, the first
+    of the instance's internal ports (:func:`rocmfleet.domain.ports.env`; ``vllm_env`` may set neither),
+    then, for a baked image (its tag ``...-rfcache-<key>``), vLLM's strict AOT load mode where it takes
+    effect (:func:`rocmfleet.domain.cacheproof.strict_env`: a cache miss fails the start instead of compiling).
 
     Raises:
         KeyError: ``service.instances`` has no instance named ``placement.name``.
     """
     env = envpolicy.container_env(service.env_profile, service.vllm_env, placement, service.ready_timeout_s)
     instance = {i.name: i for i in service.instances}[placement.name]
-    env = {**env, **cachedirs.env(), **ports.env(instance.internal_port)}
+    env = {**env, **cachedirs.env(), **hfmodel.offline_env(), **ports.env(instance.internal_port)}
     if cachedirs.baked_key_of(service.image_tag) is not None:
         env.update(cacheproof.strict_env(service.env_profile.vllm_version, env))
     return env
@@ -262,7 +268,8 @@ def docker_run_argv(
 
     Returns:
         argv, starting with ``/usr/bin/docker run --detach``; the image is pinned by digest, secrets
-        appear only as ``--env NAME`` (their values come from the unit's EnvironmentFile).
+        appear only as ``--env NAME`` (their values come from the unit's EnvironmentFile); the host's
+        Hugging Face cache is mounted read-only (the model is staged before: :mod:`rocmfleet.domain.hfmodel`).
 
     Raises:
         KeyError: ``cache_mounts`` is not given and ``service.cache_mounts`` has no entry for ``instance``.
@@ -299,7 +306,8 @@ def docker_run_argv(
         argv += ["--env", name]
     argv += [
         *(a for m in mounts for a in ("--volume", m.arg())),
-        "--volume", f"{service.hf_cache_dir}:/root/.cache/huggingface",
+        # Read-only: the model was staged before the unit started (rocmfleet.domain.hfmodel).
+        "--volume", f"{service.hf_cache_dir}:{hfmodel.CONTAINER_HF_HOME}:ro",
         "--label", f"org.rocmfleet.instance={instance.name}",
         "--label", f"org.rocmfleet.profile={service.profile}",
         "--label", f"org.rocmfleet.image-tag={service.image_tag}",

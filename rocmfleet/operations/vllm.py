@@ -29,8 +29,9 @@ from pyinfra.api.operation import operation
 from pyinfra.context import host, state
 from pyinfra.operations import files as file_ops
 
+from rocmfleet import scripts
 from rocmfleet.config.settings import HostConfig, Instance
-from rocmfleet.domain import cachedirs, cachekey, cacheproof, lastgood, vllm
+from rocmfleet.domain import cachedirs, cachekey, cacheproof, hfmodel, lastgood, vllm
 from rocmfleet.facts.devices import DeviceGroupIds
 from rocmfleet.facts.docker import ImageLabels
 from rocmfleet.facts.rollout import LastGood
@@ -199,6 +200,23 @@ def clear_start_limit(unit: str) -> Commands:
     refused ("start of the service was attempted too often"). Harmless on a running unit.
     """
     yield StringCommand(f"systemctl reset-failed {shlex.quote(unit)} 2>/dev/null || true")
+
+
+@operation()
+def stage_model(staged: hfmodel.Staged) -> Commands:
+    """
+    Have the profile's model at its revision in the host's Hugging Face cache, once
+    (``rocmfleet/scripts/model-stage.sh``, :mod:`rocmfleet.domain.hfmodel`).
+
+    + staged: the model, revision, cache and image (:func:`rocmfleet.plan.vllmplan.staging`)
+
+    Nothing is started when the stamp and the snapshot are there (staged before, by this host or
+    another sharing the cache); else one container of the image downloads it under a lock, with the
+    secrets from :data:`rocmfleet.domain.hfmodel.STAGE_SECRETS_FILE` (``--env-file``: the token is never
+    an argument). A failed download fails the host with one line (the downloader's last), before any
+    instance's files or unit are touched.
+    """
+    yield StringCommand(scripts.command(hfmodel.STAGE_SCRIPT, *staged.script_args()))
 
 
 @operation()

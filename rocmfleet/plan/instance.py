@@ -63,6 +63,7 @@ def vllm_settings(config: HostConfig) -> vllm.VllmSettings:
         rocm_version=config.rocm.rocm_version,
         watchdog=settings.vllm_watchdog,
         probe_request=readiness.probe_args(profile.served_model_name or profile.model, profile.ready_probe)[1],
+        revision=profile.revision,
     )
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rocmfleet.config.settings import HostConfig, Instance
-from rocmfleet.domain import readiness, vllm
+from rocmfleet.domain import hfmodel, readiness, vllm
 from rocmfleet.domain.topology import Topology, TopologyParseError
 from rocmfleet.facts import topology as topology_script
 from rocmfleet.facts.state import Gathered
@@ -91,9 +91,28 @@ def wanted_instance(config: HostConfig, instance: Instance, placed: HostPlacemen
     return [*instance_files(config, instance, placed).files, secrets, WantedUnit(names.unit)]
 
 
+def staging(config: HostConfig) -> hfmodel.Staged | None:
+    """The model the host stages before its instances start (:mod:`rocmfleet.domain.hfmodel`): the
+    profile's hub model at its revision, into ``vllm_hf_cache_dir``, with the instances' image; ``None``
+    for a model given as a path in the container."""
+    profile = config.profile
+    return hfmodel.staged(profile.model, profile.revision, config.settings.vllm_hf_cache_dir, config.image.reference)
+
+
+def model_staged(staged: hfmodel.Staged | None, got: Gathered) -> bool:
+    """Whether ``got`` (a read with :func:`query`'s paths) shows the model staged: its stamp a file and
+    its snapshot (or branch ref) present, as ``model-stage.sh`` decides; ``True`` when there is nothing to stage."""
+    if staged is None:
+        return True
+    stamp, present = got.paths.get(staged.stamp), got.paths.get(staged.present)
+    return stamp is not None and stamp.type == "file" and present is not None and present.type != "missing"
+
+
 def query(config: HostConfig) -> dict[str, object]:
     """Keyword arguments of the one ``HostState`` read the role makes (``rocmfleet.facts.state``)."""
     paths = [d[0] for d in directories(config)] + [f.path for f in script_files()]
+    if staged := staging(config):
+        paths += [staged.stamp, staged.present]
     for instance in config.instances():
         files = last_good_of(instance.name)
         paths += [*files.live.values(), *(files.saved(n) for n in files.live), files.serve_json]
@@ -121,6 +140,7 @@ class VllmPlan:
         dirty: instance names not clean (their operations run); all of them when the host has no
             usable placement yet.
         image_missing: the image is not on the host.
+        model_missing: the profile's hub model is not staged in the host's cache (:func:`model_staged`).
         placed: the placement computed from the topology read (:func:`rocmfleet.plan.instance.place_host`),
             the line the host fails with, or ``None`` without a topology (placed at execution).
         why: ``{instance: [reasons]}`` (for tests and debugging).
@@ -131,13 +151,16 @@ class VllmPlan:
     orphans: list[str] = field(default_factory=list)
     dirty: list[str] = field(default_factory=list)
     image_missing: bool = True
+    model_missing: bool = False
     placed: HostPlacement | str | None = None
     why: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
         """Nothing to do: no operation is needed."""
-        return not (self.directories or self.scripts or self.orphans or self.dirty or self.image_missing)
+        return not (
+            self.directories or self.scripts or self.orphans or self.dirty or self.image_missing or self.model_missing
+        )
 
 
 def plan(config: HostConfig, topology: Topology | None, got: Gathered, host_name: str = "") -> VllmPlan:
@@ -153,6 +176,7 @@ def plan(config: HostConfig, topology: Topology | None, got: Gathered, host_name
         directories=[d for d in directories(config) if not hoststate.dir_ok(got, *d)],
         scripts=[f for f in script_files() if not hoststate.file_ok(got, f)],
         image_missing=got.images.get(config.image.reference) is None,
+        model_missing=not model_staged(staging(config), got),
     )
     keep = {i.name for i in config.instances()}
     managed = {vllm.instance_of_unit(p) for p in got.marked.get(UNIT_GLOB, [])}
@@ -197,14 +221,16 @@ def instance_drift(config: HostConfig, got: Gathered, host_name: str = "") -> di
     return {i.name: list(todo.why.get(i.name, [])) for i in config.instances()}
 
 
-def dry_lines(todo: VllmPlan, image: str) -> list[str]:
+def dry_lines(todo: VllmPlan, image: str, staged: hfmodel.Staged | None = None) -> list[str]:
     """What ``--dry`` says of ``todo`` (the role prefixes each line with the host's ``[name]``): one
     line per dirty instance with its reasons joined by ``; ``, one per orphan, then one for the
-    image when it is missing and one for the role's directories and scripts to create or fix.
+    image when it is missing, one for the model when it is not staged and one for the role's
+    directories and scripts to create or fix.
 
     Args:
         todo: :func:`plan`'s result.
         image: the pinned image reference (``config.image.reference``).
+        staged: the model to stage (:func:`staging`), named in the model's line.
 
     Returns:
         the lines, in that order; none when ``todo`` is clean.
@@ -213,6 +239,8 @@ def dry_lines(todo: VllmPlan, image: str) -> list[str]:
     lines += [f"would remove vllm instance {name} (no longer in the data)" for name in todo.orphans]
     if todo.image_missing:
         lines.append(f"would pull vllm image {image} (not on the host)")
+    if todo.model_missing and staged is not None:
+        lines.append(f"would stage model {staged.model}@{staged.revision} into {staged.cache_dir} (not staged)")
     paths = [d[0] for d in todo.directories] + [f.path for f in todo.scripts]
     if paths:
         lines.append(f"would create or fix {', '.join(paths)} (vllm role)")
@@ -290,5 +318,6 @@ def plan_dict(config: HostConfig, todo: VllmPlan) -> dict[str, object]:
         "scripts": [f.path for f in todo.scripts],
         "orphans": todo.orphans,
         "image_missing": todo.image_missing,
+        "model_missing": todo.model_missing,
         "clean": todo.clean,
     }

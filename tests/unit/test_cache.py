@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import tarfile
@@ -35,7 +36,6 @@ KEY_INPUTS = [
     ("facts", "rocm_version", "6.4.1", "rocm_version"),
     ("facts", "vllm_version", "0.33.0", "vllm_version"),
     ("profile", "model", "/opt/models/other", "model"),
-    ("profile", "extra_args", ["--revision", "abc123"], "model_revision"),
     ("profile", "tensor_parallel_size", 2, "tensor_parallel_size"),
     ("profile", "max_num_batched_tokens", 4096, "max_num_batched_tokens"),
     ("profile", "max_model_len", 1024, "max_model_len"),
@@ -115,10 +115,15 @@ def test_key_leaves_out_visible_devices_and_cache_paths(lab_data):
     assert env == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_AOT_COMPILE": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
-def test_model_revision_forms():
-    assert cachekey.model_revision(["--revision", "r1"]) == "r1"
-    assert cachekey.model_revision(["--revision=r2"]) == "r2"
-    assert cachekey.model_revision(["--tokenizer", "x"]) is None
+def test_key_names_the_profiles_model_revision(tmp_path, lab_data):
+    def key(revision):
+        config = _changed(tmp_path, lab_data, "none", None, None)
+        profile = config.profile.model_copy(update={"model": "org/tiny-llama", "revision": revision})
+        return cachekey.instance_key(dataclasses.replace(config, profile=profile), "gfx942", FACTS)
+
+    a, b = key("a" * 40), key("b" * 40)
+    assert a.model_revision == "a" * 40
+    assert [d[0] for d in cachekey.differences(a, b)] == ["model_revision"]
 
 
 # --- refusing a baked image ---------------------------------------------------------------------
@@ -272,7 +277,7 @@ def test_baked_image_mounts_no_cache_and_env_points_at_the_layer(lab_data, lab_p
     instance = config.instances()[0]
     argv = vllm.docker_run_argv(vllm_settings(config), instance, lab_placements[instance.name], [])
     volumes = [argv[i + 1] for i, x in enumerate(argv) if x == "--volume"]
-    assert volumes == ["/var/cache/huggingface:/root/.cache/huggingface"]
+    assert volumes == ["/var/cache/huggingface:/root/.cache/huggingface:ro"]
     assert cachedirs.mounts(config, instance) == [] and cachedirs.writable_sharing(config) == []
     assert cachedirs.prepared(config, instance) is None and cachedirs.aiter_seed_dir(config, instance) is None
     env = vllm.container_env(vllm_settings(config), lab_placements[instance.name])

@@ -140,8 +140,20 @@ def test_token_value_refused_and_masked():
 
 
 def test_ordinary_variables_pass():
-    config = host_config({"vllm_profile": "llama-3.3-70b", "vllm_env": {"NCCL_DEBUG": "WARN", "HF_HUB_OFFLINE": "1"}})
+    config = host_config(
+        {"vllm_profile": "llama-3.3-70b", "vllm_env": {"NCCL_DEBUG": "WARN", "HF_HUB_VERBOSITY": "info"}}
+    )
     assert config.settings.vllm_env["NCCL_DEBUG"] == "WARN"
+
+
+@pytest.mark.parametrize("name", ["HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME", "HF_MODULES_CACHE"])
+def test_the_hugging_face_cache_variables_are_rocmfleets(name):
+    """The staged cache is mounted read-only and read offline: vllm_env may not move it or go online."""
+    with pytest.raises(ConfigError) as err:
+        host_config({"vllm_profile": "llama-3.3-70b", "vllm_env": {name: "0"}})
+    (problem,) = err.value.problems
+    assert problem.key == f"vllm_env.{name}" and problem.value == "'0'"
+    assert "staged once per host and mounted read-only" in problem.message and "vllm_hf_cache_dir" in problem.message
 
 
 def test_extra_env_follows_the_same_rules(tmp_path):

@@ -17,6 +17,7 @@ DIGEST = "sha256:" + "0" * 64
 BIG = {
     "name": "big-128b",
     "model": "example/big-128b",
+    "revision": "0123456789abcdef0123456789abcdef01234567",
     "served_model_name": "big",
     "image": {"repository": "docker.io/vllm/vllm-openai-rocm", "tag": "v0.33.0", "digest": DIGEST},
     "vllm_version": "0.33.0",

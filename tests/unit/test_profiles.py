@@ -320,3 +320,66 @@ def test_the_profiles_folder_is_beside_the_group_files_never_the_working_directo
     assert groupvars.profiles_dir() == site / "profiles"  # though it does not exist
     monkeypatch.setenv("ROCMFLEET_PROFILES_DIR", str(tmp_path / "mine"))
     assert groupvars.profiles_dir() == tmp_path / "mine"
+
+
+# Model revision (rocmfleet.domain.hfmodel): staged once per host, loaded offline.
+
+
+def _load(tmp_path, data) -> list[tuple[str, str, str]]:
+    path = tmp_path / f"{data['name']}.yml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    assert str(err.value).startswith(f"{path}: invalid profile")  # the file, then one line per problem
+    return err.value.problems
+
+
+def test_a_hub_model_without_a_revision_is_refused(tmp_path, data):
+    del data["revision"]
+    ((key, message, value),) = _load(tmp_path, data)
+    assert key == "revision" and value == ""
+    assert message.startswith("missing for the Hugging Face model 'meta-llama/Llama-4-Scout-17B-16E-Instruct': pin")
+    assert "40 hex" in message and "revision_unpinned: true" in message
+
+
+@pytest.mark.parametrize("revision", ["main", "v1.0", "4BD10C4DC905B4000D76640D07A552344146FAEC", "4bd10c4"])
+def test_a_revision_that_is_not_a_commit_is_refused(tmp_path, data, revision):
+    data["revision"] = revision
+    ((key, message, value),) = _load(tmp_path, data)
+    assert (key, value) == ("revision", repr(revision))
+    assert message.startswith("not a commit: 40 lower-case hex digits")
+
+
+def test_the_escape_hatch_serves_a_hub_model_unpinned(data):
+    del data["revision"]
+    data["revision_unpinned"] = True
+    profile = Profile.model_validate(data)
+    assert profile.revision is None and profile.revision_unpinned
+
+
+def test_a_revision_and_the_escape_hatch_together_are_refused(tmp_path, data):
+    data["revision_unpinned"] = True
+    ((key, message, _),) = _load(tmp_path, data)
+    assert key == "revision" and message == "given with revision_unpinned: true; give one of them"
+
+
+def test_a_local_path_needs_no_revision_and_takes_none(tmp_path, data):
+    del data["revision"]
+    data["model"] = "/opt/models/tiny-llama"
+    assert Profile.model_validate(data).revision is None
+    data["revision"] = "a" * 40
+    ((key, message, _),) = _load(tmp_path, data)
+    assert key == "revision" and "is a path in the container, which has no revision" in message
+
+
+def test_every_shipped_hub_profile_pins_a_commit(profiles):
+    for name, profile in profiles.items():
+        assert profile.model.startswith("/") or (profile.revision and len(profile.revision) == 40), name
+        assert not profile.revision_unpinned, name
+
+
+@pytest.mark.parametrize("flag", ["--revision", "--tokenizer-revision"])
+def test_extra_args_may_not_pick_another_revision(data, flag):
+    data["extra_args"] = [flag, "b" * 40]
+    ((loc, message),) = errors(data)
+    assert "the profile's revision" in message, (loc, message)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 from rocmfleet.config.settings import host_config
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import cachedirs, vllm
@@ -46,6 +48,25 @@ def test_docker_run_argv_follows_amd_and_vllm_docs(lab_config, lab_placements):
     ]  # fmt: skip
 
 
+def test_the_model_cache_is_read_only_offline_and_pinned(lab_config, lab_placements):
+    """The staged model (rocmfleet.domain.hfmodel): the cache mounted :ro, HF_HUB_OFFLINE=1, and for a
+    hub model ``--revision`` right after it, so vLLM loads exactly the staged snapshot."""
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    profile = lab_config.profile.model_copy(update={"model": "org/tiny-llama", "revision": revision})
+    hub = dataclasses.replace(lab_config, profile=profile)
+    for config, pinned in ((lab_config, []), (hub, ["--revision", revision])):
+        instance = config.instances()[0]
+        placement = lab_placements[instance.name]
+        argv = vllm.docker_run_argv(vllm_settings(config), instance, placement, [])
+        volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "--volume"]
+        assert "/var/cache/huggingface:/root/.cache/huggingface:ro" in volumes
+        assert not [v for v in volumes if "huggingface" in v and not v.endswith(":ro")]
+        model_at = argv.index(config.profile.model)
+        assert argv[model_at + 1 : model_at + 1 + len(pinned) + 1] == [*pinned, "--served-model-name"]
+        env = vllm.container_env(vllm_settings(config), placement)
+        assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HUB_CACHE"] == "/root/.cache/huggingface/hub"
+
+
 def test_secrets_are_named_on_the_command_line_never_valued(lab_data, lab_placements):
     lab_data["vllm_secret_env"] = {"HF_TOKEN": Secret("hf_SECRETvalue")}
     config = host_config(lab_data)
@@ -65,6 +86,9 @@ def test_container_env_has_profile_flags_user_env_and_visible_devices(lab_config
         "VLLM_ENGINE_READY_TIMEOUT_S": "1800",
         "CUDA_VISIBLE_DEVICES": "0",
         **cachedirs.env(),
+        "HF_HUB_CACHE": "/root/.cache/huggingface/hub",  # the staged cache, read offline
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": "/tmp/hf_modules",  # transformers' remote code, outside the read-only mount
         "VLLM_PORT": "20000",  # tiny-llama-a, the host's first instance: the first internal port block
     }
     assert "HIP_VISIBLE_DEVICES" not in env

@@ -57,7 +57,12 @@ def records() -> dict[str, str]:
 
 
 def run_role(
-    tmp_path: Path, responses: dict, rc: int = 0, others: dict | None = None, mode: str = "-y"
+    tmp_path: Path,
+    responses: dict,
+    rc: int = 0,
+    others: dict | None = None,
+    mode: str = "-y",
+    data: dict | None = None,
 ) -> tuple[list[dict], str]:
     """Run ``roles.vllm.apply`` on the fake host ``gpu-1`` (and ``others``: {name: responses});
     the JSON report's operations (none under ``mode="--dry"``), and stderr."""
@@ -75,7 +80,7 @@ def run_role(
             import rocmfleet.roles.vllm
             from rocmfleet import roles
             from rocmfleet.config.settings import host_config
-            roles.vllm.apply(host_config({DATA!r}))
+            roles.vllm.apply(host_config({data or DATA!r}))
             """
         )
     )
@@ -288,3 +293,39 @@ def test_a_baked_deploy_that_did_not_wait_reads_no_proof(tmp_path, monkeypatch):
     proof = [op for op in operations if op["name"].endswith("(nothing compiled since the start)")]
     assert [op["no_change"] for op in proof] == [["@fake/gpu-1"]]
     assert "baked compile cache missed" not in stderr  # the proof (a miss, were it read) was not read
+
+
+#: A hub model (rocmfleet.domain.hfmodel): staged once per host before any instance is touched.
+HUB = {**DATA, "vllm_profile": "qwen3-30b-a3b", "vllm_env": {}}
+FRESH = {
+    "timeout 20 sh -c '": TOPOLOGY,
+    "stat -c %g /dev/kfd": ["992"],
+    "vllm-probe.sh ready 80": ["ready"],
+    "vllm-probe.sh owner 80": ["free"],
+}
+
+
+def test_a_hub_model_is_staged_once_after_the_pull_and_before_any_instance_is_touched(tmp_path):
+    operations, _ = run_role(tmp_path, FRESH, data=HUB)
+    names = [op["name"].removeprefix("vllm | ") for op in operations]
+    stage = "Stage Qwen/Qwen3-30B-A3B@ad44e777bcd18fa416d9da3bd8f70d33ebb85d39 in /var/cache/huggingface"
+    assert names.count(stage) == 1  # once per host, not per instance
+    at = names.index(stage)
+    assert names[at - 1] == "Write /etc/rocmfleet/vllm/model-stage.secrets"
+    assert names[at + 1] == "Remove /etc/rocmfleet/vllm/model-stage.secrets"
+    assert names.index("Pull the vLLM image by digest") < at - 1
+    touched = [i for i, n in enumerate(names) if n.startswith(("Check the vllm serve", "Render", "Enable", "Restart"))]
+    assert at < min(touched)
+
+
+def test_a_local_model_is_never_staged(tmp_path):
+    operations, _ = run_role(tmp_path, FRESH)
+    assert not [op for op in operations if "Stage" in op["name"] or "model-stage" in op["name"]]
+
+
+def test_dry_says_the_model_would_be_staged(tmp_path):
+    _, stderr = run_role(tmp_path, FRESH, mode="--dry", data=HUB)
+    assert (
+        "would stage model Qwen/Qwen3-30B-A3B@ad44e777bcd18fa416d9da3bd8f70d33ebb85d39 into /var/cache/huggingface "
+        "(not staged)"
+    ) in stderr

@@ -21,7 +21,7 @@ from pyinfra.operations.util import any_changed
 
 from rocmfleet import scripts
 from rocmfleet.config.settings import HostConfig, HostSettings, Instance
-from rocmfleet.domain import cachedirs, vllm
+from rocmfleet.domain import cachedirs, hfmodel, vllm
 from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.facts.topology import GpuTopology
@@ -69,7 +69,7 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
     # Said as the rocm role's operations say what they would do: while pyinfra prepares with its
     # change detection (``--dry``, or a run that asks before executing), not with ``-y``.
     if not state.is_executing and state.check_for_changes:
-        for line in vllmplan.dry_lines(todo, config.image.reference):
+        for line in vllmplan.dry_lines(todo, config.image.reference, vllmplan.staging(config)):
             logger.warning(f"{host.print_prefix}{line}")
     if todo.clean:
         if rebooted is not None:
@@ -100,10 +100,22 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
             name="Remove vLLM instances the data no longer lists", keep=[i.name for i in config.instances()]
         )
     dirty = [i for i in config.instances() if i.name in todo.dirty]
-    if not dirty and not todo.image_missing:
+    if not dirty and not todo.image_missing and not todo.model_missing:
         return
     # (a) The old containers keep serving while the new image is pulled.
     image = docker.image(name="Pull the vLLM image by digest", image=config.image.reference)
+    # The model, once per host, with that image's own downloader, before any instance is touched:
+    # the instances mount the cache read-only and read it offline (rocmfleet.domain.hfmodel).
+    # A failed download fails the host here with one line.
+    staged = vllmplan.staging(config)
+    if staged is not None and todo.model_missing:
+        secrets.secret_file(
+            name=f"Write {hfmodel.STAGE_SECRETS_FILE}",
+            path=hfmodel.STAGE_SECRETS_FILE,
+            content=secrets_content(config),
+        )
+        vllm_ops.stage_model(name=f"Stage {staged.model}@{staged.revision} in {staged.cache_dir}", staged=staged)
+        files.file(name=f"Remove {hfmodel.STAGE_SECRETS_FILE}", path=hfmodel.STAGE_SECRETS_FILE, present=False)
     # A baked compile cache (rocmfleet cache bake) runs only where its cache key matches.
     vllm_ops.baked_cache_matches(name="Check a baked image's cache key against this host", config=config, placed=placed)
 
