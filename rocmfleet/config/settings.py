@@ -424,6 +424,13 @@ class HostSettings(BaseModel):
         default="/var/cache/huggingface",
         description="Host directory mounted as `/root/.cache/huggingface` (absolute).",
     )
+    vllm_hf_endpoint: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(:\d+)?(/[^\s]*)?$",
+        description="Hugging Face Hub endpoint the model is staged from (huggingface_hub's `HF_ENDPOINT`): "
+        "a mirror or proxy of `https://huggingface.co`, e.g. `https://hf-mirror.example.com`; null for the Hub "
+        "itself. Only the staging container gets it; the instances read the cache offline.",
+    )
     vllm_gpu_count: int = Field(
         default=8,
         ge=1,

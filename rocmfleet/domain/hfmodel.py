@@ -129,6 +129,22 @@ def staged(model: str, revision: str | None, cache_dir: str, image: str) -> Stag
     return Staged(model, revision or DEFAULT_BRANCH, cache_dir, image)
 
 
+def container_snapshot(model: str, revision: str | None) -> str | None:
+    """Where a pinned revision of a hub model lies inside a container that mounts the cache
+    (``/root/.cache/huggingface/hub/models--<org>--<name>/snapshots/<commit>``), for a client that
+    must load its tokenizer offline from exactly the staged revision (``vllm bench serve
+    --tokenizer``: without it, transformers asks for ``main``, which an offline cache staged by
+    commit has no ``refs/`` entry for). ``None`` for a local path or an unpinned model (staged at
+    ``main``, so ``refs/main`` exists).
+
+    **Example:** ``container_snapshot("Qwen/Qwen3-30B-A3B", "ad44...")`` ->
+    ``/root/.cache/huggingface/hub/models--Qwen--Qwen3-30B-A3B/snapshots/ad44...``
+    """
+    if is_local(model) or revision is None or not is_revision(revision):
+        return None
+    return f"{CONTAINER_HUB_CACHE}/{repo_folder(model)}/snapshots/{revision}"
+
+
 def revision_problem(model: str, revision: str | None, unpinned: bool) -> str | None:
     """Why a profile's ``model``/``revision``/``revision_unpinned`` are refused, or ``None``.
 

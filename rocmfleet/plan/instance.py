@@ -163,6 +163,16 @@ def secrets_content(config: HostConfig) -> Secret:
     return Secret(vllm.env_lines(values))
 
 
+def stage_env_content(config: HostConfig) -> Secret:
+    """The environment file of the model's staging container (``rocmfleet/scripts/model-stage.sh
+    --env-file``): the secrets (the token), plus ``HF_ENDPOINT`` when ``vllm_hf_endpoint`` names a
+    mirror (huggingface_hub reads it, ``huggingface_hub/constants.py`` ``ENDPOINT``)."""
+    values = {name: secret.reveal() for name, secret in config.settings.vllm_secret_env.items()}
+    if config.settings.vllm_hf_endpoint:
+        values["HF_ENDPOINT"] = config.settings.vllm_hf_endpoint
+    return Secret(vllm.env_lines(values))
+
+
 def last_good_of(name: str) -> lastgood.LastGoodFiles:
     """The live files of the instance called ``name`` and its last good directory
     (:func:`rocmfleet.domain.vllm.layout`)."""

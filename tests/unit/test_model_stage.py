@@ -254,3 +254,29 @@ def test_staged_only_with_the_stamp_file_and_the_snapshot():
 def test_a_local_model_asks_for_nothing(lab_config):
     assert vllmplan.staging(lab_config) is None
     assert not [p for p in vllmplan.query(lab_config)["paths"] if "rocmfleet-staged" in p]  # type: ignore[attr-defined]
+
+
+def test_a_pinned_hub_models_tokenizer_is_read_from_its_staged_snapshot_by_the_benchmark():
+    from rocmfleet.domain.benchshape import Case
+    from rocmfleet.fleet.bench.bench import bench_command
+
+    snapshot = hfmodel.container_snapshot(MODEL, REV)
+    assert snapshot == f"/root/.cache/huggingface/hub/models--org--tiny-llama/snapshots/{REV}"
+    assert hfmodel.container_snapshot("/opt/models/tiny-llama", None) is None  # a local path loads itself
+    assert hfmodel.container_snapshot(MODEL, "main") is None  # unpinned: refs/main is in the cache
+    case = Case(isl=8, osl=8, concurrency=1, num_prompts=1)
+    argv = bench_command(case, 8000, MODEL, "/tmp/r/x.json", tokenizer=snapshot)
+    assert argv[argv.index("--tokenizer") + 1] == snapshot
+    assert "--tokenizer" not in bench_command(case, 8000, MODEL, "/tmp/r/x.json")
+
+
+def test_the_staging_environment_holds_the_hub_endpoint_when_one_is_set():
+    from rocmfleet.config.errors import ConfigError
+    from rocmfleet.plan.instance import stage_env_content
+
+    assert "HF_ENDPOINT" not in stage_env_content(host_config({"vllm_profile": "qwen3-30b-a3b"})).reveal()
+    mirror = host_config({"vllm_profile": "qwen3-30b-a3b", "vllm_hf_endpoint": "http://10.0.0.1:8080"})
+    assert "HF_ENDPOINT=http://10.0.0.1:8080" in stage_env_content(mirror).reveal().splitlines()
+    with pytest.raises(ConfigError) as refused:
+        host_config({"vllm_profile": "qwen3-30b-a3b", "vllm_hf_endpoint": "hf-mirror.example.com"})
+    assert "vllm_hf_endpoint" in str(refused.value)

@@ -56,6 +56,7 @@ def bench_command(
     result_path: str | PurePath,
     *,
     served_model_name: str | None = None,
+    tokenizer: str | None = None,
     host: str = "127.0.0.1",
     save_detailed: bool = False,
     metadata: Mapping[str, str] | None = None,
@@ -67,6 +68,8 @@ def bench_command(
     post to ``/v1/completions``). ``model`` is what the tokenizer loads (the profile's model, a
     path inside the container); ``served_model_name`` is the name requests use (vLLM's
     ``--served-model-name``, needed when the server serves the model under another name).
+    ``tokenizer``: where the tokenizer loads from when not ``model``: the staged snapshot of a pinned
+    hub model (:func:`rocmfleet.domain.hfmodel.container_snapshot`), read offline.
     ``result_path`` is where the JSON lands, as the command sees it (inside the container).
     ``save_detailed`` keeps per-request TTFTs and ITLs (large: one float per output token).
     ``metadata`` becomes extra top-level keys of the JSON (``--metadata KEY=VALUE``).
@@ -88,6 +91,8 @@ def bench_command(
     ]  # fmt: skip
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
+    if tokenizer:
+        argv += ["--tokenizer", tokenizer]
     argv += [
         "--dataset-name", "random",
         "--random-input-len", str(case.isl),

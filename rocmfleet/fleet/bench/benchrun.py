@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from rocmfleet.config.settings import Instance
+from rocmfleet.domain import hfmodel
 from rocmfleet.domain.benchshape import Case, shape_for, sweep_for
 from rocmfleet.domain.vllm import files_of
 from rocmfleet.fleet.bench.bench import (
@@ -180,7 +181,13 @@ def _bench_case(
         **client_metadata(client),
     }
     argv = bench_command(
-        case, instance.port, profile.model, inside, served_model_name=profile.served_model_name, metadata=metadata
+        case,
+        instance.port,
+        profile.model,
+        inside,
+        served_model_name=profile.served_model_name,
+        tokenizer=hfmodel.container_snapshot(profile.model, profile.revision),
+        metadata=metadata,
     )
     if own:
         hf_cache = target.config.settings.vllm_hf_cache_dir

@@ -30,7 +30,7 @@ from rocmfleet.operations import secrets
 from rocmfleet.operations import vllm as vllm_ops
 from rocmfleet.operations.deploys import deploy
 from rocmfleet.plan import vllmplan
-from rocmfleet.plan.instance import last_good_of, secrets_content
+from rocmfleet.plan.instance import last_good_of, secrets_content, stage_env_content
 
 #: A restored version waits at least the default readiness deadline (``vllm_ready_timeout_s``):
 #: a short deadline set to fail a new version fast must not cut short the wait for the old one.
@@ -112,7 +112,7 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
         secrets.secret_file(
             name=f"Write {hfmodel.STAGE_SECRETS_FILE}",
             path=hfmodel.STAGE_SECRETS_FILE,
-            content=secrets_content(config),
+            content=stage_env_content(config),
         )
         vllm_ops.stage_model(name=f"Stage {staged.model}@{staged.revision} in {staged.cache_dir}", staged=staged)
         files.file(name=f"Remove {hfmodel.STAGE_SECRETS_FILE}", path=hfmodel.STAGE_SECRETS_FILE, present=False)
