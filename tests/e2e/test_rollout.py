@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,7 +45,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, lab_command, lab_ssh
+from rocmfleet import scripts
+from rocmfleet.domain import cachedirs
+from tests.conftest import ROOT, lab_command, lab_inventory, lab_ssh, pyinfra_json, rocmfleet_cli
 from tests.e2e.test_rollback import profile_edited
 from tests.lab.image import SLOW_TAG
 
@@ -462,3 +465,40 @@ def test_rollout_bake_of_the_pinned_tag_runs_end_to_end_holding_capacity(baselin
     assert started and newer.stdout.strip() == "", newer.stdout[:2000]
     logs = lab_ssh(lab, names[2], f"docker logs {container} 2>&1").stdout
     assert "Compiling a graph for" not in logs and "Cannot load aot compilation" not in logs
+    assert_a_cache_miss_fails_the_check(lab, names[2], baked[0], tmp_path)
+
+
+def assert_a_cache_miss_fails_the_check(lab, host: str, baked_ref: str, tmp_path: Path) -> None:
+    """A real miss on ``host``: the baked image with its torch.compile caches deleted in a layer on
+    top (same labels, so the same key: the deploy accepts it) compiles at its start. The deploy
+    warns, and ``rocmfleet check --select cache`` fails naming the compilers and vLLM's words."""
+    repository_tag, digest = baked_ref.split("@")
+    repository, tag = repository_tag.rsplit(":", 1)
+    match = cachedirs.BAKED_TAG.fullmatch(tag)
+    assert match, tag
+    miss_ref = f"{repository}:{cachedirs.baked_tag(match['base'] + '-miss', match['key'])}"
+    context = "/var/cache/rocmfleet-bake/issue27-miss.context"
+    dockerfile = (
+        f"FROM {repository}@{digest}\n"
+        "RUN rm -rf /root/.cache/vllm/torch_compile_cache /root/.cache/inductor/* /root/.triton/cache/*\n"
+    )
+    made = lab_ssh(lab, host, scripts.command("cache-bake.sh", "dockerfile", context, dockerfile))
+    assert made.returncode == 0, made.stderr
+    pushed = lab_ssh(lab, host, scripts.command("cache-bake.sh", "build", context, miss_ref), timeout_s=1800)
+    assert pushed.returncode == 0, pushed.stderr[-2000:]
+    lab_ssh(lab, host, scripts.command("cache-bake.sh", "clean", context))
+    miss_digest = pushed.stdout.strip().rsplit("@", 1)[-1]
+    (tmp_path / "miss").mkdir()
+    inventory = lab_inventory(
+        tmp_path / "miss", {host: {"vllm_image_tag": miss_ref.rsplit(":", 1)[1], "vllm_image_digest": miss_digest}}
+    )
+    code, _, err = pyinfra_json("deploy.py", "-y", "--limit", host, inventory=inventory)
+    assert code == 0, err[-3000:]  # a miss is slower, not broken: the instance serves
+    assert "rocmfleet: baked compile cache missed: lab-tiny-llama-0: " in err, err[-3000:]
+    checked = rocmfleet_cli("check", inventory, "--limit", host, "--select", "cache")
+    print(checked.stdout[-3000:])
+    assert checked.returncode == 1 and "cache::baked_cache_was_used" in checked.stdout, checked.stdout[-3000:]
+    assert "compiled since the start of the baked container" in checked.stdout, checked.stdout[-3000:]
+    # what compiled, by compiler, with paths; and vLLM's own words
+    assert re.search(r"(TorchInductor|vLLM torch\.compile|Triton)[^:]*: \d+ \(/root/", checked.stdout), checked.stdout
+    assert "vLLM logged: 'Compiling" in checked.stdout, checked.stdout[-3000:]
