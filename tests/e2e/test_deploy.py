@@ -120,6 +120,38 @@ def test_two_instances_get_disjoint_render_nodes_and_cpus_from_the_host_topology
     assert a and b and not a & b and a | b == node, cpus
 
 
+def test_two_instances_start_together_after_a_reboot_each_on_its_own_internal_ports(lab, first_deploy):
+    """lab-1 rebooted: systemd starts both units at boot, side by side; each container has its own
+    VLLM_PORT (vLLM's internal ports, from the plan: issue 27), both serve, and neither unit
+    restarted or logged a port already in use. (Two, not four, instances: the lab's hosts have the
+    CI machine's CPUs, two on its one NUMA node, and instances never share a CPU.)"""
+    name = sorted(lab.hosts)[0]
+    boot = lab_ssh(lab, name, "cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    lab_ssh(lab, name, "systemctl reboot", timeout_s=60)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        now = lab_ssh(lab, name, "cat /proc/sys/kernel/random/boot_id", timeout_s=30)
+        if now.returncode == 0 and now.stdout.strip() not in ("", boot):
+            break
+        time.sleep(5)
+    else:
+        raise AssertionError(f"{name} did not come back from its reboot in 300 s")
+    for port in FIRST_HOST_UNITS.values():
+        wait_for_completion(lab.hosts[name], port, timeout_s=900)
+    ports = {}
+    for unit in FIRST_HOST_UNITS:
+        container = unit.removesuffix(".service")
+        shown = lab_ssh(
+            lab, name, f"systemctl show -p NRestarts --value {unit}; docker exec {container} printenv VLLM_PORT"
+        )
+        restarts, port = shown.stdout.split()
+        assert restarts == "0", (unit, shown.stdout)
+        ports[container] = int(port)
+    assert len(set(ports.values())) == 2 and set(ports.values()).isdisjoint(FIRST_HOST_UNITS.values()), ports
+    journal = lab_ssh(lab, name, "journalctl -b -u 'vllm-*' --no-pager | grep -ci 'address already in use' || true")
+    assert journal.stdout.strip() == "0", journal.stdout
+
+
 def test_the_vault_token_reaches_the_container_and_nothing_else(lab, first_deploy, ssh_config):
     rc, report, stderr = first_deploy
     assert TOKEN not in json.dumps(report) + stderr  # pyinfra's output with -v

@@ -338,6 +338,11 @@ def test_good_tag_rolls_across_the_lab_holding_capacity_through_a_kill_and_resum
     assert len(samples) > 30 and min(samples) >= len(targets) - per_host, samples
     report = report_of(results)
     print(report)  # the time split, for the record
+    # One benchmark client for both runs of each host, the new image's, with its sampling (issue 27).
+    for name in lab.hosts:
+        line = next(line for line in report.splitlines() if line.startswith(f"- **{name}**: "))
+        assert "before and after the switch: " in line and new in line, line
+        assert "temperature 0" in line and "seed 0" in line, line
     for name in lab.hosts:
         row = next(line for line in report.splitlines() if line.startswith(f"| {name} |"))
         cells = [c.strip() for c in row.split("|")]
