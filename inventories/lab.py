@@ -53,6 +53,8 @@ gpu_nodes = (
         "rocm_current_repo_url": f"{_state.amd_repo}/stable.repo.amd.com/rocm/core/packages",
         "rocm_current_key_url": f"{_state.amd_repo}/stable.repo.amd.com/rocm/gpg/packages.gpg",
         "docker_insecure_registries": [_state.registry],
+        # the model is staged once per host from the stand-in Hub (tests/lab/hfhub.py)
+        "vllm_hf_endpoint": _state.hf_endpoint or None,
     },
 )
 

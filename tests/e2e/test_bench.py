@@ -98,7 +98,7 @@ def test_results_are_vllms_json_for_every_host_and_instance(lab, first_run, resu
             assert result.ttft.p99_ms is not None and result.tpot.p99_ms is not None
             assert result.output_throughput > 0 and result.samples_ms["e2el"]  # vLLM 0.32 keeps `latencies`
             saved = json.loads(text)  # vLLM's own keys, and rocmfleet's --metadata
-            assert saved["model_id"] == "/opt/models/tiny-llama"
+            assert saved["model_id"] == "lab/tiny-llama"  # the lab profile's hub model
             assert saved["total_output_tokens"] == case.num_prompts * case.osl  # --ignore-eos
             assert (saved["rocmfleet_host"], saved["rocmfleet_instance"], saved["rocmfleet_run_id"]) == (
                 host,

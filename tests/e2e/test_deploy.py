@@ -120,6 +120,34 @@ def test_two_instances_get_disjoint_render_nodes_and_cpus_from_the_host_topology
     assert a and b and not a & b and a | b == node, cpus
 
 
+def test_the_model_was_fetched_once_per_host_and_instances_read_it_offline(lab, first_deploy):
+    """The lab profile's hub model (``lab/tiny-llama`` at its pinned commit, from the stand-in Hub:
+    tests/lab/hfhub.py) was downloaded once per host, lab-1's two instances included, with the
+    vault token; the instances mount the cache read-only and run offline (issue 27)."""
+    from tests.lab import hfhub, services
+
+    counts = hfhub.downloads(services.HF_HUB_LOG)
+    per_host = {name: counts.get(address, {}) for name, address in lab.hosts.items()}
+    files = set().union(*(set(c) for c in per_host.values()))
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= files, per_host
+    for name, got in per_host.items():
+        assert got == dict.fromkeys(files, 1), (name, got)  # once per host, not once per instance
+    log = services.HF_HUB_LOG.read_text()
+    assert TOKEN not in log
+    fetched = [json.loads(line) for line in log.splitlines() if '"file"' in line]
+    assert fetched and all(entry["auth"] for entry in fetched), fetched[:3]  # the token reached the Hub
+    name = sorted(lab.hosts)[0]
+    for unit in FIRST_HOST_UNITS:
+        container = unit.removesuffix(".service")
+        shown = lab_ssh(
+            lab,
+            name,
+            f"docker exec {container} printenv HF_HUB_OFFLINE; docker inspect --format "
+            "'{{range .Mounts}}{{if eq .Destination \"/root/.cache/huggingface\"}}{{.RW}}{{end}}{{end}}' " + container,
+        )
+        assert shown.stdout.split() == ["1", "false"], (container, shown.stdout, shown.stderr)
+
+
 def test_two_instances_start_together_after_a_reboot_each_on_its_own_internal_ports(lab, first_deploy):
     """lab-1 rebooted: systemd starts both units at boot, side by side; each container has its own
     VLLM_PORT (vLLM's internal ports, from the plan: issue 27), both serve, and neither unit

@@ -55,7 +55,7 @@ def up(count: int) -> config.LabState:
     down(quiet=True)
     config.RUN_DIR.mkdir(parents=True, exist_ok=True)
     services.bridge_up()
-    for service in services.SERVICES:
+    for service in services.SERVICES[:-1]:  # the Hub (last) serves the model the image build makes
         services.start(service)
     _log("services up: apt proxy, registry, stand-in AMD repository")
 
@@ -68,6 +68,7 @@ def up(count: int) -> config.LabState:
         apt_proxy=f"http://{config.GATEWAY}:{config.APT_PROXY_PORT}",
         registry=f"{config.GATEWAY}:{config.REGISTRY_PORT}",
         amd_repo=f"http://{config.GATEWAY}:{config.AMD_REPO_PORT}",
+        hf_endpoint=f"http://{config.GATEWAY}:{config.HF_HUB_PORT}",
     )
     known = []
     for index in range(1, count + 1):
@@ -82,6 +83,9 @@ def up(count: int) -> config.LabState:
 
     state.images = image.publish(state.registry, config.CACHE_DIR)
     state.save()
+    services.HF_HUB_LOG.unlink(missing_ok=True)  # a fresh lab counts its own downloads
+    services.start("hf-hub")
+    _log("stand-in Hugging Face Hub up")
     with ThreadPoolExecutor(max_workers=count) as pool:
         list(pool.map(lambda addr: hosts.wait_for_ssh(addr, key, config.Path(state.known_hosts)), state.hosts.values()))
     _log(f"lab up in {time.monotonic() - started:.0f} s: {', '.join(f'{n}={a}' for n, a in state.hosts.items())}")

@@ -37,6 +37,7 @@ HOST_ADDRESS_BASE = 11  # lab-1 -> .11, lab-2 -> .12, ...
 APT_PROXY_PORT = 3128
 REGISTRY_PORT = 5000
 AMD_REPO_PORT = 8080
+HF_HUB_PORT = 8090
 
 DEBIAN_MIRROR = os.environ.get("ROCMFLEET_LAB_MIRROR", "http://deb.debian.org/debian")
 
@@ -74,6 +75,7 @@ class LabState:
     apt_proxy: str = ""
     registry: str = ""
     amd_repo: str = ""
+    hf_endpoint: str = ""  # the stand-in Hugging Face Hub (tests/lab/hfhub.py)
     images: dict[str, str] = field(default_factory=dict)  # "repo:tag" -> "sha256:..."
 
     def save(self) -> None:

@@ -3,7 +3,10 @@
 - the bridge ``rflab0`` the hosts' veths join (no route out: hosts reach only the lab);
 - an apt proxy (tinyproxy; apt-cacher-ng answered 503 "Host not found" here);
 - a container registry (Debian's ``docker-registry``), storage kept across ``lab down``;
-- an HTTP server for the stand-in AMD apt repository (:mod:`tests.lab.amdrepo`).
+- an HTTP server for the stand-in AMD apt repository (:mod:`tests.lab.amdrepo`);
+- a stand-in Hugging Face Hub (:mod:`tests.lab.hfhub`) serving the lab image's generated model as
+  ``lab/tiny-llama`` at :data:`tests.lab.hfhub.LAB_REVISION`, logging each request (never a token)
+  to :data:`HF_HUB_LOG`; started once the image's root filesystem (which holds the model) is built.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from pathlib import Path
 
 from tests.lab import config
 
-SERVICES = ("apt-proxy", "registry", "amd-repo")
+SERVICES = ("apt-proxy", "registry", "amd-repo", "hf-hub")
+#: The stand-in Hub's request log: one JSON line per request (tests.lab.hfhub.downloads reads it).
+HF_HUB_LOG = config.RUN_DIR / "services" / "hf-hub-requests.jsonl"
 
 
 def bridge_up() -> None:
@@ -71,6 +76,20 @@ def _command(service: str) -> list[str]:
             "--directory",
             str(amdrepo.build()),
         ]
+    if service == "hf-hub":
+        return [
+            sys.executable,
+            "-m",
+            "tests.lab.hfhub",
+            "--listen",
+            f"{config.GATEWAY}:{config.HF_HUB_PORT}",
+            "--repo",
+            "lab/tiny-llama",
+            "--dir",
+            str(config.CACHE_DIR / "vllm-image-rootfs" / "opt" / "models" / "tiny-llama"),
+            "--log",
+            str(HF_HUB_LOG),
+        ]
     raise ValueError(f"unknown lab service {service!r}; known: {', '.join(SERVICES)}")
 
 
@@ -100,7 +119,12 @@ def _wait_port(port: int, timeout_s: float = 20) -> None:
     raise TimeoutError(f"nothing listening on {config.GATEWAY}:{port} after {timeout_s} s")
 
 
-PORTS = {"apt-proxy": config.APT_PROXY_PORT, "registry": config.REGISTRY_PORT, "amd-repo": config.AMD_REPO_PORT}
+PORTS = {
+    "apt-proxy": config.APT_PROXY_PORT,
+    "registry": config.REGISTRY_PORT,
+    "amd-repo": config.AMD_REPO_PORT,
+    "hf-hub": config.HF_HUB_PORT,
+}
 
 
 def start(service: str) -> None:
