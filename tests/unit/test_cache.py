@@ -35,7 +35,7 @@ KEY_INPUTS = [
     ("facts", "base_digest", "sha256:" + "cd" * 32, "base_digest"),
     ("facts", "rocm_version", "6.4.1", "rocm_version"),
     ("facts", "vllm_version", "0.33.0", "vllm_version"),
-    ("profile", "model", "/opt/models/other", "model"),
+    ("profile", "model", "lab/other", "model"),
     ("profile", "tensor_parallel_size", 2, "tensor_parallel_size"),
     ("profile", "max_num_batched_tokens", 4096, "max_num_batched_tokens"),
     ("profile", "max_model_len", 1024, "max_model_len"),

@@ -167,6 +167,10 @@ def converged_output(config, topology, *, skip: str = "", ready: int = 0) -> lis
         path(p, "dir", mode)
     for f in vllmplan.script_files():
         path(f.path, mode=f.mode, content=f.content)
+    staged = vllmplan.staging(config)
+    if staged is not None:  # a hub model, staged: its stamp and snapshot
+        path(staged.stamp)
+        path(staged.present, "dir", "755")
     path("/dev/kfd", "other", "660", gid="992")
     placed = place_host(config, topology, [992])
     assert isinstance(placed, HostPlacement)

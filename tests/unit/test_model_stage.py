@@ -252,8 +252,13 @@ def test_staged_only_with_the_stamp_file_and_the_snapshot():
 
 
 def test_a_local_model_asks_for_nothing(lab_config):
-    assert vllmplan.staging(lab_config) is None
-    assert not [p for p in vllmplan.query(lab_config)["paths"] if "rocmfleet-staged" in p]  # type: ignore[attr-defined]
+    import dataclasses
+
+    profile = lab_config.profile.model_copy(update={"model": "/opt/models/tiny-llama", "revision": None})
+    local = dataclasses.replace(lab_config, profile=profile)
+    assert vllmplan.staging(local) is None
+    assert not [p for p in vllmplan.query(local)["paths"] if "rocmfleet-staged" in p]  # type: ignore[attr-defined]
+    assert vllmplan.staging(lab_config) is not None  # the lab profile's hub model is staged
 
 
 def test_a_pinned_hub_models_tokenizer_is_read_from_its_staged_snapshot_by_the_benchmark():

@@ -37,7 +37,8 @@ def test_docker_run_argv_follows_amd_and_vllm_docs(lab_config, lab_placements):
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--group-add"] == ["44", "992"]
     image_at = argv.index(f"10.213.0.1:5000/rocmfleet-lab/vllm-cpu:0.32.0-lab.1@{DIGEST}")
     assert argv[image_at + 1 :] == [
-        "/opt/models/tiny-llama",
+        "lab/tiny-llama",
+        "--revision", "1ab0c0ffee1ab0c0ffee1ab0c0ffee1ab0c0ffee",
         "--served-model-name", "tiny-llama",
         "--host", "0.0.0.0",
         "--port", "8001",
@@ -51,10 +52,11 @@ def test_docker_run_argv_follows_amd_and_vllm_docs(lab_config, lab_placements):
 def test_the_model_cache_is_read_only_offline_and_pinned(lab_config, lab_placements):
     """The staged model (rocmfleet.domain.hfmodel): the cache mounted :ro, HF_HUB_OFFLINE=1, and for a
     hub model ``--revision`` right after it, so vLLM loads exactly the staged snapshot."""
-    revision = "0123456789abcdef0123456789abcdef01234567"
-    profile = lab_config.profile.model_copy(update={"model": "org/tiny-llama", "revision": revision})
-    hub = dataclasses.replace(lab_config, profile=profile)
-    for config, pinned in ((lab_config, []), (hub, ["--revision", revision])):
+    revision = lab_config.profile.revision  # the lab profile's hub model (tests/lab/hfhub.py)
+    assert revision is not None
+    profile = lab_config.profile.model_copy(update={"model": "/opt/models/tiny-llama", "revision": None})
+    local = dataclasses.replace(lab_config, profile=profile)
+    for config, pinned in ((local, []), (lab_config, ["--revision", revision])):
         instance = config.instances()[0]
         placement = lab_placements[instance.name]
         argv = vllm.docker_run_argv(vllm_settings(config), instance, placement, [])

@@ -114,7 +114,12 @@ def test_fresh_host_checks_before_writing_and_keeps_last_good_at_the_end(tmp_pat
     )
     names = [op["name"].removeprefix("vllm | ") for op in operations]
     checks = [names.index(f"Check the vllm serve arguments of vllm-{i}.service with the image's vLLM") for i in "ab"]
-    renders = [i for i, name in enumerate(names) if name.startswith(("Render", "Write", "Restart"))]
+    # (the model's staging, with its own env file, comes before: tests below)
+    renders = [
+        i
+        for i, name in enumerate(names)
+        if name.startswith(("Render", "Write", "Restart")) and "model-stage" not in name
+    ]
     assert names.index("Pull the vLLM image by digest") < min(checks)
     assert max(checks) < min(renders)
     assert names[-3:] == [
@@ -235,8 +240,13 @@ def test_dry_says_per_instance_what_differs_and_which_orphan_goes(tmp_path):
     assert said[1].endswith("; serve.json differs; not serving (vllm-probe.sh live exit 7)")
     assert said[2] == "[@fake/gpu-1] would remove vllm instance old (no longer in the data)"
     assert said[3] == f"[@fake/gpu-1] would pull vllm image {host_config(DATA).image.reference} (not on the host)"
-    assert said[4].startswith("[@fake/gpu-1] would create or fix /etc/rocmfleet/vllm, ")
-    assert len(said) == 5
+    config = host_config(DATA)
+    assert said[4] == (
+        f"[@fake/gpu-1] would stage model {config.profile.model}@{config.profile.revision} into "
+        "/var/cache/huggingface (not staged)"
+    )
+    assert said[5].startswith("[@fake/gpu-1] would create or fix /etc/rocmfleet/vllm, ")
+    assert len(said) == 6
     _, stderr = run_role(tmp_path, responses)
     assert "] would " not in stderr
 
@@ -316,11 +326,6 @@ def test_a_hub_model_is_staged_once_after_the_pull_and_before_any_instance_is_to
     assert names.index("Pull the vLLM image by digest") < at - 1
     touched = [i for i, n in enumerate(names) if n.startswith(("Check the vllm serve", "Render", "Enable", "Restart"))]
     assert at < min(touched)
-
-
-def test_a_local_model_is_never_staged(tmp_path):
-    operations, _ = run_role(tmp_path, FRESH)
-    assert not [op for op in operations if "Stage" in op["name"] or "model-stage" in op["name"]]
 
 
 def test_dry_says_the_model_would_be_staged(tmp_path):
