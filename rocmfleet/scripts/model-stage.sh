@@ -65,6 +65,8 @@ log=$(mktemp) || exit 1
 trap 'rm -f "$log"' EXIT
 # sh -c: positional parameters are the model, the revision and the patterns, never expanded by a
 # shell on the host. `hf` first (huggingface_hub 0.34+, the only CLI of 1.0+), else the older name.
+# HF_HUB_OFFLINE=0: an image may set it (an air-gapped build, the lab's); this one container must
+# reach the Hub (huggingface_hub/constants.py reads HF_HUB_OFFLINE from the environment).
 # shellcheck disable=SC2016 # expanded by the container's shell
 inner='model=$1 revision=$2
 shift 2
@@ -74,6 +76,7 @@ exec "$cli" download "$model" --revision "$revision" "$@"'
 docker run --rm --network host \
     --env-file "$secrets" \
     --env HF_HUB_CACHE=/root/.cache/huggingface/hub \
+    --env HF_HUB_OFFLINE=0 \
     --env HF_HUB_DISABLE_PROGRESS_BARS=1 \
     --volume "$cache:/root/.cache/huggingface" \
     --entrypoint sh \
