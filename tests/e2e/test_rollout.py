@@ -504,6 +504,6 @@ def assert_a_cache_miss_fails_the_check(lab, host: str, baked_ref: str, tmp_path
     print(checked.stdout[-3000:])
     assert checked.returncode == 1 and "cache::baked_cache_was_used" in checked.stdout, checked.stdout[-3000:]
     assert "compiled since the start of the baked container" in checked.stdout, checked.stdout[-3000:]
-    # what compiled, by compiler, with paths; and vLLM's own words
+    # what compiled, by compiler, with paths (vLLM 0.32's CPU build logs no "Compiling a graph" line
+    # at its default level for this miss: the files are the proof)
     assert re.search(r"(TorchInductor|vLLM torch\.compile|Triton)[^:]*: \d+ \(/root/", checked.stdout), checked.stdout
-    assert "vLLM logged: 'Compiling" in checked.stdout, checked.stdout[-3000:]
