@@ -20,7 +20,7 @@ echo "== $(date +%T) cold: the base image, caches emptied before each start"
 $py measure/cache_bake.py inventories/lab.py --host "$host" --label cold --cold --runs "$runs" --out "$out/cache_bake_cold.json"
 
 echo "== $(date +%T) bake on $host"
-.venv/bin/rocmfleet cache bake inventories/lab.py --host "$host" | tee "$out/cache_bake_bake.txt"
+.venv/bin/rocmfleet cache bake inventories/lab.py --host "$host" -y | tee "$out/cache_bake_bake.txt"
 ref=$(grep -E -- '-rfcache-[0-9a-f]{12}@sha256:[0-9a-f]{64}$' "$out/cache_bake_bake.txt" | tail -n 1)
 tag=${ref%@*}
 tag=${tag##*:}
