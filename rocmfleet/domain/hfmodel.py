@@ -75,6 +75,30 @@ def is_local(model: str) -> bool:
     return model.startswith("/")
 
 
+#: A hub repository id as huggingface_hub's ``validate_repo_id`` accepts it (``huggingface_hub/utils/
+#: _validators.py``: ``REPO_ID_REGEX``, at most 96 characters, no ``--`` or ``..``): ``[org/]name``, each
+#: part letters, digits, ``_``, ``-`` and ``.``, starting and ending with a letter, digit or ``_``.
+HUB_ID_PATTERN = r"^([A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?/)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$"
+#: huggingface_hub's longest repository id.
+HUB_ID_MAX = 96
+
+
+def hub_id_problem(model: str) -> str | None:
+    """Why ``model`` (not a path: it does not start with ``/``) is no Hugging Face repository id,
+    or ``None``. The id reaches the cache's folder name (:func:`repo_folder`), the stamp's path and
+    ``hf download``'s arguments, so ``org/name/extra``, ``../x``, spaces or shell characters are
+    refused here rather than met on the host."""
+    if is_local(model):
+        return None
+    if len(model) > HUB_ID_MAX or re.fullmatch(HUB_ID_PATTERN, model) is None or "--" in model or ".." in model:
+        return (
+            "not a Hugging Face repository id: [org/]name, each part letters, digits, '_', '-' and '.' "
+            f"(starting and ending with a letter, digit or '_', no '--' or '..'), at most {HUB_ID_MAX} "
+            "characters; or an absolute path inside the container (/opt/models/x)"
+        )
+    return None
+
+
 def is_revision(value: str) -> bool:
     """Whether ``value`` is a full commit SHA (:data:`REVISION_PATTERN`)."""
     return re.fullmatch(REVISION_PATTERN, value) is not None
