@@ -544,7 +544,6 @@ def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
                 "docker_registry_auth[].password; a wholly encrypted group file may hold only those"
             )
             value = "*MASKED*"
-        value = re.sub(r"(://)[^/@\s]*@", r"\1*MASKED*@", value)  # a URL's user:password
         if any(word in str(part) for part in err["loc"] for word in ("secret", "password")):
             value = "" if not value else "*MASKED*"  # a plain-text secret is still a secret
         if err["type"] == "extra_forbidden" and err["loc"][0] == "docker_daemon" and len(err["loc"]) == 2:
