@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+#: A URL's ``user:password@`` (``https://user:token@mirror``): never shown in an error.
+_USERINFO = re.compile(r"(://)[^/@\s'\"]*@")
 
 
 @dataclass
@@ -14,6 +18,9 @@ class Problem:
     value: str = ""
     file: str = ""
     hosts: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.value = _USERINFO.sub(r"\1*MASKED*@", self.value)  # credentials in a URL, whatever the key
 
     def __str__(self) -> str:
         got = f" (got {self.value})" if self.value else ""

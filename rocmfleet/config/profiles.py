@@ -136,7 +136,7 @@ class Profile(ServingSettings):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$")
     # No control characters: both reach the unit file (a newline would add a line to it).
-    model: str = Field(
+    model: Annotated[str, _checked(hfmodel.hub_id_problem)] = Field(
         min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$", description="Hugging Face id (or a path inside the container)"
     )
     # Before revision: its validator reads both (pydantic validates fields in this order).

@@ -47,7 +47,7 @@ from rocmfleet.config.profiles import (
 )
 from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import docker, envpolicy, ports
+from rocmfleet.domain import docker, envpolicy, hfmodel, ports
 from rocmfleet.domain.docker import DockerDaemon
 from rocmfleet.domain.placement import world_problem
 from rocmfleet.domain.rocm import PREFIX as ROCM_PREFIX
@@ -80,6 +80,13 @@ def path_problem(value: str) -> str | None:
 
 def _host_path(value: str) -> str:
     problem = path_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _hub_endpoint(value: str) -> str:
+    problem = hfmodel.endpoint_problem(value)
     if problem:
         raise ValueError(problem)
     return value
@@ -424,9 +431,8 @@ class HostSettings(BaseModel):
         default="/var/cache/huggingface",
         description="Host directory mounted as `/root/.cache/huggingface` (absolute).",
     )
-    vllm_hf_endpoint: str | None = Field(
+    vllm_hf_endpoint: Annotated[str, AfterValidator(_hub_endpoint)] | None = Field(
         default=None,
-        pattern=r"^https?://[^\s/]+(:\d+)?(/[^\s]*)?$",
         description="Hugging Face Hub endpoint the model is staged from (huggingface_hub's `HF_ENDPOINT`): "
         "a mirror or proxy of `https://huggingface.co`, e.g. `https://hf-mirror.example.com`; null for the Hub "
         "itself. Only the staging container gets it; the instances read the cache offline.",

@@ -324,6 +324,12 @@ def _owned(profile: EnvProfile, name: str, value: str, where: str) -> str | None
             "staged once per host and mounted read-only at /root/.cache/huggingface with HF_HUB_OFFLINE=1 "
             "(docs/host.md, Model staging); set vllm_hf_cache_dir to move it"
         )
+    if name == "HF_ENDPOINT":
+        return (
+            f"{where} {name}: the instances read the staged cache offline (HF_HUB_OFFLINE=1) and never reach a "
+            "Hub; the model is staged from vllm_hf_endpoint, which only the staging container gets (its "
+            "environment file, with the token): set vllm_hf_endpoint instead"
+        )
     owners = [s for s in profile.env_sets if name in ENV_SETS[s].variables]
     if owners:
         return f"{where} {name}: rendered by env_sets {owners}; drop the set and list its variables in extra_env"

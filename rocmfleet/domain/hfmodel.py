@@ -75,6 +75,62 @@ def is_local(model: str) -> bool:
     return model.startswith("/")
 
 
+#: A hub repository id as huggingface_hub's ``validate_repo_id`` accepts it (``huggingface_hub/utils/
+#: _validators.py``: ``REPO_ID_REGEX``, at most 96 characters, no ``--`` or ``..``): ``[org/]name``, each
+#: part letters, digits, ``_``, ``-`` and ``.``, starting and ending with a letter, digit or ``_``.
+HUB_ID_PATTERN = r"^([A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?/)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$"
+#: huggingface_hub's longest repository id.
+HUB_ID_MAX = 96
+
+
+def hub_id_problem(model: str) -> str | None:
+    """Why ``model`` (not a path: it does not start with ``/``) is no Hugging Face repository id,
+    or ``None``. The id reaches the cache's folder name (:func:`repo_folder`), the stamp's path and
+    ``hf download``'s arguments, so ``org/name/extra``, ``../x``, spaces or shell characters are
+    refused here rather than met on the host."""
+    if is_local(model):
+        return None
+    if len(model) > HUB_ID_MAX or re.fullmatch(HUB_ID_PATTERN, model) is None or "--" in model or ".." in model:
+        return (
+            "not a Hugging Face repository id: [org/]name, each part letters, digits, '_', '-' and '.' "
+            f"(starting and ending with a letter, digit or '_', no '--' or '..'), at most {HUB_ID_MAX} "
+            "characters; or an absolute path inside the container (/opt/models/x)"
+        )
+    return None
+
+
+def endpoint_problem(value: str) -> str | None:
+    """Why ``value`` is not a Hub endpoint for ``HF_ENDPOINT`` (``vllm_hf_endpoint``), or ``None``:
+    ``http(s)://host[:port][/path]``. Credentials (``user:password@``) are refused: the setting is
+    plain text (host data, ``--dry`` lines); the token goes in ``vllm_secret_env`` ``HF_TOKEN``.
+    A query or fragment is refused too: huggingface_hub appends ``/api/...`` and ``/<repo>/resolve/...``
+    to the endpoint (``huggingface_hub/constants.py`` ``HUGGINGFACE_CO_URL_TEMPLATE``)."""
+    from urllib.parse import urlsplit
+
+    allowed = "allowed: http(s)://host[:port][/path], e.g. https://hf-mirror.example.com"
+    if any(c.isspace() or not c.isprintable() for c in value):
+        return f"must not hold white space or control characters; {allowed}"
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # ValueError when out of 0-65535 or not a number
+    except ValueError as err:
+        return f"not a URL ({err}); {allowed}"
+    if parts.scheme not in ("http", "https"):
+        return f"scheme {parts.scheme or '(none)'!r} is not http or https; {allowed}"
+    if "@" in parts.netloc:
+        return (
+            "holds credentials (user:password@): this setting is plain text; give the Hub token as "
+            f"vllm_secret_env HF_TOKEN (a vault value); {allowed}"
+        )
+    if not parts.hostname:
+        return f"names no host; {allowed}"
+    if port == 0:
+        return f"port 0 is no port; {allowed}"
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        return f"must not hold a query or fragment (huggingface_hub appends paths to it); {allowed}"
+    return None
+
+
 def is_revision(value: str) -> bool:
     """Whether ``value`` is a full commit SHA (:data:`REVISION_PATTERN`)."""
     return re.fullmatch(REVISION_PATTERN, value) is not None

@@ -205,7 +205,12 @@ prepare-cache)
     done
     dir="$root/$ns"
     [ -d "$dir" ] || exit 0
-    locks=$(find "$dir" -xdev -type f \( -name lock -o -name 'lock_*' -o -name '*.lock' -o -name '*.steal' \) 2>/dev/null)
+    # One path a line: a path holding a newline would be read as two, each another file (or a
+    # path relative to the unit's directory), so such paths are left out; the cache's own names
+    # (hashes, module names) hold none.
+    nl='
+'
+    locks=$(find "$dir" -xdev -type f \( -name lock -o -name 'lock_*' -o -name '*.lock' -o -name '*.steal' \) ! -path "*$nl*" -print 2>/dev/null)
     [ -n "$locks" ] || exit 0
     # device:inode of every file a process holds open (find -L stats what each fd points at).
     held=$(find -L /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -printf '%D:%i\n' 2>/dev/null | sort -u)

@@ -156,6 +156,16 @@ def test_the_hugging_face_cache_variables_are_rocmfleets(name):
     assert "staged once per host and mounted read-only" in problem.message and "vllm_hf_cache_dir" in problem.message
 
 
+def test_a_hub_endpoint_in_the_instances_environment_points_to_vllm_hf_endpoint():
+    """The instances are offline: HF_ENDPOINT there would do nothing, while the staging went to
+    the Hub itself; and a user:password in it is masked in the error."""
+    with pytest.raises(ConfigError) as err:
+        host_config({"vllm_profile": "llama-3.3-70b", "vllm_env": {"HF_ENDPOINT": "https://u:s3cr3t@mirror.example"}})
+    (problem,) = err.value.problems
+    assert problem.key == "vllm_env.HF_ENDPOINT" and "set vllm_hf_endpoint instead" in problem.message
+    assert "s3cr3t" not in str(err.value) and problem.value == "'https://*MASKED*@mirror.example'"
+
+
 def test_extra_env_follows_the_same_rules(tmp_path):
     text = (PROFILES / "llama-3.3-70b.yml").read_text().replace("name: llama-3.3-70b", "name: bad")
     (tmp_path / "bad.yml").write_text(text + "extra_env:\n  HIP_VISIBLE_DEVICES: '0'\n  HSA_ENABLE_SDMA: '0'\n")

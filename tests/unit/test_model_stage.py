@@ -285,3 +285,30 @@ def test_the_staging_environment_holds_the_hub_endpoint_when_one_is_set():
     with pytest.raises(ConfigError) as refused:
         host_config({"vllm_profile": "qwen3-30b-a3b", "vllm_hf_endpoint": "hf-mirror.example.com"})
     assert "vllm_hf_endpoint" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "said"),
+    [
+        ("http://user:s3cr3t@mirror.example.com", "holds credentials"),
+        ("https://hf_tok3n@mirror.example.com:8443/hf", "holds credentials"),
+        ("ftp://mirror.example.com", "scheme 'ftp' is not http or https"),
+        ("http://:8080", "names no host"),
+        ("https://mirror.example.com:99999", "Port out of range"),
+        ("https://mirror.example.com/?token=x", "must not hold a query"),
+        ("https://mirror.example.com /hf", "white space"),
+    ],
+)
+def test_a_hub_endpoint_that_is_no_plain_http_url_is_refused_and_never_shows_credentials(endpoint, said):
+    from rocmfleet.config.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        host_config({"vllm_profile": "qwen3-30b-a3b", "vllm_hf_endpoint": endpoint})
+    ((problem,),) = [[p for p in refused.value.problems if p.key == "vllm_hf_endpoint"]]
+    assert said in problem.message and "allowed: http(s)://host[:port][/path]" in problem.message
+    assert "s3cr3t" not in str(refused.value) and "hf_tok3n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("endpoint", ["https://hf-mirror.example.com", "http://10.0.0.1:8080/", "https://a.b/api/hf"])
+def test_a_hub_endpoint_with_a_path_or_port_is_accepted(endpoint):
+    assert host_config({"vllm_profile": "qwen3-30b-a3b", "vllm_hf_endpoint": endpoint}).settings.vllm_hf_endpoint

@@ -372,6 +372,36 @@ def test_a_local_path_needs_no_revision_and_takes_none(tmp_path, data):
     assert key == "revision" and "is a path in the container, which has no revision" in message
 
 
+@pytest.mark.parametrize(
+    "model",
+    [
+        "org/name/extra",
+        "org/",
+        "../x",
+        "org/my model",
+        " org/name",
+        "a/$(id)",
+        "a/b;rm -rf /",
+        "-x/y",
+        "a/--b",
+        "org/x..",
+        "o/" + "n" * 95,
+    ],
+)
+def test_a_model_that_is_no_hub_id_nor_a_path_is_refused(tmp_path, data, model):
+    # It would name the cache folder, the stamp's path and `hf download`'s argument on the host.
+    data["model"] = model
+    problems = _load(tmp_path, data)
+    assert [(key, value) for key, _, value in problems] == [("model", repr(model))]
+    assert problems[0][1].startswith("not a Hugging Face repository id: [org/]name")
+
+
+@pytest.mark.parametrize("model", ["gpt2", "Qwen/Qwen3-30B-A3B", "org_1/name.v2-x", "o/" + "n" * 94])
+def test_hub_ids_as_huggingface_hub_takes_them_are_accepted(data, model):
+    data["model"] = model
+    assert Profile.model_validate(data).model == model
+
+
 def test_every_shipped_hub_profile_pins_a_commit(profiles):
     for name, profile in profiles.items():
         assert profile.model.startswith("/") or (profile.revision and len(profile.revision) == 40), name

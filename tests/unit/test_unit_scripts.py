@@ -322,6 +322,30 @@ def test_prepare_cache_removes_a_dead_writers_lock_and_never_a_live_writers(tmp_
     assert not live.exists() and f"removed {live}" in proc.stderr
 
 
+def test_prepare_cache_never_removes_what_a_lock_name_with_a_newline_or_a_symlink_points_at(tmp_path):
+    """A lock path holding a newline is not split into two other files (it named ``keep``, a
+    compile artifact, before); an old namespace or a namespace's subdirectory that is a symlink
+    (to ``/`` or elsewhere) loses the link only, never what it points at."""
+    env = stubs(tmp_path)
+    root = tmp_path / "cache" / "a"
+    (root / NOW / "triton").mkdir(parents=True)
+    keep = root / NOW / "triton" / "keep"
+    keep.write_text("artifact")
+    odd = root / NOW / "triton" / "keep\nx.lock"
+    odd.write_text("")
+    outside = tmp_path / "precious"
+    (outside / "build").mkdir(parents=True)
+    (outside / "build" / "lock").write_text("")
+    (root / OLD).symlink_to(outside)
+    (root / "eeeeeeeeeeee").symlink_to("/")
+    (root / NOW / "aiter").symlink_to(outside)
+    proc = run(env, "vllm-unit.sh", "prepare-cache", root, NOW, _serve_json(tmp_path, GOOD))
+    assert proc.returncode == 0, proc.stderr
+    assert keep.read_text() == "artifact" and odd.exists()
+    assert (outside / "build" / "lock").exists()  # behind a symlink: not the namespace's own
+    assert sorted(p.name for p in root.iterdir()) == [NOW]
+
+
 # --- the watchdog (vllm-unit.sh run --watch-*, rocmfleet/domain/watchdog.py) -------------------
 
 WATCH_DOCKER = r"""#!/bin/sh
