@@ -54,7 +54,8 @@ def secure(lab) -> str:
 def snapshot(lab, name: str) -> dict[str, str]:
     """What of AMD's streams a host has: packages with versions, apt sources, keyrings, pins."""
     commands = {
-        "packages": "dpkg-query -W -f '${Package} ${db:Status-Abbrev} ${Version}\\n' | awk '$2 ~ /^i/' | sort",
+        # installed (ii) and installed-and-held (hi: the driver and Docker, as the deploy leaves them)
+        "packages": "dpkg-query -W -f '${Package} ${db:Status-Abbrev} ${Version}\\n' | awk '$2 ~ /^[ih]i/' | sort",
         "sources": "ls /etc/apt/sources.list.d",
         "keyrings": "ls /etc/apt/keyrings",
         "pins": "ls /etc/apt/preferences.d",
