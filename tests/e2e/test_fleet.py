@@ -143,10 +143,16 @@ def test_a_dpkg_lock_held_past_the_limit_fails_the_host_naming_the_holder(lab):
 def test_a_driver_that_never_comes_up_fails_that_host_alone(lab):
     name = sorted(lab.hosts)[-1]
     # The stand-in told to fail, and the driver gone: the deploy installs it, reboots, and no GPU comes up.
-    assert lab_ssh(lab, name, "mkdir -p /etc/rocmfleet-lab && touch /etc/rocmfleet-lab/amdgpu-fails").returncode == 0
-    purge = "DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq amdgpu-dkms amdgpu-dkms-firmware"
-    assert lab_ssh(lab, name, purge).returncode == 0
+    # The deploy holds the driver packages: removing them takes --allow-change-held-packages, as for an operator.
+    purge = (
+        "DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq --allow-change-held-packages "
+        "amdgpu-dkms amdgpu-dkms-firmware"
+    )
+    fails = "mkdir -p /etc/rocmfleet-lab && touch /etc/rocmfleet-lab/amdgpu-fails"
     try:
+        assert lab_ssh(lab, name, fails).returncode == 0
+        purged = lab_ssh(lab, name, purge)
+        assert purged.returncode == 0, purged.stderr
         failed_alone(lab, deploy(), name, "the driver did not come up")
     finally:
         lab_ssh(lab, name, "rm -f /etc/rocmfleet-lab/amdgpu-fails")
