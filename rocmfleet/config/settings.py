@@ -337,7 +337,8 @@ class HostSettings(BaseModel):
         description=(
             f"First of the ports vLLM opens besides its API port (its torch.distributed rendezvous): instance i "
             f"of the host gets {ports.STRIDE} ports from `base + {ports.STRIDE} * i`, its `VLLM_PORT`. The blocks "
-            "must miss every API port and stay below 32768 (Linux's ephemeral ports)."
+            "must miss every API port and stay in 1024-32767 or 61000-65535, outside Linux's default ephemeral "
+            "range (32768-60999)."
         ),
     )
     vllm_env: dict[str, str] = Field(default_factory=dict, description="Container environment (not secrets).")
@@ -693,6 +694,7 @@ def port_problems(instances: list[Instance], settings: HostSettings, key: str) -
         settings: the host's settings (``docker_daemon.metrics-addr``).
     """
     problems = []
+    api_ports = "their port in vllm_instances" if key == "vllm_instances" else "the profile's base_port"
     metrics = settings.docker_daemon.metrics_addr
     port_text = metrics.rpartition(":")[2] if metrics else ""
     others = [(int(port_text), "Docker's metrics-addr (docker_daemon)")] if port_text.isdigit() else []
@@ -700,7 +702,7 @@ def port_problems(instances: list[Instance], settings: HostSettings, key: str) -
         Problem(
             "vllm_internal_port_base",
             f"{p}; give vllm_internal_port_base another value (instance i takes {ports.STRIDE} ports from "
-            f"base + {ports.STRIDE} * i) or the instances other API ports ({key})",
+            f"base + {ports.STRIDE} * i), or move the API ports ({api_ports})",
             repr(settings.vllm_internal_port_base),
         )
         for p in ports.problems(instances, others)

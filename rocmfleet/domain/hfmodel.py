@@ -45,7 +45,7 @@ CONTAINER_HUB_CACHE = f"{CONTAINER_HF_HOME}/hub"
 #: default_loader.py`` L176-193: ``allow_patterns`` ``*.safetensors``).
 EXCLUDE = ("original/*",)
 #: The host's copy of the secrets (``vllm_secret_env``: ``HF_TOKEN``) the staging container reads
-#: with ``--env-file`` (0600, root's, in the 0700 config directory); removed after the staging.
+#: with ``--env-file`` (0600, root's, in the 0700 config directory); removed after a successful staging.
 STAGE_SECRETS_FILE = "/etc/rocmfleet/vllm/model-stage.secrets"
 #: Where the deploy installs ``model-stage.sh`` (beside the units' scripts, ``rocmfleet.domain.vllm.SCRIPT_DIR``).
 STAGE_SCRIPT = "model-stage.sh"

@@ -45,8 +45,9 @@ position on the host (instance *i*: ``base + STRIDE * i``), and ``VLLM_PORT`` is
 its block. The block holds what vLLM takes (one port here; five more with data parallel) and
 room for the upward walk past a port something else holds; the deploy's port check
 (``vllm-probe.sh owner FIRST-LAST``) refuses a block another process holds, so at start the walk
-never leaves the block. Blocks must stay below 32768, outside the kernel's default ephemeral range,
-where a port RCCL or any outgoing connection was given would be skipped by the walk and race it.
+never leaves the block. Blocks must stay outside the kernel's default ephemeral range (32768-60999:
+1024-32767 or 61000-65535), where a port RCCL or any outgoing connection was given would be skipped
+by the walk and race it.
 """
 
 from __future__ import annotations
