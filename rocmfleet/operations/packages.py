@@ -56,7 +56,9 @@ def held_at(packages: list[str], version: str) -> Commands:
             f"install --no-install-recommends --allow-downgrades --allow-change-held-packages {pins}"
         )
     held: list[str] = host.get_fact(HeldPackages, packages=packages)
-    unheld = sorted(set(packages) - set(held))
+    # After an install every package is held again (the hold read before this run does not
+    # outlive apt-get install's own selection), else only those not held.
+    unheld = sorted(packages) if off else sorted(set(packages) - set(held))
     if unheld:
         yield StringCommand("apt-mark", "hold", *unheld)
     if not off and not unheld:

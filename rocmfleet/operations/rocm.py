@@ -151,8 +151,11 @@ def packages_from_repo(
     if todo:
         allow = " --allow-change-held-packages" if hold else ""
         yield noninteractive_apt(f"install --no-install-recommends --allow-downgrades{allow} " + " ".join(todo))
-    if unheld:
-        yield StringCommand("apt-mark", "hold", *unheld)
+    # After an install every package is held again: `apt-get install` of a held package sets its
+    # selection back to install (the hold read before this run no longer stands).
+    held_after = sorted(packages) if todo and hold else unheld
+    if held_after:
+        yield StringCommand("apt-mark", "hold", *held_after)
     if todo and reboot_reason:
         yield mark_reboot("driver", reboot_reason + ": " + ", ".join(todo))
 
@@ -211,12 +214,14 @@ def remove_userspace(settings: rocm.RocmSettings) -> Commands:
 
 
 @operation()
-def reinstall_if_installed(packages: list[str], reboot_reason: str) -> Commands:
+def reinstall_if_installed(packages: list[str], reboot_reason: str, hold: bool = False) -> Commands:
     """
     Reinstall ``packages`` that are installed, so that their maintainer scripts run again.
 
     + packages: package names (``amdgpu-dkms``)
     + reboot_reason: recorded for :func:`rocmfleet.operations.reboot.if_required` when reinstalled
+    + hold: the packages are held (the driver, :func:`packages_from_repo`): the reinstall may change
+      them (``--allow-change-held-packages``) and they are held again after it
 
     Used when DKMS's module signing changes: the postinst of ``amdgpu-dkms`` has DKMS build (and
     now sign) the module again. Packages not installed are left to the install that follows.
@@ -225,7 +230,10 @@ def reinstall_if_installed(packages: list[str], reboot_reason: str) -> Commands:
     if not installed:
         host.noop(f"{', '.join(packages)} not installed yet; the install builds with the new signing")
         return
-    yield noninteractive_apt("install --reinstall --no-install-recommends " + " ".join(installed))
+    allow = " --allow-change-held-packages" if hold else ""
+    yield noninteractive_apt(f"install --reinstall --no-install-recommends{allow} " + " ".join(installed))
+    if hold:
+        yield StringCommand("apt-mark", "hold", *installed)
     yield mark_reboot("signing", reboot_reason)
 
 

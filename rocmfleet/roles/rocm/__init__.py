@@ -184,6 +184,7 @@ def _module_signing(settings: rocm.RocmSettings, got: Gathered) -> None:
         name="Rebuild the installed amdgpu driver so DKMS signs it",
         packages=settings.rocm_driver_packages[:1],
         reboot_reason="amdgpu rebuilt and signed with the MOK key",
+        hold=True,
         _if=conf.did_change,
     )
 
