@@ -58,6 +58,12 @@ STAGE_SCRIPT = "model-stage.sh"
 CONTAINER_MODULES_CACHE = "/tmp/hf_modules"
 
 
+def cache_volume(host_dir: str) -> str:
+    """``docker run --volume`` of the host's cache, read-only, where huggingface_hub looks in a
+    container (:data:`CONTAINER_HF_HOME`): the instances' and the benchmark client's mount."""
+    return f"{host_dir}:{CONTAINER_HF_HOME}:ro"
+
+
 def offline_env() -> dict[str, str]:
     """The instances' Hugging Face variables: the cache where the staging put it, no hub call
     (``HF_HUB_OFFLINE=1``: the cache is mounted read-only, a download could not land anyway), and

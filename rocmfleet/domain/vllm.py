@@ -307,7 +307,7 @@ def docker_run_argv(
     argv += [
         *(a for m in mounts for a in ("--volume", m.arg())),
         # Read-only: the model was staged before the unit started (rocmfleet.domain.hfmodel).
-        "--volume", f"{service.hf_cache_dir}:{hfmodel.CONTAINER_HF_HOME}:ro",
+        "--volume", hfmodel.cache_volume(service.hf_cache_dir),
         "--label", f"org.rocmfleet.instance={instance.name}",
         "--label", f"org.rocmfleet.profile={service.profile}",
         "--label", f"org.rocmfleet.image-tag={service.image_tag}",

@@ -15,6 +15,15 @@ from rocmfleet.operations import Commands
 from rocmfleet.operations.fail import host_failure
 
 
+def holds_after(packages: list[str], held: list[str], installed: bool) -> list[StringCommand]:
+    """The ``apt-mark hold`` that leaves every one of ``packages`` held: all of them after an install
+    or reinstall touched them (``apt-get install`` of a held package leaves it unheld, seen on
+    Debian 12's apt 2.6: the hold read before the run no longer stands), else those ``held`` (read
+    before the run) lacks; none when nothing is to hold."""
+    unheld = sorted(packages) if installed else sorted(set(packages) - set(held))
+    return [StringCommand("apt-mark", "hold", *unheld)] if unheld else []
+
+
 def newest_matching(offered: list[str], pattern: str) -> str | None:
     """The first of ``offered`` (``apt-cache madison`` order: newest first) matching the glob ``pattern``."""
     return next((version for version in offered if fnmatchcase(version, pattern)), None)
@@ -56,10 +65,7 @@ def held_at(packages: list[str], version: str) -> Commands:
             f"install --no-install-recommends --allow-downgrades --allow-change-held-packages {pins}"
         )
     held: list[str] = host.get_fact(HeldPackages, packages=packages)
-    # After an install every package is held again (the hold read before this run does not
-    # outlive apt-get install's own selection), else only those not held.
-    unheld = sorted(packages) if off else sorted(set(packages) - set(held))
-    if unheld:
-        yield StringCommand("apt-mark", "hold", *unheld)
-    if not off and not unheld:
+    holds = holds_after(packages, held, installed=bool(off))
+    yield from holds
+    if not off and not holds:
         host.noop(f"{', '.join(packages)} at {version}, held")

@@ -29,6 +29,7 @@ from rocmfleet.facts.rocm import (
 )
 from rocmfleet.operations import Commands
 from rocmfleet.operations.fail import host_failure
+from rocmfleet.operations.packages import holds_after
 
 
 def fail(message: str) -> FunctionCommand:
@@ -151,11 +152,8 @@ def packages_from_repo(
     if todo:
         allow = " --allow-change-held-packages" if hold else ""
         yield noninteractive_apt(f"install --no-install-recommends --allow-downgrades{allow} " + " ".join(todo))
-    # After an install every package is held again: `apt-get install` of a held package sets its
-    # selection back to install (the hold read before this run no longer stands).
-    held_after = sorted(packages) if todo and hold else unheld
-    if held_after:
-        yield StringCommand("apt-mark", "hold", *held_after)
+    if hold:
+        yield from holds_after(packages, held, installed=bool(todo))
     if todo and reboot_reason:
         yield mark_reboot("driver", reboot_reason + ": " + ", ".join(todo))
 
@@ -233,7 +231,7 @@ def reinstall_if_installed(packages: list[str], reboot_reason: str, hold: bool =
     allow = " --allow-change-held-packages" if hold else ""
     yield noninteractive_apt(f"install --reinstall --no-install-recommends{allow} " + " ".join(installed))
     if hold:
-        yield StringCommand("apt-mark", "hold", *installed)
+        yield from holds_after(installed, installed, installed=True)
     yield mark_reboot("signing", reboot_reason)
 
 

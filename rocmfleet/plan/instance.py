@@ -159,15 +159,18 @@ def instance_files(config: HostConfig, instance: Instance, placed: HostPlacement
 
 def secrets_content(config: HostConfig) -> Secret:
     """The secrets file of every instance (``vllm_secret_env`` as ``NAME=value`` lines)."""
-    values = {name: secret.reveal() for name, secret in config.settings.vllm_secret_env.items()}
-    return Secret(vllm.env_lines(values))
+    return Secret(vllm.env_lines(_secret_values(config)))
+
+
+def _secret_values(config: HostConfig) -> dict[str, str]:
+    return {name: secret.reveal() for name, secret in config.settings.vllm_secret_env.items()}
 
 
 def stage_env_content(config: HostConfig) -> Secret:
     """The environment file of the model's staging container (``rocmfleet/scripts/model-stage.sh
     --env-file``): the secrets (the token), plus ``HF_ENDPOINT`` when ``vllm_hf_endpoint`` names a
     mirror (huggingface_hub reads it, ``huggingface_hub/constants.py`` ``ENDPOINT``)."""
-    values = {name: secret.reveal() for name, secret in config.settings.vllm_secret_env.items()}
+    values = _secret_values(config)
     if config.settings.vllm_hf_endpoint:
         values["HF_ENDPOINT"] = config.settings.vllm_hf_endpoint
     return Secret(vllm.env_lines(values))

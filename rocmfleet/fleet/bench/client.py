@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from rocmfleet.domain import hfmodel
+
 #: The sampling every run pins: greedy decoding and the random dataset's seed (vLLM's own default
 #: seed, 0, made explicit so that no client default decides it).
 TEMPERATURE: Final = 0.0
@@ -191,7 +193,7 @@ def client_run(
         "--network", "host",
         "--env-file", env_file,
         "--env", "HF_HUB_OFFLINE=1",
-        "--volume", f"{hf_cache_dir}:/root/.cache/huggingface:ro",
+        "--volume", hfmodel.cache_volume(hf_cache_dir),
         "--volume", f"{result_dir}:{result_dir}",
         "--entrypoint", "timeout",
         client.image,
