@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from rocmfleet.config.settings import ConnectionSettings, HostSettings
+from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.domain.rocm import RocmSettings
 from rocmfleet.domain.tuning import TuningSettings
 
@@ -30,7 +31,7 @@ END = "<!-- configuration-reference:end -->"
 
 #: Every model of host data, in the order the reference lists them: what the roles read, then
 #: pyinfra's SSH keys that rocmfleet validates (``host_config`` splits the data by key prefix).
-MODELS: tuple[type[BaseModel], ...] = (HostSettings, RocmSettings, TuningSettings, ConnectionSettings)
+MODELS: tuple[type[BaseModel], ...] = (HostSettings, RocmSettings, TuningSettings, MetricsSettings, ConnectionSettings)
 
 
 def _type(annotation: object) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -49,6 +49,8 @@ from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import docker, envpolicy, hfmodel, ports
 from rocmfleet.domain.docker import DockerDaemon
+from rocmfleet.domain.metrics import PREFIX as METRICS_PREFIX
+from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.domain.placement import world_problem
 from rocmfleet.domain.rocm import PREFIX as ROCM_PREFIX
 from rocmfleet.domain.rocm import RocmSettings
@@ -508,6 +510,7 @@ class HostConfig:
     image: Image
     rocm: RocmSettings
     tuning: TuningSettings
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     def instances(self) -> list[Instance]:
         """``vllm_instances`` if given, else ``<profile>-<i>`` on ``base_port + i`` with the profile's GPUs;
@@ -519,7 +522,12 @@ def _all_fields() -> list[str]:
     from rocmfleet.domain.rocm import RocmSettings
     from rocmfleet.domain.tuning import TuningSettings
 
-    return [*HostSettings.model_fields, *RocmSettings.model_fields, *TuningSettings.model_fields]
+    return [
+        *HostSettings.model_fields,
+        *RocmSettings.model_fields,
+        *TuningSettings.model_fields,
+        *MetricsSettings.model_fields,
+    ]
 
 
 def _problems(exc: ValidationError, prefix: str = "") -> list[Problem]:
@@ -643,7 +651,8 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
     foreign = [
         k
         for k in data
-        if not k.startswith((*OWN_PREFIXES, ROCM_PREFIX, TUNING_PREFIX, *PYINFRA_PREFIXES)) and k not in PYINFRA_KEYS
+        if not k.startswith((*OWN_PREFIXES, ROCM_PREFIX, TUNING_PREFIX, METRICS_PREFIX, *PYINFRA_PREFIXES))
+        and k not in PYINFRA_KEYS
     ]
     for key in sorted(foreign):
         problems.append(Problem(key, "unknown key" + did_you_mean(key, _all_fields())))
@@ -654,6 +663,7 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
         ("settings", HostSettings, OWN_PREFIXES),
         ("rocm", RocmSettings, (ROCM_PREFIX,)),
         ("tuning", TuningSettings, (TUNING_PREFIX,)),
+        ("metrics", MetricsSettings, (METRICS_PREFIX,)),
     ):
         own = data if prefixes is None else {k: v for k, v in data.items() if k.startswith(prefixes)}
         validated[name], found = _partial(model, own)
@@ -667,7 +677,7 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
     if instances is not None and settings is not None:
         key = "vllm_instances" if settings.vllm_instances is not None else "vllm_profile"
         problems += instance_problems(instances, profile, settings.vllm_gpu_count, key)
-        problems += port_problems(instances, settings, key)
+        problems += port_problems(instances, settings, key, validated["metrics"])
     if settings is not None and profile is not None:
         problems += [Problem(*p) for p in envpolicy.host_problems(profile, settings.vllm_env)]
     if settings is not None:
@@ -675,10 +685,12 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
     if problems:
         raise ConfigError(problems)
     assert settings is not None and profile is not None and image is not None
-    return HostConfig(settings, profile, image, validated["rocm"], validated["tuning"])
+    return HostConfig(settings, profile, image, validated["rocm"], validated["tuning"], validated["metrics"])
 
 
-def port_problems(instances: list[Instance], settings: HostSettings, key: str) -> list[Problem]:
+def port_problems(
+    instances: list[Instance], settings: HostSettings, key: str, metering: MetricsSettings | None = None
+) -> list[Problem]:
     """The host's one port map: every TCP port rocmfleet makes something listen on, each owned once.
 
     vLLM serves on ``0.0.0.0:<port>`` (``rocmfleet.domain.vllm.serve_args``), so it takes the port
@@ -692,12 +704,25 @@ def port_problems(instances: list[Instance], settings: HostSettings, key: str) -
     Args:
         instances: the host's instances; ``key`` is where they come from, for the message.
         settings: the host's settings (``docker_daemon.metrics-addr``).
+        metering: the host's metrics settings (the exporter's ``metrics_exporter_port``, when it is on).
     """
     problems = []
     api_ports = "their port in vllm_instances" if key == "vllm_instances" else "the profile's base_port"
     metrics = settings.docker_daemon.metrics_addr
     port_text = metrics.rpartition(":")[2] if metrics else ""
     others = [(int(port_text), "Docker's metrics-addr (docker_daemon)")] if port_text.isdigit() else []
+    if metering is not None and metering.metrics_exporter:
+        others.append((metering.metrics_exporter_port, "AMD's exporter (metrics_exporter_port)"))
+        for instance in instances:
+            if instance.port == metering.metrics_exporter_port:
+                problems.append(
+                    Problem(
+                        "metrics_exporter_port",
+                        f"port {instance.port} is also instance {instance.name}'s ({key}): give the exporter "
+                        "another port, or set metrics_exporter: false",
+                        repr(metering.metrics_exporter_port),
+                    )
+                )
     problems += [
         Problem(
             "vllm_internal_port_base",

@@ -32,6 +32,7 @@ from rocmfleet.config.profiles import Image, Profile
 from rocmfleet.config.settings import HostConfig, HostSettings, Instance
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import rocm, tuning, vllm
+from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.domain.rocm import RocmSettings
 from rocmfleet.domain.tuning import TuningSettings
 from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, state_args
@@ -55,6 +56,7 @@ def host_expectations(ssh: SshSettings, config: HostConfig) -> dict[str, Any]:
             "image": config.image.model_dump(mode="json"),
             "rocm": config.rocm.model_dump(mode="json"),
             "tuning": config.tuning.model_dump(mode="json"),
+            "metrics": config.metrics.model_dump(mode="json"),
         },
     }
 
@@ -85,6 +87,7 @@ def config_from_dict(data: dict[str, Any]) -> HostConfig:
         Image.model_validate(data["image"]),
         RocmSettings.model_validate(data["rocm"]),
         TuningSettings.model_validate(data["tuning"]),
+        MetricsSettings.model_validate(data.get("metrics", {})),
     )
 
 

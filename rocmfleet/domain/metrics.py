@@ -1,0 +1,70 @@
+"""Metrics settings: AMD's device-metrics-exporter on each GPU host, and where fleet metrics are read.
+
+Keys prefixed ``metrics_`` (a domain that owns its keys, like :class:`rocmfleet.domain.rocm.RocmSettings`).
+
+AMD's Debian package (``amdgpu-exporter``) comes from
+``https://repo.radeon.com/device-metrics-exporter/apt/<version> jammy main`` signed with
+``rocm.gpg``, brings the units ``gpuagent.service`` and ``amd-metrics-exporter.service``, reads
+``/etc/metrics/config.json`` (``ServerPort``, default 5000) and serves ``/metrics`` there
+(ROCm/device-metrics-exporter ``docs/installation/deb-package.rst``, "Step 3", "Metrics Exporter
+Default Settings"). Both units must be stopped before a driver unload or upgrade and before a
+partition change ("Service Management for Driver and Partition Operations").
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PREFIX = "metrics_"
+
+#: AMD's exporter release that rocmfleet is written against (deb-package.rst, 2026: 1.5.4).
+EXPORTER_VERSION = "1.5.4"
+#: ``ServerPort``'s default in AMD's config.json (deb-package.rst, "Metrics Exporter Default Settings").
+EXPORTER_PORT = 5000
+
+
+class MetricsSettings(BaseModel):
+    """Everything the metrics parts read for one host (keys prefixed ``metrics_``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metrics_exporter: bool = Field(
+        default=True,
+        description="Install AMD's device-metrics-exporter (`amdgpu-exporter`, units `gpuagent` and "
+        "`amd-metrics-exporter`), pinned and held; `false` leaves it alone.",
+    )
+    metrics_exporter_version: str = Field(
+        default=EXPORTER_VERSION,
+        pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$",
+        description="Release directory under `metrics_exporter_repo_url` (AMD's apt repository "
+        "`device-metrics-exporter/apt/<version>`), e.g. `1.5.4`.",
+    )
+    metrics_exporter_repo_url: str = Field(
+        default="https://repo.radeon.com/device-metrics-exporter/apt",
+        pattern=r"^https?://[^\s]+[^/\s]$",
+        description="Base of AMD's exporter repository (signed with repo.radeon.com's key); change for a mirror.",
+    )
+    metrics_exporter_port: int = Field(
+        default=EXPORTER_PORT,
+        ge=1024,
+        le=65535,
+        description="The exporter's `ServerPort` (`/etc/metrics/config.json`): where `/metrics` answers.",
+    )
+    metrics_targets_file: str | None = Field(
+        default=None,
+        description="On the control machine: a Prometheus `file_sd` JSON file the deploy rewrites with "
+        "every vLLM instance and exporter of the inventory (`rocmfleet metrics targets`).",
+    )
+    metrics_prometheus_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s@]+$",
+        description="A Prometheus server that scrapes the fleet (e.g. `http://prometheus:9090`); "
+        "`rollout --soak` reads the window from it instead of the instances' `/metrics`.",
+    )
+
+    @field_validator("metrics_targets_file")
+    @classmethod
+    def _json_file(cls, value: str | None) -> str | None:
+        if value is not None and not value.endswith(".json"):
+            raise ValueError("a file_sd file that Prometheus reads must end in .json")
+        return value
