@@ -1,0 +1,1 @@
+"""Fleet metrics: reading ``/metrics`` on hosts, scrape targets, the soak comparison."""
