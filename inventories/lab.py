@@ -9,6 +9,7 @@ import os as _os
 
 from rocmfleet.config.groupvars import load_group_vars as _load
 from rocmfleet.config.validate import check_on_load as _check
+from tests.lab.config import METRICS_TARGETS_FILE as _TARGETS
 from tests.lab.config import LabState as _LabState
 
 # The lab's vault password (a test value, committed on purpose); a real fleet's is never in git.
@@ -55,6 +56,10 @@ gpu_nodes = (
         "docker_insecure_registries": [_state.registry],
         # the model is staged once per host from the stand-in Hub (tests/lab/hfhub.py)
         "vllm_hf_endpoint": _state.hf_endpoint or None,
+        # AMD's device-metrics-exporter from the stand-in repository; the deploy writes the
+        # lab Prometheus's file_sd targets (tests/lab/services.py)
+        "metrics_exporter_repo_url": f"{_state.amd_repo}/device-metrics-exporter/apt",
+        "metrics_targets_file": str(_TARGETS),
     },
 )
 

@@ -76,6 +76,33 @@ def test_every_instance_answers_completions_from_the_machine(lab, first_deploy):
             assert answer["choices"][0]["text"]  # random weights: any text, but some
 
 
+def test_prometheus_scrapes_every_instance_and_exporter_the_deploy_listed(lab, first_deploy):
+    """The deploy wrote ``metrics_targets_file`` (inventories/lab.py sets it); ``rocmfleet metrics
+    targets`` lists exactly the lab's instances and exporters, as that file does; the lab's
+    Prometheus (Debian's package, scraping that file) has ``up == 1`` for every one of them."""
+    from tests.lab.config import METRICS_TARGETS_FILE
+
+    proc = rocmfleet_cli("metrics", "targets", "inventories/lab.py")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    listed = json.loads(proc.stdout)
+    assert json.loads(METRICS_TARGETS_FILE.read_text()) == listed
+    by_job: dict[str, set[str]] = {}
+    for group in listed:
+        by_job.setdefault(group["labels"]["job"], set()).update(group["targets"])
+    instances = {f"{address}:{port}" for name, address in lab.hosts.items() for port in units(lab, name).values()}
+    exporters = {f"{address}:5000" for address in lab.hosts.values()}
+    assert by_job == {"vllm": instances, "amd-device-metrics": exporters}, by_job
+    deadline = time.monotonic() + 90
+    while True:
+        with urllib.request.urlopen(f"{lab.prometheus}/api/v1/query?query=up", timeout=10) as response:
+            result = json.loads(response.read())["data"]["result"]
+        up = {r["metric"]["instance"]: r["value"][1] for r in result}
+        if all(up.get(t) == "1" for t in instances | exporters) or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert {t: up.get(t) for t in instances | exporters} == dict.fromkeys(instances | exporters, "1"), up
+
+
 def test_units_are_active_and_run_the_image_by_digest(lab, first_deploy, ssh_config):
     digest = lab.images[f"{lab.registry}/rocmfleet-lab/vllm-cpu:0.32.0-lab.1"]
     for name, address in lab.hosts.items():

@@ -49,7 +49,7 @@ from rocmfleet import scripts
 from rocmfleet.domain import cachedirs
 from tests.conftest import ROOT, lab_command, lab_inventory, lab_ssh, pyinfra_json, rocmfleet_cli
 from tests.e2e.test_rollback import profile_edited
-from tests.lab.image import SLOW_TAG
+from tests.lab.image import FLAKY_TAG, SLOW_TAG
 
 pytestmark = pytest.mark.lab
 
@@ -177,18 +177,27 @@ def instances(lab) -> list[tuple[str, str, int]]:
 
 class Prober:
     """A client probing every instance once a second (tests/lab/prober.py, its own process);
-    ``samples()`` gives how many answered 200 at each sample."""
+    ``samples()`` gives how many answered 200 at each sample. With ``load``, it also sends every
+    instance one completion a second that asks for logprobs (steady traffic for ``--soak``)."""
 
-    def __init__(self, targets, out: Path):
+    def __init__(self, targets, out: Path, load: bool = False):
         self.out = out
+        loading = ["--load", "tiny-llama"] if load else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.lab.prober", str(out), *(f"{a}:{p}" for _h, a, p in targets)], cwd=ROOT
+            [sys.executable, "-m", "tests.lab.prober", str(out), *loading, *(f"{a}:{p}" for _h, a, p in targets)],
+            cwd=ROOT,
         )
 
     def stop(self) -> list[int]:
         self.proc.terminate()
         self.proc.wait(timeout=30)
         return [int(line) for line in self.out.read_text().split()]
+
+    def loads(self) -> tuple[int, int]:
+        """Completions answered and failed (HTTP errors) over the whole run."""
+        lines = Path(f"{self.out}.load").read_text().split("\n")
+        pairs = [tuple(int(v) for v in line.split()) for line in lines if line.strip()]
+        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
 def recorded_id(results: Path) -> str | None:
@@ -388,6 +397,35 @@ def test_a_baked_slow_version_fails_the_benchmark_gate_at_the_canary_and_rolls_b
     assert_stopped_at_the_canary(lab, results, done, before, "benchmark")
     assert state_of(results)["batches"] == [[canary], [list(lab.hosts)[2]]]
     assert "median_ttft_ms" in report_of(results)
+
+
+def test_a_version_failing_real_traffic_passes_its_gate_and_fails_the_soak_against_the_old_hosts(
+    baseline, results, tmp_path
+):
+    """``rollout --soak 45s --image <flaky tag>`` over lab-2 and lab-3 under the prober's steady
+    load: the flaky version is ready and passes the smoke benchmark (it fails only completions
+    that ask for logprobs), then, over the soak, the canary's own /metrics count a third of the
+    prober's completions as 5xx against none on lab-3, still on the old version: the soak fails
+    the canary naming both error rates, and it is rolled back; lab-3 is never touched."""
+    lab = baseline
+    names = list(lab.hosts)
+    before = running(lab)
+    saved = LAB_YML.read_text()
+    targets = [t for t in instances(lab) if t[0] != names[0]]
+    prober = Prober(targets, results.parent / "probe-soak.txt", load=True)
+    try:
+        done = rollout("--soak", "45s", "--image", image(lab, FLAKY_TAG), inventory=without_lab_1(tmp_path))
+    finally:
+        samples = prober.stop()
+    assert LAB_YML.read_text() == saved
+    ok, failed = prober.loads()
+    assert ok > 0 and failed > 0, (ok, failed)  # the flaky version served and failed some
+    assert_stopped_at_the_canary(lab, results, done, before, "soak")
+    failure = state_of(results)["failure"]
+    assert "error rate" in failure and "not yet switched" in failure, failure
+    assert len(samples) > 30
+    report = report_of(results)
+    assert "Soak" in report and names[2] in report, report
 
 
 def test_powered_off_host_pauses_the_rollout_and_rollback_returns_both_once_it_is_back(baseline, results, tmp_path):

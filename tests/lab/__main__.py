@@ -25,6 +25,7 @@ REQUIRED_TOOLS = (
     "debootstrap",
     "tinyproxy",
     "docker-registry",
+    "prometheus",
     "skopeo",
     "apt-ftparchive",
     "gpg",
@@ -57,7 +58,7 @@ def up(count: int) -> config.LabState:
     services.bridge_up()
     for service in services.SERVICES[:-1]:  # the Hub (last) serves the model the image build makes
         services.start(service)
-    _log("services up: apt proxy, registry, stand-in AMD repository")
+    _log("services up: apt proxy, registry, stand-in AMD repository, Prometheus")
 
     base = rootfs.build_base()
     key = _ssh_key()
@@ -69,6 +70,7 @@ def up(count: int) -> config.LabState:
         registry=f"{config.GATEWAY}:{config.REGISTRY_PORT}",
         amd_repo=f"http://{config.GATEWAY}:{config.AMD_REPO_PORT}",
         hf_endpoint=f"http://{config.GATEWAY}:{config.HF_HUB_PORT}",
+        prometheus=f"http://{config.GATEWAY}:{config.PROMETHEUS_PORT}",
     )
     known = []
     for index in range(1, count + 1):

@@ -38,6 +38,10 @@ APT_PROXY_PORT = 3128
 REGISTRY_PORT = 5000
 AMD_REPO_PORT = 8080
 HF_HUB_PORT = 8090
+#: The lab's Prometheus (Debian's package; not 9090, which the distribution's own service may hold).
+PROMETHEUS_PORT = 9190
+#: The file_sd file the deploy writes (``metrics_targets_file``) and the lab's Prometheus reads.
+METRICS_TARGETS_FILE = RUN_DIR / "prometheus" / "targets.json"
 
 DEBIAN_MIRROR = os.environ.get("ROCMFLEET_LAB_MIRROR", "http://deb.debian.org/debian")
 
@@ -76,6 +80,7 @@ class LabState:
     registry: str = ""
     amd_repo: str = ""
     hf_endpoint: str = ""  # the stand-in Hugging Face Hub (tests/lab/hfhub.py)
+    prometheus: str = ""  # the lab's Prometheus (Debian's package), scraping METRICS_TARGETS_FILE
     images: dict[str, str] = field(default_factory=dict)  # "repo:tag" -> "sha256:..."
 
     def save(self) -> None:

@@ -50,8 +50,22 @@ SLOW_TAG = "0.32.0-lab.slow"
 """A bad version that gets ready but is slower than a rollout's gate allows: ``vllm serve`` with
 ``--max-num-seqs 1`` after the unit's arguments (the last one wins), so the smoke benchmark's
 concurrent requests queue one behind the other (time to first token many times the good version's)."""
-TAGS = ("0.32.0-lab.1", "0.32.0-lab.2", NEVER_READY_TAG, SLOW_TAG)
-"""Image tags; every one after the first adds a tiny layer so that its digest differs."""
+FLAKY_TAG = "0.32.0-lab.flaky"
+"""A bad version that is ready and passes the smoke benchmark but fails a share of real traffic:
+it answers one in three completions that ask for ``logprobs`` with HTTP 500
+(``standin/rocmfleet_lab_flaky.py``, loaded through ``vllm serve --middleware``); the lab's prober
+with ``--load`` asks for logprobs. ``rollout --soak`` is what catches it."""
+TAGS = ("0.32.0-lab.1", "0.32.0-lab.2", NEVER_READY_TAG, SLOW_TAG, FLAKY_TAG)
+"""Image tags; every one after the first adds a tiny layer so that its digest differs (the last
+ones after the earlier ones: adding a tag changes no earlier tag's digest)."""
+#: Files a tag's own layer adds besides :data:`RELEASE_FILE`, by tag: path in the image -> source.
+TAG_FILES: dict[str, dict[str, Path]] = {
+    FLAKY_TAG: {
+        "opt/vllm/lib/python3.11/site-packages/rocmfleet_lab_flaky.py": Path(__file__).resolve().parent
+        / "standin"
+        / "rocmfleet_lab_flaky.py"
+    }
+}
 ENTRYPOINTS: dict[str, list[str]] = {
     NEVER_READY_TAG: [
         "/bin/sh",
@@ -60,6 +74,7 @@ ENTRYPOINTS: dict[str, list[str]] = {
         "never-ready",
     ],
     SLOW_TAG: ["/bin/sh", "-c", 'exec vllm serve "$@" --max-num-seqs 1', "vllm"],
+    FLAKY_TAG: ["/bin/sh", "-c", 'exec vllm serve "$@" --middleware rocmfleet_lab_flaky.Passthrough', "vllm"],
 }
 """Entrypoints of the stand-in bad versions; the others have the official image's ``["vllm", "serve"]``."""
 VLLM_VERSION = "0.32.0"
@@ -515,13 +530,15 @@ def _rootfs_layer(rootfs: Path, blobs: Path) -> dict[str, str | int]:
 
 
 def _release_layer(tag: str) -> tuple[bytes, str]:
-    """A tiny gzip layer holding :data:`RELEASE_FILE`; returns (blob, diff_id)."""
-    data = f"{REPOSITORY}:{tag}\n".encode()
+    """A tiny gzip layer holding :data:`RELEASE_FILE` and the tag's :data:`TAG_FILES`; returns (blob, diff_id)."""
+    files = {RELEASE_FILE: f"{REPOSITORY}:{tag}\n".encode()}
+    files.update({path: source.read_bytes() for path, source in TAG_FILES.get(tag, {}).items()})
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        info = tarfile.TarInfo(RELEASE_FILE)
-        info.size, info.mode, info.mtime = len(data), 0o644, 0
-        tar.addfile(info, io.BytesIO(data))
+        for path, data in files.items():
+            info = tarfile.TarInfo(path)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
     raw = buf.getvalue()
     return gzip.compress(raw, compresslevel=9, mtime=0), f"sha256:{hashlib.sha256(raw).hexdigest()}"
 

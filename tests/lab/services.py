@@ -6,7 +6,10 @@
 - an HTTP server for the stand-in AMD apt repository (:mod:`tests.lab.amdrepo`);
 - a stand-in Hugging Face Hub (:mod:`tests.lab.hfhub`) serving the lab image's generated model as
   ``lab/tiny-llama`` at :data:`tests.lab.hfhub.LAB_REVISION`, logging each request (never a token)
-  to :data:`HF_HUB_LOG`; started once the image's root filesystem (which holds the model) is built.
+  to :data:`HF_HUB_LOG`; started once the image's root filesystem (which holds the model) is built;
+- Prometheus (Debian's ``prometheus`` package), scraping every 5 s the targets of the file_sd file
+  the deploy writes (``metrics_targets_file``: :data:`tests.lab.config.METRICS_TARGETS_FILE`), its
+  data under ``run/`` (gone with ``lab down``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from tests.lab import config
 
-SERVICES = ("apt-proxy", "registry", "amd-repo", "hf-hub")
+SERVICES = ("apt-proxy", "registry", "amd-repo", "prometheus", "hf-hub")
 #: The stand-in Hub's request log: one JSON line per request (tests.lab.hfhub.downloads reads it).
 HF_HUB_LOG = config.RUN_DIR / "services" / "hf-hub-requests.jsonl"
 
@@ -90,6 +93,22 @@ def _command(service: str) -> list[str]:
             "--log",
             str(HF_HUB_LOG),
         ]
+    if service == "prometheus":
+        conf = run / "prometheus.yml"
+        # Every target of the file: the file's own labels (job included) win over job_name's.
+        conf.write_text(
+            "global:\n  scrape_interval: 5s\n  scrape_timeout: 4s\n  evaluation_interval: 5s\n"
+            "scrape_configs:\n  - job_name: rocmfleet\n    file_sd_configs:\n"
+            f"      - files: ['{config.METRICS_TARGETS_FILE}']\n        refresh_interval: 5s\n"
+        )
+        config.METRICS_TARGETS_FILE.parent.mkdir(parents=True, exist_ok=True)
+        return [
+            "prometheus",
+            f"--config.file={conf}",
+            f"--storage.tsdb.path={run / 'prometheus-data'}",
+            f"--web.listen-address={config.GATEWAY}:{config.PROMETHEUS_PORT}",
+            "--log.level=warn",
+        ]
     raise ValueError(f"unknown lab service {service!r}; known: {', '.join(SERVICES)}")
 
 
@@ -124,6 +143,7 @@ PORTS = {
     "registry": config.REGISTRY_PORT,
     "amd-repo": config.AMD_REPO_PORT,
     "hf-hub": config.HF_HUB_PORT,
+    "prometheus": config.PROMETHEUS_PORT,
 }
 
 
