@@ -66,13 +66,14 @@ def apply(settings: MetricsSettings, got: Gathered | None = None, todo: list[str
             user="root",
             group="root",
         )
-    rocm_ops.packages_from_repo(
-        name=f"Install AMD's metrics exporter from device-metrics-exporter/apt/{settings.metrics_exporter_version} "
-        "and hold it",
-        packages=[exporter.PACKAGE],
-        repo=exporter.repo_url(settings),
-        hold=True,
-    )
+    if exporterplan.package_problem(settings, got):
+        rocm_ops.packages_from_repo(
+            name=f"Install AMD's metrics exporter from device-metrics-exporter/apt/{settings.metrics_exporter_version}"
+            " and hold it",
+            packages=[exporter.PACKAGE],
+            repo=exporter.repo_url(settings),
+            hold=True,
+        )
     changed = []
     for item in (config, dropin):
         if not hoststate.file_ok(got, item):
