@@ -53,6 +53,8 @@ gpu_nodes = (
         # the current stream's server is a directory of the same stand-in (tests/lab/amdrepo.py)
         "rocm_current_repo_url": f"{_state.amd_repo}/stable.repo.amd.com/rocm/core/packages",
         "rocm_current_key_url": f"{_state.amd_repo}/stable.repo.amd.com/rocm/gpg/packages.gpg",
+        # AMD's metrics exporter from the same stand-in (tests/lab/amdrepo.py), signed with its repo.radeon.com key
+        "metrics_exporter_repo_url": f"{_state.amd_repo}/device-metrics-exporter/apt",
         "docker_insecure_registries": [_state.registry],
         # the model is staged once per host from the stand-in Hub (tests/lab/hfhub.py)
         "vllm_hf_endpoint": _state.hf_endpoint or None,

@@ -10,8 +10,9 @@ pyinfra executes the deploy file once per host, so :func:`converge` runs once pe
 
 Roles run in a fixed order: base (apt proxy, packages), rocm (AMD's repositories, the amdgpu
 driver), tuning (MI300X OS settings), one reboot if the driver or kernel command line changed,
-docker, vllm. A bare host converges in one run: the vllm role reads the GPU topology at
-execution time, after the reboot (``roles/vllm``), not while pyinfra prepares the run.
+exporter (AMD's device-metrics-exporter: its GPU agent needs the driver up), docker, vllm. A bare
+host converges in one run: the vllm role reads the GPU topology at execution time, after the reboot
+(``roles/vllm``), not while pyinfra prepares the run.
 
 Every per-host problem fails that host alone, through pyinfra's own error path
 (:mod:`rocmfleet.operations.fail`): the other hosts converge and pyinfra exits non-zero naming
@@ -34,8 +35,8 @@ from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import gpuhealth, vllm
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import fail
-from rocmfleet.plan import hoststate, rocmplan, vllmplan
-from rocmfleet.roles import base, docker, rocm, tuning
+from rocmfleet.plan import exporterplan, hoststate, rocmplan, vllmplan
+from rocmfleet.roles import base, docker, exporter, rocm, tuning
 from rocmfleet.roles import vllm as vllm_role
 
 
@@ -76,7 +77,7 @@ def _report_gpu_health(correctable_max: int, got: Gathered) -> None:
 def converge() -> None:
     """Plan and apply every role for pyinfra's current host (call it from a deploy file).
 
-    Roles run in a fixed order: base, rocm, tuning, one reboot if needed, docker, vllm. A host
+    Roles run in a fixed order: base, rocm, tuning, one reboot if needed, exporter, docker, vllm. A host
     whose data is bad fails alone, through :func:`rocmfleet.operations.fail.failed`; nothing
     is raised.
 
@@ -104,6 +105,7 @@ def converge() -> None:
                 base.query(config.settings),
                 rocm.query(config.rocm),
                 tuning.query(config.tuning),
+                exporter.query(config.metrics),
                 docker.query(config.settings),
                 vllmplan.query(config),
                 {"runs": [(GPU_HEALTH, scripts.text("gpu-health.sh"))]},
@@ -119,6 +121,7 @@ def converge() -> None:
         tuning_reboot = tuning.apply(config.tuning, got=got)
         settled = not rocm_todo and not tuning_reboot and tuning.cmdline_settled(config.tuning, got)
         rebooted = rocm.reboot(config.rocm, predicted=tuning_reboot, got=got, found=found, settled=settled)
+        exporter.apply(config.metrics, got=got, todo=exporterplan.differs(config.metrics, got))
         instances = [(vllm.files_of(i).container, i.port) for i in config.instances()]
         docker.apply(config.settings, instances=instances, got=got)
         vllm_role.apply(config, rebooted=rebooted, got=got)

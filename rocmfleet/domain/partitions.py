@@ -17,7 +17,8 @@ A mode that cannot be read is not held against the host.
 The default is SPX/NPS1 (every shipped profile); a host whose GPUs are in another mode is
 refused with the command that changes it: ``amd-smi set --gpu all --compute-partition SPX`` and
 ``amd-smi set --gpu all --memory-partition NPS1`` (reference §7.1, [A1]: both change without a
-reboot while no process uses the GPUs).
+reboot while no process uses the GPUs), with AMD's metrics exporter stopped around the change
+(:data:`rocmfleet.domain.exporter.PARTITION_NOTE`: its GPU agent holds the GPUs).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, get_args
 
+from rocmfleet.domain import exporter
 from rocmfleet.domain.partitionmodes import ComputePartition, MemoryPartition, PartitionPolicy, policy_problems
 from rocmfleet.domain.parts import Part
 from rocmfleet.domain.topology import Gpu, Topology, format_id_list
@@ -77,6 +79,7 @@ def mode_problems(
             f"{who}physical GPU(s) {', '.join(keys)} in {kind} partition {mode}; {wants} {wanted}: "
             f"run `{set_command(kind, wanted)}` on the host{after}"
             + (f", or set `{setting}: {mode}` in the profile if it is meant to run partitioned" if offer else "")
+            + f"; {exporter.PARTITION_NOTE}"
         )
     return problems
 

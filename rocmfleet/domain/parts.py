@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
+from rocmfleet.domain import exporter
 from rocmfleet.domain.topology import Topology
 
 _MI300_MODES = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}  # 8 XCDs: 8, 4, 2, 1 per partition [spec]
@@ -231,7 +232,8 @@ def topology_problems(topology: Topology, part: Part | None, gpu_count: int, wan
         target = wanted if part is not None and wanted in part.partitions else "SPX"
         problems.append(
             f"physical GPU(s) {', '.join(keys)}: compute partition {mode}, which an {part.name} does not have "
-            f"({part.modes()}): run `amd-smi set --gpu all --compute-partition {target}` on the host"
+            f"({part.modes()}): run `amd-smi set --gpu all --compute-partition {target}` on the host; "
+            + exporter.PARTITION_NOTE
         )
     for (mode, want, got), keys in unfinished.items():
         assert part is not None

@@ -11,7 +11,7 @@ from pyinfra.context import host, state
 from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.server import LinuxDistribution
 
-from rocmfleet.domain import rocm
+from rocmfleet.domain import exporter, rocm
 from rocmfleet.facts.packages import HeldPackages
 from rocmfleet.facts.rocm import (
     REBOOT_DIR,
@@ -42,6 +42,20 @@ def mark_reboot(reason_key: str, reason: str) -> StringCommand:
     return StringCommand(
         f"mkdir -p {REBOOT_DIR} && printf '%s\\n' {shlex.quote(reason)} > {REBOOT_DIR}/{shlex.quote(reason_key)}"
     )
+
+
+def exporter_stopped(installed: bool) -> list[StringCommand]:
+    """Stop AMD's metrics exporter and its GPU agent before a driver change, when the exporter is
+    ``installed``: "The GPU Metrics Exporter and GPU Agent services must be stopped before: GPU
+    driver unload or upgrade" (:mod:`rocmfleet.domain.exporter`). The units stay enabled: the
+    reboot that follows every driver change starts them again; where none follows, the caller
+    starts them (:func:`exporter_started`)."""
+    return [StringCommand(exporter.stop_command())] if installed else []
+
+
+def exporter_started(installed: bool) -> list[StringCommand]:
+    """Start the GPU agent and the exporter again after a change that no reboot follows."""
+    return [StringCommand(exporter.start_command())] if installed else []
 
 
 def _would_fail(message: str) -> FunctionCommand:
@@ -101,7 +115,11 @@ def preflight(
 
 @operation()
 def packages_from_repo(
-    packages: list[str], repo: str, reboot_reason: str | None = None, hold: bool = False
+    packages: list[str],
+    repo: str,
+    reboot_reason: str | None = None,
+    hold: bool = False,
+    stop_exporter: bool = False,
 ) -> Commands:
     """
     Install ``packages`` at exactly the version the apt repository ``repo`` offers.
@@ -114,6 +132,10 @@ def packages_from_repo(
       package under ``-y`` (``E: Held packages were changed and -y was used without
       --allow-change-held-packages``, apt's ``apt-private/private-install.cc``). A downgrade is
       still refused earlier unless ``rocm_allow_downgrade`` (:func:`preflight`).
+    + stop_exporter: the packages are the GPU driver: where AMD's metrics exporter
+      (``amdgpu-exporter``) is installed, an install or version change stops it and its GPU agent
+      first (:func:`exporter_stopped`), and starts them after unless ``reboot_reason`` says a
+      reboot follows (the enabled units start at boot)
 
     Installed packages at another version are upgraded (or downgraded) to the repository's, so
     changing the ROCm version in group data moves the host cleanly; packages already at that
@@ -142,13 +164,16 @@ def packages_from_repo(
             known = {p: versions.get(p, []) for p in missing}
             yield fail(f"rocmfleet: {', '.join(missing)} not offered by {repo}; apt knows: {known}")
             return
-    installed = host.get_fact(InstalledVersions, packages=packages)
+    asked = [*packages, exporter.PACKAGE] if stop_exporter and exporter.PACKAGE not in packages else packages
+    installed = host.get_fact(InstalledVersions, packages=asked)
     todo = [f"{p}={v}" for p, v in wanted.items() if installed.get(p) != v]
     held: list[str] = host.get_fact(HeldPackages, packages=packages) if hold else []
     unheld = sorted(set(packages) - set(held)) if hold else []
     if not todo and not unheld:
         host.noop(f"{', '.join(packages)} at the version of {repo}{', held' if hold else ''}")
         return
+    holder = stop_exporter and bool(todo) and exporter.PACKAGE in installed
+    yield from exporter_stopped(holder)
     if todo:
         allow = " --allow-change-held-packages" if hold else ""
         yield noninteractive_apt(f"install --no-install-recommends --allow-downgrades{allow} " + " ".join(todo))
@@ -156,6 +181,8 @@ def packages_from_repo(
         yield from holds_after(packages, held, installed=bool(todo))
     if todo and reboot_reason:
         yield mark_reboot("driver", reboot_reason + ": " + ", ".join(todo))
+    else:
+        yield from exporter_started(holder)
 
 
 @operation()
@@ -173,15 +200,20 @@ def remove_other_stream(settings: rocm.RocmSettings) -> Commands:
     :data:`rocmfleet.domain.rocm.STREAM_PACKAGES`, then the stream's source, pin and keyring
     (:data:`rocmfleet.domain.rocm.STREAM_FILES`), then ``apt-get clean``, and a recorded reboot reason
     (the one reboot of the run). The driver packages have the same names in both streams and
-    are replaced in place by the new stream's (:func:`packages_from_repo`). ``--dry`` says what
+    are replaced in place by the new stream's (:func:`packages_from_repo`). AMD's metrics exporter,
+    where installed, is stopped first (:func:`exporter_stopped`; the reboot starts it). ``--dry`` says what
     would be removed. A host with nothing of the other stream is a no-op.
     """
-    removal = rocm.stream_removal(settings, host.get_fact(RocmOnHost))
+    removal_found = host.get_fact(RocmOnHost)
+    removal = rocm.stream_removal(settings, removal_found)
     if removal is None:
         host.noop(f"nothing of the other ROCm stream on this host ({settings.rocm_stream} wanted)")
         return
     if not state.is_executing:
         logger.warning(f"{host.print_prefix}would remove {removal.describe()}")
+    # The driver moves to the other stream's next (the same run, then its reboot): nothing may hold
+    # the GPUs from here on (AMD's exporter, where installed; RocmOnHost lists amdgpu* packages).
+    yield from exporter_stopped(exporter.PACKAGE in removal_found.installed)
     for step in removal.package_steps:
         yield noninteractive_apt("purge --auto-remove " + " ".join(shlex.quote(n) for n in step))
     if removal.files:
@@ -212,7 +244,9 @@ def remove_userspace(settings: rocm.RocmSettings) -> Commands:
 
 
 @operation()
-def reinstall_if_installed(packages: list[str], reboot_reason: str, hold: bool = False) -> Commands:
+def reinstall_if_installed(
+    packages: list[str], reboot_reason: str, hold: bool = False, stop_exporter: bool = False
+) -> Commands:
     """
     Reinstall ``packages`` that are installed, so that their maintainer scripts run again.
 
@@ -220,14 +254,19 @@ def reinstall_if_installed(packages: list[str], reboot_reason: str, hold: bool =
     + reboot_reason: recorded for :func:`rocmfleet.operations.reboot.if_required` when reinstalled
     + hold: the packages are held (the driver, :func:`packages_from_repo`): the reinstall may change
       them (``--allow-change-held-packages``) and they are held again after it
+    + stop_exporter: the packages are the GPU driver: AMD's metrics exporter, where installed, is
+      stopped before the reinstall (:func:`exporter_stopped`; the reboot recorded starts it)
 
     Used when DKMS's module signing changes: the postinst of ``amdgpu-dkms`` has DKMS build (and
     now sign) the module again. Packages not installed are left to the install that follows.
     """
-    installed = [p for p in packages if p in host.get_fact(InstalledVersions, packages=packages)]
+    asked = [*packages, exporter.PACKAGE] if stop_exporter and exporter.PACKAGE not in packages else packages
+    found = host.get_fact(InstalledVersions, packages=asked)
+    installed = [p for p in packages if p in found]
     if not installed:
         host.noop(f"{', '.join(packages)} not installed yet; the install builds with the new signing")
         return
+    yield from exporter_stopped(stop_exporter and exporter.PACKAGE in found)
     allow = " --allow-change-held-packages" if hold else ""
     yield noninteractive_apt(f"install --reinstall --no-install-recommends{allow} " + " ".join(installed))
     if hold:

@@ -76,6 +76,27 @@ def amd(snap: dict[str, str]) -> dict[str, str]:
     return {**snap, "packages": "\n".join(lines)}
 
 
+DRIVER_CHANGES = "/var/log/rocmfleet-lab/driver-changes.log"  # the stand-in driver's (tests/lab/amdrepo.py)
+EXPORTER_UNITS = "gpuagent.service amd-metrics-exporter.service"
+
+
+def driver_changes(lab, name: str) -> list[str]:
+    """The lines of the stand-in driver's change log: time, script and arguments, both exporter
+    units' states, ``ok`` or ``refused`` (``standin/driver-change.sh``)."""
+    return lab_ssh(lab, name, f"cat {DRIVER_CHANGES} 2>/dev/null || true").stdout.splitlines()
+
+
+def exporter_stopped_around(lab, name: str, before: list[str]) -> None:
+    """Every driver change since ``before`` found AMD's exporter and its GPU agent stopped (none
+    was refused), and both run again now."""
+    new = driver_changes(lab, name)[len(before) :]
+    assert new, f"{name}: no driver change logged"
+    for line in new:
+        assert "gpuagent=inactive amd-metrics-exporter=inactive ok" in line, new
+    active = lab_ssh(lab, name, f"systemctl is-active {EXPORTER_UNITS}").stdout.split()
+    assert active == ["active", "active"], active
+
+
 def check(lab, name: str, *data: str) -> None:
     proc = rocmfleet_cli("check", "inventories/lab.py", "--select", "rocm", "--limit", name, *data)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -157,9 +178,11 @@ def current_to_legacy(lab, deploy_file, switcher: str, before: dict[str, dict[st
     package under -y without --allow-change-held-packages)."""
     for package in ("amdgpu-dkms", "amdgpu-dkms-firmware"):
         assert f"{package} hi  1:6.14.14.315000" in before[switcher]["packages"], before[switcher]["packages"]
+    logged = driver_changes(lab, switcher)
     rc, _report, output, rebooted = run(lab, deploy_file, "--limit", switcher, *LEGACY)
     assert rc == 0, output[-4000:]
     assert rebooted[switcher] == 1
+    exporter_stopped_around(lab, switcher, logged)  # issue 29: AMD's exporter stops before a driver change
     snap = snapshot(lab, switcher)
     for package in ("amdgpu-dkms", "amdgpu-dkms-firmware"):
         assert f"{package} hi  1:6.14.14.303000" in snap["packages"], snap["packages"]  # held at the new version
@@ -184,9 +207,11 @@ def secure_boot_with_an_enrolled_key(lab, deploy_file, secure_boot: str) -> None
         "head -c 64 /dev/urandom > /var/lib/dkms/mok.pub && mokutil --import /var/lib/dkms/mok.pub",
     )
     assert made.returncode == 0, made.stderr
+    logged = driver_changes(lab, secure_boot)
     rc, report, output, rebooted = run(lab, deploy_file, "--limit", secure_boot, *MOK)
     assert rc == 0, output[-4000:]
     assert rebooted[secure_boot] == 1  # the driver was rebuilt, signed, and needs the reboot to load
+    exporter_stopped_around(lab, secure_boot, logged)  # the DKMS re-sign reinstalls the driver
     module = lab_ssh(lab, secure_boot, 'cat "/lib/modules/$(uname -r)/updates/dkms/amdgpu.ko"').stdout
     assert "~Module signature appended~" in module
     assert lab_ssh(lab, secure_boot, "test -e /dev/kfd").returncode == 0
@@ -199,9 +224,11 @@ def test_legacy_to_current_reboots_once_and_leaves_nothing_of_legacy(lab, deploy
     before = {name: snapshot(lab, name) for name in lab.hosts}
     rc, _report, output, rebooted = run(lab, deploy_file, "--dry", "--limit", switcher)
     assert f"[{switcher}] would remove the ROCm legacy stream: packages rocm, rocm-core; files " in output
+    logged = driver_changes(lab, switcher)
     rc, _report, output, rebooted = run(lab, deploy_file, "--limit", switcher)  # back to the shipped defaults
     assert rc == 0, output[-4000:]
     assert rebooted[switcher] == 1
+    exporter_stopped_around(lab, switcher, logged)
     snap = snapshot(lab, switcher)
     assert not {p for p in installed(snap) if p.startswith(("rocm", "amd-smi", "amdrocm"))}, snap["packages"]
     assert "1:6.14.14.315000" in snap["packages"]  # amdgpu 31.50, the current stream's driver

@@ -19,6 +19,18 @@ installed kernel, as DKMS's ``common.postinst`` does (through the lab's stand-in
 ``tests/lab/standin/dkms``; a failed build fails the package's configuration), and asks for a
 reboot (``/var/run/reboot-required``) as a kernel module package does.
 
+The driver is strict like a real one: its ``preinst`` and ``prerm`` (``standin/driver-change.sh``)
+fail an upgrade, reinstall or removal while ``gpuagent.service`` holds the GPUs ("Module amdgpu
+is in use"), and log every driver change, with the state of the exporter's two units, to
+``/var/log/rocmfleet-lab/driver-changes.log``.
+
+``device-metrics-exporter/apt/<release>`` (suite ``jammy``, origin and key repo.radeon.com's, as
+AMD's ``deb-package.rst``): a stand-in ``amdgpu-exporter`` with AMD's units (``gpuagent.service``,
+``amd-metrics-exporter.service``) and binaries in ``/usr/local/bin`` (python3 scripts,
+``standin/gpuagent`` and ``standin/amd-metrics-exporter``) that serve a recorded exposition of 8
+MI300X (``standin/exporter-metrics.prom``) on the config's ``ServerPort``, with values the lab sets
+in ``/var/lib/rocmfleet-lab/exporter-values.json``.
+
 Beside it, under ``rocmfleet-lab-kernel/``, a stand-in for the distribution's kernel archive
 (Debian has no packages for the machine's own kernel, which the lab hosts run):
 ``linux-headers-<uname -r>`` (an empty ``/lib/modules/<release>/build``) and
@@ -50,6 +62,12 @@ CURRENT_KEY = f"{CURRENT_HOST}/rocm/gpg/packages.gpg"
 CURRENT_OS = "debian12"  # the lab hosts' OS directory
 CURRENT_SUITE = "stable"
 
+#: AMD's metrics exporter release the stand-in serves (ROCm/device-metrics-exporter deb-package.rst: 1.5.4).
+EXPORTER_RELEASE = "1.5.4"
+EXPORTER_REPO = f"device-metrics-exporter/apt/{EXPORTER_RELEASE}"
+#: The stand-in package's version: the release, a build number and the Ubuntu release, as AMD's driver's.
+EXPORTER_VERSION = f"{EXPORTER_RELEASE}-72~22.04"
+
 _REBOOT_POSTINST = """#!/bin/sh
 # rocmfleet lab stand-in: like DKMS's common.postinst, build the module for the running and the
 # newest installed kernel (a failed build fails configuration), then ask for a reboot, like the
@@ -69,9 +87,19 @@ if [ "$1" = configure ]; then
 fi
 """
 
-_DKMS_PRERM = """#!/bin/sh
-# rocmfleet lab stand-in: drop the module from DKMS, as the real amdgpu-dkms does.
+_DKMS_PREINST = """#!/bin/sh
+# rocmfleet lab stand-in: a driver upgrade or reinstall unloads amdgpu (standin/driver-change.sh).
 set -e
+@DRIVER_CHANGE@
+driver_change preinst "$@"
+"""
+
+_DKMS_PRERM = """#!/bin/sh
+# rocmfleet lab stand-in: drop the module from DKMS, as the real amdgpu-dkms does; nothing may
+# hold the GPUs (standin/driver-change.sh).
+set -e
+@DRIVER_CHANGE@
+driver_change prerm "$@"
 if [ "$1" = remove ] || [ "$1" = upgrade ] || [ "$1" = deconfigure ]; then
     dkms remove -m amdgpu -v @MODVER@ --all || true
 fi
@@ -151,6 +179,38 @@ def _amd_smi_standin() -> dict[str, str]:
     return files
 
 
+def _driver_script(template: str) -> str:
+    """A maintainer script of the stand-in driver with ``standin/driver-change.sh`` inlined (a
+    ``preinst`` runs before the package's files are unpacked: nothing of it can be sourced)."""
+    return template.replace("@DRIVER_CHANGE@", (STANDIN_DIR / "driver-change.sh").read_text().rstrip("\n"))
+
+
+_EXPORTER_POSTINST = """#!/bin/sh
+# rocmfleet lab stand-in: systemd learns the units; enabling and starting them is the operator's
+# (AMD's deb-package.rst "Step 4"), here the deploy's.
+set -e
+if [ "$1" = configure ]; then systemctl daemon-reload || true; fi
+"""
+
+_EXPORTER_PRERM = """#!/bin/sh
+# rocmfleet lab stand-in: the units stop with the package's removal.
+set -e
+if [ "$1" = remove ]; then systemctl stop amd-metrics-exporter.service gpuagent.service || true; fi
+"""
+
+
+def _exporter_packages() -> list[tuple]:
+    """``device-metrics-exporter/apt/<release>``: the stand-in ``amdgpu-exporter`` (module docstring)."""
+    files = {
+        "usr/local/bin/gpuagent": (STANDIN_DIR / "gpuagent").read_text(),
+        "usr/local/bin/amd-metrics-exporter": (STANDIN_DIR / "amd-metrics-exporter").read_text(),
+        "lib/systemd/system/gpuagent.service": (STANDIN_DIR / "gpuagent.service").read_text(),
+        "lib/systemd/system/amd-metrics-exporter.service": (STANDIN_DIR / "amd-metrics-exporter.service").read_text(),
+        "usr/share/rocmfleet-lab/exporter-metrics.prom": (STANDIN_DIR / "exporter-metrics.prom").read_text(),
+    }
+    return [("amdgpu-exporter", EXPORTER_VERSION, "python3", _EXPORTER_POSTINST, files, _EXPORTER_PRERM)]
+
+
 def _driver_packages(amdgpu: str) -> list[tuple]:
     """``amdgpu/<dir>/ubuntu``: the driver and its firmware; the driver carries the GPU stand-in."""
     driver = f"1:6.14.14.{amdgpu.replace('.', '')}00-2278356.22.04"
@@ -163,7 +223,8 @@ def _driver_packages(amdgpu: str) -> list[tuple]:
             "amdgpu-dkms-firmware",
             _REBOOT_POSTINST.replace("@MODVER@", modver),
             _gpu_standin(),
-            _DKMS_PRERM.replace("@MODVER@", modver),
+            _driver_script(_DKMS_PRERM).replace("@MODVER@", modver),
+            _driver_script(_DKMS_PREINST),
         ),
     ]
 
@@ -228,7 +289,8 @@ def _kernel_packages() -> list[tuple]:
 
 def _recipe() -> str:
     text = repr(RELEASES) + repr(CURRENT_RELEASES) + SUITE + ORIGIN + CURRENT_PACKAGES + CURRENT_KEY
-    text += _REBOOT_POSTINST + _DKMS_PRERM + KERNEL + BROKEN_KERNEL + repr(_kernel_packages())
+    text += _REBOOT_POSTINST + _driver_script(_DKMS_PRERM) + _driver_script(_DKMS_PREINST) + KERNEL
+    text += EXPORTER_REPO + repr(_exporter_packages()) + BROKEN_KERNEL + repr(_kernel_packages())
     text += repr(sorted(_gpu_standin().items())) + repr(sorted(_amd_smi_standin().items()))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -241,6 +303,7 @@ def _build_deb(
     postinst: str | None,
     files: dict[str, str] | None = None,
     prerm: str | None = None,
+    preinst: str | None = None,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / name
@@ -253,7 +316,7 @@ def _build_deb(
             " Empty package; no GPU software inside.\n"
         )
         (root / "DEBIAN/control").write_text(control)
-        for script, body in (("postinst", postinst), ("prerm", prerm)):
+        for script, body in (("postinst", postinst), ("prerm", prerm), ("preinst", preinst)):
             if body:
                 (root / "DEBIAN" / script).write_text(body)
                 (root / "DEBIAN" / script).chmod(0o755)
@@ -382,6 +445,7 @@ def build() -> Path:
         (f"{CURRENT_PACKAGES}/{CURRENT_OS}", _current_packages(rocm), CURRENT_SUITE, CURRENT_HOST, current_key)
         for rocm in CURRENT_RELEASES
     ]
+    trees.append((EXPORTER_REPO, _exporter_packages(), SUITE, ORIGIN, legacy_key))
     trees.append((KERNEL_REPO, _kernel_packages(), KERNEL_SUITE, "rocmfleet lab kernel stand-in", legacy_key))
     for path, debs, suite, origin, gnupghome in trees:
         _publish(repo / path, debs, suite, origin, gnupghome)

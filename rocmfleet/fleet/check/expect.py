@@ -39,7 +39,7 @@ from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, s
 from rocmfleet.fleet.check.checkfile import FILE_ENV, ExpectationError, host_name
 from rocmfleet.fleet.check.checkfile import entry as _entry
 from rocmfleet.fleet.connect import SshSettings
-from rocmfleet.plan import hoststate, rocmplan
+from rocmfleet.plan import exporterplan, hoststate, rocmplan
 
 
 def host_expectations(ssh: SshSettings, config: HostConfig) -> dict[str, Any]:
@@ -297,6 +297,20 @@ def rocm_gathered(host: Any) -> Gathered:
         CannotCheck: the command failed or its output was cut short or unknown.
     """
     return _read_state(host, "rocm-state", lambda: rocmplan.query(rocm_settings(host)))
+
+
+def exporter_gathered(host: Any) -> tuple[MetricsSettings, Gathered]:
+    """The host's metrics settings and what the deploy's exporter role reads
+    (:func:`rocmfleet.plan.exporterplan.query`: its files, package, units, what apt offers), in one
+    ``state.sh`` command of its own, once per host and process (only ``rocm::metrics_exporter_as_wanted``
+    asks for it).
+
+    Raises:
+        CannotCheck: the command failed or its output was cut short or unknown.
+    """
+    config = host_config(host)
+    settings = config.metrics if config else MetricsSettings()
+    return settings, _read_state(host, "exporter-state", lambda: exporterplan.query(settings))
 
 
 def path_state(host: Any, path: str) -> PathState:

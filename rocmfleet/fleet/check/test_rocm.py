@@ -10,8 +10,8 @@ from rocmfleet import scripts
 from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain import rocm
 from rocmfleet.facts.rocm import REBOOT_DIR
-from rocmfleet.fleet.check.expect import device_nodes, exists, rocm_gathered, rocm_settings
-from rocmfleet.plan import rocmplan
+from rocmfleet.fleet.check.expect import device_nodes, exists, exporter_gathered, rocm_gathered, rocm_settings
+from rocmfleet.plan import exporterplan, rocmplan
 
 if TYPE_CHECKING:
     from testinfra.host import Host
@@ -31,6 +31,21 @@ def test_rocm_role_as_wanted(host: Host, settings: rocm.RocmSettings) -> None:
     driver up. Each difference is one ``; ``-separated reason."""
     found = rocmplan.differs(settings, rocm_gathered(host))
     if found and all(r.startswith("not read") or r == "OS not read" for r in found):
+        raise CannotCheck(f"the read could not tell: {'; '.join(found)}")
+    assert not found, "; ".join(found)
+
+
+def test_metrics_exporter_as_wanted(host: Host) -> None:
+    """AMD's device-metrics-exporter as the deploy's exporter role leaves it, by its own rule
+    (:func:`rocmfleet.plan.exporterplan.differs`): ``amdgpu-exporter`` at the version of its
+    release's repository and held, its apt source, ``/etc/metrics/config.json`` and the drop-in as
+    rendered, ``gpuagent`` and ``amd-metrics-exporter`` enabled and active. Skipped with
+    ``metrics_exporter: false`` (the deploy leaves the exporter alone then)."""
+    settings, got = exporter_gathered(host)
+    if not settings.metrics_exporter:
+        pytest.skip("metrics_exporter is off: the deploy leaves the exporter alone")
+    found = exporterplan.differs(settings, got)
+    if found and all(r.startswith("OS not read") or r.endswith("not reported by the read") for r in found):
         raise CannotCheck(f"the read could not tell: {'; '.join(found)}")
     assert not found, "; ".join(found)
 

@@ -1,5 +1,9 @@
 """ROCm role: AMD's apt repositories, the amdgpu kernel driver (DKMS), device access, reboots.
 
+Every driver change (its install or version move, its DKMS rebuild for Secure Boot, the other
+stream's removal) first stops AMD's metrics exporter where it is installed, as AMD requires; the
+reboot that follows starts it again (:func:`rocmfleet.operations.rocm.exporter_stopped`).
+
 Follows AMD's install pages as ``../shared/reference/mi300x.md`` §2 records them; the logic
 (files, versions, support matrix) is :mod:`rocmfleet.domain.rocm`. Three entry points, in deploy order:
 :func:`preflight` (before anything changes), :func:`apply`, and :func:`reboot` (after the
@@ -149,6 +153,7 @@ def apply(
         repo=settings.driver_repo,
         reboot_reason=f"amdgpu driver {settings.amdgpu_version} installed",
         hold=True,
+        stop_exporter=True,
     )
     rocm_ops.dkms_installed(name="Check DKMS built amdgpu for the running and newest kernels", module="amdgpu")
 
@@ -185,6 +190,7 @@ def _module_signing(settings: rocm.RocmSettings, got: Gathered) -> None:
         packages=settings.rocm_driver_packages[:1],
         reboot_reason="amdgpu rebuilt and signed with the MOK key",
         hold=True,
+        stop_exporter=True,
         _if=conf.did_change,
     )
 

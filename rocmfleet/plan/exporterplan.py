@@ -1,0 +1,94 @@
+"""Whether the exporter role has anything to do on a host, from the deploy's one ``HostState`` read (pure).
+
+The role (``rocmfleet/roles/exporter``) keeps AMD's device-metrics-exporter as
+:mod:`rocmfleet.domain.exporter` says: its apt source, ``amdgpu-exporter`` at the version its
+release's repository offers and held, ``/etc/metrics/config.json``, the drop-in, both units
+enabled and running. :func:`query` names what the read must hold (the files, the package, the
+units, and ``apt-cache madison amdgpu-exporter`` as a run); :func:`differs` says why the role
+would act, by the one drift rule (:func:`rocmfleet.plan.drift.drift`) for the files and units and
+the driver's rule for the package (:func:`rocmfleet.plan.rocmplan.differs`). Empty: the role calls
+no operation, and a converged host costs no command beyond the read. ``rocmfleet check``
+asserts the same (``rocm::metrics_exporter_as_wanted``).
+
+With ``metrics_exporter: false`` the role leaves the exporter alone: nothing is read, nothing
+differs, nothing is removed (an operator who turns it off may run it by hand).
+"""
+
+from __future__ import annotations
+
+from rocmfleet.domain import exporter, rocm
+from rocmfleet.domain.metrics import MetricsSettings
+from rocmfleet.facts import rocm as facts
+from rocmfleet.facts.state import Gathered
+from rocmfleet.plan.drift import Wanted, WantedUnit, drift
+from rocmfleet.plan.hoststate import WantedFile
+from rocmfleet.plan.rocmplan import ran
+
+#: The role's run in the ``HostState`` read: what apt offers of the package.
+RUN_VERSIONS = "exporter-apt-versions"
+
+
+def query(settings: MetricsSettings) -> dict[str, object]:
+    """What the role reads (``HostState`` arguments); nothing with ``metrics_exporter`` off."""
+    if not settings.metrics_exporter:
+        return {}
+    return {
+        "paths": [exporter.SOURCE_FILE, exporter.CONFIG_FILE, exporter.DROPIN_FILE],
+        "packages": [exporter.PACKAGE],
+        "units": list(exporter.UNITS),
+        "os": True,
+        "runs": [(RUN_VERSIONS, facts.AptRepoVersions().command([exporter.PACKAGE]))],
+    }
+
+
+def wanted_files(settings: MetricsSettings, target: rocm.OsTarget) -> list[WantedFile]:
+    """The role's files as it writes them (mode 644, root's): the apt source, the config, the drop-in."""
+    return [
+        WantedFile(exporter.SOURCE_FILE, exporter.apt_source(settings, target).encode(), "644", "root", "root"),
+        WantedFile(exporter.CONFIG_FILE, exporter.config_json(settings).encode(), "644", "root", "root"),
+        WantedFile(exporter.DROPIN_FILE, exporter.dropin().encode(), "644", "root", "root"),
+    ]
+
+
+def wanted(settings: MetricsSettings, target: rocm.OsTarget) -> list[Wanted]:
+    """Every file and unit of the role, for :func:`rocmfleet.plan.drift.drift`."""
+    return [*wanted_files(settings, target), *(WantedUnit(unit) for unit in exporter.UNITS)]
+
+
+def package_problem(settings: MetricsSettings, got: Gathered) -> str | None:
+    """Why ``amdgpu-exporter`` is not as the role leaves it (at the version its release's
+    repository offers, and held), or ``None``. apt offering none from there (its lists predate the
+    source file, or the read failed) is a problem: the operation then reads and decides."""
+    repo = exporter.repo_url(settings)
+    versions = ran(got, RUN_VERSIONS, facts.AptRepoVersions().process)
+    version = facts.version_from_repo(versions, exporter.PACKAGE, repo) if versions is not None else None
+    item = got.packages.get(exporter.PACKAGE)
+    if version is None or item is None or item.status[:2] not in ("ii", "hi") or item.version != version:
+        return f"{exporter.PACKAGE} not at the version of {repo}"
+    if item.status[:1] != "h":
+        return f"{exporter.PACKAGE} not held (apt-mark hold)"
+    return None
+
+
+def differs(settings: MetricsSettings, got: Gathered) -> list[str]:
+    """Why the exporter role would act on this host (empty: nothing; always empty with the exporter off).
+
+    Args:
+        settings: the host's metrics settings.
+        got: a ``HostState`` read with :func:`query`'s items.
+
+    Returns:
+        one short reason per difference: the package's, then each drift of the files and units
+        (``/etc/metrics/config.json: content <sha>, want <sha>``, ``gpuagent.service: active
+        inactive, want active``).
+    """
+    if not settings.metrics_exporter:
+        return []
+    if got.os is None:
+        return ["OS not read"]
+    try:
+        target = rocm.os_target(got.os.id, got.os.version_id)
+    except rocm.UnsupportedHost as exc:
+        return [str(exc)]
+    reasons = [problem] if (problem := package_problem(settings, got)) else []
+    return reasons + [str(d) for d in drift(wanted(settings, target), got)]
