@@ -58,9 +58,7 @@ gpu_nodes = (
         "docker_insecure_registries": [_state.registry],
         # the model is staged once per host from the stand-in Hub (tests/lab/hfhub.py)
         "vllm_hf_endpoint": _state.hf_endpoint or None,
-        # AMD's device-metrics-exporter from the stand-in repository; the deploy writes the
-        # lab Prometheus's file_sd targets (tests/lab/services.py)
-        "metrics_exporter_repo_url": f"{_state.amd_repo}/device-metrics-exporter/apt",
+        # the deploy writes the lab Prometheus's file_sd targets (tests/lab/services.py)
         "metrics_targets_file": str(_TARGETS),
     },
 )
