@@ -6,6 +6,8 @@ rocmfleet bench INVENTORY             smoke benchmark on every host; exit 0 pass
 rocmfleet rollout INVENTORY [--bake]  roll an image across the fleet: canary, gated batches, rollback
 rocmfleet restart INVENTORY           rolling restart with drain and gate (same machinery, same image)
 rocmfleet status INVENTORY            per host and instance: unit, image, ready, uptime, rollout step
+rocmfleet metrics targets INVENTORY [-o FILE]
+                                      Prometheus file_sd targets: every vLLM instance and exporter
 rocmfleet cache bake INVENTORY --host H [--write GROUP_FILE]
                                       bake the compile caches into an image and push it
 rocmfleet vault encrypt-string NAME   read a secret on stdin, print `NAME: !vault |` YAML
@@ -431,6 +433,12 @@ def _status_summary(rows: list[Any]) -> str:
     )
 
 
+def _metrics_targets(args: argparse.Namespace) -> int:
+    from rocmfleet.fleet.metrics import command
+
+    return command.run(args.inventory, args.output)
+
+
 def _cache_bake(args: argparse.Namespace) -> int:
     from rocmfleet.domain.cachedirs import baked_tag
     from rocmfleet.fleet.cache import cachebake
@@ -611,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--select",
         type=lambda v: v.split(","),
-        help="check modules, comma-separated: rocm, tuning, docker, gpu, vllm, cache, cvs (default: all)",
+        help="check modules, comma-separated: rocm, tuning, docker, gpu, vllm, cache, metrics, cvs (default: all)",
     )
     c.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override data, as pyinfra's")
     c.add_argument(
@@ -725,6 +733,24 @@ def build_parser() -> argparse.ArgumentParser:
     _fleet_arguments(st)
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
     st.set_defaults(func=_status)
+    m = sub.add_parser("metrics", help="Prometheus metrics of the fleet: scrape targets")
+    msub = m.add_subparsers(dest="metrics_command", required=True)
+    mt = msub.add_parser(
+        "targets",
+        help="print (or write) Prometheus file_sd JSON: every vLLM instance (job vllm) and AMD exporter "
+        "(job amd-device-metrics) of an inventory, labelled host, rocmfleet_instance, model, served_model_name, "
+        "image_digest, gpus, vllm_version",
+        epilog="no host is contacted. exit status: 0 printed or written; 2 nothing written (bad inventory or data, "
+        "each problem said, or a file it cannot write)",
+    )
+    mt.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
+    mt.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write FILE whole (a temporary file beside it, then renamed; mode 0644) and print a summary line",
+    )
+    mt.set_defaults(func=_metrics_targets)
     k = sub.add_parser("cache", help="compile caches baked into images")
     ksub = k.add_subparsers(dest="cache_command", required=True)
     kb = ksub.add_parser(

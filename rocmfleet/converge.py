@@ -25,7 +25,7 @@ import sys
 import types
 
 from pyinfra import logger
-from pyinfra.context import host, state
+from pyinfra.context import ctx_state, host, state
 
 from rocmfleet import scripts
 from rocmfleet.config import groupvars
@@ -34,6 +34,7 @@ from rocmfleet.config.settings import host_config
 from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import gpuhealth, vllm
 from rocmfleet.facts.state import Gathered, HostState
+from rocmfleet.fleet.metrics import targetsfile
 from rocmfleet.operations import fail
 from rocmfleet.plan import exporterplan, hoststate, rocmplan, vllmplan
 from rocmfleet.roles import base, docker, exporter, rocm, tuning
@@ -88,6 +89,10 @@ def converge() -> None:
         converge()
     """
     _register_deploy_file()
+    # The inventory's scrape targets, once per run, on the control machine, before any operation
+    # runs (metrics_targets_file; a write failure ends the run, one line, no traceback).
+    if said := targetsfile.write_for_deploy(ctx_state.get()):  # type: ignore[no-untyped-call]  # the State, not its proxy
+        logger.info(said)
     try:
         # Group files that could not be read (an inventory without check_on_load still loads them).
         if groupvars.problems():

@@ -221,6 +221,8 @@ def validate_inventory(
                 add(Problem(problem.key, message, problem.value, file), host.name)
     for problem in shared_address_problems(hosts, inventory):
         add(problem)
+    for problem in targets_file_problems(configs, inventory):
+        add(problem)
     if with_hosts:
         return configs, list(grouped.values()), hosts
     return configs, list(grouped.values())
@@ -268,6 +270,27 @@ def shared_address_problems(hosts: list[Host], inventory: str) -> list[Problem]:
             problem.hosts.extend(names_at)
             problems.append(problem)
     return problems
+
+
+def targets_file_problems(configs: dict[str, HostConfig], inventory: str) -> list[Problem]:
+    """``metrics_targets_file`` with more than one value across the inventory (unset counts as one):
+    a deploy writes the whole inventory's targets to one file on the control machine. One problem
+    naming each value's hosts."""
+    files: dict[str | None, list[str]] = {}
+    for name, config in configs.items():
+        files.setdefault(config.metrics.metrics_targets_file, []).append(name)
+    if len(files) < 2:
+        return []
+    said = "; ".join(f"{path or 'unset'} for {', '.join(names)}" for path, names in files.items())
+    problem = Problem(
+        "metrics_targets_file",
+        f"one file holds the whole inventory's scrape targets, but the hosts disagree ({said}); set it once "
+        "(group_vars/all.yml)",
+        "",
+        inventory,
+    )
+    problem.hosts.extend(configs)  # inventory order
+    return [problem]
 
 
 def unloaded_problems(raw: dict[str, Any], inventory: str) -> list[Problem]:
@@ -344,6 +367,13 @@ def validated_config(name: str, data: dict[str, Any]) -> HostConfig | None:
     from exactly ``data`` (pyinfra's ``host.data.dict()``), or ``None``: validate it then."""
     seen = _VALIDATED.get(name)
     return seen[1] if seen is not None and seen[0] == data else None
+
+
+def validated_on_load(name: str) -> HostConfig | None:
+    """The config the inventory's own validation (:func:`check_on_load`) made for host ``name``, from
+    the inventory's data without pyinfra's ``--data`` overrides; ``None`` when it made none."""
+    seen = _VALIDATED.get(name)
+    return seen[1] if seen is not None else None
 
 
 def report(problems: list[Problem]) -> str:

@@ -46,8 +46,10 @@ from rocmfleet.fleet import connect
 from rocmfleet.fleet.check import backend, checkfile, expect, report
 from rocmfleet.fleet.target import Target
 
-#: Modules of the suite, in the order they run (``rocmfleet/fleet/check/test_<name>.py``).
-MODULES = ("rocm", "tuning", "docker", "gpu", "vllm", "cache", "cvs")
+#: Modules of the suite, in the order they run (``rocmfleet/fleet/check/test_<name>.py``); all by
+#: default. ``metrics`` (each instance's and the exporter's ``/metrics`` and their families) is one
+#: command per host: what Prometheus and the dashboard need is part of "is this host as deployed".
+MODULES = ("rocm", "tuning", "docker", "gpu", "vllm", "cache", "metrics", "cvs")
 #: What a rollout checks before it starts and in each host's gate: a host whose GPUs fail their
 #: health is never undrained (issue 26). The gate adds :data:`BAKED_GATE_MODULES` for a baked image
 #: (:func:`gate_modules`).

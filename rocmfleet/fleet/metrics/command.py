@@ -1,0 +1,65 @@
+"""``rocmfleet metrics targets INVENTORY [-o FILE]``: the fleet's Prometheus ``file_sd`` targets.
+
+The inventory is validated as ``rocmfleet validate`` does (every problem at once, exit 2); no host
+is contacted. The JSON goes to standard output, or with ``-o`` to FILE, written whole
+(:func:`rocmfleet.fleet.metrics.targetsfile.write_atomic`), and one line says what it holds.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from rocmfleet.fleet.inventory import FleetError, load_fleet
+from rocmfleet.fleet.metrics import targets
+from rocmfleet.fleet.metrics.targetsfile import scrape_address, write_file
+
+#: Exit statuses: written (or printed); nothing written (bad inventory, data or output file).
+EXIT_OK, EXIT_NOT_WRITTEN = 0, 2
+
+
+def output_problem(output: str) -> str | None:
+    """Why ``-o output`` cannot be written, before the inventory is read; ``None`` when it can be tried."""
+    path = Path(output).expanduser()
+    if not output.strip():
+        return f"-o {output!r}: give a file (an unset shell variable is no file)"
+    if path.is_dir():
+        return f"-o {output}: is a directory; name a file to write"
+    if not path.resolve().parent.is_dir():
+        return f"-o {output}: directory {path.resolve().parent} does not exist"
+    return None
+
+
+def run(inventory: str, output: str | None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Print or write ``inventory``'s targets (:func:`rocmfleet.fleet.metrics.targets.file_sd`).
+
+    Args:
+        inventory: a pyinfra inventory file.
+        output: the file to write (``None``: the JSON on ``out``).
+        out, err: where the JSON or the summary, and the errors, go (default stdout, stderr).
+
+    Returns:
+        :data:`EXIT_OK`, or :data:`EXIT_NOT_WRITTEN` with the reason on ``err`` (the inventory's
+        every problem, as ``rocmfleet validate`` reports them, or the file's).
+    """
+    out, err = out or sys.stdout, err or sys.stderr
+    if output is not None and (problem := output_problem(output)):
+        print(f"rocmfleet: {problem}", file=err)
+        return EXIT_NOT_WRITTEN
+    try:
+        fleet = load_fleet(inventory)
+    except FleetError as exc:
+        print(f"rocmfleet: {exc}", file=err)
+        return EXIT_NOT_WRITTEN
+    hosts = [targets.FleetHost(t.name, scrape_address(t.ssh), t.config) for t in fleet]
+    if output is None:
+        out.write(targets.render(targets.file_sd(hosts)))
+        return EXIT_OK
+    try:
+        groups = write_file(output, hosts)
+    except OSError as exc:
+        print(f"rocmfleet: -o {output}: cannot write it ({exc.strerror or exc})", file=err)
+        return EXIT_NOT_WRITTEN
+    print(f"wrote {output}: {targets.summary(groups)}", file=out)
+    return EXIT_OK
