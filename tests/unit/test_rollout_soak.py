@@ -10,6 +10,7 @@ import math
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -562,3 +563,20 @@ def test_a_canary_that_fails_its_soak_from_the_cli_is_rolled_back_with_the_rates
     state = rstate.load_state(rstate.state_path(rstate.results_root(None, PROD), PROD))
     assert state.soak == rstate.SoakPlan(duration_s=120) and state.soaks["0"].verdict == "fail"
     assert steps.running == {"mi300x-a01": state.hosts["mi300x-a01"].before.digest}
+
+
+def test_a_profiles_soak_block_is_checked_with_every_problem_named(tmp_path):
+    from rocmfleet.config.profiles import ProfileError, load_profile
+
+    lab = "group_vars/profiles/lab-tiny-llama.yml"
+    assert load_profile(lab).soak == SoakThresholds(
+        error_rate_margin=0.05, latency_ratio=3.0, latency_floor_ms=250, min_requests=20
+    )
+    bad = tmp_path / "lab-tiny-llama.yml"
+    text = Path(lab).read_text().split("\nsoak:\n")[0]
+    bad.write_text(text + "\nsoak:\n  error_rate_margin: 2\n  latency_ratio: 0.5\n  min_requests: 0\n  floor: 1\n")
+    with pytest.raises(ProfileError) as caught:
+        load_profile(bad)
+    keys = {key for key, _message, _value in caught.value.problems}
+    assert keys == {"soak.error_rate_margin", "soak.latency_ratio", "soak.min_requests", "soak.floor"}
+    assert "did you mean" in str(caught.value) or "unknown key" in str(caught.value)
