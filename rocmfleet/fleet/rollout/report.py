@@ -99,16 +99,18 @@ def soak_table(result: SoakResult) -> list[str]:
     lines += [
         "",
         f"Window: {result.started} to {result.ended} ({result.window_s:g} s); source: {source}.",
+        "",
         f"Verdict: **{result.verdict}**" + (": " + "; ".join(result.reasons) if result.reasons else "."),
     ]
     if result.thresholds:
         t = result.thresholds
+        lines.append("")
         lines.append(
             f"Thresholds (profile `soak`): error rate at most +{t.get('error_rate_margin', 0) * 100:.1f} points; "
             f"TTFT/TPOT at most x{t.get('latency_ratio', 0):g} or +{t.get('latency_floor_ms', 0):g} ms; "
             f"at least {t.get('min_requests', 0):g} requests a side."
         )
-    lines += [f"- {note}" for note in result.notes]
+    lines += [""] + [f"- {note}" for note in result.notes] if result.notes else []
     return lines
 
 
@@ -121,7 +123,7 @@ def soak_section(state: RolloutState) -> list[str]:
     lines = [
         "## Soak",
         "",
-        f"{what.capitalize()} soaked for {format_duration(plan.duration_s)} in service on the new image, then "
+        f"{what.capitalize()} is soaked for {format_duration(plan.duration_s)} in service on the new image, then "
         "compared with the hosts not yet switched over the same window.",
     ]
     if not state.soaks:

@@ -28,8 +28,7 @@ The figures come from each instance's ``/metrics`` read at the window's start an
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from rocmfleet.domain.soak import SoakThresholds, format_duration
 from rocmfleet.fleet.metrics.window import Figures
@@ -174,18 +173,3 @@ def summary(result: SoakResult) -> str:
         rates += f" against {rate(result.others)}"
     reasons = f": {'; '.join(result.reasons)}" if result.reasons else ""
     return f"{said} ({rates}){reasons}"
-
-
-def latency_cell(figures_: Figures, key: str) -> str:
-    """A report cell: the latency in ms, or ``-``."""
-    value = figures_.latency_s.get(key)
-    return "-" if value is None or math.isnan(value) else f"{value * 1000:.1f}"
-
-
-def describe_thresholds(thresholds: Mapping[str, float]) -> str:
-    """The thresholds applied, one line."""
-    return (
-        f"error rate at most +{thresholds.get('error_rate_margin', 0) * 100:.1f} points; latency at most "
-        f"x{thresholds.get('latency_ratio', 0):g} or +{thresholds.get('latency_floor_ms', 0):g} ms; "
-        f"at least {thresholds.get('min_requests', 0):g} requests a side"
-    )
