@@ -155,6 +155,16 @@ def _count(text: str) -> int:
     return value
 
 
+def _soak_value(text: str) -> int:
+    """``--soak``: a duration in seconds (:func:`rocmfleet.domain.soak.parse_duration`)."""
+    from rocmfleet.domain.soak import DurationError, parse_duration
+
+    try:
+        return parse_duration(text, option="")
+    except DurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _check(args: argparse.Namespace) -> int:
     from rocmfleet.fleet.check import compliance
     from rocmfleet.fleet.inventory import FleetError, load_fleet
@@ -266,6 +276,10 @@ def _rollout_run(args: argparse.Namespace) -> tuple[int, Any]:
               "--dry --image BAKED_REF after `rocmfleet cache bake`", file=sys.stderr)  # fmt: skip
         return 2, None
     if getattr(args, "bake", False):
+        if getattr(args, "soak", None) is not None:
+            print("rocmfleet: --soak with --bake: run `rocmfleet cache bake`, then the rollout of the baked image "
+                  "with --soak", file=sys.stderr)  # fmt: skip
+            return 2, None
         if args.resume or args.rollback:
             print("rocmfleet: --bake starts a new rollout; not with --resume or --rollback", file=sys.stderr)
             return 2, None
@@ -297,6 +311,15 @@ def _rollout_run(args: argparse.Namespace) -> tuple[int, Any]:
             steps=steps,
         )
         return baked, None
+    soak = None
+    if getattr(args, "soak_batches", False) and getattr(args, "soak", None) is None:
+        print("rocmfleet: --soak-batches with no --soak: give the soak's duration, e.g. --soak 5m --soak-batches",
+              file=sys.stderr)  # fmt: skip
+        return 2, None
+    if getattr(args, "soak", None) is not None:
+        from rocmfleet.fleet.rollout.state import SoakPlan
+
+        soak = SoakPlan(duration_s=args.soak, every_batch=args.soak_batches)
     limit = _limit(args.limit)
     if args.exclude:  # the hosts left, by name: the recorded plan names them as a --limit would
         if args.resume or args.rollback:
@@ -327,6 +350,7 @@ def _rollout_run(args: argparse.Namespace) -> tuple[int, Any]:
         progress_factory=progress,
         start=command.StartOptions(dry=args.dry, confirm=ask),
         retries=args.retries,
+        soak=soak,
     )
     after = _recorded(args.inventory) if args.json else None
     if code == 2 or after is None:  # 2: nothing was started (or resumed, or rolled back)
@@ -678,6 +702,21 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="REPO:TAG[@DIGEST]",
                 type=_image_value,
                 help="resolve its digest now (or check that the registry has the pinned one); pin both in group data",
+            )
+            ro.add_argument(
+                "--soak",
+                metavar="DURATION",
+                type=_soak_value,
+                help="after its gate, keep the canary in service on the new image for DURATION (90s, 5m, 1h; "
+                "10s to 24h), then compare its error rate and TTFT/TPOT p50/p99 with the hosts not yet switched "
+                "over the same window (thresholds: the profile's soak); a fail rolls back, no traffic or no "
+                "metrics pauses. With --resume: soak as now given from there on",
+            )
+            ro.add_argument(
+                "--soak-batches",
+                action="store_true",
+                help="with --soak: soak every batch, not only the canary (the last one, with no host left on "
+                "the old image, on its error rate alone)",
             )
             ro.add_argument(
                 "--bake",

@@ -40,6 +40,7 @@ from rocmfleet.domain.partitionmodes import (
     policy_problems,
 )
 from rocmfleet.domain.placement import world_problem
+from rocmfleet.domain.soak import SoakThresholds
 
 #: The shipped profiles (package data). An inventory's ``vllm_profile`` is looked up first in
 #: ``profiles/`` beside its group files, then here (:func:`rocmfleet.config.settings.profile_path`).
@@ -167,6 +168,10 @@ class Profile(ServingSettings):
     )
     bench: BenchSettings = Field(
         default_factory=BenchSettings, description="smoke benchmark (`rocmfleet bench`): cases and thresholds"
+    )
+    soak: SoakThresholds = Field(
+        default_factory=SoakThresholds,
+        description="how `rollout --soak` judges the soaked hosts against the hosts not yet switched",
     )
     compute_partition: ComputePartition = Field(
         default="SPX",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmfleet.config.groupdata_edit import IMAGE_KEYS, parse, unified_diff
+from rocmfleet.domain.soak import format_duration
 from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.bench import benchrun
 from rocmfleet.fleet.bench.bench import new_run_id
@@ -27,6 +28,7 @@ from rocmfleet.fleet.rollout.hoststeps import CHECK_TIMEOUT_S, InstanceStatus, p
 from rocmfleet.fleet.rollout.progress import Emit, LineProgress, Progress, ProgressFactory, to_stderr
 from rocmfleet.fleet.rollout.report import markdown_report
 from rocmfleet.fleet.rollout.runner import RETRIES, Runner, StepError, step_failure
+from rocmfleet.fleet.rollout.soakmetrics import MetricsSoak
 from rocmfleet.fleet.rollout.state import (
     DataEdit,
     HostState,
@@ -34,6 +36,7 @@ from rocmfleet.fleet.rollout.state import (
     Kind,
     RolloutState,
     RunLocked,
+    SoakPlan,
     deploy_refusal,
     load_state,
     results_root,
@@ -87,6 +90,7 @@ def run_rollout(
     error: Emit | None = None,
     start: StartOptions = StartOptions(),  # noqa: B008 - frozen, never mutated
     retries: int | None = None,
+    soak: SoakPlan | None = None,
 ) -> int:
     """``rocmfleet rollout``/``restart``: plan, record and run, or ``--resume``/``--rollback`` one.
 
@@ -98,6 +102,8 @@ def run_rollout(
             a failed end.
         retries: ``--retries``, retries of an inconclusive step before the run pauses
             (:data:`~rocmfleet.fleet.rollout.runner.RETRIES` when ``None``).
+        soak: ``--soak DURATION [--soak-batches]`` (:mod:`rocmfleet.fleet.rollout.soak`); with
+            ``resume`` it replaces the soak recorded in the state (``None``: the recorded one).
 
     With ``resume`` or ``rollback`` the recorded plan is what runs: ``image``, ``canary``,
     ``max_unavailable``, ``limit`` and ``force`` are refused (exit 2) rather than ignored.
@@ -119,7 +125,7 @@ def run_rollout(
         with run_lock(path):
             return _run_rollout(
                 inventory, checked, image, canary, max_unavailable, force, resume, rollback, limit, root, path,
-                emit, progress_factory, say_error, start, RETRIES if retries is None else retries,
+                emit, progress_factory, say_error, start, RETRIES if retries is None else retries, soak,
             )  # fmt: skip
     except RunLocked as exc:
         say_error(f"rocmfleet: {exc}; nothing was done")
@@ -130,10 +136,16 @@ def _run_rollout(
     inventory: str, kind: Kind, image: str | None, canary: int | None, max_unavailable: str | None, force: bool,
     resume: bool, rollback: bool, limit: list[str] | None, root: Path, path: Path, emit: Emit,
     progress_factory: ProgressFactory | None, say_error: Emit, start: StartOptions = StartOptions(),  # noqa: B008
-    retries: int = RETRIES,
+    retries: int = RETRIES, soak: SoakPlan | None = None,
 ) -> int:  # fmt: skip
     """:func:`run_rollout` with its run lock held; ``root`` and ``path``: the results root and state file."""
     try:
+        if soak is not None and kind == "restart":
+            raise CommandError(
+                "--soak with restart: a soak compares a new image with the old one; a restart changes no image"
+            )
+        if soak is not None and rollback:
+            raise CommandError("--soak with --rollback: a rollback returns every switched host, it soaks none")
         if start.dry and (resume or rollback):
             raise CommandError(f"--dry with {'--resume' if resume else '--rollback'}: --dry plans a new {kind}")
         if resume or rollback:
@@ -160,6 +172,8 @@ def _run_rollout(
                     f"{path} records {existing.kind} {existing.id}, not a {kind}: "
                     f"use `rocmfleet {existing.kind} {inventory} {'--resume' if resume else '--rollback'}`"
                 )
+            if soak is not None:
+                _resoak(existing, soak, path, emit)
             return _continue(existing, path, inventory, rollback, emit, progress_factory, say_error, retries)
         if existing is not None and existing.blocking:
             raise CommandError(deploy_refusal(inventory, root) or f"{path}: a rollout is recorded")
@@ -178,10 +192,54 @@ def _run_rollout(
             say_error,
             start,
             retries,
+            soak,
         )
     except (CommandError, PlanError, ValueError) as exc:
         say_error(f"rocmfleet: {exc}")
         return 2
+
+
+def _resoak(state: RolloutState, soak: SoakPlan, path: Path, emit: Emit) -> None:
+    """``--resume --soak``: the resumed rollout soaks as now asked (recorded in its state).
+
+    Raises:
+        CommandError: the rollout has no canary and ``--soak-batches`` is not given.
+    """
+    if not soak.every_batch and state.canary == 0:
+        raise CommandError(_NO_CANARY)
+    was = state.soak
+    state.soak = soak
+    save_state(state, path)
+    before = "no soak" if was is None else _soak_words(was)
+    emit(f"soak: {_soak_words(soak)} from now on (was: {before}); recorded in {path}")
+
+
+_NO_CANARY = (
+    "--soak without --soak-batches soaks the canary, and this rollout has none (--canary 0); "
+    "add --soak-batches to soak every batch, or give --canary"
+)
+
+
+def _soak_words(soak: SoakPlan) -> str:
+    return f"{'every batch' if soak.every_batch else 'the canary'} for {format_duration(soak.duration_s)}"
+
+
+def prometheus_url(targets: Mapping[str, Target]) -> str | None:
+    """The ``metrics_prometheus_url`` the soak reads: one value for every host of the rollout.
+
+    Raises:
+        CommandError: the hosts name different ones (or some none): which hosts have which.
+    """
+    urls: dict[str | None, list[str]] = {}
+    for name, target in targets.items():
+        urls.setdefault(target.config.metrics.metrics_prometheus_url, []).append(name)
+    if len(urls) > 1:
+        said = "; ".join(f"{url or '(none)'}: {', '.join(names)}" for url, names in urls.items())
+        raise CommandError(
+            f"--soak: the hosts name different metrics_prometheus_url values ({said}); one soak compares "
+            "hosts over one source: give them one (or none, to read their /metrics directly)"
+        )
+    return next(iter(urls), None)
 
 
 def _runner(
@@ -208,7 +266,10 @@ def _runner(
     )  # fmt: skip
     revert = fleetimage.revert_data(state.data_edit, emit, error) if state.data_edit else None
     progress = progress_factory(len(state.hosts)) if progress_factory else LineProgress(emit)
-    return Runner(state, path, steps, progress, on_data_revert=revert, retries=retries), progress
+    url = prometheus_url(targets) if state.soak is not None else None
+    soak = MetricsSoak(steps, url) if state.soak is not None else None
+    runner = Runner(state, path, steps, progress, on_data_revert=revert, retries=retries, soak=soak, soak_source=url)
+    return runner, progress
 
 
 def _drive(progress: Progress, action: Callable[[], int]) -> int:
@@ -265,11 +326,15 @@ def _start(
     inventory: str, kind: Kind, image: str | None, canary: int, max_unavailable: str, force: bool,
     limit: list[str] | None, root: Path, path: Path, emit: Emit, progress_factory: ProgressFactory | None,
     error: Emit = to_stderr, start: StartOptions = StartOptions(),  # noqa: B008
-    retries: int = RETRIES,
+    retries: int = RETRIES, soak: SoakPlan | None = None,
 ) -> int:  # fmt: skip
     if canary < 0:
         raise CommandError(f"--canary {canary}: must be >= 0")
+    if soak is not None and canary == 0 and not soak.every_batch:
+        raise CommandError(_NO_CANARY)
     targets = fleet_inventory.load_targets(inventory, limit)
+    if soak is not None:
+        prometheus_url(targets)  # one source for the soak, refused before any connection
     # Counts larger than the fleet are typos (--canary 10 for 1 makes every host a canary); both
     # are refused before any connection. Hosts found already on the image later only shrink them.
     if canary > len(targets):
@@ -342,6 +407,9 @@ def _start(
         canaries = -(-min(canary, len(hosts)) // count)  # the canary's hosts, split by max-unavailable
         named = [f"batch {i + 1}{' (canary)' if i < canaries else ''}: {', '.join(b)}" for i, b in enumerate(batches)]
         emit("plan: " + "; ".join(named))
+        if soak is not None:
+            emit(f"soak: {_soak_words(soak)}, in service on the new image, then compared with the hosts not yet "
+                 "switched")  # fmt: skip
     if start.dry:
         emit(f"--dry: {summary if hosts else 'no host to switch'}; nothing was changed")
         return 0
@@ -381,6 +449,7 @@ def _start(
         batches=batches,
         hosts={h: HostState(batch=index[h], before=before[h], after=target or before[h]) for h in hosts},
         data_edit=data_edit,
+        soak=soak,
     )
     save_state(state, path)
     emit(

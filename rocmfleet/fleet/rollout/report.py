@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from rocmfleet.domain.soak import format_duration
 from rocmfleet.fleet.bench.bench import REGRESSION_METRICS
-from rocmfleet.fleet.rollout.state import FAILED, TIMED, CaseNumbers, ImageRef, RolloutState
+from rocmfleet.fleet.metrics.window import Figures
+from rocmfleet.fleet.rollout.state import FAILED, TIMED, CaseNumbers, ImageRef, RolloutState, SoakResult
 
 
 def _short(image: ImageRef | None) -> str:
@@ -54,6 +56,8 @@ def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
         row = [name, "canary" if host.batch == 0 and state.canary else str(host.batch)]
         row += [_short(host.before), _short(host.after), host.step, *times, bench]
         lines.append("| " + " | ".join(row) + " |")
+    if state.soak is not None:
+        lines += ["", *soak_section(state)]
     clients = benchmark_clients(state)
     if clients:
         lines += ["", "## Benchmark client", ""] + clients
@@ -61,6 +65,74 @@ def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
     if errors:
         lines += ["", "## Problems", ""] + [f"- **{name}**: {error}" for name, error in errors]
     return "\n".join(lines) + "\n"
+
+
+#: The soak table's figure columns (:data:`rocmfleet.fleet.metrics.window.LATENCIES` keys), in order.
+SOAK_LATENCIES = (("ttft_p50", "TTFT p50 ms"), ("ttft_p99", "TTFT p99 ms"), ("tpot_p50", "TPOT p50 ms"),
+                  ("tpot_p99", "TPOT p99 ms"))  # fmt: skip
+
+
+def _count(value: float) -> str:
+    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
+
+
+def _soak_row(side: str, figures: Figures) -> str:
+    rate = figures.error_rate
+    cells = [side, ", ".join(figures.hosts) or "-", _count(figures.requests), _count(figures.errors)]
+    cells.append("-" if rate is None else f"{rate:.1%}")
+    cells += [f"{figures.latency_s[k] * 1000:.1f}" if k in figures.latency_s else "-" for k, _label in SOAK_LATENCIES]
+    return "| " + " | ".join(cells) + " |"
+
+
+def soak_table(result: SoakResult) -> list[str]:
+    """One soak's comparison: a Markdown table (the soaked hosts, then the hosts not yet switched),
+    the window and the source, the verdict with its reasons, the thresholds and notes."""
+    head = ["side", "hosts", "requests", "errors (5xx)", "error rate", *(label for _k, label in SOAK_LATENCIES)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), _soak_row("soaked (new image)", result.soaked)]
+    if result.others is not None:
+        lines.append(_soak_row("not yet switched (old image)", result.others))
+    else:
+        lines.append("| not yet switched (old image) | none left | - | - | - | - | - | - | - |")
+    source = "the instances' /metrics (read at the start and the end)" if result.source == "direct" else (
+        f"Prometheus {result.source}"
+    )  # fmt: skip
+    lines += [
+        "",
+        f"Window: {result.started} to {result.ended} ({result.window_s:g} s); source: {source}.",
+        "",
+        f"Verdict: **{result.verdict}**" + (": " + "; ".join(result.reasons) if result.reasons else "."),
+    ]
+    if result.thresholds:
+        t = result.thresholds
+        lines.append("")
+        lines.append(
+            f"Thresholds (profile `soak`): error rate at most +{t.get('error_rate_margin', 0) * 100:.1f} points; "
+            f"TTFT/TPOT at most x{t.get('latency_ratio', 0):g} or +{t.get('latency_floor_ms', 0):g} ms; "
+            f"at least {t.get('min_requests', 0):g} requests a side."
+        )
+    lines += [""] + [f"- {note}" for note in result.notes] if result.notes else []
+    return lines
+
+
+def soak_section(state: RolloutState) -> list[str]:
+    """The report's ``## Soak`` section: the plan, then each soak's :func:`soak_table` (batch order)."""
+    plan = state.soak
+    if plan is None:
+        return []
+    what = "every batch" if plan.every_batch else "the canary"
+    lines = [
+        "## Soak",
+        "",
+        f"{what.capitalize()} is soaked for {format_duration(plan.duration_s)} in service on the new image, then "
+        "compared with the hosts not yet switched over the same window.",
+    ]
+    if not state.soaks:
+        lines += ["", "No soak has ended yet."]
+    for index in sorted(state.soaks, key=int):
+        result = state.soaks[index]
+        canary = " (canary)" if state.canary and int(index) < -(-state.canary // max(1, state.max_unavailable)) else ""
+        lines += ["", f"### After batch {int(index) + 1}{canary}: {', '.join(result.hosts)}", "", *soak_table(result)]
+    return lines
 
 
 def benchmark_clients(state: RolloutState) -> list[str]:
@@ -95,6 +167,9 @@ def paused_note(state: RolloutState) -> str:
     """What a paused rollout or restart left, and the two ways on."""
     drained = [n for n, h in state.hosts.items() if h.step in ("drained", "switching", "switched", "gated")]
     left = f"Left drained (not yet judged): {', '.join(drained)}. " if drained else ""
+    soaking = [n for n, h in state.hosts.items() if h.step == "soaking"]
+    if soaking:
+        left += f"In service on the new image, their soak not judged: {', '.join(soaking)}. "
     back = ""
     if state.kind == "rollout":
         back = f", or `rocmfleet {state.kind} {state.inventory} --rollback` returns every host"
@@ -124,6 +199,13 @@ def status_json(rows: Sequence[Mapping[str, object]], state: RolloutState | None
             "status": state.status,
             "target": state.target.reference if state.target else None,
             "steps": {name: h.step for name, h in state.hosts.items()},
+            "soak": None
+            if state.soak is None
+            else {
+                "duration_s": state.soak.duration_s,
+                "every_batch": state.soak.every_batch,
+                "results": {index: result.model_dump(mode="json") for index, result in state.soaks.items()},
+            },
             "bench_clients": {
                 name: {
                     case: {"before": n.client_before, "after": n.client_after, "notes": n.notes}

@@ -16,6 +16,12 @@ A host's gate has one of three verdicts (``docs/fleet.md``, the rollout's step 4
   "the analysis failed" and "the analysis could not run"
   (https://argo-rollouts.readthedocs.io/en/stable/features/analysis/, "inconclusive").
 
+With ``rollout --soak`` (:mod:`rocmfleet.fleet.rollout.soak`) the canary's hosts (or each
+batch's, ``--soak-batches``) go from their gate to ``soaking``: back in service on the new image
+while the rollout holds, for the soak's duration; then the soak's verdict is the batch's, as a
+gate's: pass (``done``, the next batch starts), fail (rolled back), inconclusive (retried, each
+time a whole soak, then paused; ``--resume`` soaks them again).
+
 A host's step that raises anything else counts as a failure. The runner returns an exit status:
 it never raises a host's failure. The steps on real hosts are
 :class:`rocmfleet.fleet.rollout.hoststeps.HostSteps`; tests pass stand-ins.
@@ -35,7 +41,8 @@ from rocmfleet.fleet.rollout.batches import eta_s
 from rocmfleet.fleet.rollout.gate import GateOutcome, bench_numbers, gate_decision
 from rocmfleet.fleet.rollout.progress import Progress
 from rocmfleet.fleet.rollout.report import left_drained, paused_note
-from rocmfleet.fleet.rollout.state import FAILED, ImageRef, RolloutState, Step, save_state
+from rocmfleet.fleet.rollout.soak import SoakStep, announce, outcome_of, soak_points, soaked_batches, summary
+from rocmfleet.fleet.rollout.state import FAILED, SERVING_STEPS, ImageRef, RolloutState, Step, save_state
 
 #: Retries of an inconclusive step before the rollout pauses (``rocmfleet rollout --retries``).
 RETRIES = 2
@@ -89,6 +96,10 @@ class Runner:
         retries: retries of an inconclusive step (:data:`RETRIES`), ``>= 0``.
         backoff_s: seconds before the first retry, doubled for each next one (:data:`BACKOFF_S`).
         sleep: how to wait (tests pass a stand-in).
+        soak: the soak step (``state.soak`` set): :class:`rocmfleet.fleet.rollout.soakmetrics.MetricsSoak`
+            on real hosts; ``None`` with a soak planned makes every soak inconclusive.
+        soak_source: the Prometheus URL the soak reads, or ``None`` (the instances' ``/metrics``):
+            for the progress line.
     """
 
     def __init__(
@@ -101,10 +112,13 @@ class Runner:
         retries: int = RETRIES,
         backoff_s: float = BACKOFF_S,
         sleep: Callable[[float], None] = time.sleep,
+        soak: SoakStep | None = None,
+        soak_source: str | None = None,
     ) -> None:
         self.state, self.path, self.steps, self.progress = state, path, steps, progress
         self.on_data_revert = on_data_revert
         self.retries, self.backoff_s, self.sleep = max(0, retries), backoff_s, sleep
+        self.soak, self.soak_source = soak, soak_source
         #: Set once a batch failed or paused: a pre-pull of the next batch stops retrying.
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -214,7 +228,8 @@ class Runner:
                 started = time.monotonic()
                 self.steps.undrain(host)
                 self._time(host, "undrain", time.monotonic() - started)
-                self._set(host, "done", error=None)
+                soaks = h.batch in soaked_batches(self.state)  # in service, judged by its batch's soak
+                self._set(host, "soaking" if soaks else "done", error=None)
         except StepError as exc:
             gate = "readiness" if exc.gate == "readiness" else exc.gate or gate
             self._set(host, None, error=f"{gate}: {exc}")
@@ -269,6 +284,10 @@ class Runner:
                     failed = {h: o for h, o in outcomes.items() if not o.passed}
                     for host in hosts:
                         self.progress.host_done(host, host not in failed)
+                if not failed:
+                    soaked, outcome = self._soak(index)
+                    if not outcome.passed:
+                        failed = {", ".join(soaked): outcome}
                 if failed:
                     self._stopping.set()  # the next batch's pre-pull retries no more
                     for future in self._pulls.values():
@@ -289,6 +308,61 @@ class Runner:
         self.progress.say(f"{self.state.kind} {self.state.id}: every host done")
         return 0
 
+    def _soak(self, index: int) -> tuple[list[str], GateOutcome]:
+        """The soak after batch ``index``, if one runs there (:func:`~rocmfleet.fleet.rollout.soak.soak_points`):
+        its hosts (``soaking``) against the hosts not yet switched (``pending``), retried like an
+        inconclusive step (each retry a whole soak); ``done`` when it passes. Its result is
+        recorded (``state.soaks``), each soaked host's ``error`` says a failure.
+
+        Returns:
+            The soaked hosts and the outcome (gate ``soak``); ``([], pass)`` where no soak runs.
+            A batch's ``soaking`` hosts that no soak covers any more (``--resume`` without
+            ``--soak-batches``) are ``done``.
+        """
+        covered = soak_points(self.state).get(index)
+        if covered is None or self.state.soak is None:
+            if index not in soaked_batches(self.state):
+                for host in [h for h in self.state.batches[index] if self.state.hosts[h].step == "soaking"]:
+                    self._set(host, "done")
+            return [], GateOutcome(passed=True)
+        hosts = [h for i in covered for h in self.state.batches[i] if self.state.hosts[h].step == "soaking"]
+        if not hosts:  # soaked before (a --resume after its pass)
+            return [], GateOutcome(passed=True)
+        others = [name for name, h in self.state.hosts.items() if h.step == "pending" and name not in hosts]
+        duration = self.state.soak.duration_s
+        attempt = 0
+        while True:
+            for host in hosts:
+                self.progress.step(host, "soaking")
+            self.progress.say(announce(hosts, others, duration, self.soak_source))
+            started = time.monotonic()
+            if self.soak is None:
+                outcome = GateOutcome(passed=False, gate="soak", reasons=["no soak step given"], inconclusive=True)
+            else:
+                try:
+                    result = self.soak(hosts, others, duration)
+                except Exception as exc:  # noqa: BLE001 - the soak could not run: not the image's verdict
+                    outcome = GateOutcome(passed=False, gate="soak", reasons=[step_failure(exc)], inconclusive=True)
+                else:
+                    outcome = outcome_of(result)
+                    with self._lock:
+                        self.state.soaks[str(index)] = result
+                    self.progress.say(summary(result))
+            for host in hosts:
+                self._time(host, "soak", time.monotonic() - started)
+            said = "failed" if not outcome.inconclusive else "inconclusive"
+            why = None if outcome.passed else f"soak gate {said}: " + "; ".join(outcome.reasons)
+            for host in hosts:
+                self._set(host, None, error=why)
+            if outcome.passed or not outcome.inconclusive or attempt >= self.retries:
+                break
+            self._wait_to_retry(", ".join(hosts), "soak", "; ".join(outcome.reasons), attempt)
+            attempt += 1
+        if outcome.passed:
+            for host in hosts:
+                self._set(host, "done")
+        return hosts, outcome
+
     def _pause(self, hosts: Sequence[str], reason: str) -> int:
         """Pause: the batch's ``hosts`` could not be judged (every failure inconclusive, retries
         spent). Hosts drained but not yet switched are undrained (they serve what they ran);
@@ -298,7 +372,7 @@ class Runner:
         Returns:
             :data:`PAUSED_EXIT`.
         """
-        for host in hosts:
+        for host in [h for h in hosts if h in self.state.hosts]:
             if self.state.hosts[host].step == "drained":
                 try:
                     self.steps.undrain(host)
@@ -399,7 +473,7 @@ class Runner:
         # Hosts out of service (the failed batch, still drained) first, then those serving again
         # (done: undrained after their gate), each drained before its rollback: never more than
         # max_unavailable out at once, and no vLLM restarts while a load balancer sends it traffic.
-        touched = sorted(self.state.touched(), key=lambda name: self.state.hosts[name].step == "done")
+        touched = sorted(self.state.touched(), key=lambda name: self.state.hosts[name].step in SERVING_STEPS)
         problems = []
         size = max(1, self.state.max_unavailable)
         for i in range(0, len(touched), size):
@@ -424,7 +498,7 @@ class Runner:
         h = self.state.hosts[host]
         if h.before is None:  # refused when the state is loaded: a host touched has its image before
             return f"{host}: its image before is not recorded; not rolled back"
-        if h.step == "done":
+        if h.step in SERVING_STEPS:
             try:
                 self.steps.drain(host)
             except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised

@@ -27,6 +27,8 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rocmfleet.fleet.metrics.window import Figures
+
 #: Steps of one host, in order. ``pending``: untouched; ``drained``: out of the load balancer;
 #: ``switching``: its deploy started (it may or may not have changed); ``switched``: the deploy
 #: ended well (readiness included); ``gated``: the gate passed; ``done``: undrained again.
@@ -35,17 +37,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 #: ``failed``: a rolling restart's host that failed after its drain; a restart has no image to
 #: go back to, so it is left drained (it is not healthy) for the operator, and ``--resume``
 #: restarts and gates it again.
-STEPS = ("pending", "drained", "switching", "switched", "gated", "done")
+#: ``soaking`` (``rollout --soak``): undrained and serving the new image, its soak not judged yet
+#: (:mod:`rocmfleet.fleet.rollout.soak`); ``done`` once the soak passed.
+STEPS = ("pending", "drained", "switching", "switched", "gated", "soaking", "done")
 ROLLBACK_STEPS = ("rolling_back", "rolled_back", "rollback_failed")
 FAILED: Final = "failed"
 #: Steps after which the host may run another image than before: its image before must be known.
-TOUCHED_STEPS = ("switching", "switched", "gated", "done", *ROLLBACK_STEPS)
+TOUCHED_STEPS = ("switching", "switched", "gated", "soaking", "done", *ROLLBACK_STEPS)
+#: Steps of a host in service on the new image: drained before its rollback.
+SERVING_STEPS = ("soaking", "done")
 Step = Literal[
     "pending",
     "drained",
     "switching",
     "switched",
     "gated",
+    "soaking",
     "done",
     "rolling_back",
     "rolled_back",
@@ -144,6 +151,48 @@ class HostState(BaseModel):
     error: str | None = None
 
 
+class SoakPlan(BaseModel):
+    """``rollout --soak DURATION [--soak-batches]``: how long the soaked hosts stay in service
+    before they are judged, and whether every batch is soaked or only the canary."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    duration_s: int = Field(ge=1)
+    every_batch: bool = False
+
+
+class SoakResult(BaseModel):
+    """One soak's outcome (:mod:`rocmfleet.fleet.rollout.soak`), for the report and ``status --json``.
+
+    Attributes:
+        verdict: ``pass``, ``fail`` or ``inconclusive`` (the gate verdicts of the runner).
+        reasons: why it failed or could not judge, with the numbers (empty for a pass).
+        hosts: the soaked hosts (new image); compared: the hosts not yet switched (old image),
+            empty when none was left (judged on the error rate alone).
+        soaked, others: the figures of each side over the window (``others`` ``None``: none left).
+        started, ended: the window (ISO 8601, UTC); window_s: its length in seconds.
+        source: ``direct`` (the instances' ``/metrics``, read at the start and the end) or the
+            Prometheus URL.
+        thresholds: the profile's ``soak`` thresholds applied.
+        notes: what else to know (latency not compared, instances left out).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: Literal["pass", "fail", "inconclusive"]
+    reasons: list[str] = Field(default_factory=list)
+    hosts: list[str]
+    compared: list[str] = Field(default_factory=list)
+    soaked: Figures
+    others: Figures | None = None
+    started: str
+    ended: str
+    window_s: float
+    source: str
+    thresholds: dict[str, float] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+
 class DataEdit(BaseModel):
     """The group data file a rollout rewrote, and the values it had before (``None``: absent)."""
 
@@ -185,6 +234,10 @@ class RolloutState(BaseModel):
     started: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     updated: str | None = None
     failure: str | None = None
+    #: ``--soak``: the soak of the canary (or of every batch); ``None``: no soak.
+    soak: SoakPlan | None = None
+    #: Each soak's last outcome, by the index (as text) of the batch after which it ran.
+    soaks: dict[str, SoakResult] = Field(default_factory=dict)
 
     def consistency_problems(self) -> list[str]:
         """What contradicts what in this state, one line each (``key: value: what is allowed``):
@@ -224,6 +277,11 @@ class RolloutState(BaseModel):
                     f"hosts.{name}.before: null: step {host.step!r} means its deploy started, so the image it ran "
                     "before (repository, tag, digest) is needed to roll it back"
                 )
+        if self.soak is None and any(h.step == "soaking" for h in self.hosts.values()):
+            soaking = ", ".join(n for n, h in self.hosts.items() if h.step == "soaking")
+            problems.append(f"soak: null: {soaking} are 'soaking', which a rollout without a soak never records")
+        if self.soak is not None and self.kind == "restart":
+            problems.append("soak: a restart changes no image, so it has no soak; must be null")
         if self.kind == "rollout" and self.target is None:
             problems.append("target: null: a rollout records the image it rolls out (repository, tag, digest)")
         if self.kind == "restart" and self.target is not None:
