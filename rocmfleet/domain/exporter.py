@@ -31,16 +31,16 @@ from __future__ import annotations
 import json
 
 from rocmfleet.domain import rocm
+from rocmfleet.domain.metrics import EXPORTER_UNIT as EXPORTER_UNIT
+from rocmfleet.domain.metrics import GPUAGENT_UNIT as GPUAGENT_UNIT
+from rocmfleet.domain.metrics import PARTITION_NOTE as PARTITION_NOTE
+from rocmfleet.domain.metrics import UNITS as UNITS
 from rocmfleet.domain.metrics import MetricsSettings
+from rocmfleet.domain.metrics import start_command as start_command
+from rocmfleet.domain.metrics import stop_command as stop_command
 
 #: The Debian package (deb-package.rst, "Step 4").
 PACKAGE = "amdgpu-exporter"
-#: The GPU agent (it opens the GPUs) and the exporter (it asks the agent over
-#: ``/var/run/gpuagent.sock`` and serves ``/metrics``); deb-package.rst.
-GPUAGENT_UNIT = "gpuagent.service"
-EXPORTER_UNIT = "amd-metrics-exporter.service"
-#: Start order (the agent first: the exporter reads from it); stop in reverse.
-UNITS = (GPUAGENT_UNIT, EXPORTER_UNIT)
 #: The exporter's binary as AMD's unit starts it (deb-package.rst, "Changing configuration config.json").
 EXPORTER_BINARY = "/usr/local/bin/amd-metrics-exporter"
 #: Where rocmfleet writes the repository line (AMD names no file: "Edit the sources list").
@@ -81,21 +81,3 @@ def dropin() -> str:
         "ExecStart=\n"
         f"ExecStart={EXPORTER_BINARY} -amd-metrics-config {CONFIG_FILE}\n"
     )
-
-
-def stop_command() -> str:
-    """Stop the exporter, then the GPU agent, so nothing holds the GPUs (AMD, "Stop Metrics Exporter")."""
-    return "systemctl stop " + " ".join(reversed(UNITS))
-
-
-def start_command() -> str:
-    """Start the GPU agent, then the exporter (AMD, "Step 4": enable and start)."""
-    return "systemctl start " + " ".join(UNITS)
-
-
-#: Said with every partition change rocmfleet asks an operator to make (deb-package.rst, "Service
-#: Management for Driver and Partition Operations").
-PARTITION_NOTE = (
-    f"where AMD's metrics exporter is installed, stop it first (`{stop_command()}`) and start it after "
-    f"(`{start_command()}`)"
-)

@@ -23,6 +23,32 @@ EXPORTER_VERSION = "1.5.4"
 EXPORTER_PORT = 5000
 
 
+#: The GPU agent (it opens the GPUs) and the exporter (it asks the agent over
+#: ``/var/run/gpuagent.sock`` and serves ``/metrics``); deb-package.rst.
+GPUAGENT_UNIT = "gpuagent.service"
+EXPORTER_UNIT = "amd-metrics-exporter.service"
+#: Start order (the agent first: the exporter reads from it); stop in reverse.
+UNITS = (GPUAGENT_UNIT, EXPORTER_UNIT)
+
+
+def stop_command() -> str:
+    """Stop the exporter, then the GPU agent, so nothing holds the GPUs (AMD, "Stop Metrics Exporter")."""
+    return "systemctl stop " + " ".join(reversed(UNITS))
+
+
+def start_command() -> str:
+    """Start the GPU agent, then the exporter (AMD, "Step 4": enable and start)."""
+    return "systemctl start " + " ".join(UNITS)
+
+
+#: Said with every partition change rocmfleet asks an operator to make (deb-package.rst, "Service
+#: Management for Driver and Partition Operations").
+PARTITION_NOTE = (
+    f"where AMD's metrics exporter is installed, stop it first (`{stop_command()}`) and start it after "
+    f"(`{start_command()}`)"
+)
+
+
 class MetricsSettings(BaseModel):
     """Everything the metrics parts read for one host (keys prefixed ``metrics_``)."""
 

@@ -104,27 +104,29 @@ def start_rollout(*args: str, inventory: str = INVENTORY) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def lab_hosts_from(tmp_path: Path, first: int) -> str:
+def lab_hosts_from(tmp_path: Path, first: int, extra: dict | None = None) -> str:
     """``inventories/lab.py`` from its host number ``first`` (0-based) on, as
     ``<tmp>/inventory/lab.py``: the same group data, and the same name, so the same rollout record
     and results directory. It runs the lab's inventory file afresh on each load (``runpy``), as
     pyinfra does with an inventory: an import of it would be Python's cached module from the second
-    load on, and its group files would go unrecorded (``rocmfleet.config.groupvars.LOADED``)."""
+    load on, and its group files would go unrecorded (``rocmfleet.config.groupvars.LOADED``).
+    ``extra`` is merged into every kept host's data."""
     path = tmp_path / "inventory" / "lab.py"
     path.parent.mkdir()
     path.write_text(
         "import runpy as _runpy\n"
         f"_lab = _runpy.run_path({str(ROOT / INVENTORY)!r})\n"
         f"_kept = [n for n, _d in _lab['all'][0]][{first}:]\n"
-        "all = ([(n, d) for n, d in _lab['all'][0] if n in _kept], _lab['all'][1])  # noqa: A001\n"
+        f"_extra = {extra or {}!r}\n"
+        "all = ([(n, {**d, **_extra}) for n, d in _lab['all'][0] if n in _kept], _lab['all'][1])  # noqa: A001\n"
         "gpu_nodes = ([n for n in _lab['gpu_nodes'][0] if n in _kept], _lab['gpu_nodes'][1])\n"
     )
     return str(path)
 
 
-def without_lab_1(tmp_path: Path) -> str:
+def without_lab_1(tmp_path: Path, extra: dict | None = None) -> str:
     """:func:`lab_hosts_from` lab-2: lab-2 and lab-3."""
-    return lab_hosts_from(tmp_path, 1)
+    return lab_hosts_from(tmp_path, 1, extra)
 
 
 def image(lab, tag: str) -> str:
@@ -323,9 +325,11 @@ def test_good_tag_rolls_across_the_lab_holding_capacity_through_a_kill_and_resum
     assert_dry_and_unasked_change_nothing(lab, results, image(lab, new))
     registry_ip, _, port = lab.registry.rpartition(":")
     cut = f"OUTPUT -p tcp -d {registry_ip} --dport {port} -j REJECT --reject-with tcp-reset"
-    prober = Prober(targets, results.parent / "probe.txt")
+    prober = Prober(targets, results.parent / "probe.txt", load=True)
     try:
-        state, out = kill_after_the_canary(results, names[0], "--image", image(lab, new), "--max-unavailable", "1")
+        state, out = kill_after_the_canary(
+            results, names[0], "--image", image(lab, new), "--max-unavailable", "1", "--soak", "30s"
+        )
         assert "+vllm_image_digest" in out  # the diff of group_vars/lab.yml was shown
         assert_deploys_wait(lab, state)
         # The registry stops answering lab-3 after the canary (its port refused there): lab-3's
@@ -347,6 +351,10 @@ def test_good_tag_rolls_across_the_lab_holding_capacity_through_a_kill_and_resum
     assert len(samples) > 30 and min(samples) >= len(targets) - per_host, samples
     report = report_of(results)
     print(report)  # the time split, for the record
+    # The canary's soak on the prober's traffic, against lab-2 and lab-3 still on the old tag.
+    assert "### After batch 1 (canary): " + names[0] in report, report
+    assert "source: the instances' /metrics" in report and "Verdict: **pass**" in report, report
+    assert prober.loads()[1] == 0  # the good tag failed no completion
     # One benchmark client for both runs of each host, the new image's, with its sampling (issue 27).
     for name in lab.hosts:
         line = next(line for line in report.splitlines() if line.startswith(f"- **{name}**: "))
@@ -404,9 +412,11 @@ def test_a_version_failing_real_traffic_passes_its_gate_and_fails_the_soak_again
 ):
     """``rollout --soak 45s --image <flaky tag>`` over lab-2 and lab-3 under the prober's steady
     load: the flaky version is ready and passes the smoke benchmark (it fails only completions
-    that ask for logprobs), then, over the soak, the canary's own /metrics count a third of the
+    that ask for logprobs), then, over the soak, the canary's instances count a third of the
     prober's completions as 5xx against none on lab-3, still on the old version: the soak fails
-    the canary naming both error rates, and it is rolled back; lab-3 is never touched."""
+    the canary naming both error rates, and it is rolled back; lab-3 is never touched. The
+    figures come from the lab's Prometheus (``metrics_prometheus_url``), which scrapes the
+    targets the deploy wrote; the good tag's soak reads the instances' /metrics directly."""
     lab = baseline
     names = list(lab.hosts)
     before = running(lab)
@@ -414,7 +424,8 @@ def test_a_version_failing_real_traffic_passes_its_gate_and_fails_the_soak_again
     targets = [t for t in instances(lab) if t[0] != names[0]]
     prober = Prober(targets, results.parent / "probe-soak.txt", load=True)
     try:
-        done = rollout("--soak", "45s", "--image", image(lab, FLAKY_TAG), inventory=without_lab_1(tmp_path))
+        inventory = without_lab_1(tmp_path, {"metrics_prometheus_url": lab.prometheus})
+        done = rollout("--soak", "45s", "--image", image(lab, FLAKY_TAG), inventory=inventory)
     finally:
         samples = prober.stop()
     assert LAB_YML.read_text() == saved
@@ -425,7 +436,10 @@ def test_a_version_failing_real_traffic_passes_its_gate_and_fails_the_soak_again
     assert "error rate" in failure and "not yet switched" in failure, failure
     assert len(samples) > 30
     report = report_of(results)
-    assert "Soak" in report and names[2] in report, report
+    print(report)  # the comparison, for the record
+    assert "## Soak" in report and f"source: Prometheus {lab.prometheus}" in report, report
+    row = next(line for line in report.splitlines() if line.startswith("| not yet switched"))
+    assert f"| {names[2]} |" in row and "| 0.0% |" in row, row
 
 
 def test_powered_off_host_pauses_the_rollout_and_rollback_returns_both_once_it_is_back(baseline, results, tmp_path):

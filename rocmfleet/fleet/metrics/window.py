@@ -27,8 +27,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, Field, computed_field
-
+from rocmfleet.fleet.metrics.figures import Figures as Figures
 from rocmfleet.fleet.metrics.quantile import bucket_quantile
 from rocmfleet.fleet.metrics.read import samples
 
@@ -146,34 +145,6 @@ def tpot_metric(*sides: Counts) -> str | None:
         if all(name in side.buckets for side in sides):
             return name
     return None
-
-
-class Figures(BaseModel):
-    """One side of a soak over its window: what the report shows and the verdict reads.
-
-    Attributes:
-        hosts: the hosts of the side.
-        instances: instances whose window counted (``host/instance``, or ``host`` from Prometheus).
-        left_out: instances not counted, and why (unreadable, restarted in the window).
-        requests, errors: ``/v1/`` requests and HTTP 5xx among them over the window.
-        latency_s: :data:`LATENCIES` keys -> seconds; a key is absent when its histogram had no
-            observation (or, for TPOT, no histogram both sides have).
-        tpot_metric: the TPOT histogram used.
-    """
-
-    hosts: list[str] = Field(default_factory=list)
-    instances: list[str] = Field(default_factory=list)
-    left_out: list[str] = Field(default_factory=list)
-    requests: float = 0.0
-    errors: float = 0.0
-    latency_s: dict[str, float] = Field(default_factory=dict)
-    tpot_metric: str | None = None
-
-    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented use on a property
-    @property
-    def error_rate(self) -> float | None:
-        """Errors per request (``None`` with no request)."""
-        return self.errors / self.requests if self.requests > 0 else None
 
 
 def figures(

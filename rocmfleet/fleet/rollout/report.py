@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from rocmfleet.domain.soak import format_duration
 from rocmfleet.fleet.bench.bench import REGRESSION_METRICS
-from rocmfleet.fleet.metrics.window import Figures
+from rocmfleet.fleet.metrics.figures import Figures, count
 from rocmfleet.fleet.rollout.state import FAILED, TIMED, CaseNumbers, ImageRef, RolloutState, SoakResult
 
 
@@ -72,13 +72,9 @@ SOAK_LATENCIES = (("ttft_p50", "TTFT p50 ms"), ("ttft_p99", "TTFT p99 ms"), ("tp
                   ("tpot_p99", "TPOT p99 ms"))  # fmt: skip
 
 
-def _count(value: float) -> str:
-    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
-
-
 def _soak_row(side: str, figures: Figures) -> str:
     rate = figures.error_rate
-    cells = [side, ", ".join(figures.hosts) or "-", _count(figures.requests), _count(figures.errors)]
+    cells = [side, ", ".join(figures.hosts) or "-", count(figures.requests), count(figures.errors)]
     cells.append("-" if rate is None else f"{rate:.1%}")
     cells += [f"{figures.latency_s[k] * 1000:.1f}" if k in figures.latency_s else "-" for k, _label in SOAK_LATENCIES]
     return "| " + " | ".join(cells) + " |"

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rocmfleet.domain.soak import SoakThresholds, format_duration
-from rocmfleet.fleet.metrics.window import Figures
+from rocmfleet.fleet.metrics.figures import Figures, count, rate
 from rocmfleet.fleet.rollout.gate import GateOutcome
 from rocmfleet.fleet.rollout.state import RolloutState, SoakResult
 
@@ -70,16 +70,6 @@ def soaked_batches(state: RolloutState) -> set[int]:
 def ms(seconds: float) -> str:
     """Seconds as ``12.3 ms``."""
     return f"{seconds * 1000:.1f} ms"
-
-
-def count(value: float) -> str:
-    """A count: whole when it is (Prometheus's ``increase`` extrapolates: ``159.7``)."""
-    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
-
-
-def rate(side: Figures, unit: str = "") -> str:
-    """``31.2% (50 of 160)``: a side's error rate and its counts (``unit`` after the count)."""
-    return f"{(side.error_rate or 0.0):.1%} ({count(side.errors)} of {count(side.requests)}{unit})"
 
 
 #: Report labels of :data:`rocmfleet.fleet.metrics.window.LATENCIES`.

@@ -27,7 +27,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rocmfleet.fleet.metrics.window import Figures
+from rocmfleet.fleet.metrics.figures import Figures
 
 #: Steps of one host, in order. ``pending``: untouched; ``drained``: out of the load balancer;
 #: ``switching``: its deploy started (it may or may not have changed); ``switched``: the deploy
