@@ -143,8 +143,11 @@ def test_a_dpkg_lock_held_past_the_limit_fails_the_host_naming_the_holder(lab):
 def test_a_driver_that_never_comes_up_fails_that_host_alone(lab):
     name = sorted(lab.hosts)[-1]
     # The stand-in told to fail, and the driver gone: the deploy installs it, reboots, and no GPU comes up.
-    # The deploy holds the driver packages: removing them takes --allow-change-held-packages, as for an operator.
+    # The deploy holds the driver packages: removing them takes --allow-change-held-packages, as for an
+    # operator, who stops AMD's metrics exporter first (its GPU agent holds the GPUs: the stand-in
+    # driver, like the real module, refuses to go while it runs).
     purge = (
+        "systemctl stop amd-metrics-exporter.service gpuagent.service && "
         "DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq --allow-change-held-packages "
         "amdgpu-dkms amdgpu-dkms-firmware"
     )
