@@ -19,7 +19,7 @@ from rocmfleet.domain.soak import DurationError, SoakThresholds, format_duration
 from rocmfleet.fleet.connect import Result
 from rocmfleet.fleet.metrics import promapi
 from rocmfleet.fleet.metrics.quantile import bucket_quantile
-from rocmfleet.fleet.metrics.window import Counts, Figures, difference, figures, snapshot, tpot_metric
+from rocmfleet.fleet.metrics.window import Counts, Figures, difference, figures, is_api, snapshot, tpot_metric
 from rocmfleet.fleet.rollout import report as rreport
 from rocmfleet.fleet.rollout import state as rstate
 from rocmfleet.fleet.rollout.soak import judge, soak_points
@@ -104,6 +104,8 @@ def page(ok2=0, err5=0, health=0, ttft=(), tpot=(), tpot_name="vllm:request_time
     if health:
         lines.append(f'http_requests_total{{handler="none",method="GET",status="5xx"}} {health}')  # untemplated
         lines.append(f'http_requests_total{{handler="/tokenize",method="POST",status="5xx"}} {health}')
+        # a load balancer's polls: a read of the API, no inference (recorded from vLLM 0.32's page)
+        lines.append(f'http_requests_total{{handler="/v1/models",method="GET",status="2xx"}} {health * 10}')
     for name, counts in (("vllm:time_to_first_token_seconds", ttft), (tpot_name, tpot)):
         if not counts:
             continue
@@ -115,7 +117,7 @@ def page(ok2=0, err5=0, health=0, ttft=(), tpot=(), tpot_name="vllm:request_time
     return "\n".join(lines) + "\n"
 
 
-def test_a_window_counts_v1_requests_and_their_5xx_only():
+def test_a_window_counts_inference_requests_and_their_5xx_only():
     start = snapshot(page(ok2=100, err5=0, health=3, ttft=(10, 20, 20, 20)))
     end = snapshot(page(ok2=150, err5=10, health=9, err4=4, ttft=(10, 40, 60, 60)))
     counts = difference(start, end)
@@ -123,6 +125,23 @@ def test_a_window_counts_v1_requests_and_their_5xx_only():
     # 50 + 10 (the first 5xx: its series is new, counted from 0) + 4 (4xx: a request, not an error)
     assert (counts.requests, counts.errors) == (64, 10)
     assert counts.buckets["vllm:time_to_first_token_seconds"] == {0.05: 0, 0.1: 20, 0.5: 40, INF: 40}
+
+
+@pytest.mark.parametrize(
+    ("handler", "method", "counts"),
+    [
+        ("/v1/completions", "POST", True),
+        ("/v1/chat/completions", "POST", True),
+        ("/v1/embeddings", "POST", True),
+        ("/v1/models", "GET", False),
+        ("/v1/completions", "GET", False),
+        ("/v1/completions/render", "POST", False),
+        ("/tokenize", "POST", False),
+        ("none", "GET", False),
+    ],
+)
+def test_only_posts_to_inference_handlers_are_requests(handler, method, counts):
+    assert is_api(handler, method) is counts
 
 
 def test_a_counter_that_went_down_or_vanished_means_a_restart():
@@ -485,7 +504,10 @@ def test_the_prometheus_source_asks_increase_over_the_window_by_host(prom):
     assert set(counts) == {"h1", "h2"} and (counts["h1"].requests, counts["h1"].errors) == (160, 50)
     path, query, at = prom.asked[0]
     assert path == "/api/v1/query" and at == "1300.000"
-    assert query == 'sum by (host, status) (increase(http_requests_total{handler=~"/v1/.*"}[300s]))'
+    assert query == (
+        'sum by (host, status) (increase(http_requests_total{handler=~"/v1/(chat/)?completions|/v1/embeddings|'
+        '/v1/responses|/v1/rerank|/v1/score|/v1/audio/.*",method="POST"}[300s]))'
+    )
     assert any(q == "sum by (host, le) (increase(vllm:time_to_first_token_seconds_bucket[300s]))"
                for _p, q, _t in prom.asked)  # fmt: skip
 

@@ -20,7 +20,14 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 
-from rocmfleet.fleet.metrics.window import HISTOGRAMS, REQUESTS, Counts, add_series
+from rocmfleet.fleet.metrics.window import (
+    HISTOGRAMS,
+    INFERENCE_HANDLERS,
+    INFERENCE_METHOD,
+    REQUESTS,
+    Counts,
+    add_series,
+)
 
 #: Seconds one query may take.
 QUERY_TIMEOUT_S = 30
@@ -69,7 +76,8 @@ def query(url: str, promql: str, at: float, timeout_s: float = QUERY_TIMEOUT_S) 
 def queries(window_s: int) -> dict[str, str]:
     """The PromQL queries of a window of ``window_s`` seconds, by the series name they count."""
     w = f"{int(window_s)}s"
-    out = {REQUESTS: f'sum by (host, status) (increase({REQUESTS}{{handler=~"/v1/.*"}}[{w}]))'}
+    chosen = f'handler=~"{INFERENCE_HANDLERS}",method="{INFERENCE_METHOD}"'
+    out = {REQUESTS: f"sum by (host, status) (increase({REQUESTS}{{{chosen}}}[{w}]))"}
     for name in HISTOGRAMS:
         out[f"{name}_bucket"] = f"sum by (host, le) (increase({name}_bucket[{w}]))"
     return out

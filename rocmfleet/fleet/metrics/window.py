@@ -24,6 +24,7 @@ disappeared, means the instance restarted in the window, whose figures are then 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -45,9 +46,18 @@ LATENCIES: dict[str, tuple[str, float]] = {
 }
 
 
-def is_api(handler: str) -> bool:
-    """A handler whose requests count: the OpenAI API's (``/v1/...``)."""
-    return handler.startswith("/v1/")
+#: The handlers whose requests count: the OpenAI API's inference routes (vLLM 0.32
+#: ``vllm/entrypoints/openai/*/api_router.py``, ``vllm/entrypoints/pooling/*``), as a PromQL/Python
+#: regular expression matched whole. ``GET /v1/models`` and other reads do not: a load balancer
+#: polling them would meet ``soak.min_requests`` with no inference at all and dilute the error rate.
+INFERENCE_HANDLERS = r"/v1/(chat/)?completions|/v1/embeddings|/v1/responses|/v1/rerank|/v1/score|/v1/audio/.*"
+#: ... and only their ``POST`` requests (the instrumentator labels each request with its method).
+INFERENCE_METHOD = "POST"
+
+
+def is_api(handler: str, method: str = INFERENCE_METHOD) -> bool:
+    """A request that counts: a ``POST`` to an inference handler (:data:`INFERENCE_HANDLERS`)."""
+    return method == INFERENCE_METHOD and re.fullmatch(INFERENCE_HANDLERS, handler) is not None
 
 
 def is_error(status: str) -> bool:
@@ -97,7 +107,11 @@ def snapshot(text: str) -> dict[SeriesKey, float]:
     wanted = {f"{name}_bucket" for name in HISTOGRAMS}
     out: dict[SeriesKey, float] = {}
     for sample in samples(text):
-        if (sample.name == REQUESTS and is_api(sample.labels.get("handler", ""))) or sample.name in wanted:
+        if sample.name == REQUESTS:
+            keep = is_api(sample.labels.get("handler", ""), sample.labels.get("method", ""))
+        else:
+            keep = sample.name in wanted
+        if keep:
             out[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
     return out
 
@@ -124,7 +138,8 @@ def difference(start: Mapping[SeriesKey, float], end: Mapping[SeriesKey, float])
 def add_series(counts: Counts, name: str, labels: Mapping[str, str], value: float) -> None:
     """Add one series' increase to ``counts`` (a ``/metrics`` series or a Prometheus query's row)."""
     if name == REQUESTS:
-        if not is_api(labels.get("handler", "/v1/")):
+        # a Prometheus row is summed over handlers its query already chose (no handler label)
+        if "handler" in labels and not is_api(labels["handler"], labels.get("method", INFERENCE_METHOD)):
             return
         counts.requests += value
         if is_error(labels.get("status", "")):
