@@ -67,3 +67,20 @@ def test_a_newline_in_an_environment_value_is_refused(lab_data):
 
     with pytest.raises(ConfigError, match="values of ZZ hold a newline or another control character"):
         host_config({**lab_data, "vllm_env": {"ZZ": "x\nCUDA_VISIBLE_DEVICES=0,1"}})
+
+
+def test_the_exporters_port_on_dockers_metrics_addr_is_refused(lab_data):
+    # both listen: dockerd on metrics-addr, AMD's exporter on ServerPort; the second to start dies
+    lab_data["docker_daemon"] = {"metrics-addr": "127.0.0.1:5000"}  # the exporter's default port
+    with pytest.raises(ConfigError) as err:
+        host_config(lab_data)
+    assert [(p.key, p.message, p.value) for p in err.value.problems] == [
+        (
+            "metrics_exporter_port",
+            "port 5000 is also Docker's metrics-addr (docker_daemon): one of them cannot start; give one another "
+            "port, or set metrics_exporter: false",
+            "5000",
+        )
+    ]
+    lab_data["metrics_exporter"] = False
+    host_config(lab_data)
