@@ -49,6 +49,42 @@ PARTITION_NOTE = (
 )
 
 
+def prometheus_url_problem(value: str) -> str | None:
+    """Why ``value`` is not a Prometheus base URL the soak can ask (``metrics_prometheus_url``), or ``None``.
+
+    ``http(s)://host[:port][/path]``: ``rocmfleet.fleet.metrics.promapi`` appends
+    ``/api/v1/query?...`` to it (Prometheus docs, "HTTP API"; a path prefix is a Prometheus behind
+    ``--web.route-prefix`` or a proxy), so a query or fragment would end up before that path. No
+    credentials (``user:password@``): the setting is plain text and is said in the soak's lines
+    and report (and ``urllib.request.urlopen`` does not log in with it: it takes ``u:p@host`` for
+    the host name). A port out of range or no host fails
+    here, not after the canary has soaked.
+    """
+    from urllib.parse import urlsplit
+
+    allowed = "allowed: http(s)://host[:port][/path], e.g. http://prometheus:9090"
+    if any(c.isspace() or not c.isprintable() for c in value):
+        return f"must not hold white space or control characters; {allowed}"
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # ValueError when out of 0-65535 or not a number
+    except ValueError as err:
+        return f"not a URL ({err}); {allowed}"
+    if parts.scheme not in ("http", "https"):
+        return f"scheme {parts.scheme or '(none)'!r} is not http or https; {allowed}"
+    if "@" in parts.netloc:
+        return (
+            f"holds credentials (user:password@): this setting is plain text and said in the soak's report; {allowed}"
+        )
+    if not parts.hostname:
+        return f"names no host; {allowed}"
+    if port == 0:
+        return f"port 0 is no port; {allowed}"
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        return f"must not hold a query or fragment (/api/v1/query is appended to it); {allowed}"
+    return None
+
+
 class MetricsSettings(BaseModel):
     """Everything the metrics parts read for one host (keys prefixed ``metrics_``)."""
 
@@ -83,10 +119,17 @@ class MetricsSettings(BaseModel):
     )
     metrics_prometheus_url: str | None = Field(
         default=None,
-        pattern=r"^https?://[^\s@]+$",
         description="A Prometheus server that scrapes the fleet (e.g. `http://prometheus:9090`); "
         "`rollout --soak` reads the window from it instead of the instances' `/metrics`.",
     )
+
+    @field_validator("metrics_prometheus_url")
+    @classmethod
+    def _prometheus(cls, value: str | None) -> str | None:
+        problem = prometheus_url_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("metrics_targets_file")
     @classmethod

@@ -84,3 +84,28 @@ def test_the_exporters_port_on_dockers_metrics_addr_is_refused(lab_data):
     ]
     lab_data["metrics_exporter"] = False
     host_config(lab_data)
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://prom:9090/?x=1", "must not hold a query or fragment"),  # /api/v1/query went after the query
+        ("http://prom:9090#top", "must not hold a query or fragment"),
+        ("http://prom:99999", "not a URL (Port out of range 0-65535)"),
+        ("http://:9090", "names no host"),
+        ("http://u:secret@prom:9090", "holds credentials (user:password@)"),
+        ("ftp://prom", "scheme 'ftp' is not http or https"),
+    ],
+)
+def test_a_prometheus_url_the_soak_cannot_ask_is_refused(lab_data, url, said):
+    lab_data["metrics_prometheus_url"] = url
+    with pytest.raises(ConfigError) as err:
+        host_config(lab_data)
+    (problem,) = err.value.problems
+    assert problem.key == "metrics_prometheus_url" and said in problem.message
+    assert "secret" not in str(problem)
+
+
+def test_a_prometheus_url_with_a_path_prefix_is_kept(lab_data):
+    lab_data["metrics_prometheus_url"] = "https://mon.example.com/prometheus/"
+    assert host_config(lab_data).metrics.metrics_prometheus_url == "https://mon.example.com/prometheus/"
