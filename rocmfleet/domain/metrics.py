@@ -36,6 +36,17 @@ def stop_command() -> str:
     return "systemctl stop " + " ".join(reversed(UNITS))
 
 
+def stopped_command() -> str:
+    """:func:`stop_command` as a driver change runs it: it succeeds when a unit is not there to stop.
+
+    ``systemctl stop`` of a unit with no unit file (removed by hand, or a release that names it
+    otherwise) fails with ``Unit X not loaded.`` after stopping the others, which failed the driver
+    change it guards. What AMD asks is that neither runs: a failed stop passes when
+    ``systemctl is-active`` then finds none active (it exits 0 when at least one is, systemctl(1)).
+    """
+    return f"{stop_command()} || ! systemctl is-active --quiet {' '.join(reversed(UNITS))}"
+
+
 def start_command() -> str:
     """Start the GPU agent, then the exporter (AMD, "Step 4": enable and start)."""
     return "systemctl start " + " ".join(UNITS)
