@@ -125,8 +125,8 @@ class MetricsSettings(BaseModel):
     )
     metrics_targets_file: str | None = Field(
         default=None,
-        description="On the control machine: a Prometheus `file_sd` JSON file the deploy rewrites with "
-        "every vLLM instance and exporter of the inventory (`rocmfleet metrics targets`).",
+        description="On the control machine: a Prometheus `file_sd` JSON file (an absolute path, or `~/...`) "
+        "the deploy rewrites with every vLLM instance and exporter of the inventory (`rocmfleet metrics targets`).",
     )
     metrics_prometheus_url: str | None = Field(
         default=None,
@@ -147,4 +147,10 @@ class MetricsSettings(BaseModel):
     def _json_file(cls, value: str | None) -> str | None:
         if value is not None and not value.endswith(".json"):
             raise ValueError("a file_sd file that Prometheus reads must end in .json")
+        if value is not None and not value.startswith(("/", "~/")):
+            # each deploy writes it where it runs: a relative path was a file per working directory
+            raise ValueError(
+                "must be an absolute path (or ~/...): each deploy writes it on the control machine from the "
+                "directory it runs in, and Prometheus reads one file"
+            )
         return value

@@ -109,3 +109,20 @@ def test_a_prometheus_url_the_soak_cannot_ask_is_refused(lab_data, url, said):
 def test_a_prometheus_url_with_a_path_prefix_is_kept(lab_data):
     lab_data["metrics_prometheus_url"] = "https://mon.example.com/prometheus/"
     assert host_config(lab_data).metrics.metrics_prometheus_url == "https://mon.example.com/prometheus/"
+
+
+@pytest.mark.parametrize("path", ["targets.json", "prometheus/rocmfleet.json", "./t.json", "~user/t.json"])
+def test_a_relative_targets_file_is_refused(lab_data, path):
+    # written on the control machine by each deploy, from the directory that deploy runs in:
+    # two runs from two directories wrote two files, and Prometheus reads one
+    lab_data["metrics_targets_file"] = path
+    with pytest.raises(ConfigError) as err:
+        host_config(lab_data)
+    (problem,) = err.value.problems
+    assert problem.key == "metrics_targets_file" and "an absolute path (or ~/...)" in problem.message
+
+
+@pytest.mark.parametrize("path", ["/etc/prometheus/file_sd/rocmfleet.json", "~/prometheus/rocmfleet.json"])
+def test_an_absolute_targets_file_is_kept(lab_data, path):
+    lab_data["metrics_targets_file"] = path
+    assert host_config(lab_data).metrics.metrics_targets_file == path
