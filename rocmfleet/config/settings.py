@@ -699,7 +699,9 @@ def port_problems(
     own duplicates are :func:`instance_problems`'. Each instance's internal ports (``VLLM_PORT``
     and the block after it, :mod:`rocmfleet.domain.ports`) miss every API port, the metrics port
     and each other, and stay in 1024-32767 (:func:`rocmfleet.domain.ports.problems`), reported
-    under ``vllm_internal_port_base``.
+    under ``vllm_internal_port_base``. The exporter's port misses Docker's ``metrics-addr`` port
+    too: a listener on every address and one on a single address of the same port cannot both
+    bind it (``bind(2)``, ``EADDRINUSE``), whichever address ``metrics-addr`` names.
 
     Args:
         instances: the host's instances; ``key`` is where they come from, for the message.
@@ -723,6 +725,15 @@ def port_problems(
                         repr(metering.metrics_exporter_port),
                     )
                 )
+        if port_text.isdigit() and int(port_text) == metering.metrics_exporter_port:
+            problems.append(
+                Problem(
+                    "metrics_exporter_port",
+                    f"port {metering.metrics_exporter_port} is also Docker's metrics-addr (docker_daemon): one of "
+                    "them cannot start; give one another port, or set metrics_exporter: false",
+                    repr(metering.metrics_exporter_port),
+                )
+            )
     problems += [
         Problem(
             "vllm_internal_port_base",

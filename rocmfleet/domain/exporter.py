@@ -38,6 +38,7 @@ from rocmfleet.domain.metrics import UNITS as UNITS
 from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.domain.metrics import start_command as start_command
 from rocmfleet.domain.metrics import stop_command as stop_command
+from rocmfleet.domain.metrics import stopped_command as stopped_command
 
 #: The Debian package (deb-package.rst, "Step 4").
 PACKAGE = "amdgpu-exporter"

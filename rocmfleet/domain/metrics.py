@@ -36,6 +36,17 @@ def stop_command() -> str:
     return "systemctl stop " + " ".join(reversed(UNITS))
 
 
+def stopped_command() -> str:
+    """:func:`stop_command` as a driver change runs it: it succeeds when a unit is not there to stop.
+
+    ``systemctl stop`` of a unit with no unit file (removed by hand, or a release that names it
+    otherwise) fails with ``Unit X not loaded.`` after stopping the others, which failed the driver
+    change it guards. What AMD asks is that neither runs: a failed stop passes when
+    ``systemctl is-active`` then finds none active (it exits 0 when at least one is, systemctl(1)).
+    """
+    return f"{stop_command()} || ! systemctl is-active --quiet {' '.join(reversed(UNITS))}"
+
+
 def start_command() -> str:
     """Start the GPU agent, then the exporter (AMD, "Step 4": enable and start)."""
     return "systemctl start " + " ".join(UNITS)
@@ -47,6 +58,42 @@ PARTITION_NOTE = (
     f"where AMD's metrics exporter is installed, stop it first (`{stop_command()}`) and start it after "
     f"(`{start_command()}`)"
 )
+
+
+def prometheus_url_problem(value: str) -> str | None:
+    """Why ``value`` is not a Prometheus base URL the soak can ask (``metrics_prometheus_url``), or ``None``.
+
+    ``http(s)://host[:port][/path]``: ``rocmfleet.fleet.metrics.promapi`` appends
+    ``/api/v1/query?...`` to it (Prometheus docs, "HTTP API"; a path prefix is a Prometheus behind
+    ``--web.route-prefix`` or a proxy), so a query or fragment would end up before that path. No
+    credentials (``user:password@``): the setting is plain text and is said in the soak's lines
+    and report (and ``urllib.request.urlopen`` does not log in with it: it takes ``u:p@host`` for
+    the host name). A port out of range or no host fails
+    here, not after the canary has soaked.
+    """
+    from urllib.parse import urlsplit
+
+    allowed = "allowed: http(s)://host[:port][/path], e.g. http://prometheus:9090"
+    if any(c.isspace() or not c.isprintable() for c in value):
+        return f"must not hold white space or control characters; {allowed}"
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # ValueError when out of 0-65535 or not a number
+    except ValueError as err:
+        return f"not a URL ({err}); {allowed}"
+    if parts.scheme not in ("http", "https"):
+        return f"scheme {parts.scheme or '(none)'!r} is not http or https; {allowed}"
+    if "@" in parts.netloc:
+        return (
+            f"holds credentials (user:password@): this setting is plain text and said in the soak's report; {allowed}"
+        )
+    if not parts.hostname:
+        return f"names no host; {allowed}"
+    if port == 0:
+        return f"port 0 is no port; {allowed}"
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        return f"must not hold a query or fragment (/api/v1/query is appended to it); {allowed}"
+    return None
 
 
 class MetricsSettings(BaseModel):
@@ -78,19 +125,32 @@ class MetricsSettings(BaseModel):
     )
     metrics_targets_file: str | None = Field(
         default=None,
-        description="On the control machine: a Prometheus `file_sd` JSON file the deploy rewrites with "
-        "every vLLM instance and exporter of the inventory (`rocmfleet metrics targets`).",
+        description="On the control machine: a Prometheus `file_sd` JSON file (an absolute path, or `~/...`) "
+        "the deploy rewrites with every vLLM instance and exporter of the inventory (`rocmfleet metrics targets`).",
     )
     metrics_prometheus_url: str | None = Field(
         default=None,
-        pattern=r"^https?://[^\s@]+$",
         description="A Prometheus server that scrapes the fleet (e.g. `http://prometheus:9090`); "
         "`rollout --soak` reads the window from it instead of the instances' `/metrics`.",
     )
+
+    @field_validator("metrics_prometheus_url")
+    @classmethod
+    def _prometheus(cls, value: str | None) -> str | None:
+        problem = prometheus_url_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("metrics_targets_file")
     @classmethod
     def _json_file(cls, value: str | None) -> str | None:
         if value is not None and not value.endswith(".json"):
             raise ValueError("a file_sd file that Prometheus reads must end in .json")
+        if value is not None and not value.startswith(("/", "~/")):
+            # each deploy writes it where it runs: a relative path was a file per working directory
+            raise ValueError(
+                "must be an absolute path (or ~/...): each deploy writes it on the control machine from the "
+                "directory it runs in, and Prometheus reads one file"
+            )
         return value

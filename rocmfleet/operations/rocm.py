@@ -49,8 +49,9 @@ def exporter_stopped(installed: bool) -> list[StringCommand]:
     ``installed``: "The GPU Metrics Exporter and GPU Agent services must be stopped before: GPU
     driver unload or upgrade" (:mod:`rocmfleet.domain.exporter`). The units stay enabled: the
     reboot that follows every driver change starts them again; where none follows, the caller
-    starts them (:func:`exporter_started`)."""
-    return [StringCommand(exporter.stop_command())] if installed else []
+    starts them (:func:`exporter_started`). A unit that is not there is no failure
+    (:func:`rocmfleet.domain.metrics.stopped_command`)."""
+    return [StringCommand(exporter.stopped_command())] if installed else []
 
 
 def exporter_started(installed: bool) -> list[StringCommand]:

@@ -11,8 +11,11 @@
 #
 # One command per host for all its instances and its exporter: `rocmfleet check --select metrics`
 # and `rollout --soak` read a host's counters at one moment this way, over the one SSH connection
-# they hold. A body ends with a newline in the text format; a line "# rocmfleet-metrics" cannot
-# appear in one (a comment of the format is "# HELP" or "# TYPE").
+# they hold. A body ends with a newline in the text format. A body's lines that start like the
+# header ("# rocmfleet-metrics ") are left out: the format lets a page hold any comment line
+# ("Lines with a # as the first non-whitespace character are comments. They are ignored unless
+# the first token after # is either HELP or TYPE", Prometheus's "Exposition formats"), so leaving
+# them out changes no sample, and the reader never takes one for the next port's header.
 set -u
 
 if [ $# -lt 1 ]; then
@@ -34,7 +37,7 @@ for port in "$@"; do
     status=$?
     if [ "$status" = 0 ]; then
         echo "# rocmfleet-metrics $port ok"
-        printf '%s\n' "$body"
+        printf '%s\n' "$body" | sed '/^# rocmfleet-metrics /d'
     else
         failed=1
         echo "# rocmfleet-metrics $port curl exit $status: $(printf '%s' "$body" | tr '\n' ' ' | cut -c1-200)"

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 
 from rocmfleet.config.settings import host_config
 from rocmfleet.domain import exporter, rocm
 from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.facts.state import parse_state
+from rocmfleet.operations import rocm as rocm_ops
 from rocmfleet.plan import exporterplan
 from tests.unit.test_roles_state import names, run, state
 
@@ -80,6 +82,54 @@ def test_the_config_sets_the_port_and_the_dropin_makes_the_exporter_read_it():
 def test_stop_and_start_order_the_agent_under_the_exporter():
     assert exporter.stop_command() == "systemctl stop amd-metrics-exporter.service gpuagent.service"
     assert exporter.start_command() == "systemctl start gpuagent.service amd-metrics-exporter.service"
+
+
+#: A stand-in ``systemctl`` (stop, is-active) over the units in ``$UNITS`` (a directory, one file
+#: per unit holding its state): as systemd's, ``stop`` of a unit with no unit file fails (``Unit X
+#: not loaded.``, exit 5) after stopping the others, ``is-active`` exits 0 when at least one unit is
+#: active (systemctl(1)); ``stuck``: a unit whose stop fails and that stays active.
+FAKE_SYSTEMCTL = """#!/bin/sh
+verb=$1; shift; [ "$1" = --quiet ] && shift
+rc=3; [ "$verb" = stop ] && rc=0
+for unit in "$@"; do
+    state=$(cat "$UNITS/$unit" 2>/dev/null)
+    if [ "$verb" = stop ]; then
+        case $state in
+            '') echo "Failed to stop $unit: Unit $unit not loaded." >&2; rc=5 ;;
+            stuck) echo "Job for $unit failed." >&2; rc=1 ;;
+            *) echo inactive > "$UNITS/$unit" ;;
+        esac
+    elif [ "$state" = active ] || [ "$state" = stuck ]; then rc=0; fi
+done
+exit $rc
+"""
+
+
+def _stop_on(tmp_path, **units: str) -> tuple[int, dict[str, str]]:
+    """The driver change's stop on a stand-in host with ``units`` (``name`` without ``.service``: state)."""
+    import os
+    import shutil
+
+    bin_dir, unit_dir = tmp_path / "bin", tmp_path / "units"
+    shutil.rmtree(unit_dir, ignore_errors=True)
+    bin_dir.mkdir(exist_ok=True)
+    unit_dir.mkdir()
+    (bin_dir / "systemctl").write_text(FAKE_SYSTEMCTL)
+    (bin_dir / "systemctl").chmod(0o755)
+    for name, unit_state in units.items():
+        (unit_dir / f"{name.replace('_', '-')}.service").write_text(unit_state)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "UNITS": str(unit_dir)}
+    (command,) = rocm_ops.exporter_stopped(True)
+    done = subprocess.run(["sh", "-c", str(command)], env=env, capture_output=True, text=True, check=False)
+    return done.returncode, {p.name: p.read_text().strip() for p in unit_dir.iterdir()}
+
+
+def test_the_stop_before_a_driver_change_passes_when_a_unit_is_absent_and_fails_when_one_still_runs(tmp_path):
+    # amdgpu-exporter installed, its GPU agent's unit file gone (removed by hand, or a release that
+    # names it otherwise): systemctl stop exits 5, which failed the driver change it guards
+    assert _stop_on(tmp_path, amd_metrics_exporter="active") == (0, {"amd-metrics-exporter.service": "inactive"})
+    assert _stop_on(tmp_path, amd_metrics_exporter="active", gpuagent="active")[0] == 0
+    assert _stop_on(tmp_path, amd_metrics_exporter="stuck", gpuagent="active")[0] != 0
 
 
 def test_a_converged_host_differs_in_nothing():

@@ -92,6 +92,22 @@ def test_one_command_reads_every_port_and_says_which_did_not_answer(ports):
     assert any(s.name == "vllm:num_requests_running" for s in read.samples(pages[ports["vllm"]].text))
 
 
+def test_a_page_holding_a_line_like_the_scripts_header_does_not_split_another_page(ports):
+    # "# rocmfleet-metrics ..." is a comment of the text format (ignored unless HELP or TYPE), so a
+    # page may hold one; read as a header it cut that page and made up a page for another port
+    body = b"# rocmfleet-metrics 1 ok\nup 1\n# rocmfleet-metrics 2 curl exit 7: x\nhttp_requests_total 5\n"
+    server, port = serve(body)
+    try:
+        result = run(read.command([port, ports["vllm"]]))
+    finally:
+        server.shutdown()
+        server.server_close()
+    pages = read.split(result.stdout)
+    assert list(pages) == [port, ports["vllm"]] and result.returncode == 0
+    assert [s.name for s in read.samples(pages[port].text)] == ["up", "http_requests_total"]
+    assert pages[ports["vllm"]].text == VLLM_PAGE.read_text()
+
+
 def test_every_port_answering_is_exit_0_and_a_usage_error_is_2(ports):
     assert run(read.command([ports["vllm"], ports["exporter"]])).returncode == 0
     assert run(read.command([])).returncode == 2

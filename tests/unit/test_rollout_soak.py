@@ -150,6 +150,17 @@ def test_a_counter_that_went_down_or_vanished_means_a_restart():
     assert "restarted in the window" in difference(start, snapshot(page(ok2=120, ttft=(1, 2, 3, 3))))  # 5xx gone
 
 
+@pytest.mark.parametrize("value", ["NaN", "+Inf"])
+def test_a_counter_that_is_not_a_finite_number_leaves_the_instance_out(value):
+    # the text format allows NaN and +Inf; differenced they gave NaN requests, which passed the
+    # min_requests test (NaN < 20 is false) and judged nothing, then failed formatting the summary
+    bad = page(ok2=100).replace(" 100\n", f" {value}\n")
+    for start, end in ((snapshot(bad), snapshot(page(ok2=150))), (snapshot(page(ok2=100)), snapshot(bad))):
+        assert difference(start, end) == (
+            "a counter is not a finite number (http_requests_total): its window cannot be counted"
+        )
+
+
 def test_a_side_sums_its_instances_and_takes_quantiles_of_the_sum():
     a = difference(snapshot(page(ok2=0, ttft=(0, 0, 0, 0))), snapshot(page(ok2=40, ttft=(0, 40, 40, 40))))
     b = difference(snapshot(page(ok2=0, ttft=(0, 0, 0, 0))), snapshot(page(ok2=60, err5=6, ttft=(60, 60, 60, 60))))
@@ -519,6 +530,13 @@ def test_the_prometheus_source_asks_increase_over_the_window_by_host(prom):
     assert result.reasons[0].startswith("error rate 31.2% (50 of 160 requests) against 0.0% (0 of 320)")
     assert result.soaked.latency_s["ttft_p50"] == pytest.approx(0.05 + 0.05 * 50 / 90)
     assert any(n.startswith("TPOT not compared") for n in result.notes)  # h1 has no TPOT series
+
+
+def test_prometheus_rows_that_are_not_finite_numbers_are_not_counted(prom):
+    prom.answers = {"http_requests_total": [_row("NaN", host="h1", status="2xx"), _row("+Inf", host="h1", status="5xx"),
+                                            _row(40, host="h1", status="2xx")]}  # fmt: skip
+    counts = promapi.window_counts(f"http://127.0.0.1:{prom.server_port}", ["h1"], 300, 1300.0)
+    assert (counts["h1"].requests, counts["h1"].errors) == (40, 0)
 
 
 def test_an_unreachable_prometheus_or_no_series_is_inconclusive(prom):

@@ -67,3 +67,62 @@ def test_a_newline_in_an_environment_value_is_refused(lab_data):
 
     with pytest.raises(ConfigError, match="values of ZZ hold a newline or another control character"):
         host_config({**lab_data, "vllm_env": {"ZZ": "x\nCUDA_VISIBLE_DEVICES=0,1"}})
+
+
+def test_the_exporters_port_on_dockers_metrics_addr_is_refused(lab_data):
+    # both listen: dockerd on metrics-addr, AMD's exporter on ServerPort; the second to start dies
+    lab_data["docker_daemon"] = {"metrics-addr": "127.0.0.1:5000"}  # the exporter's default port
+    with pytest.raises(ConfigError) as err:
+        host_config(lab_data)
+    assert [(p.key, p.message, p.value) for p in err.value.problems] == [
+        (
+            "metrics_exporter_port",
+            "port 5000 is also Docker's metrics-addr (docker_daemon): one of them cannot start; give one another "
+            "port, or set metrics_exporter: false",
+            "5000",
+        )
+    ]
+    lab_data["metrics_exporter"] = False
+    host_config(lab_data)
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://prom:9090/?x=1", "must not hold a query or fragment"),  # /api/v1/query went after the query
+        ("http://prom:9090#top", "must not hold a query or fragment"),
+        ("http://prom:99999", "not a URL (Port out of range 0-65535)"),
+        ("http://:9090", "names no host"),
+        ("http://u:secret@prom:9090", "holds credentials (user:password@)"),
+        ("ftp://prom", "scheme 'ftp' is not http or https"),
+    ],
+)
+def test_a_prometheus_url_the_soak_cannot_ask_is_refused(lab_data, url, said):
+    lab_data["metrics_prometheus_url"] = url
+    with pytest.raises(ConfigError) as err:
+        host_config(lab_data)
+    (problem,) = err.value.problems
+    assert problem.key == "metrics_prometheus_url" and said in problem.message
+    assert "secret" not in str(problem)
+
+
+def test_a_prometheus_url_with_a_path_prefix_is_kept(lab_data):
+    lab_data["metrics_prometheus_url"] = "https://mon.example.com/prometheus/"
+    assert host_config(lab_data).metrics.metrics_prometheus_url == "https://mon.example.com/prometheus/"
+
+
+@pytest.mark.parametrize("path", ["targets.json", "prometheus/rocmfleet.json", "./t.json", "~user/t.json"])
+def test_a_relative_targets_file_is_refused(lab_data, path):
+    # written on the control machine by each deploy, from the directory that deploy runs in:
+    # two runs from two directories wrote two files, and Prometheus reads one
+    lab_data["metrics_targets_file"] = path
+    with pytest.raises(ConfigError) as err:
+        host_config(lab_data)
+    (problem,) = err.value.problems
+    assert problem.key == "metrics_targets_file" and "an absolute path (or ~/...)" in problem.message
+
+
+@pytest.mark.parametrize("path", ["/etc/prometheus/file_sd/rocmfleet.json", "~/prometheus/rocmfleet.json"])
+def test_an_absolute_targets_file_is_kept(lab_data, path):
+    lab_data["metrics_targets_file"] = path
+    assert host_config(lab_data).metrics.metrics_targets_file == path

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -97,6 +98,6 @@ def window_counts(
     for name, promql in queries(window_s).items():
         for labels, value in query(url, promql, at, timeout_s):
             host = labels.get("host")
-            if host in wanted and value == value:  # NaN: no sample to count
+            if host in wanted and math.isfinite(value):  # NaN: no sample to count; +Inf: nothing to count either
                 add_series(out.setdefault(host, Counts()), name, labels, value)
     return out

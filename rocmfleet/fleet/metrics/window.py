@@ -120,9 +120,14 @@ def difference(start: Mapping[SeriesKey, float], end: Mapping[SeriesKey, float])
     """What happened between two :func:`snapshot` of one instance.
 
     Returns:
-        The :class:`Counts` of the window, or why there are none: a counter went down, or a
-        series present at the start is gone at the end (the instance restarted in the window).
+        The :class:`Counts` of the window, or why there are none: a counter that is not a finite
+        number (the text format allows ``NaN`` and ``+Inf``; differenced, a ``NaN`` count passes
+        every comparison unjudged), a counter went down, or a series present at the start is gone
+        at the end (the instance restarted in the window).
     """
+    odd = [key for key, value in (*start.items(), *end.items()) if not math.isfinite(value)]
+    if odd:
+        return f"a counter is not a finite number ({odd[0][0]}): its window cannot be counted"
     gone = [key for key in start if key not in end]
     down = [key for key, value in end.items() if value < start.get(key, 0.0)]
     if gone or down:
