@@ -787,7 +787,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         "--output",
         metavar="FILE",
-        help="write FILE whole (a temporary file beside it, then renamed; mode 0644) and print a summary line",
+        help="write FILE whole (a temporary file beside it, then renamed; mode 0644) and print a summary line; "
+        "FILE ends in .json, .yml or .yaml, the names Prometheus's file_sd reads (-: standard output)",
     )
     mt.set_defaults(func=_metrics_targets)
     k = sub.add_parser("cache", help="compile caches baked into images")

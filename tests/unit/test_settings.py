@@ -67,3 +67,24 @@ def test_a_newline_in_an_environment_value_is_refused(lab_data):
 
     with pytest.raises(ConfigError, match="values of ZZ hold a newline or another control character"):
         host_config({**lab_data, "vllm_env": {"ZZ": "x\nCUDA_VISIBLE_DEVICES=0,1"}})
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("prometheus/rocmfleet.json", "must be an absolute path (or start with ~/): a relative one would be written"),
+        ("./rocmfleet.json", "wherever pyinfra runs"),
+        ("/etc/prometheus/file_sd/rocmfleet.yml", "must end in .json: the deploy writes JSON, and Prometheus's file_sd "
+         "reads only files ending in .json, .yml or .yaml"),
+        ("/etc/prometheus/file_sd/rocmfleet", "must end in .json"),
+    ],
+)  # fmt: skip
+def test_metrics_targets_file_is_an_absolute_json_path(lab_data, value, said):
+    with pytest.raises(ConfigError) as err:
+        host_config({**lab_data, "metrics_targets_file": value})
+    assert "metrics_targets_file" in str(err.value) and said in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["/etc/prometheus/file_sd/rocmfleet.json", "~/prometheus/rocmfleet.json"])
+def test_metrics_targets_file_absolute_or_under_home_is_accepted(lab_data, value):
+    assert host_config({**lab_data, "metrics_targets_file": value}).metrics.metrics_targets_file == value
