@@ -599,3 +599,20 @@ def test_an_error_rate_margin_above_half_is_refused_with_what_it_means(tmp_path,
 
 def test_an_error_rate_margin_of_half_is_accepted():
     assert SoakThresholds(error_rate_margin=0.5).error_rate_margin == 0.5
+
+
+def test_hosts_with_different_prometheus_urls_are_named_in_one_plain_list():
+    from rocmfleet.fleet.rollout.command import CommandError, prometheus_url
+
+    def target(url):
+        return SimpleNamespace(config=SimpleNamespace(metrics=SimpleNamespace(metrics_prometheus_url=url)))
+
+    hosts = {"a01": target("http://prom:9090"), "a02": target(None), "a03": target("http://prom:9090")}
+    with pytest.raises(CommandError) as caught:
+        prometheus_url(hosts)  # type: ignore[arg-type]
+    said = str(caught.value)
+    assert said.startswith(
+        "--soak: the hosts name different metrics_prometheus_url values: http://prom:9090 for a01, a03; unset for a02; "
+    )
+    assert "((" not in said and "(none)" not in said
+    assert prometheus_url({"a01": target(None), "a02": target(None)}) is None  # type: ignore[arg-type]
