@@ -275,6 +275,11 @@ def _rollout_run(args: argparse.Namespace) -> tuple[int, Any]:
         print("rocmfleet: --dry with --bake: the bake builds and pushes an image; plan the rollout with "
               "--dry --image BAKED_REF after `rocmfleet cache bake`", file=sys.stderr)  # fmt: skip
         return 2, None
+    if args.command == "restart" and args.soak is not None:
+        print("rocmfleet: --soak with restart: a soak compares a new image with the old one; a restart changes no "
+              "image (roll out a new image with `rocmfleet rollout INVENTORY --image ... --soak D`)",
+              file=sys.stderr)  # fmt: skip
+        return 2, None
     if getattr(args, "bake", False):
         if getattr(args, "soak", None) is not None:
             print("rocmfleet: --soak with --bake: run `rocmfleet cache bake`, then the rollout of the baked image "
@@ -692,7 +697,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "--limit or --force"
                 if name == "rollout"
                 else "--resume runs the recorded plan (a failed host is restarted and gated again): not with "
-                "--canary, --max-unavailable, --limit or --force; --rollback is refused (a restart changes no image)"
+                "--canary, --max-unavailable, --limit or --force; --rollback and --soak are refused (a restart "
+                "changes no image)"
             ),
         )
         _fleet_arguments(ro)
@@ -723,6 +729,14 @@ def build_parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="bake the compile caches on the canary from the image (--image or the pinned one), push, "
                 "and roll the baked image out (rocmfleet cache bake, then this rollout)",
+            )
+        else:
+            ro.add_argument(
+                "--soak",
+                metavar="DURATION",
+                type=_soak_value,
+                help="refused: a soak compares a new image with the old one, and a restart changes no image "
+                "(rollout --soak)",
             )
         ro.add_argument("--canary", type=int, help="hosts switched and gated first (default 1)")
         ro.add_argument("--max-unavailable", metavar="N|P%", help="most hosts out of service at once (default 1)")
@@ -787,7 +801,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         "--output",
         metavar="FILE",
-        help="write FILE whole (a temporary file beside it, then renamed; mode 0644) and print a summary line",
+        help="write FILE whole (a temporary file beside it, then renamed; mode 0644) and print a summary line; "
+        "FILE ends in .json, .yml or .yaml, the names Prometheus's file_sd reads (-: standard output)",
     )
     mt.set_defaults(func=_metrics_targets)
     k = sub.add_parser("cache", help="compile caches baked into images")
@@ -829,6 +844,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_rekey)
     s = sub.add_parser("schema", help="print the JSON Schema of host data", epilog="exit status: 0")
     s.set_defaults(func=_schema)
+    for action in (a for _name, c in commands(parser, "rocmfleet") for a in c._actions):
+        if isinstance(action, argparse._SubParsersAction) and action.metavar is None:
+            # argparse's "required" error names an action by metavar, else dest: a group without its command
+            # then says "required: {targets}" (its choices, as its usage line shows them), not "metrics_command"
+            action.metavar = "{" + ",".join(action.choices) + "}"
     for _name, command in commands(parser, "rocmfleet"):
         if command is not parser and command._subparsers is None:  # -v also after the command, as pyinfra's
             command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=verbose_help)

@@ -31,6 +31,37 @@ EXPORTER_UNIT = "amd-metrics-exporter.service"
 UNITS = (GPUAGENT_UNIT, EXPORTER_UNIT)
 
 
+#: What Prometheus's file_sd reads: a file ending in .json, .yml or .yaml (or the same in upper
+#: case). Prometheus docs, configuration.md, ``<file_sd_config>``: "files: Patterns for files from
+#: which target groups are extracted", each "a path ending in .json, .yml or .yaml"; the check
+#: itself is ``patFileSDName`` in prometheus ``discovery/file/file.go``.
+FILE_SD_SUFFIXES = (".json", ".yml", ".yaml", ".JSON", ".YML", ".YAML")
+#: What rocmfleet writes: JSON (YAML 1.2 reads JSON too, so a .yml/.yaml name holds it as well).
+FILE_SD_READS = "Prometheus's file_sd reads only files ending in .json, .yml or .yaml"
+
+
+def file_sd_name_problem(path: str) -> str | None:
+    """Why Prometheus's file_sd would never read ``path`` (a file name, ``~`` not yet expanded),
+    or ``None`` when its name ends in one of :data:`FILE_SD_SUFFIXES`."""
+    if path.endswith(FILE_SD_SUFFIXES):
+        return None
+    return f"{FILE_SD_READS}; name such a file"
+
+
+def targets_file_problem(path: str) -> str | None:
+    """Why ``metrics_targets_file`` ``path`` is refused, or ``None``: it must end in ``.json`` (the
+    deploy writes JSON; :data:`FILE_SD_READS`) and be absolute or under ``~/`` (expanded when written):
+    a relative path would be taken from whatever directory pyinfra happens to run in."""
+    if not path.endswith((".json", ".JSON")):
+        return f"must end in .json: the deploy writes JSON, and {FILE_SD_READS}"
+    if not path.startswith(("/", "~/")):
+        return (
+            "must be an absolute path (or start with ~/): a relative one would be written wherever pyinfra runs, "
+            "not where Prometheus reads"
+        )
+    return None
+
+
 def stop_command() -> str:
     """Stop the exporter, then the GPU agent, so nothing holds the GPUs (AMD, "Stop Metrics Exporter")."""
     return "systemctl stop " + " ".join(reversed(UNITS))
@@ -125,8 +156,9 @@ class MetricsSettings(BaseModel):
     )
     metrics_targets_file: str | None = Field(
         default=None,
-        description="On the control machine: a Prometheus `file_sd` JSON file (an absolute path, or `~/...`) "
-        "the deploy rewrites with every vLLM instance and exporter of the inventory (`rocmfleet metrics targets`).",
+        description="On the control machine: a Prometheus `file_sd` JSON file the deploy rewrites with "
+        "every vLLM instance and exporter of the inventory (`rocmfleet metrics targets`); an absolute path "
+        "(or `~/...`) ending in `.json`, e.g. `/etc/prometheus/file_sd/rocmfleet.json`.",
     )
     metrics_prometheus_url: str | None = Field(
         default=None,
@@ -145,12 +177,6 @@ class MetricsSettings(BaseModel):
     @field_validator("metrics_targets_file")
     @classmethod
     def _json_file(cls, value: str | None) -> str | None:
-        if value is not None and not value.endswith(".json"):
-            raise ValueError("a file_sd file that Prometheus reads must end in .json")
-        if value is not None and not value.startswith(("/", "~/")):
-            # each deploy writes it where it runs: a relative path was a file per working directory
-            raise ValueError(
-                "must be an absolute path (or ~/...): each deploy writes it on the control machine from the "
-                "directory it runs in, and Prometheus reads one file"
-            )
+        if value is not None and (problem := targets_file_problem(value)):
+            raise ValueError(problem)
         return value

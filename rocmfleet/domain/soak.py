@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: Shortest soak, seconds: below it a Prometheus scraping every 15 s (its documented default
 #: ``scrape_interval`` is 1 m; 15 s is the example configuration's) has at most one point in the window.
@@ -19,6 +19,10 @@ MIN_SOAK_S = 10
 #: Longest soak, seconds (24 h): the rollout holds every other batch meanwhile; a longer watch
 #: is a monitoring job, not a rollout step.
 MAX_SOAK_S = 24 * 3600
+
+#: Largest ``soak.error_rate_margin``: 0.5 already passes a canary that fails every other request
+#: while the old image fails none; a larger margin (up to 1, any error rate) would judge nothing.
+MAX_ERROR_RATE_MARGIN = 0.5
 
 _PART = re.compile(r"(\d+)([hms])")
 _UNIT_S = {"h": 3600, "m": 60, "s": 1}
@@ -78,10 +82,9 @@ class SoakThresholds(BaseModel):
     error_rate_margin: float = Field(
         default=0.01,
         ge=0,
-        le=1,
-        description="most the soaked hosts' error rate (HTTP 5xx of /v1/ requests) may exceed the hosts not yet "
-        "switched, as a fraction: 0.01 allows +1 point (0.5% -> 1.5%); with no host left on the old image, the "
-        "most the error rate may be",
+        description="most the soaked hosts' error rate (HTTP 5xx of POST requests on the inference handlers) may "
+        "exceed the hosts not yet switched, as a fraction, 0 to 0.5: 0.01 allows +1 point (0.5% -> 1.5%); with no "
+        "host left on the old image, the most the error rate may be",
     )
     latency_ratio: float = Field(
         default=1.5,
@@ -100,6 +103,17 @@ class SoakThresholds(BaseModel):
         default=20,
         ge=1,
         le=10_000_000,
-        description="fewest /v1/ requests each side must serve in the window to be judged; fewer is "
-        "inconclusive (retried, then paused; never rolled back)",
+        description="fewest requests (POST on an inference handler) each side must serve in the window to be "
+        "judged; fewer is inconclusive (retried, then paused; never rolled back)",
     )
+
+    @field_validator("error_rate_margin")
+    @classmethod
+    def _margin_judges_something(cls, value: float) -> float:
+        """At most :data:`MAX_ERROR_RATE_MARGIN`: at 1 any error rate passes."""
+        if value > MAX_ERROR_RATE_MARGIN:
+            raise ValueError(
+                f"at most {MAX_ERROR_RATE_MARGIN}: it is the points of error rate the soaked hosts may have above the "
+                "hosts not yet switched, as a fraction (0.01 = 1 point); at 1 any error rate would pass"
+            )
+        return value

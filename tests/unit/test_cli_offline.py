@@ -45,6 +45,7 @@ CASES = {
     "image-with-limit": ["rollout", PROD, "--image", "reg:5000/v:new", "--limit", "mi300x-a01"],
     "canary-beyond-fleet": ["rollout", PROD, "--canary", "999"],
     "max-unavailable-beyond-fleet": ["restart", PROD, "--max-unavailable", "999"],
+    "restart-soak": ["restart", PROD, "--soak", "5m"],
     "limit-typo": ["rollout", PROD, "--limit", "mi300x-a01,mi300x-a20"],
     "check-timeout-inf": ["check", PROD, "--timeout-s", "inf"],
     "check-parallel-0": ["check", PROD, "--parallel", "0"],
@@ -186,3 +187,23 @@ def test_an_empty_report_path_is_refused(no_network, capsys):
     for option in ("--json", "--junit-xml"):
         assert cli.main(["check", PROD, option, ""]) == 2
         assert f"{option} '': give a file, or - for standard output" in capsys.readouterr().err
+
+
+def test_restart_soak_is_refused_saying_why(no_network, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path / "results"))
+    assert cli.main(["restart", PROD, "--soak", "5m"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rocmfleet: --soak with restart: a soak compares a new image with the old one; ")
+    assert "unrecognized arguments" not in err and no_network == []
+    assert not (tmp_path / "results").exists()  # refused before any state
+
+
+@pytest.mark.parametrize(("group", "choices"), [("metrics", "{targets}"), ("cache", "{bake}"),
+                                                ("vault", "{encrypt-string,rekey}")])  # fmt: skip
+def test_a_command_group_without_its_command_names_the_choices(group, choices, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([group])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert f"the following arguments are required: {choices}" in err and "_command" not in err, err

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from rocmfleet.domain import metricfamilies
 from rocmfleet.fleet.metrics.read import families
@@ -19,6 +20,17 @@ DASHBOARD = ROOT / "rocmfleet" / "dashboards" / "fleet.json"
 VLLM_PAGE = ROOT / "tests" / "fixtures" / "metrics" / "vllm-0.32.0-cpu.txt"
 #: What the lab's stand-in of AMD's device-metrics-exporter serves.
 EXPORTER_PAGE = ROOT / "tests" / "lab" / "standin" / "exporter-metrics.prom"
+#: Series Prometheus makes itself for every target, on no ``/metrics`` page: ``up`` (1 when the
+#: target's last scrape answered; Prometheus docs, "Jobs and instances", automatically generated
+#: labels and time series). Kept short: anything else a query names must be served.
+PROMETHEUS_SYNTHESISED = frozenset({"up"})
+#: What rocmfleet counts as a request (the soak's rule, ``docs/fleet.md``): POST on an inference
+#: handler; ``GET /v1/models`` and other GETs are not requests.
+REQUEST_MATCHERS = (
+    'method="POST", handler=~"/v1/(chat/)?completions|/v1/embeddings|/v1/responses|/v1/rerank|/v1/score|/v1/audio/.*"'
+)
+#: Grafana's grid is 24 columns wide.
+GRID_COLUMNS = 24
 
 #: PromQL's aggregations, functions' keywords, binary operators and modifiers (not metric names).
 KEYWORDS = frozenset(
@@ -83,7 +95,11 @@ def served() -> set[str]:
     missing = [str(p.relative_to(ROOT)) for p in (VLLM_PAGE, EXPORTER_PAGE) if not p.is_file()]
     if missing:
         pytest.fail(f"recorded page(s) missing: {', '.join(missing)}")
-    return families(VLLM_PAGE.read_text(encoding="utf-8")) | families(EXPORTER_PAGE.read_text(encoding="utf-8"))
+    return (
+        families(VLLM_PAGE.read_text(encoding="utf-8"))
+        | families(EXPORTER_PAGE.read_text(encoding="utf-8"))
+        | PROMETHEUS_SYNTHESISED
+    )
 
 
 def unknown_names(dashboard: dict, known: set[str]) -> list[str]:
@@ -190,3 +206,109 @@ def test_variable_queries():
         "vllm:num_requests_running"
     }
     assert variable_query_names("label_values(host)") == set()
+
+
+def panel(dashboard: dict, title_part: str) -> dict:
+    found = [p for p in dashboard["panels"] if title_part.lower() in p["title"].lower()]
+    assert len(found) == 1, (title_part, [p["title"] for p in dashboard["panels"]])
+    return found[0]
+
+
+def grid_problems(panels: list[dict]) -> list[str]:
+    """What is wrong with the panels' ``gridPos``: a field not an integer, a panel outside Grafana's
+    24 columns, or two panels on one cell."""
+    problems = []
+    cells: dict[tuple[int, int], str] = {}
+    for p in panels:
+        grid, name = p["gridPos"], f"panel {p['id']} {p['title']!r}"
+        bad = {k: grid.get(k) for k in ("x", "y", "w", "h") if type(grid.get(k)) is not int}
+        if bad:
+            problems.append(f"{name}: gridPos not integers: {bad}")
+            continue
+        if min(grid["x"], grid["y"]) < 0 or min(grid["w"], grid["h"]) < 1 or grid["x"] + grid["w"] > GRID_COLUMNS:
+            problems.append(f"{name}: outside the {GRID_COLUMNS}-column grid: {grid}")
+        overlaps = {
+            cells.setdefault((x, y), name)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        } - {name}
+        problems += [f"{name} overlaps {other}" for other in sorted(overlaps)]
+    return problems
+
+
+def test_every_panel_has_an_integer_grid_position_inside_the_grid_and_none_overlap():
+    assert grid_problems(load()["panels"]) == []
+
+
+def test_grid_problems_are_caught():
+    panels = load()["panels"]
+    panels[0]["gridPos"]["w"] = {"min": 0, "max": 1}
+    panels[1]["gridPos"] = {"x": 20, "y": 0, "w": 8, "h": 8}
+    panels[2]["gridPos"] = dict(panels[3]["gridPos"])
+    problems = grid_problems(panels)
+    assert len(problems) == 3, problems
+    assert "gridPos not integers: {'w': {'min': 0, 'max': 1}}" in problems[0]
+    assert "outside the 24-column grid" in problems[1] and "overlaps" in problems[2]
+
+
+def test_a_share_panel_keeps_its_range_in_field_config():
+    kv = panel(load(), "KV-cache")
+    assert kv["fieldConfig"]["defaults"]["min"] == 0 and kv["fieldConfig"]["defaults"]["max"] == 1
+
+
+def _http_selectors(expr: str) -> list[str]:
+    return re.findall(r"http_requests_total\{([^{}]*)\}", expr)
+
+
+def test_requests_are_post_on_inference_handlers_only():
+    dashboard = load()
+    selectors = [s for _where, expr in queries(dashboard) for s in _http_selectors(expr)]
+    assert selectors, "no http_requests_total query"
+    for selector in selectors:
+        assert REQUEST_MATCHERS in selector, selector
+    # The rule against the recorded page: the completions count, GET /v1/models does not.
+    handler = re.search(r'handler=~"([^"]*)"', REQUEST_MATCHERS)
+    assert handler
+    counted = set()
+    for family in text_string_to_metric_families(VLLM_PAGE.read_text(encoding="utf-8")):
+        for sample in family.samples:
+            if sample.name == "http_requests_total":
+                labels = sample.labels
+                if labels["method"] == "POST" and re.fullmatch(handler.group(1), labels["handler"]):
+                    counted.add(labels["handler"])
+    assert counted == {"/v1/completions", "/v1/chat/completions"}, counted
+    assert not re.fullmatch(handler.group(1), "/v1/models")
+
+
+def test_the_error_rate_is_zero_not_no_data_before_the_first_5xx():
+    """The 5xx series does not exist until an instance's first 5xx: the numerator falls back to
+    ``total * 0`` (``or``), so a healthy instance shows 0, not "No data"."""
+    error = panel(load(), "Error rate")
+    (expr,) = [t["expr"] for t in error["targets"]]
+    numerator, slash, denominator = expr.rpartition(" / ")
+    assert slash, expr
+    five_xx, or_, fallback = numerator.strip("()").partition(" or ")
+    assert or_ and 'status="5xx"' in five_xx and fallback.endswith(" * 0"), expr
+    assert fallback.removesuffix(" * 0") == denominator == five_xx.replace(', status="5xx"', ""), expr
+
+
+def test_host_comes_from_every_target_and_gpu_panels_filter_by_host_only():
+    dashboard = load()
+    host = next(v for v in dashboard["templating"]["list"] if v["name"] == "host")
+    assert host["query"]["query"] == 'label_values(up{job=~"vllm|amd-device-metrics"}, host)'
+    for p in dashboard["panels"]:
+        exprs = [t["expr"] for t in p["targets"]]
+        if any(name.startswith("gpu_") for e in exprs for name in metric_names(e)) or "up" in metric_names(exprs[0]):
+            assert all("$model" not in e and "$host" in e for e in exprs), p["title"]
+
+
+def test_target_health_vram_unit_and_ecc_in_the_range():
+    dashboard = load()
+    up = panel(dashboard, "Targets up")
+    assert [metric_names(t["expr"]) for t in up["targets"]] == [{"up"}]
+    assert "by (job, host)" in up["targets"][0]["expr"]
+    # AMD's exporter reports VRAM in MiB (an MI300X: 196592): Grafana's mbytes, not decmbytes (MB).
+    assert panel(dashboard, "GPU memory")["fieldConfig"]["defaults"]["unit"] == "mbytes"
+    ecc = panel(dashboard, "ECC")
+    assert all("increase(" in t["expr"] and "[$__range]" in t["expr"] and t.get("instant") for t in ecc["targets"])
+    assert "in the time range" in ecc["title"] and "$__range" in ecc["description"]

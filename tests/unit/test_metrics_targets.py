@@ -141,6 +141,35 @@ def test_an_output_it_cannot_write_is_refused_before_reading_the_inventory(argv,
     assert code == 2 and said in err and "Traceback" not in err
 
 
+def test_output_dash_is_standard_output_not_a_file_named_dash(no_network, monkeypatch, capsys, tmp_path):  # noqa: F811
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["metrics", "targets", PROD]) == 0
+    printed = capsys.readouterr().out
+    assert not (ROOT / "-").exists()
+    assert cli.main(["metrics", "targets", PROD, "-o", "-"]) == 0
+    assert capsys.readouterr().out == printed and len(json.loads(printed)) == 27
+    assert not (ROOT / "-").exists()
+
+
+@pytest.mark.parametrize("name", ["targets.txt", "targets", "targets.json.bak", "targets.jsonl"])
+def test_an_output_prometheus_would_not_read_is_refused(name, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / name
+    assert cli.main(["metrics", "targets", PROD, "-o", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"rocmfleet: -o {out}: Prometheus's file_sd reads only files ending in .json, .yml or .yaml; "
+        "name such a file, or - for standard output\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.yml", "t.yaml", "T.JSON"])
+def test_json_yml_and_yaml_names_are_written(no_network, name, tmp_path, monkeypatch, capsys):  # noqa: F811
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["metrics", "targets", PROD, "-o", str(tmp_path / name)]) == 0
+    assert len(json.loads((tmp_path / name).read_text())) == 27  # JSON, which YAML reads too
+
+
 def test_a_write_failure_is_exit_2_in_one_line(monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(ROOT)
 

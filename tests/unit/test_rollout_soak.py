@@ -620,3 +620,39 @@ def test_a_profiles_soak_block_is_checked_with_every_problem_named(tmp_path):
     keys = {key for key, _message, _value in caught.value.problems}
     assert keys == {"soak.error_rate_margin", "soak.latency_ratio", "soak.min_requests", "soak.floor"}
     assert "did you mean" in str(caught.value) or "unknown key" in str(caught.value)
+
+
+@pytest.mark.parametrize("margin", [0.51, 1.0])
+def test_an_error_rate_margin_above_half_is_refused_with_what_it_means(tmp_path, margin):
+    """At 1 any error rate passes: the margin is capped at 0.5, and the message says what it is."""
+    from rocmfleet.config.profiles import ProfileError, load_profile
+
+    lab = "group_vars/profiles/lab-tiny-llama.yml"
+    bad = tmp_path / "lab-tiny-llama.yml"
+    bad.write_text(Path(lab).read_text().split("\nsoak:\n")[0] + f"\nsoak:\n  error_rate_margin: {margin}\n")
+    with pytest.raises(ProfileError) as caught:
+        load_profile(bad)
+    [(key, message, _value)] = caught.value.problems
+    assert key == "soak.error_rate_margin"
+    assert "at most 0.5" in message and "points of error rate" in message and "0.01 = 1 point" in message
+
+
+def test_an_error_rate_margin_of_half_is_accepted():
+    assert SoakThresholds(error_rate_margin=0.5).error_rate_margin == 0.5
+
+
+def test_hosts_with_different_prometheus_urls_are_named_in_one_plain_list():
+    from rocmfleet.fleet.rollout.command import CommandError, prometheus_url
+
+    def target(url):
+        return SimpleNamespace(config=SimpleNamespace(metrics=SimpleNamespace(metrics_prometheus_url=url)))
+
+    hosts = {"a01": target("http://prom:9090"), "a02": target(None), "a03": target("http://prom:9090")}
+    with pytest.raises(CommandError) as caught:
+        prometheus_url(hosts)  # type: ignore[arg-type]
+    said = str(caught.value)
+    assert said.startswith(
+        "--soak: the hosts name different metrics_prometheus_url values: http://prom:9090 for a01, a03; unset for a02; "
+    )
+    assert "((" not in said and "(none)" not in said
+    assert prometheus_url({"a01": target(None), "a02": target(None)}) is None  # type: ignore[arg-type]

@@ -1,8 +1,10 @@
 """``rocmfleet metrics targets INVENTORY [-o FILE]``: the fleet's Prometheus ``file_sd`` targets.
 
 The inventory is validated as ``rocmfleet validate`` does (every problem at once, exit 2); no host
-is contacted. The JSON goes to standard output, or with ``-o`` to FILE, written whole
-(:func:`rocmfleet.fleet.metrics.targetsfile.write_atomic`), and one line says what it holds.
+is contacted. The JSON goes to standard output (also with ``-o -``, as ``check --json -``), or with
+``-o`` to FILE, written whole (:func:`rocmfleet.fleet.metrics.targetsfile.write_atomic`), and one
+line says what it holds. FILE must end in ``.json``, ``.yml`` or ``.yaml``
+(:func:`rocmfleet.domain.metrics.file_sd_name_problem`): Prometheus's file_sd reads no other.
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from rocmfleet.domain.metrics import file_sd_name_problem
 from rocmfleet.fleet.inventory import FleetError, load_fleet
 from rocmfleet.fleet.metrics import targets
 from rocmfleet.fleet.metrics.targetsfile import scrape_address, write_file
+
+#: ``-o STDOUT``: the JSON on standard output, as with no ``-o``.
+STDOUT = "-"
 
 #: Exit statuses: written (or printed); nothing written (bad inventory, data or output file).
 EXIT_OK, EXIT_NOT_WRITTEN = 0, 2
@@ -28,6 +34,8 @@ def output_problem(output: str) -> str | None:
         return f"-o {output}: is a directory; name a file to write"
     if not path.resolve().parent.is_dir():
         return f"-o {output}: directory {path.resolve().parent} does not exist"
+    if problem := file_sd_name_problem(output):
+        return f"-o {output}: {problem}, or - for standard output"
     return None
 
 
@@ -36,7 +44,7 @@ def run(inventory: str, output: str | None, out: TextIO | None = None, err: Text
 
     Args:
         inventory: a pyinfra inventory file.
-        output: the file to write (``None``: the JSON on ``out``).
+        output: the file to write (``None`` or :data:`STDOUT`: the JSON on ``out``).
         out, err: where the JSON or the summary, and the errors, go (default stdout, stderr).
 
     Returns:
@@ -44,6 +52,8 @@ def run(inventory: str, output: str | None, out: TextIO | None = None, err: Text
         every problem, as ``rocmfleet validate`` reports them, or the file's).
     """
     out, err = out or sys.stdout, err or sys.stderr
+    if output == STDOUT:
+        output = None
     if output is not None and (problem := output_problem(output)):
         print(f"rocmfleet: {problem}", file=err)
         return EXIT_NOT_WRITTEN

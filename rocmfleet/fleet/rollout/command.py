@@ -234,10 +234,10 @@ def prometheus_url(targets: Mapping[str, Target]) -> str | None:
     for name, target in targets.items():
         urls.setdefault(target.config.metrics.metrics_prometheus_url, []).append(name)
     if len(urls) > 1:
-        said = "; ".join(f"{url or '(none)'}: {', '.join(names)}" for url, names in urls.items())
+        said = "; ".join(f"{url or 'unset'} for {', '.join(names)}" for url, names in urls.items())
         raise CommandError(
-            f"--soak: the hosts name different metrics_prometheus_url values ({said}); one soak compares "
-            "hosts over one source: give them one (or none, to read their /metrics directly)"
+            f"--soak: the hosts name different metrics_prometheus_url values: {said}; one soak compares "
+            "hosts over one source: set one value for all of them, or unset it on all to read their /metrics directly"
         )
     return next(iter(urls), None)
 
