@@ -325,3 +325,29 @@ def test_the_stand_in_exporter_listens_on_the_configs_server_port(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_the_stand_in_gpu_agent_serves_on_when_a_client_hangs_up_at_once(tmp_path):
+    """The exporter only connects to the agent's socket and closes it; the agent must keep serving
+    (it died of BrokenPipeError once, and systemd's restart window showed as a stopped unit)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    sock = tmp_path / "agent.sock"
+    program = Path(__file__).resolve().parents[1] / "lab" / "standin" / "gpuagent"
+    agent = subprocess.Popen([sys.executable, str(program), "-s", str(sock), "x"])
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for _ in range(200):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+                client.connect(str(sock))
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        time.sleep(0.2)
+        assert agent.poll() is None
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
