@@ -18,6 +18,7 @@ from __future__ import annotations
 from io import StringIO
 
 from pyinfra import logger
+from pyinfra.api.operation import OperationMeta
 from pyinfra.context import host, state
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
@@ -28,6 +29,7 @@ from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import rocm as rocm_ops
 from rocmfleet.operations.deploys import deploy
 from rocmfleet.plan import exporterplan, hoststate
+from rocmfleet.plan.hoststate import WantedFile
 
 
 def query(settings: MetricsSettings) -> dict[str, object]:
@@ -58,14 +60,7 @@ def apply(settings: MetricsSettings, got: Gathered | None = None, todo: list[str
     source, config, dropin = exporterplan.wanted_files(settings, target or rocm.OS_TARGETS[("debian", "12")])
 
     if not hoststate.file_ok(got, source):
-        files.put(
-            name=f"Render {source.path}",
-            src=StringIO(source.content.decode()),
-            dest=source.path,
-            mode="644",
-            user="root",
-            group="root",
-        )
+        _put(source)
     if exporterplan.package_problem(settings, got):
         rocm_ops.packages_from_repo(
             name=f"Install AMD's metrics exporter from device-metrics-exporter/apt/{settings.metrics_exporter_version}"
@@ -74,19 +69,7 @@ def apply(settings: MetricsSettings, got: Gathered | None = None, todo: list[str
             repo=exporter.repo_url(settings),
             hold=True,
         )
-    changed = []
-    for item in (config, dropin):
-        if not hoststate.file_ok(got, item):
-            changed.append(
-                files.put(
-                    name=f"Render {item.path}",
-                    src=StringIO(item.content.decode()),
-                    dest=item.path,
-                    mode="644",
-                    user="root",
-                    group="root",
-                )
-            )
+    changed = [_put(item) for item in (config, dropin) if not hoststate.file_ok(got, item)]
     if not hoststate.file_ok(got, dropin):
         systemd.daemon_reload(name="Reload systemd for the exporter's drop-in", _if=changed[-1].did_change)
     for unit in exporter.UNITS:  # the agent first: the exporter reads from it
@@ -100,3 +83,15 @@ def apply(settings: MetricsSettings, got: Gathered | None = None, todo: list[str
             restarted=True,
             _if=any_changed(*changed),
         )
+
+
+def _put(wanted: WantedFile) -> OperationMeta:
+    """``files.put`` of one of the plan's files, with its content, mode and owner."""
+    return files.put(
+        name=f"Render {wanted.path}",
+        src=StringIO(wanted.content.decode()),
+        dest=wanted.path,
+        mode=wanted.mode,
+        user=wanted.user,
+        group=wanted.group,
+    )
