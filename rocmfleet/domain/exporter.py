@@ -31,14 +31,14 @@ from __future__ import annotations
 import json
 
 from rocmfleet.domain import rocm
-from rocmfleet.domain.metrics import EXPORTER_UNIT as EXPORTER_UNIT
-from rocmfleet.domain.metrics import GPUAGENT_UNIT as GPUAGENT_UNIT
-from rocmfleet.domain.metrics import PARTITION_NOTE as PARTITION_NOTE
-from rocmfleet.domain.metrics import UNITS as UNITS
+from rocmfleet.domain.exporterunits import EXPORTER_UNIT as EXPORTER_UNIT
+from rocmfleet.domain.exporterunits import GPUAGENT_UNIT as GPUAGENT_UNIT
+from rocmfleet.domain.exporterunits import PARTITION_NOTE as PARTITION_NOTE
+from rocmfleet.domain.exporterunits import UNITS as UNITS
+from rocmfleet.domain.exporterunits import start_command as start_command
+from rocmfleet.domain.exporterunits import stop_command as stop_command
+from rocmfleet.domain.exporterunits import stopped_command as stopped_command
 from rocmfleet.domain.metrics import MetricsSettings
-from rocmfleet.domain.metrics import start_command as start_command
-from rocmfleet.domain.metrics import stop_command as stop_command
-from rocmfleet.domain.metrics import stopped_command as stopped_command
 
 #: The Debian package (deb-package.rst, "Step 4").
 PACKAGE = "amdgpu-exporter"

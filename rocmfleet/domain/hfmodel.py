@@ -29,6 +29,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rocmfleet.domain.baseurl import problem as base_url_problem
+
 #: A model repository commit: 40 lowercase hex (a git SHA-1, as the hub's ``X-Repo-Commit`` and the
 #: snapshot folders name it).
 REVISION_PATTERN = r"^[0-9a-f]{40}$"
@@ -111,30 +113,12 @@ def endpoint_problem(value: str) -> str | None:
     plain text (host data, ``--dry`` lines); the token goes in ``vllm_secret_env`` ``HF_TOKEN``.
     A query or fragment is refused too: huggingface_hub appends ``/api/...`` and ``/<repo>/resolve/...``
     to the endpoint (``huggingface_hub/constants.py`` ``HUGGINGFACE_CO_URL_TEMPLATE``)."""
-    from urllib.parse import urlsplit
-
-    allowed = "allowed: http(s)://host[:port][/path], e.g. https://hf-mirror.example.com"
-    if any(c.isspace() or not c.isprintable() for c in value):
-        return f"must not hold white space or control characters; {allowed}"
-    try:
-        parts = urlsplit(value)
-        port = parts.port  # ValueError when out of 0-65535 or not a number
-    except ValueError as err:
-        return f"not a URL ({err}); {allowed}"
-    if parts.scheme not in ("http", "https"):
-        return f"scheme {parts.scheme or '(none)'!r} is not http or https; {allowed}"
-    if "@" in parts.netloc:
-        return (
-            "holds credentials (user:password@): this setting is plain text; give the Hub token as "
-            f"vllm_secret_env HF_TOKEN (a vault value); {allowed}"
-        )
-    if not parts.hostname:
-        return f"names no host; {allowed}"
-    if port == 0:
-        return f"port 0 is no port; {allowed}"
-    if parts.query or parts.fragment or value.endswith(("?", "#")):
-        return f"must not hold a query or fragment (huggingface_hub appends paths to it); {allowed}"
-    return None
+    return base_url_problem(
+        value,
+        "https://hf-mirror.example.com",
+        "this setting is plain text; give the Hub token as vllm_secret_env HF_TOKEN (a vault value)",
+        "huggingface_hub appends paths to it",
+    )
 
 
 def is_revision(value: str) -> bool:

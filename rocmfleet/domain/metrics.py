@@ -15,20 +15,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rocmfleet.domain.baseurl import problem as base_url_problem
+
 PREFIX = "metrics_"
 
 #: AMD's exporter release that rocmfleet is written against (deb-package.rst, 2026: 1.5.4).
 EXPORTER_VERSION = "1.5.4"
 #: ``ServerPort``'s default in AMD's config.json (deb-package.rst, "Metrics Exporter Default Settings").
 EXPORTER_PORT = 5000
-
-
-#: The GPU agent (it opens the GPUs) and the exporter (it asks the agent over
-#: ``/var/run/gpuagent.sock`` and serves ``/metrics``); deb-package.rst.
-GPUAGENT_UNIT = "gpuagent.service"
-EXPORTER_UNIT = "amd-metrics-exporter.service"
-#: Start order (the agent first: the exporter reads from it); stop in reverse.
-UNITS = (GPUAGENT_UNIT, EXPORTER_UNIT)
 
 
 #: What Prometheus's file_sd reads: a file ending in .json, .yml or .yaml (or the same in upper
@@ -62,35 +56,6 @@ def targets_file_problem(path: str) -> str | None:
     return None
 
 
-def stop_command() -> str:
-    """Stop the exporter, then the GPU agent, so nothing holds the GPUs (AMD, "Stop Metrics Exporter")."""
-    return "systemctl stop " + " ".join(reversed(UNITS))
-
-
-def stopped_command() -> str:
-    """:func:`stop_command` as a driver change runs it: it succeeds when a unit is not there to stop.
-
-    ``systemctl stop`` of a unit with no unit file (removed by hand, or a release that names it
-    otherwise) fails with ``Unit X not loaded.`` after stopping the others, which failed the driver
-    change it guards. What AMD asks is that neither runs: a failed stop passes when
-    ``systemctl is-active`` then finds none active (it exits 0 when at least one is, systemctl(1)).
-    """
-    return f"{stop_command()} || ! systemctl is-active --quiet {' '.join(reversed(UNITS))}"
-
-
-def start_command() -> str:
-    """Start the GPU agent, then the exporter (AMD, "Step 4": enable and start)."""
-    return "systemctl start " + " ".join(UNITS)
-
-
-#: Said with every partition change rocmfleet asks an operator to make (deb-package.rst, "Service
-#: Management for Driver and Partition Operations").
-PARTITION_NOTE = (
-    f"where AMD's metrics exporter is installed, stop it first (`{stop_command()}`) and start it after "
-    f"(`{start_command()}`)"
-)
-
-
 def prometheus_url_problem(value: str) -> str | None:
     """Why ``value`` is not a Prometheus base URL the soak can ask (``metrics_prometheus_url``), or ``None``.
 
@@ -102,29 +67,12 @@ def prometheus_url_problem(value: str) -> str | None:
     the host name). A port out of range or no host fails
     here, not after the canary has soaked.
     """
-    from urllib.parse import urlsplit
-
-    allowed = "allowed: http(s)://host[:port][/path], e.g. http://prometheus:9090"
-    if any(c.isspace() or not c.isprintable() for c in value):
-        return f"must not hold white space or control characters; {allowed}"
-    try:
-        parts = urlsplit(value)
-        port = parts.port  # ValueError when out of 0-65535 or not a number
-    except ValueError as err:
-        return f"not a URL ({err}); {allowed}"
-    if parts.scheme not in ("http", "https"):
-        return f"scheme {parts.scheme or '(none)'!r} is not http or https; {allowed}"
-    if "@" in parts.netloc:
-        return (
-            f"holds credentials (user:password@): this setting is plain text and said in the soak's report; {allowed}"
-        )
-    if not parts.hostname:
-        return f"names no host; {allowed}"
-    if port == 0:
-        return f"port 0 is no port; {allowed}"
-    if parts.query or parts.fragment or value.endswith(("?", "#")):
-        return f"must not hold a query or fragment (/api/v1/query is appended to it); {allowed}"
-    return None
+    return base_url_problem(
+        value,
+        "http://prometheus:9090",
+        "this setting is plain text and said in the soak's report",
+        "/api/v1/query is appended to it",
+    )
 
 
 class MetricsSettings(BaseModel):

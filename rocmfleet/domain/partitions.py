@@ -18,7 +18,7 @@ The default is SPX/NPS1 (every shipped profile); a host whose GPUs are in anothe
 refused with the command that changes it: ``amd-smi set --gpu all --compute-partition SPX`` and
 ``amd-smi set --gpu all --memory-partition NPS1`` (reference §7.1, [A1]: both change without a
 reboot while no process uses the GPUs), with AMD's metrics exporter stopped around the change
-(:data:`rocmfleet.domain.metrics.PARTITION_NOTE`: its GPU agent holds the GPUs).
+(:data:`rocmfleet.domain.exporterunits.PARTITION_NOTE`: its GPU agent holds the GPUs).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, get_args
 
-from rocmfleet.domain import metrics as exporter
+from rocmfleet.domain import exporterunits as exporter
 from rocmfleet.domain.partitionmodes import ComputePartition, MemoryPartition, PartitionPolicy, policy_problems
 from rocmfleet.domain.parts import Part
 from rocmfleet.domain.topology import Gpu, Topology, format_id_list

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
-from rocmfleet.domain import metrics as exporter
+from rocmfleet.domain import exporterunits as exporter
 from rocmfleet.domain.topology import Topology
 
 _MI300_MODES = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}  # 8 XCDs: 8, 4, 2, 1 per partition [spec]

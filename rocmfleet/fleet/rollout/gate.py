@@ -10,31 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from pydantic import BaseModel, Field
-
 from rocmfleet.fleet.bench.bench import REGRESSION_METRICS, BenchResult, Thresholds, judge
 from rocmfleet.fleet.rollout.state import CaseNumbers
-
-
-class GateOutcome(BaseModel):
-    """A host's gate: ``passed``, else which gate failed (``readiness``, ``check``, ``benchmark``)
-    and its reasons with their numbers; ``inconclusive`` when the gate could not judge the image
-    (:attr:`verdict`)."""
-
-    passed: bool
-    gate: str | None = None
-    reasons: list[str] = Field(default_factory=list)
-    #: The step could not run (the registry, SSH, a hook, the benchmark client): not the image's
-    #: fault, so retried and then paused, never rolled back (rocmfleet.fleet.rollout.runner).
-    inconclusive: bool = False
-    #: The benchmark gate failed on regressions alone (every request answered): a run that is
-    #: slower than the host's baseline, which a second run confirms or not (:func:`gate_decision`).
-    regression_only: bool = False
-
-    @property
-    def verdict(self) -> str:
-        """``pass``, ``fail`` or ``inconclusive``."""
-        return "pass" if self.passed else "inconclusive" if self.inconclusive else "fail"
+from rocmfleet.fleet.rollout.verdict import GateOutcome as GateOutcome
 
 
 def _metrics(result: BenchResult) -> dict[str, float]:

@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 
 from rocmfleet.domain.soak import SoakThresholds, format_duration
 from rocmfleet.fleet.metrics.figures import Figures, count, rate
-from rocmfleet.fleet.rollout.gate import GateOutcome
 from rocmfleet.fleet.rollout.state import RolloutState, SoakResult
+from rocmfleet.fleet.rollout.verdict import GateOutcome
 
 #: The source named in a result when the instances' ``/metrics`` were read directly.
 DIRECT = "direct"
