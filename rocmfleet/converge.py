@@ -32,7 +32,7 @@ from rocmfleet.config import groupvars
 from rocmfleet.config.errors import ConfigError
 from rocmfleet.config.settings import host_config
 from rocmfleet.config.validate import validated_config
-from rocmfleet.domain import gpuhealth, vllm
+from rocmfleet.domain import gpuhealth, vllmfiles
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.fleet.metrics import targetsfile
 from rocmfleet.operations import fail
@@ -127,6 +127,6 @@ def converge() -> None:
         settled = not rocm_todo and not tuning_reboot and tuning.cmdline_settled(config.tuning, got)
         rebooted = rocm.reboot(config.rocm, predicted=tuning_reboot, got=got, found=found, settled=settled)
         exporter.apply(config.metrics, got=got, todo=exporterplan.differs(config.metrics, got))
-        instances = [(vllm.files_of(i).container, i.port) for i in config.instances()]
+        instances = [(vllmfiles.files_of(i).container, i.port) for i in config.instances()]
         docker.apply(config.settings, instances=instances, got=got)
         vllm_role.apply(config, rebooted=rebooted, got=got)

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     command: Callable[[argparse.Namespace], int] = args.func
     try:
         if args.verbose:
-            from rocmfleet.fleet.connect import told_commands
+            from rocmfleet.fleet.commandlog import told_commands
 
             with told_commands(lambda line: print(line, file=sys.stderr, flush=True)):
                 return command(args)

@@ -45,24 +45,6 @@ class ConfigError(ValueError):
         super().__init__("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
 
 
-class CannotCheck(RuntimeError):
-    """A check could not be made: what it reads is empty, unreadable or in a format it does not know.
-
-    ``rocmfleet check`` reports such a check as ``error``, never as passed (issue 16: a kernel
-    log read without the right to read it printed ``-- No entries --`` and the check passed).
-    """
-
-
-class ToolOutputError(CannotCheck, ValueError):
-    """A tool's output (or a file) that a parser does not understand: empty, truncated or of an
-    unknown format. The message quotes what was read. A check raising it is an error, not a pass."""
-
-
-def quoted(text: str, limit: int = 200) -> str:
-    """``text`` for an error message: ``'empty output'`` or its first ``limit`` characters, repr'd."""
-    return "empty output" if not text.strip() else repr(text[:limit])
-
-
 def shown(value: object) -> str:
     """A value from a YAML file as YAML writes it, for "(got ...)": ``true``, ``null``, ``.inf``,
     ``2026-12-04`` (a date YAML read from an unquoted ``2026-12-04``), ``'text'``, ``[1, 'a']``.

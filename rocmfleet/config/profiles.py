@@ -9,12 +9,10 @@ completely, including that its settings render for its own vLLM version.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -28,9 +26,11 @@ from rocmfleet import project
 from rocmfleet.config import yamlfile
 from rocmfleet.config.errors import shown
 from rocmfleet.config.keys import did_you_mean, model_keys
-from rocmfleet.domain import envpolicy, hfmodel, imageref, memfit, names
+from rocmfleet.config.values import ImageDigest, ImageName, ImageTag, checked
+from rocmfleet.domain import envpolicy, hfmodel, memfit, names
 from rocmfleet.domain.benchshape import BenchSettings, served_problems
-from rocmfleet.domain.flags import FlagError, Rendered, ServingSettings, parse_version, render
+from rocmfleet.domain.flagrender import Rendered, parse_version, render
+from rocmfleet.domain.flags import FlagError, ServingSettings
 from rocmfleet.domain.memfit import ModelMemory
 from rocmfleet.domain.partitionmodes import (
     MI300X_MEMORY_GIB,
@@ -43,26 +43,8 @@ from rocmfleet.domain.placement import world_problem
 from rocmfleet.domain.soak import SoakThresholds
 
 #: The shipped profiles (package data). An inventory's ``vllm_profile`` is looked up first in
-#: ``profiles/`` beside its group files, then here (:func:`rocmfleet.config.settings.profile_path`).
+#: ``profiles/`` beside its group files, then here (:func:`rocmfleet.config.hostprofile.profile_path`).
 PROFILES_DIR = project.PROFILES_DIR
-
-
-def _checked(check: Callable[[str], str | None]) -> AfterValidator:
-    def validate(value: str) -> str:
-        problem = check(value)
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    return AfterValidator(validate)
-
-
-#: A repository name by Docker's reference grammar (:mod:`rocmfleet.domain.imageref`).
-ImageName = Annotated[str, _checked(imageref.name_problem)]
-#: An image tag by Docker's reference grammar.
-ImageTag = Annotated[str, _checked(imageref.tag_problem)]
-#: A sha256 image digest.
-ImageDigest = Annotated[str, _checked(imageref.digest_problem)]
 
 
 class ProfileError(ValueError):
@@ -137,7 +119,7 @@ class Profile(ServingSettings):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$")
     # No control characters: both reach the unit file (a newline would add a line to it).
-    model: Annotated[str, _checked(hfmodel.hub_id_problem)] = Field(
+    model: Annotated[str, checked(hfmodel.hub_id_problem)] = Field(
         min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$", description="Hugging Face id (or a path inside the container)"
     )
     # Before revision: its validator reads both (pydantic validates fields in this order).
@@ -153,7 +135,7 @@ class Profile(ServingSettings):
             "host stages once and every instance loads offline; required for a hub model unless revision_unpinned"
         ),
     )
-    served_model_name: Annotated[str, _checked(names.lookalike_problem)] = Field(
+    served_model_name: Annotated[str, checked(names.lookalike_problem)] = Field(
         min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$"
     )
     image: Image

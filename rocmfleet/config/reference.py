@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rocmfleet.config.settings import ConnectionSettings, HostSettings
+from rocmfleet.config.connection import ConnectionSettings
+from rocmfleet.config.hostsettings import HostSettings
 from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.domain.rocm import RocmSettings
 from rocmfleet.domain.tuning import TuningSettings
@@ -36,7 +37,7 @@ MODELS: tuple[type[BaseModel], ...] = (HostSettings, RocmSettings, TuningSetting
 
 def _type(annotation: object) -> str:
     text = str(annotation).replace("typing.", "")
-    text = text.replace("rocmfleet.config.settings.", "").replace("rocmfleet.domain.docker.", "")
+    text = text.replace("rocmfleet.config.hostsettings.", "").replace("rocmfleet.domain.docker.", "")
     text = re.sub(r"Annotated\[rocmfleet\.config\.vault\.Secret,.*\)\]", "VaultSecret", text)
     text = re.sub(r"Annotated\[(\w+), AfterValidator\(func=<function .*?>\)\]", r"\1", text)
     text = re.sub(r"^Optional\[(\w+)\]$", r"\1 | None", text)

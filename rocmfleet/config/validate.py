@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from rocmfleet.config import groupvars
+from rocmfleet.config.connection import address_problem
 from rocmfleet.config.errors import ConfigError, Problem
-from rocmfleet.config.settings import HostConfig, address_problem, host_config
+from rocmfleet.config.settings import HostConfig, host_config
 from rocmfleet.domain import names
 
 if TYPE_CHECKING:

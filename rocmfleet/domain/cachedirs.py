@@ -89,7 +89,7 @@ class _CacheDir(Protocol):
 
 
 class NamedInstance(Protocol):
-    """A vLLM instance, by its name (``rocmfleet.config.settings.Instance`` has it)."""
+    """A vLLM instance, by its name (``rocmfleet.config.instances.Instance`` has it)."""
 
     @property
     def name(self) -> str: ...

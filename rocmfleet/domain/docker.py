@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rocmfleet.config.errors import ToolOutputError, quoted
+from rocmfleet.domain.tooloutput import ToolOutputError, quoted
 
 #: rocmfleet's defaults for a GPU inference host. ``live-restore`` keeps containers serving while
 #: dockerd restarts (docs.docker.com/engine/daemon/live-restore/): the vLLM units rely on it
@@ -199,7 +199,7 @@ def key_type(key: str) -> str | None:
 
 
 class DaemonSettings(Protocol):
-    """The host settings daemon.json is rendered from (:class:`rocmfleet.config.settings.HostSettings` has them)."""
+    """The host settings daemon.json is rendered from (:class:`rocmfleet.config.hostsettings.HostSettings` has them)."""
 
     @property
     def docker_daemon(self) -> DockerDaemon: ...

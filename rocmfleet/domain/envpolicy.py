@@ -52,7 +52,7 @@ from typing import Protocol
 from packaging.version import Version
 
 from rocmfleet.domain import hfmodel, ports
-from rocmfleet.domain.flags import Rendered, env_passthrough_problems
+from rocmfleet.domain.flagrender import Rendered, env_passthrough_problems
 
 
 class PlacedEnv(Protocol):

@@ -79,7 +79,7 @@ def host_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a host's inventory name, or None: a results directory is named after
     it (``/``, ``.``, ``..``, over :data:`MAX_HOST_NAME_BYTES`), or :func:`lookalike_problem`.
 
-    Whether it is also a valid address is :func:`rocmfleet.config.settings.address_problem`'s rule,
+    Whether it is also a valid address is :func:`rocmfleet.config.connection.address_problem`'s rule,
     applied when no ``ssh_hostname`` is given.
     """
     if name in (".", "..") or "/" in name or "\\" in name:

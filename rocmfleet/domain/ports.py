@@ -107,7 +107,7 @@ def env(first: int) -> dict[str, str]:
 
 
 class PortedInstance(Protocol):
-    """What :func:`problems` reads of an instance (``rocmfleet.config.settings.Instance`` is one)."""
+    """What :func:`problems` reads of an instance (``rocmfleet.config.instances.Instance`` is one)."""
 
     @property
     def name(self) -> str: ...

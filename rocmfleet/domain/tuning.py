@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rocmfleet.config.errors import ToolOutputError, quoted
+from rocmfleet.domain.tooloutput import ToolOutputError, quoted
 
 PREFIX = "tuning_"
 

@@ -17,18 +17,16 @@ which the plan layer builds from a host's validated configuration
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Protocol, get_args
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
-from rocmfleet.domain import cachedirs, cacheproof, envpolicy, hfmodel, lastgood, memfit, partitions, parts, ports
-from rocmfleet.domain.partitionmodes import ComputePartition, PartitionPolicy
-from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
+from rocmfleet.domain import cachedirs, cacheproof, envpolicy, hfmodel, lastgood, memfit, ports
+from rocmfleet.domain.partitionmodes import PartitionPolicy
+from rocmfleet.domain.placement import Placement
 from rocmfleet.domain.systemd import exec_line
-from rocmfleet.domain.topology import Gpu, Topology
+from rocmfleet.domain.vllmfiles import CONFIG_DIR, files_of, unit_timings
 from rocmfleet.domain.watchdog import GAVE_UP_EXIT, WatchdogSettings, watch_args
 
-#: Where the deploy keeps per-instance files on the host.
-CONFIG_DIR = "/etc/rocmfleet/vllm"
 KFD = "/dev/kfd"
 
 #: Where the deploy installs what the units run (``rocmfleet/scripts/vllm-unit.sh`` and the GPU
@@ -42,7 +40,7 @@ GPU_HELD_EXIT = 75
 
 
 class ServedInstance(Protocol):
-    """One vLLM server of a host, as this module reads it (``rocmfleet.config.settings.Instance`` is one)."""
+    """One vLLM server of a host, as this module reads it (``rocmfleet.config.instances.Instance`` is one)."""
 
     @property
     def name(self) -> str: ...
@@ -124,91 +122,6 @@ class VllmSettings:
     watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
     probe_request: str = ""
     revision: str | None = None
-
-
-@dataclass(frozen=True)
-class UnitTimings:
-    """The unit's timeouts and restart policy, in seconds (``templates/vllm/vllm.service.j2``).
-
-    Attributes:
-        stop_grace_s: ``docker stop --time`` and the container's ``--stop-timeout``: vLLM gets
-            SIGTERM (through ``--init``) and this long to finish in-flight requests before SIGKILL.
-        timeout_start_s: ``TimeoutStartSec``. The unit is ``Type=exec``: the start job is over once
-            the main process runs, so this bounds ``ExecStartPre`` only, which stops a container left
-            running (up to its grace period) and removes it. The model load is bounded by vLLM's
-            ``VLLM_ENGINE_READY_TIMEOUT_S`` and the deploy's ``vllm_ready_timeout_s``, not by systemd.
-        timeout_stop_s: ``TimeoutStopSec``: the grace period, ``docker stop``'s SIGKILL, a margin.
-        restart_s: ``RestartSec``: back-off before a crashed container is replaced.
-        start_limit_burst, start_limit_interval_s: that many starts within the interval and the
-            next is refused: the unit stays failed and its journal says "Start request repeated too
-            quickly" (systemd.unit(5)); its ``Result`` stays the first failure's (``exit-code``
-            after a crash), ``start-limit-hit`` only when the last run had ended cleanly.
-            Three crashes, each within a few minutes of its start, fit in the interval.
-    """
-
-    stop_grace_s: int
-    timeout_start_s: int
-    timeout_stop_s: int
-    restart_s: int = 20
-    start_limit_burst: int = 3
-    start_limit_interval_s: int = 900
-
-
-#: Margin over the grace period for ``docker stop``'s own SIGKILL and ``docker rm``.
-STOP_MARGIN_S = 30
-
-
-def unit_timings(grace: int) -> UnitTimings:
-    """:class:`UnitTimings` from the grace period ``grace`` (``vllm_stop_grace_s``, seconds)."""
-    return UnitTimings(stop_grace_s=grace, timeout_start_s=grace + STOP_MARGIN_S, timeout_stop_s=grace + STOP_MARGIN_S)
-
-
-#: Where the instances' systemd units are.
-UNIT_DIR = "/etc/systemd/system"
-
-
-@dataclass(frozen=True)
-class InstanceFiles:
-    """Names and paths of one instance on the host: the one place they are spelled.
-
-    Attributes:
-        unit: ``vllm-<name>.service``.
-        container: ``vllm-<name>``.
-        env_file: the container environment, ``<CONFIG_DIR>/<name>.env`` (0600).
-        secrets_file: the systemd EnvironmentFile with the secret values, ``<CONFIG_DIR>/<name>.secrets`` (0600).
-        unit_path: ``<UNIT_DIR>/vllm-<name>.service`` (0644).
-        last_good_dir: ``<CONFIG_DIR>/<name>.last-good``, the copies of the last version found ready.
-    """
-
-    unit: str
-    container: str
-    env_file: str
-    secrets_file: str
-    unit_path: str
-    last_good_dir: str
-
-
-def layout(name: str) -> InstanceFiles:
-    """Unit, container and file names of the instance called ``name`` (also one the data no longer lists)."""
-    return InstanceFiles(
-        unit=f"vllm-{name}.service",
-        container=f"vllm-{name}",
-        env_file=f"{CONFIG_DIR}/{name}.env",
-        secrets_file=f"{CONFIG_DIR}/{name}.secrets",
-        unit_path=f"{UNIT_DIR}/vllm-{name}.service",
-        last_good_dir=f"{CONFIG_DIR}/{name}.last-good",
-    )
-
-
-def instance_of_unit(path: str) -> str:
-    """The instance name of a unit :func:`layout` named, from its name or path
-    (``/etc/systemd/system/vllm-a.service`` -> ``a``)."""
-    return path.rsplit("/", 1)[-1].removesuffix(".service").removeprefix("vllm-")
-
-
-def files_of(instance: cachedirs.NamedInstance) -> InstanceFiles:
-    """Unit, container and file names of ``instance`` (:func:`layout` of its name)."""
-    return layout(instance.name)
 
 
 def serve_args(service: VllmSettings, instance: ServedInstance) -> list[str]:
@@ -399,114 +312,3 @@ def unit_template_vars(
 def env_lines(env: dict[str, str]) -> str:
     """``NAME=value`` lines, sorted, for Docker's ``--env-file`` or systemd's EnvironmentFile."""
     return "".join(f"{name}={value}\n" for name, value in sorted(env.items()))
-
-
-def instance_shapes(service: VllmSettings, topology: Topology | None = None) -> list[InstanceShape]:
-    """What each of the host's instances asks of placement: GPUs, TP size, attention heads.
-
-    With ``topology`` and a profile in a partitioned compute mode (``compute_partition`` other than
-    SPX) whose instances come from ``gpus_per_instance`` (``service.automatic_gpus``), the GPUs are
-    chosen on the topology by :func:`rocmfleet.domain.partitions.spread` (distinct physical GPUs per
-    TP group, instances spread over GPUs and NUMA nodes); otherwise they are the configured indices.
-
-    Raises:
-        PlacementError: the partitions cannot be spread as the profile asks.
-    """
-    tp, heads = service.tensor_parallel_size, service.attention_heads
-    instances = service.instances
-    gpus = [i.gpus for i in instances]
-    policy = service.partition_policy
-    if topology is not None and policy.partitioned and service.automatic_gpus:
-        gpus, problems = partitions.spread([i.name for i in instances], [len(g) for g in gpus], topology, policy)
-        if problems:
-            raise PlacementError(problems)
-    return [InstanceShape(i.name, i.port, g, tp, heads) for i, g in zip(instances, gpus, strict=True)]
-
-
-def placements(service: VllmSettings, topology: Topology, host: str = "") -> dict[str, Placement]:
-    """Each instance's placement on ``topology`` (the ``GpuTopology`` fact), by instance name.
-
-    The host's GPUs must be in the profile's partition modes (SPX/NPS1 unless it says otherwise),
-    and no TP group may share a physical GPU unless the profile allows it.
-
-    Args:
-        service: the host's vLLM settings (:class:`VllmSettings`).
-        topology: the host's GPUs.
-        host: the host's name, for the messages.
-
-    Raises:
-        PlacementError: GPUs in another partition mode (naming the host, the mode found and the
-            ``amd-smi`` command that changes it), or instances that do not fit this host's GPUs
-            (:func:`rocmfleet.domain.placement.place`).
-    """
-    policy = service.partition_policy
-    part, problems = parts.host_part(topology)
-    problems += hardware_problems(service, topology, part)
-    if part is None or policy.compute in part.partitions:  # else: the profile's mode is the problem
-        problems += partitions.mode_problems(topology, policy, host, service.profile, part)
-    if problems:
-        raise PlacementError(problems)
-    shapes = instance_shapes(service, topology)
-    by_index = {g.index: g for g in topology.gpus}
-    tp = service.tensor_parallel_size
-    problems = [
-        p
-        for s in shapes
-        for p in partitions.tp_group_problems(s.name, [by_index[i] for i in s.gpus if i in by_index], policy, tp)
-    ]
-    if problems:
-        raise PlacementError(problems)
-    placed = place(shapes, topology)
-    if policy.partitioned:
-        placed = [replace(p, notes=(*p.notes, _partition_note(p, by_index, policy))) for p in placed]
-    return {p.name: p for p in placed}
-
-
-def hardware_problems(service: VllmSettings, topology: Topology, part: parts.Part | None) -> list[str]:
-    """What the host's hardware refuses before any instance is placed (:mod:`rocmfleet.domain.parts`).
-
-    - devices, KFD nodes and partition modes that disagree, or another number of GPUs than
-      ``vllm_gpu_count`` (:func:`rocmfleet.domain.parts.topology_problems`);
-    - a compute partition mode the part does not have, a vLLM or ROCm older than the first that
-      serves it, a model that does not fit the memory of one of its devices (for a part not in the
-      table: the profile's ``gpu_memory_gib`` over MI300X's partitions);
-    - explicit environment values wrong on its architecture (:func:`envpolicy.arch_problems`).
-
-    Args:
-        service: the host's vLLM settings.
-        topology: the ``GpuTopology`` fact.
-        part: the host's part (:func:`rocmfleet.domain.parts.host_part`), ``None`` when unknown.
-
-    Returns:
-        One line per problem, without the host's name; empty when the hardware takes the profile.
-    """
-    mode = service.partition_policy.compute
-    problems = parts.topology_problems(topology, part, service.gpu_count, mode)
-    archs = {g.gfx_arch for g in topology.gpus}
-    env = service.env_profile
-    problems += envpolicy.arch_problems(env, service.vllm_env, archs.pop() if len(archs) == 1 else None)
-    fit = service.fit_profile
-    device_gib = parts.device_gib(part, mode, fit.gpu_memory_gib)
-    if device_gib is None:
-        assert part is not None  # every profile mode has MI300X's count
-        named = [m for m in part.modes().split(", ") if m in get_args(ComputePartition)]
-        problems.append(
-            f"profile {service.profile}: compute_partition {mode}, which an {part.name} does not have "
-            f"({part.modes()}): give this host a profile with compute_partition {' or '.join(named)}"
-        )
-    else:
-        what = part.name if part else f"{fit.gpu_memory_gib:g} GiB, gpu_memory_gib of a part rocmfleet does not know"
-        device = f"one {mode} partition of {what}" if mode != "SPX" else ("" if part is None else part.name)
-        problems += memfit.problems(fit, device_gib, device)
-    if part is not None:
-        problems += parts.support_problems(part, env.vllm_version, service.rocm_version)
-    return problems
-
-
-def _partition_note(placement: Placement, by_index: dict[int, Gpu], policy: PartitionPolicy) -> str:
-    """``compute partition CPX: GPUs 0,8 are partitions of physical GPUs 0000:05:00.0, 0000:27:00.0``."""
-    physical = list(dict.fromkeys(by_index[i].physical for i in placement.gpus))
-    return (
-        f"compute partition {policy.compute}: GPU(s) {','.join(map(str, placement.gpus))} are partitions of "
-        f"physical GPU(s) {', '.join(physical)}"
-    )

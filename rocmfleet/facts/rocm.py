@@ -8,7 +8,7 @@ from typing import Any
 from pyinfra.api.facts import FactBase
 
 from rocmfleet import scripts
-from rocmfleet.domain import rocm
+from rocmfleet.domain import rocmhost
 
 #: Reasons a reboot is owed live here, one file each. ``/run`` is emptied by every boot, so a
 #: reason lasts exactly until the next reboot, also across a deploy that failed before it.
@@ -126,20 +126,20 @@ class SecureBoot(FactBase[dict[str, Any]]):
         return info
 
 
-class RocmOnHost(FactBase[rocm.HostRocm]):
+class RocmOnHost(FactBase[rocmhost.HostRocm]):
     """What a host has of AMD's two ROCm streams (apt files, keyrings, packages):
-    :class:`rocmfleet.domain.rocm.HostRocm`, from ``rocmfleet/scripts/rocm-state.sh``."""
+    :class:`rocmfleet.domain.rocmhost.HostRocm`, from ``rocmfleet/scripts/rocm-state.sh``."""
 
     def command(self) -> str:
-        return scripts.command("rocm-state.sh", *rocm.WATCHED_FILES)
+        return scripts.command("rocm-state.sh", *rocmhost.WATCHED_FILES)
 
-    def process(self, output: list[str]) -> rocm.HostRocm:
-        return rocm.parse_host_rocm(output)
+    def process(self, output: list[str]) -> rocmhost.HostRocm:
+        return rocmhost.parse_host_rocm(output)
 
     @staticmethod
-    def default() -> rocm.HostRocm:
+    def default() -> rocmhost.HostRocm:
         """A bare host prints nothing (no AMD file or package); pyinfra then returns this."""
-        return rocm.parse_host_rocm([])
+        return rocmhost.parse_host_rocm([])
 
 
 class RebootReasons(FactBase[list[str]]):

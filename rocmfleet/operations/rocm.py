@@ -11,7 +11,7 @@ from pyinfra.context import host, state
 from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.server import LinuxDistribution
 
-from rocmfleet.domain import exporter, rocm
+from rocmfleet.domain import exporter, rocm, rocmhost, rocmtools
 from rocmfleet.facts.packages import HeldPackages
 from rocmfleet.facts.rocm import (
     REBOOT_DIR,
@@ -68,7 +68,7 @@ def _would_fail(message: str) -> FunctionCommand:
 
 @operation()
 def preflight(
-    settings: rocm.RocmSettings, release: tuple[str, str, str] | None = None, found: rocm.HostRocm | None = None
+    settings: rocm.RocmSettings, release: tuple[str, str, str] | None = None, found: rocmhost.HostRocm | None = None
 ) -> Commands:
     """
     Stop this host before anything changes when ROCm cannot be deployed on it as configured.
@@ -85,9 +85,9 @@ def preflight(
     - its OS or kernel is not supported: Ubuntu 24.04, Ubuntu 22.04 and Debian 12 (reference
       §2.2, §2.3), with a kernel matching ``rocm_supported_kernels``;
     - Secure Boot is on and DKMS has no enrolled key to sign amdgpu with
-      (:func:`rocmfleet.domain.rocm.secure_boot_problem`): the module would not load after the reboot;
+      (:func:`rocmfleet.domain.rocmtools.secure_boot_problem`): the module would not load after the reboot;
     - the data moves the host to an older release within its stream and
-      ``rocm_allow_downgrade`` is off (:func:`rocmfleet.domain.rocm.downgrade_problem`).
+      ``rocm_allow_downgrade`` is off (:func:`rocmfleet.domain.rocmhost.downgrade_problem`).
 
     A host with none of these is a no-op.
     """
@@ -106,8 +106,8 @@ def preflight(
     secure_boot = host.get_fact(
         SecureBoot, key=settings.rocm_mok_signing_key, certificate=settings.rocm_mok_certificate
     )
-    problem = rocm.secure_boot_problem(settings, secure_boot)
-    problem = problem or rocm.downgrade_problem(settings, found if found is not None else host.get_fact(RocmOnHost))
+    problem = rocmtools.secure_boot_problem(settings, secure_boot)
+    problem = problem or rocmhost.downgrade_problem(settings, found if found is not None else host.get_fact(RocmOnHost))
     if problem:
         yield _would_fail(problem)
         return
@@ -198,15 +198,15 @@ def remove_other_stream(settings: rocm.RocmSettings) -> Commands:
     (reference §2.1 [R6]); the uninstall is the meta package, then ``rocm-core`` (each with
     ``apt autoremove``), then the repository files, then a cleared apt cache and a restart
     [R1 "Uninstalling"]. Here: one ``apt-get purge --auto-remove`` per step of
-    :data:`rocmfleet.domain.rocm.STREAM_PACKAGES`, then the stream's source, pin and keyring
-    (:data:`rocmfleet.domain.rocm.STREAM_FILES`), then ``apt-get clean``, and a recorded reboot reason
+    :data:`rocmfleet.domain.rocmhost.STREAM_PACKAGES`, then the stream's source, pin and keyring
+    (:data:`rocmfleet.domain.rocmhost.STREAM_FILES`), then ``apt-get clean``, and a recorded reboot reason
     (the one reboot of the run). The driver packages have the same names in both streams and
     are replaced in place by the new stream's (:func:`packages_from_repo`). AMD's metrics exporter,
     where installed, is stopped first (:func:`exporter_stopped`; the reboot starts it). ``--dry`` says what
     would be removed. A host with nothing of the other stream is a no-op.
     """
     removal_found = host.get_fact(RocmOnHost)
-    removal = rocm.stream_removal(settings, removal_found)
+    removal = rocmhost.stream_removal(settings, removal_found)
     if removal is None:
         host.noop(f"nothing of the other ROCm stream on this host ({settings.rocm_stream} wanted)")
         return
@@ -227,14 +227,14 @@ def remove_other_stream(settings: rocm.RocmSettings) -> Commands:
 def remove_userspace(settings: rocm.RocmSettings) -> Commands:
     """
     Purge the configured stream's userspace when ``rocm_userspace`` is off (containers bring
-    their own), in AMD's uninstall order (:data:`rocmfleet.domain.rocm.STREAM_PACKAGES`).
+    their own), in AMD's uninstall order (:data:`rocmfleet.domain.rocmhost.STREAM_PACKAGES`).
 
     + settings: the host's :class:`rocmfleet.domain.rocm.RocmSettings`
 
     Its source file and keyring go with the role's other files. No reboot: the kernel driver
     stays. A no-op when the userspace is wanted or absent.
     """
-    removal = rocm.userspace_removal(settings, host.get_fact(RocmOnHost))
+    removal = rocmhost.userspace_removal(settings, host.get_fact(RocmOnHost))
     if removal is None:
         host.noop("no ROCm userspace to remove" if not settings.rocm_userspace else "the ROCm userspace is wanted")
         return
@@ -313,9 +313,9 @@ def dkms_installed(module: str = "amdgpu") -> Commands:
         host.noop(f"dkms status for {module} is checked after the install")
         return
     kernels = host.get_fact(Kernels)
-    wanted = [kernels["running"], rocm.newest_kernel(kernels["installed"])]
+    wanted = [kernels["running"], rocmtools.newest_kernel(kernels["installed"])]
     status = host.get_fact(DkmsStatus)
-    problems = rocm.dkms_problems(rocm.parse_dkms_status(status), module, wanted)
+    problems = rocmtools.dkms_problems(rocmtools.parse_dkms_status(status), module, wanted)
     if problems:
         logs = host.get_fact(DkmsMakeLogs, module=module)
         yield fail(

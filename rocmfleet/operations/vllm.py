@@ -30,8 +30,9 @@ from pyinfra.context import host, state
 from pyinfra.operations import files as file_ops
 
 from rocmfleet import scripts
-from rocmfleet.config.settings import HostConfig, Instance
-from rocmfleet.domain import cachedirs, cachekey, cacheproof, hfmodel, lastgood, vllm
+from rocmfleet.config.instances import Instance
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.domain import cachedirs, cachekey, cacheproof, hfmodel, lastgood, vllm, vllmfiles
 from rocmfleet.facts.devices import DeviceGroupIds
 from rocmfleet.facts.docker import ImageLabels
 from rocmfleet.facts.rollout import LastGood
@@ -179,7 +180,7 @@ def remove_orphans(keep: Sequence[str]) -> Commands:
         host.noop("no vLLM instance of rocmfleet's besides those listed")
         return
     for name in orphans:
-        names = vllm.layout(name)
+        names = vllmfiles.layout(name)
         yield StringCommand("systemctl", "disable", "--now", names.unit)
         yield StringCommand(f"docker rm --force {names.container} >/dev/null 2>&1 || true")
         yield StringCommand("rm", "-rf", names.unit_path, names.env_file, names.secrets_file, names.last_good_dir)
@@ -381,7 +382,7 @@ def cache_proof(config: HostConfig, instances: Sequence[str]) -> Commands:
         return
     proven = 0
     for name in instances:
-        proof = host.get_fact(CacheProof, container=vllm.layout(name).container)
+        proof = host.get_fact(CacheProof, container=vllmfiles.layout(name).container)
         try:
             line = cacheproof.miss_line(name, proof)
         except ValueError as exc:
@@ -422,7 +423,7 @@ def last_good(
         host.noop(f"{instance}: kept once the host's GPU topology is known")
         return
     inst = _instance(config, instance)
-    port, model, container = inst.port, config.profile.served_model_name, vllm.files_of(inst).container
+    port, model, container = inst.port, config.profile.served_model_name, vllmfiles.files_of(inst).container
     record = plan_instance.serve_record(config, inst, now.placements[instance])
     saved = host.get_fact(LastGood, files=files)
     if saved.same and saved.serve == json.loads(record):

@@ -5,16 +5,17 @@ renders one instance's environment file and unit from that placement: the one re
 by the deploy while it prepares (:mod:`rocmfleet.plan.vllmplan`), by the operation that writes the
 files when it executes (:func:`rocmfleet.operations.vllm.instance_files`, on a bare host once its
 driver's reboot shows the GPUs) and by ``rocmfleet check`` (``fleet/check/test_vllm.py``). Their
-paths are :func:`rocmfleet.domain.vllm.layout`'s.
+paths are :func:`rocmfleet.domain.vllmfiles.layout`'s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rocmfleet.config.settings import HostConfig, Instance
+from rocmfleet.config.instances import Instance
+from rocmfleet.config.settings import HostConfig
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import cachedirs, lastgood, readiness, vllm
+from rocmfleet.domain import cachedirs, lastgood, readiness, vllm, vllmfiles, vllmplace
 from rocmfleet.domain.partitionmodes import PartitionPolicy
 from rocmfleet.domain.placement import Placement, PlacementError
 from rocmfleet.domain.topology import Topology
@@ -72,7 +73,7 @@ class HostPlacement:
     """Where each instance of a host runs, from the topology the host shows.
 
     Attributes:
-        placements: ``{instance name: Placement}`` (:func:`rocmfleet.domain.vllm.placements`).
+        placements: ``{instance name: Placement}`` (:func:`rocmfleet.domain.vllmplace.placements`).
         device_gids: numeric group ids owning ``/dev/kfd`` and the render nodes (``DeviceGroupIds``).
         gpu_bdfs: ``{instance name: PCI addresses of its GPUs}``, for the unit's GPU memory check.
     """
@@ -100,7 +101,7 @@ def place_host(
     if topology is None:
         return f"rocmfleet: {NO_KFD}"
     try:
-        placements = vllm.placements(vllm_settings(config), topology, host_name)
+        placements = vllmplace.placements(vllm_settings(config), topology, host_name)
     except PlacementError as exc:
         return f"rocmfleet: placement: {exc}"
     by_index = {g.index: g.pci_address for g in topology.gpus}
@@ -137,7 +138,7 @@ def instance_files(config: HostConfig, instance: Instance, placed: HostPlacement
     Raises:
         KeyError: ``placed`` has no placement for ``instance``.
     """
-    names = vllm.files_of(instance)
+    names = vllmfiles.files_of(instance)
     placement = placed.placements[instance.name]
     service = vllm_settings(config)
     env = hoststate.render(
@@ -178,8 +179,8 @@ def stage_env_content(config: HostConfig) -> Secret:
 
 def last_good_of(name: str) -> lastgood.LastGoodFiles:
     """The live files of the instance called ``name`` and its last good directory
-    (:func:`rocmfleet.domain.vllm.layout`)."""
-    names = vllm.layout(name)
+    (:func:`rocmfleet.domain.vllmfiles.layout`)."""
+    names = vllmfiles.layout(name)
     return lastgood.LastGoodFiles(
         directory=names.last_good_dir,
         live={"unit": names.unit_path, "env": names.env_file, "secrets": names.secrets_file},

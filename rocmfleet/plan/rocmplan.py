@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from rocmfleet.domain import rocm
+from rocmfleet.domain import rocm, rocmhost, rocmtools
 from rocmfleet.facts import rocm as facts
 from rocmfleet.facts.state import Gathered
 from rocmfleet.plan import hoststate
@@ -60,13 +60,13 @@ def repo_file_texts(settings: rocm.RocmSettings, target: rocm.OsTarget) -> dict[
 
 def signing_text(settings: rocm.RocmSettings) -> str | None:
     """DKMS's MOK signing configuration as the role renders it; ``None``: no signing, no file."""
-    body = rocm.dkms_signing_conf(settings)
+    body = rocmtools.dkms_signing_conf(settings)
     return None if body is None else hoststate.render("templates/rocm/dkms-signing.conf.j2", body=body.rstrip("\n"))
 
 
 def udev_text() -> str:
     """AMD's device access rule as the role renders it (``rocm_device_access: udev``)."""
-    return hoststate.render("templates/rocm/70-amdgpu.rules.j2", body=rocm.udev_rule().rstrip("\n"))
+    return hoststate.render("templates/rocm/70-amdgpu.rules.j2", body=rocmtools.udev_rule().rstrip("\n"))
 
 
 def _keyrings(settings: rocm.RocmSettings) -> dict[str, str]:
@@ -132,7 +132,7 @@ def ran(got: Gathered, name: str, process: Callable[[list[str]], T]) -> T | None
         return None
 
 
-def streams(got: Gathered) -> rocm.HostRocm | None:
+def streams(got: Gathered) -> rocmhost.HostRocm | None:
     """What the host has of the two ROCm streams (the ``RocmOnHost`` fact), from the read."""
     return ran(got, RUN_STREAMS, facts.RocmOnHost().process)
 
@@ -179,12 +179,12 @@ def differs(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
     if unread or found is None or secure_boot is None or versions is None or not kernels:
         return [f"not read: {', '.join(unread)}"]
     reasons: list[str] = []
-    problem = rocm.secure_boot_problem(settings, secure_boot) or rocm.downgrade_problem(settings, found)
+    problem = rocmtools.secure_boot_problem(settings, secure_boot) or rocmhost.downgrade_problem(settings, found)
     if problem:
         reasons.append(problem)
-    if rocm.stream_removal(settings, found) is not None:
+    if rocmhost.stream_removal(settings, found) is not None:
         reasons.append("the other ROCm stream is installed")
-    if rocm.userspace_removal(settings, found) is not None:
+    if rocmhost.userspace_removal(settings, found) is not None:
         reasons.append("the ROCm userspace is installed and not wanted")
     reasons += _files(settings, target, got)
     for dest in _keyrings(settings):
@@ -205,8 +205,8 @@ def differs(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
             reasons.append(f"{package} not at the version of {repo}")
         elif package in settings.rocm_driver_packages and item.status[:1] != "h":
             reasons.append(f"{package} not held (apt-mark hold)")
-    running, newest = kernels["running"], rocm.newest_kernel(kernels["installed"])
-    reasons += rocm.dkms_problems(rocm.parse_dkms_status(dkms or ""), "amdgpu", [running, newest])
+    running, newest = kernels["running"], rocmtools.newest_kernel(kernels["installed"])
+    reasons += rocmtools.dkms_problems(rocmtools.parse_dkms_status(dkms or ""), "amdgpu", [running, newest])
     if owed:
         reasons.append(f"a reboot is owed: {'; '.join(owed)}")
     if not ((driver or {}).get("module") or not settings.rocm_check_module) or not (driver or {}).get("kfd"):

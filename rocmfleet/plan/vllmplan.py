@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rocmfleet.config.settings import HostConfig, Instance
-from rocmfleet.domain import hfmodel, readiness, vllm
+from rocmfleet.config.instances import Instance
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.domain import hfmodel, readiness, vllm, vllmfiles
 from rocmfleet.domain.topology import Topology, TopologyParseError
 from rocmfleet.facts import topology as topology_script
 from rocmfleet.facts.state import Gathered
@@ -37,8 +38,8 @@ from rocmfleet.plan.instance import (
 )
 from rocmfleet.scripts import DIR as SCRIPTS_DIR
 
-#: The glob of the vLLM units rocmfleet may have made (:func:`rocmfleet.domain.vllm.layout`).
-UNIT_GLOB = vllm.layout("*").unit_path
+#: The glob of the vLLM units rocmfleet may have made (:func:`rocmfleet.domain.vllmfiles.layout`).
+UNIT_GLOB = vllmfiles.layout("*").unit_path
 #: Device files whose group ids the containers are given (``rocmfleet.facts.devices.DeviceGroupIds``).
 DEVICE_GLOB = "/dev/dri/renderD*"
 #: Name of the GPU topology script's run in the ``HostState`` read (``rocmfleet.facts.topology.SCRIPT``).
@@ -62,7 +63,7 @@ def directories(config: HostConfig) -> list[tuple[str, str, str | None, str | No
     """``(path, mode, user, group)`` of the directories the role creates, in order."""
     settings = config.settings
     return [
-        (vllm.CONFIG_DIR, "700", "root", "root"),
+        (vllmfiles.CONFIG_DIR, "700", "root", "root"),
         (settings.vllm_cache_dir, "755", None, None),
         (settings.vllm_hf_cache_dir, "755", None, None),
         (vllm.SCRIPT_DIR, "755", "root", "root"),
@@ -86,7 +87,7 @@ def wanted_instance(config: HostConfig, instance: Instance, placed: HostPlacemen
     """What the deploy leaves of ``instance``, for :func:`rocmfleet.plan.drift.drift`: its
     environment file and unit (:func:`rocmfleet.plan.instance.instance_files`), its secrets file
     and its unit running and enabled."""
-    names = vllm.files_of(instance)
+    names = vllmfiles.files_of(instance)
     secrets = WantedFile(names.secrets_file, secrets_content(config).reveal().encode(), "600", "root", "root")
     return [*instance_files(config, instance, placed).files, secrets, WantedUnit(names.unit)]
 
@@ -116,8 +117,8 @@ def query(config: HostConfig) -> dict[str, object]:
     for instance in config.instances():
         files = last_good_of(instance.name)
         paths += [*files.live.values(), *(files.saved(n) for n in files.live), files.serve_json]
-    units = [vllm.files_of(i).unit for i in config.instances()]
-    ready = [(i.name, readiness.live_args(i.port, vllm.files_of(i).container)) for i in config.instances()]
+    units = [vllmfiles.files_of(i).unit for i in config.instances()]
+    ready = [(i.name, readiness.live_args(i.port, vllmfiles.files_of(i).container)) for i in config.instances()]
     return {
         "paths": [*paths, vllm.KFD],
         "globs": [DEVICE_GLOB],
@@ -179,7 +180,7 @@ def plan(config: HostConfig, topology: Topology | None, got: Gathered, host_name
         model_missing=not model_staged(staging(config), got),
     )
     keep = {i.name for i in config.instances()}
-    managed = {vllm.instance_of_unit(p) for p in got.marked.get(UNIT_GLOB, [])}
+    managed = {vllmfiles.instance_of_unit(p) for p in got.marked.get(UNIT_GLOB, [])}
     result.orphans = sorted(managed - keep)
     if topology is not None:
         result.placed = place_host(config, topology, device_gids(got), host_name)
@@ -294,7 +295,7 @@ def plan_dict(config: HostConfig, todo: VllmPlan) -> dict[str, object]:
         }
     instances: dict[str, object] = {}
     for instance in config.instances():
-        names = vllm.files_of(instance)
+        names = vllmfiles.files_of(instance)
         files: list[dict[str, object]] = []
         if isinstance(placed, HostPlacement):
             files = [

@@ -17,7 +17,8 @@ import pytest
 
 from rocmfleet.config.profiles import load_profile
 from rocmfleet.domain.benchshape import Case, shape_for, sweep_for
-from rocmfleet.fleet.bench.bench import load_run, parse_result, result_path
+from rocmfleet.fleet.bench.bench import parse_result
+from rocmfleet.fleet.bench.runs import load_run, result_path
 from tests.conftest import ROOT
 from tests.unit.conftest import LAB_PROFILE
 

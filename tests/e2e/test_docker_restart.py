@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from rocmfleet.config.settings import HostSettings
+from rocmfleet.config.hostsettings import HostSettings
 from tests.conftest import lab_inventory, lab_ssh, pyinfra_json
 
 pytestmark = pytest.mark.lab

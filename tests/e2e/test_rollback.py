@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet.domain.vllm import layout
+from rocmfleet.domain.vllmfiles import layout
 from rocmfleet.fleet.rollout import swap
 from tests.conftest import ROOT, connect, pyinfra_json
 from tests.e2e.test_deploy import complete, pyinfra_deploy

@@ -26,27 +26,28 @@ from rocmfleet.config.vault import Secret
 from rocmfleet.domain.benchshape import AMD_PAIRS, BenchShape, Case, Thresholds, shape_for, sweep_for
 from rocmfleet.fleet.bench import benchrun
 from rocmfleet.fleet.bench.bench import (
-    KILL_AFTER_S,
     BenchParseError,
     BenchResult,
-    Verdict,
     bench_command,
+    load_result,
+    parse_result,
+    parse_results,
+)
+from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
+from rocmfleet.fleet.bench.runs import (
+    KILL_AFTER_S,
     container_result_path,
     docker_exec,
     instance_dir,
-    judge,
     latest_baseline,
-    load_result,
     load_run,
     new_run_id,
-    parse_result,
-    parse_results,
     result_path,
     save_verdict,
     target_name,
     verdict_passed,
 )
-from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
+from rocmfleet.fleet.bench.verdicts import Verdict, judge
 from rocmfleet.fleet.connect import SshSettings
 from rocmfleet.fleet.target import Target
 from tests.unit.conftest import DIGEST, LAB_PROFILE

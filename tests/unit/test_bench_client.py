@@ -10,8 +10,9 @@ import pytest
 
 from rocmfleet.domain.benchshape import Case
 from rocmfleet.fleet.bench import client as bclient
-from rocmfleet.fleet.bench.bench import Thresholds, bench_command, judge, parse_result
+from rocmfleet.fleet.bench.bench import Thresholds, bench_command, parse_result
 from rocmfleet.fleet.bench.bench_report import markdown_summary
+from rocmfleet.fleet.bench.verdicts import judge
 from rocmfleet.fleet.rollout import report as rreport
 from rocmfleet.fleet.rollout import state as rstate
 from rocmfleet.fleet.rollout.gate import bench_numbers

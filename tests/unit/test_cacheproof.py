@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from rocmfleet import scripts
-from rocmfleet.config.errors import CannotCheck
 from rocmfleet.config.settings import host_config
 from rocmfleet.domain import cachedirs, cachekey, cacheproof, vllm
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.facts.vllm import CacheProof
 from rocmfleet.fleet.check import compliance
 from rocmfleet.fleet.check import test_cache as cache_checks

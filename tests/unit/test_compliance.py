@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet.config.errors import CannotCheck
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet.check import checkfile, compliance, cvs
 from rocmfleet.fleet.check.compliance import CheckResult
 from rocmfleet.fleet.inventory import FleetError, load_fleet
@@ -95,7 +95,7 @@ def test_report_plugin_records_each_check_once(tmp_path):
         "def test_fixture(broken):\n    pass\n"
         "def test_parse():\n    int('banana')\n"
         "def test_unreadable():\n"
-        "    from rocmfleet.config.errors import CannotCheck\n"
+        "    from rocmfleet.domain.tooloutput import CannotCheck\n"
         "    raise CannotCheck('journal unreadable')\n"
     )
     out = tmp_path / "report.jsonl"

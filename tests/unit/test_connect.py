@@ -11,9 +11,9 @@ import paramiko
 import pytest
 import testinfra.host
 
-from rocmfleet.config.errors import CannotCheck
 from rocmfleet.config.sshkeys import pyinfra_ssh_keys
-from rocmfleet.fleet import connect
+from rocmfleet.domain.tooloutput import CannotCheck
+from rocmfleet.fleet import commandlog, connect
 from rocmfleet.fleet.check.backend import SessionBackend
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session, SshSettings
 from tests.unit.sshserver import LoopbackSshServer
@@ -129,7 +129,7 @@ def test_a_command_past_its_deadline_raises(server):
 
 def test_with_the_command_log_set_each_command_is_one_line_there(server, tmp_path, monkeypatch):
     log = tmp_path / "commands.jsonl"
-    monkeypatch.setenv(connect.COMMAND_LOG_ENV, str(log))
+    monkeypatch.setenv(commandlog.COMMAND_LOG_ENV, str(log))
     with Session.open(settings_for(server)) as session:
         session.run("exit 3")
         with pytest.raises(CommandTimeout):
@@ -141,7 +141,7 @@ def test_with_the_command_log_set_each_command_is_one_line_there(server, tmp_pat
     ]
     assert len({line["session"] for line in lines}) == 1 and lines[1]["s"] >= 1
     assert oct(log.stat().st_mode & 0o777) == "0o600"
-    monkeypatch.delenv(connect.COMMAND_LOG_ENV)
+    monkeypatch.delenv(commandlog.COMMAND_LOG_ENV)
     with Session.open(settings_for(server)) as session:
         session.run("true")
     assert len(log.read_text().splitlines()) == 2  # unset: nothing more
@@ -152,19 +152,19 @@ def test_told_commands_tells_each_command_of_this_process_and_its_children(serve
     import subprocess
     import sys
 
-    monkeypatch.delenv(connect.COMMAND_LOG_ENV, raising=False)
+    monkeypatch.delenv(commandlog.COMMAND_LOG_ENV, raising=False)
     told: list[str] = []
     child = (
         "import pickle, sys\nfrom rocmfleet.fleet.connect import Session\n"
         f"with Session.open(pickle.loads({pickle.dumps(settings_for(server))!r})) as s:\n"
         "    s.run('echo from the child')\n"
     )
-    with connect.told_commands(told.append, poll_s=0.05):
+    with commandlog.told_commands(told.append, poll_s=0.05):
         with Session.open(settings_for(server)) as session:
             session.run("exit 3")
             session.run("echo  a\n" + "x" * 300)
         subprocess.run([sys.executable, "-c", child], check=True, timeout=60)  # as the check's workers
-    assert connect.COMMAND_LOG_ENV not in os.environ  # its own log is gone with the block
+    assert commandlog.COMMAND_LOG_ENV not in os.environ  # its own log is gone with the block
     first, second, third = told
     assert first.startswith(f"[ops@127.0.0.1:{server.port}] ") and first.endswith(" s, exit 3: exit 3")
     assert second.endswith(": echo a " + "x" * 112)  # the first 120 characters, white space folded
@@ -175,9 +175,9 @@ def test_v_tells_commands_before_or_after_the_command(monkeypatch):
     from rocmfleet import cli
     from rocmfleet.cli import schema
 
-    monkeypatch.delenv(connect.COMMAND_LOG_ENV, raising=False)
+    monkeypatch.delenv(commandlog.COMMAND_LOG_ENV, raising=False)
     seen = []
-    monkeypatch.setattr(schema, "run", lambda args: seen.append(os.environ.get(connect.COMMAND_LOG_ENV)) or 0)
+    monkeypatch.setattr(schema, "run", lambda args: seen.append(os.environ.get(commandlog.COMMAND_LOG_ENV)) or 0)
     for argv in (["schema"], ["-v", "schema"], ["schema", "-v"]):
         assert cli.main(argv) == 0
     assert seen[0] is None and seen[1] and seen[2]  # a log to tell from, only with -v
@@ -294,7 +294,7 @@ def test_key_files_are_never_key_material(server):
 
 SAMPLE_CHECKS = """
 from rocmfleet.fleet.check import expect
-from rocmfleet.config.errors import CannotCheck
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 
 

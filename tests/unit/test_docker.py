@@ -84,7 +84,7 @@ def test_key_types_read_as_docker_documents_them():
 
 
 def test_settings_dump_docker_daemon_as_docker_spells_it_and_validate_again(lab_data):
-    from rocmfleet.config.settings import HostSettings
+    from rocmfleet.config.hostsettings import HostSettings
 
     lab_data["docker_daemon"] = {"log-opts": {"max-file": "5"}, "ipv6": False}
     settings = host_config(lab_data).settings

@@ -8,7 +8,7 @@ import pytest
 from rocmfleet.config.errors import ConfigError
 from rocmfleet.config.profiles import ProfileError, load_profile
 from rocmfleet.config.settings import host_config
-from rocmfleet.domain import envpolicy, vllm
+from rocmfleet.domain import envpolicy, vllm, vllmplace
 from rocmfleet.domain.placement import Placement
 from rocmfleet.plan.instance import vllm_settings
 from tests.unit.conftest import LAB_PROFILE, TOPOLOGY, every_profile
@@ -194,7 +194,7 @@ def test_engine_ready_timeout_is_rendered_only_for_vllm_that_reads_it():
 def test_engine_ready_timeout_follows_the_setting_and_is_refused_in_vllm_env(lab_data):
     lab_data["vllm_ready_timeout_s"] = 5400
     config = host_config(lab_data)
-    placement = vllm.placements(vllm_settings(config), TOPOLOGY)[config.instances()[0].name]
+    placement = vllmplace.placements(vllm_settings(config), TOPOLOGY)[config.instances()[0].name]
     assert vllm.container_env(vllm_settings(config), placement)["VLLM_ENGINE_READY_TIMEOUT_S"] == "5400"
     lab_data["vllm_env"] = {"VLLM_ENGINE_READY_TIMEOUT_S": "60"}
     with pytest.raises(ConfigError) as exc:

@@ -9,7 +9,8 @@ import pytest
 from packaging.version import Version
 from pydantic import ValidationError
 
-from rocmfleet.domain.flags import ANY, FLAGS, REMOVED, FlagError, ServingSettings, render
+from rocmfleet.domain.flagrender import render
+from rocmfleet.domain.flags import ANY, FLAGS, REMOVED, FlagError, ServingSettings
 
 #: Every release the bounds were read from, plus versions between them.
 VERSIONS = [

@@ -12,7 +12,7 @@ import pytest
 
 from rocmfleet import scripts
 from rocmfleet.config.settings import host_config
-from rocmfleet.domain import lastgood, vllm
+from rocmfleet.domain import lastgood, vllm, vllmfiles
 from rocmfleet.facts.state import HostState, parse_state, state_args
 from rocmfleet.facts.topology import parse_fact_output
 from rocmfleet.plan import hoststate, vllmplan
@@ -187,7 +187,7 @@ def converged_output(config, topology, *, skip: str = "", ready: int = 0) -> lis
             path(files.live[name], mode=want.mode, content=want.content)
             path(files.saved(name), mode="600", content=want.content)
         path(files.serve_json, mode="600", content=record.encode())
-        names = vllm.files_of(inst)
+        names = vllmfiles.files_of(inst)
         lines.append(
             json.dumps({"kind": "unit", "unit": names.unit, "load": "loaded", "active": "active", "enabled": "enabled"})
         )

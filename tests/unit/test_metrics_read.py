@@ -206,7 +206,7 @@ def test_a_stopped_unit_is_a_skip(checked, monkeypatch):
 
 
 def test_a_read_that_did_not_run_is_an_error_not_a_failure(lab_data):
-    from rocmfleet.config.errors import CannotCheck
+    from rocmfleet.domain.tooloutput import CannotCheck
 
     class Broken(LocalHost):
         def run(self, command: str) -> Any:

@@ -1,5 +1,5 @@
 """Every parser a check relies on refuses empty, truncated and unknown output (issue 16):
-the check is then an error (:class:`~rocmfleet.config.errors.CannotCheck`), never a pass."""
+the check is then an error (:class:`~rocmfleet.domain.tooloutput.CannotCheck`), never a pass."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from rocmfleet import scripts
-from rocmfleet.config.errors import CannotCheck, ToolOutputError
-from rocmfleet.domain import docker, rocm, tuning
+from rocmfleet.domain import docker, rocmtools, tuning
+from rocmfleet.domain.tooloutput import CannotCheck, ToolOutputError
 
 DKMS = "amdgpu/6.14.14-2204008.24.04, 6.14.0-29-generic, x86_64: installed\n"
 MADISON = "amdgpu-dkms | 1:6.14.14.30300000-2278356.22.04 | https://repo.radeon.com/amdgpu/6.3/ubuntu jammy/main\n"
@@ -23,33 +23,33 @@ INSPECT = '[{"Id": "abc", "Config": {"Image": "x"}}]'
 
 
 def test_the_good_outputs_parse():
-    assert [e.kernel for e in rocm.parse_dkms_status(DKMS, strict=True)] == ["6.14.0-29-generic"]
-    assert rocm.parse_madison(MADISON, "amdgpu-dkms") == [
+    assert [e.kernel for e in rocmtools.parse_dkms_status(DKMS, strict=True)] == ["6.14.0-29-generic"]
+    assert rocmtools.parse_madison(MADISON, "amdgpu-dkms") == [
         ("1:6.14.14.30300000-2278356.22.04", "https://repo.radeon.com/amdgpu/6.3/ubuntu")
     ]
     assert tuning.grub_cmdline(GRUB) == ["iommu=pt", "amd_iommu=on"]
     assert tuning.grub_cfg_linux_lines(GRUB_CFG)[0][-1] == "amd_iommu=on"
     assert docker.parse_daemon_json('{"live-restore": true}') == {"live-restore": True}
     assert docker.parse_inspect(INSPECT, "vllm-a")["Id"] == "abc"
-    assert rocm.reboot_reasons(0, "state: none\n") == []
-    assert rocm.reboot_reasons(0, "state: listed\namdgpu-dkms installed\n\n") == ["amdgpu-dkms installed"]
+    assert rocmtools.reboot_reasons(0, "state: none\n") == []
+    assert rocmtools.reboot_reasons(0, "state: listed\namdgpu-dkms installed\n\n") == ["amdgpu-dkms installed"]
 
 
 def test_dkms_added_lines_and_warnings_are_not_entries():
     text = "Warning: something\namdgpu/6.14.14: added\n" + DKMS
-    assert len(rocm.parse_dkms_status(text, strict=True)) == 1
+    assert len(rocmtools.parse_dkms_status(text, strict=True)) == 1
 
 
 @pytest.mark.parametrize(
     ("parse", "text"),
     [
-        (lambda t: rocm.parse_dkms_status(t, strict=True), ""),
-        (lambda t: rocm.parse_dkms_status(t, strict=True), DKMS[:30]),  # truncated mid-line
-        (lambda t: rocm.parse_dkms_status(t, strict=True), "amdgpu 6.14.14 is installed for 6.14.0\n"),
-        (lambda t: rocm.parse_madison(t, "amdgpu-dkms"), ""),
-        (lambda t: rocm.parse_madison(t, "amdgpu-dkms"), MADISON[:40]),
-        (lambda t: rocm.parse_madison(t, "amdgpu-dkms"), "N: Unable to locate package amdgpu-dkms\n"),
-        (lambda t: rocm.parse_madison(t, "amdgpu-dkms"), MADISON.replace("amdgpu-dkms", "rocm-core")),
+        (lambda t: rocmtools.parse_dkms_status(t, strict=True), ""),
+        (lambda t: rocmtools.parse_dkms_status(t, strict=True), DKMS[:30]),  # truncated mid-line
+        (lambda t: rocmtools.parse_dkms_status(t, strict=True), "amdgpu 6.14.14 is installed for 6.14.0\n"),
+        (lambda t: rocmtools.parse_madison(t, "amdgpu-dkms"), ""),
+        (lambda t: rocmtools.parse_madison(t, "amdgpu-dkms"), MADISON[:40]),
+        (lambda t: rocmtools.parse_madison(t, "amdgpu-dkms"), "N: Unable to locate package amdgpu-dkms\n"),
+        (lambda t: rocmtools.parse_madison(t, "amdgpu-dkms"), MADISON.replace("amdgpu-dkms", "rocm-core")),
         (tuning.grub_cmdline, ""),
         (tuning.grub_cmdline, GRUB[:60]),  # truncated before the GRUB_CMDLINE_LINUX line
         (tuning.grub_cmdline, GRUB[:-5]),  # truncated inside the quotes
@@ -63,8 +63,8 @@ def test_dkms_added_lines_and_warnings_are_not_entries():
         (lambda t: docker.parse_inspect(t, "vllm-a"), INSPECT[:15]),
         (lambda t: docker.parse_inspect(t, "vllm-a"), "[]"),
         (lambda t: docker.parse_inspect(t, "vllm-a"), '{"Id": "abc"}'),
-        (lambda t: rocm.reboot_reasons(0, t), ""),
-        (lambda t: rocm.reboot_reasons(0, t), "amdgpu-dkms installed\n"),
+        (lambda t: rocmtools.reboot_reasons(0, t), ""),
+        (lambda t: rocmtools.reboot_reasons(0, t), "amdgpu-dkms installed\n"),
     ],
 )
 def test_empty_truncated_or_unknown_output_is_an_error(parse, text):
@@ -79,7 +79,7 @@ def _reboot_owed(directory: str) -> list[str]:
     if os.geteuid() == 0:
         argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
     done = subprocess.run(argv, capture_output=True, text=True)
-    return rocm.reboot_reasons(done.returncode, done.stdout, done.stderr)
+    return rocmtools.reboot_reasons(done.returncode, done.stdout, done.stderr)
 
 
 @pytest.fixture
@@ -257,13 +257,13 @@ def test_render_gid_from_the_reads_getent():
 
 def test_one_madison_for_all_driver_packages():
     two = MADISON + MADISON.replace("amdgpu-dkms |", "amdgpu-dkms-firmware |")
-    got = rocm.parse_madison_packages(two, ["amdgpu-dkms", "amdgpu-dkms-firmware"])
+    got = rocmtools.parse_madison_packages(two, ["amdgpu-dkms", "amdgpu-dkms-firmware"])
     assert got["amdgpu-dkms-firmware"] == [
         ("1:6.14.14.30300000-2278356.22.04", "https://repo.radeon.com/amdgpu/6.3/ubuntu")
     ]
     for text in ("", MADISON, two + "garbage\n", two[:40]):  # nothing, one package missing, unknown, cut short
         with pytest.raises(ToolOutputError):
-            rocm.parse_madison_packages(text, ["amdgpu-dkms", "amdgpu-dkms-firmware"])
+            rocmtools.parse_madison_packages(text, ["amdgpu-dkms", "amdgpu-dkms-firmware"])
 
 
 @pytest.mark.parametrize(

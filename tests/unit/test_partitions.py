@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rocmfleet.config.hostprofile import profile_path
 from rocmfleet.config.profiles import PROFILES_DIR
-from rocmfleet.config.settings import host_config, profile_path
-from rocmfleet.domain import vllm
+from rocmfleet.config.settings import host_config
+from rocmfleet.domain import vllmplace
 from rocmfleet.domain.partitionmodes import PartitionPolicy, policy_problems
 from rocmfleet.domain.partitions import mode_problems, spread
 from rocmfleet.domain.placement import PlacementError
@@ -171,7 +172,7 @@ def test_more_ranks_than_physical_gpus_refused_unless_allowed():
     assert problems == [] and gpus == [tuple(range(16))]
 
 
-# --- through the profile and vllm.placements --------------------------------------------------
+# --- through the profile and vllmplace.placements --------------------------------------------------
 
 
 def _config(tmp_path, profile: str, host: dict | None = None, **changes):
@@ -184,7 +185,7 @@ def _config(tmp_path, profile: str, host: dict | None = None, **changes):
 def test_shipped_llama_on_a_cpx_host_is_refused(tmp_path):
     config = _config(tmp_path, "llama-3.3-70b")
     with pytest.raises(PlacementError) as info:
-        vllm.placements(vllm_settings(config), mi300x_cpx(), host="gpu-7")
+        vllmplace.placements(vllm_settings(config), mi300x_cpx(), host="gpu-7")
     assert "host gpu-7: physical GPU(s) 0000:05:00.0" in str(info.value)
     assert "amd-smi set --gpu all --compute-partition SPX" in str(info.value)
 
@@ -199,7 +200,7 @@ def test_cpx_profile_tp8_spans_physical_gpus(tmp_path):
         instances_per_host=8,
         model_memory=None,
     )
-    placed = vllm.placements(vllm_settings(config), mi300x_cpx())
+    placed = vllmplace.placements(vllm_settings(config), mi300x_cpx())
     assert len(placed) == 8
     for k, p in enumerate(placed.values()):
         assert p.gpus == tuple(range(k, 64, 8))
@@ -211,7 +212,7 @@ def test_cpx_profile_tp8_spans_physical_gpus(tmp_path):
 
 def test_cpx_profile_tp1_instances_one_per_physical_gpu(tmp_path):
     config = _config(tmp_path, "llama-3.3-70b", compute_partition="CPX", model_memory=None)
-    placed = vllm.placements(vllm_settings(config), mi300x_cpx())
+    placed = vllmplace.placements(vllm_settings(config), mi300x_cpx())
     assert [p.gpus for p in placed.values()] == [(0,), (32,), (8,), (40,), (16,), (48,), (24,), (56,)]
     assert [p.cpuset_mems for p in placed.values()] == ["0", "1"] * 4
     assert placed["llama-3.3-70b-1"].notes[-1] == (
@@ -239,6 +240,6 @@ def test_explicit_tp_group_on_one_physical_gpu_refused(tmp_path):
     )
     config = host_config(data, tmp_path)
     with pytest.raises(PlacementError, match="TP ranks on GPUs 0-1 share physical GPU"):
-        vllm.placements(vllm_settings(config), mi300x_cpx())
+        vllmplace.placements(vllm_settings(config), mi300x_cpx())
     (tmp_path / "qwen.yml").write_text((tmp_path / "qwen.yml").read_text() + "tp_on_one_gpu: true\n")
-    assert vllm.placements(vllm_settings(host_config(data, tmp_path)), mi300x_cpx())["q"].gpus == (0, 1)
+    assert vllmplace.placements(vllm_settings(host_config(data, tmp_path)), mi300x_cpx())["q"].gpus == (0, 1)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from rocmfleet.domain import parts, vllm
+from rocmfleet.domain import parts, vllmplace
 from rocmfleet.domain.placement import PlacementError
 from rocmfleet.domain.topology import PciSysfs, Topology
 from rocmfleet.plan.instance import vllm_settings
@@ -27,7 +27,7 @@ def as_part(topology: Topology, device_id: int, gfx_target_version: int = 90402)
 
 def refusal(config, topology: Topology) -> list[str]:
     with pytest.raises(PlacementError) as info:
-        vllm.placements(vllm_settings(config), topology, "gpu-1")
+        vllmplace.placements(vllm_settings(config), topology, "gpu-1")
     return list(info.value.problems)
 
 
@@ -63,7 +63,7 @@ def test_every_shipped_profile_is_placed_on_an_8x_mi300x_spx_nps1_host(tmp_path)
     spx_nps1 = replace(TOPOLOGY, gpus=tuple(replace(g, memory_partition="NPS1") for g in TOPOLOGY.gpus))
     for name in every_profile():
         config = _config(tmp_path, name)
-        assert len(vllm.placements(vllm_settings(config), spx_nps1)) == len(config.instances()), name
+        assert len(vllmplace.placements(vllm_settings(config), spx_nps1)) == len(config.instances()), name
 
 
 # --- memory per part ----------------------------------------------------------------------------
@@ -80,7 +80,7 @@ def test_a_cpx_partition_has_its_parts_memory(tmp_path):
         gpus_per_instance=4,
         tensor_parallel_size=4,
     )
-    placed = vllm.placements(vllm_settings(config), mi308x())
+    placed = vllmplace.placements(vllm_settings(config), mi308x())
     assert len(placed) == 8 and all(len(p.gpus) == 4 for p in placed.values())
     (line,) = refusal(config, mi300x_cpx())
     assert line.startswith("model_memory: does not fit at tensor_parallel_size 4")
@@ -91,7 +91,7 @@ def test_a_cpx_partition_has_its_parts_memory(tmp_path):
 def test_a_model_that_fits_an_mi325x_is_refused_on_an_mi300a(tmp_path):
     # Llama 3.3 70B at TP 1: 131.4 GiB. An MI325X has 256 GiB: placed; an MI300A has 128: refused.
     config = _config(tmp_path, "llama-3.3-70b", instances_per_host=8)
-    assert len(vllm.placements(vllm_settings(config), as_part(TOPOLOGY, 0x74A5))) == 8
+    assert len(vllmplace.placements(vllm_settings(config), as_part(TOPOLOGY, 0x74A5))) == 8
     (line,) = refusal(config, as_part(TOPOLOGY, 0x74A0))
     assert "more than 128 GiB (MI300A) x gpu_memory_utilization" in line
 
@@ -167,7 +167,7 @@ def test_a_gpu_bound_without_a_kfd_node_refuses_every_layout_until_the_count_say
     )
     assert line.endswith("no layout is placed: repair them, or set vllm_gpu_count: 7 for this host")
     seven_known = _config(tmp_path, "llama-3.3-70b", {"vllm_gpu_count": 7}, instances_per_host=7, model_memory=None)
-    assert len(vllm.placements(vllm_settings(seven_known), seven)) == 7
+    assert len(vllmplace.placements(vllm_settings(seven_known), seven)) == 7
 
 
 def test_fewer_gpus_than_the_count_refuse_every_layout_naming_what_is_missing(tmp_path):
@@ -206,7 +206,7 @@ def test_an_unknown_part_is_sized_as_before_and_mixed_device_ids_are_refused(tmp
 def test_fp4_off_in_any_spelling_vllm_reads_as_off_is_accepted_on_gfx942(tmp_path):
     for off in ("0", "false", "False", "no"):
         config = _config(tmp_path, "llama-3.3-70b", {"vllm_env": {FP4: off}}, model_memory=None)
-        assert len(vllm.placements(vllm_settings(config), TOPOLOGY)) == 8, off
+        assert len(vllmplace.placements(vllm_settings(config), TOPOLOGY)) == 8, off
 
 
 # --- architecture: gfx950 ----------------------------------------------------------------------
@@ -221,7 +221,7 @@ def test_a_gfx950_host_needs_an_image_that_knows_it_and_takes_fp4(tmp_path):
         "vllm_version is 0.9.2"
     )
     fp4 = _config(tmp_path, "llama-3.3-70b", {"vllm_env": {FP4: "1"}}, model_memory=None)
-    placed = vllm.placements(vllm_settings(fp4), mi355x)
+    placed = vllmplace.placements(vllm_settings(fp4), mi355x)
     assert {p.gfx_arch for p in placed.values()} == {"gfx950"}
     (line,) = refusal(fp4, TOPOLOGY)
     assert line.startswith(f"vllm_env {FP4}=1: on gfx942 with vLLM 0.33.0 it must be 0")

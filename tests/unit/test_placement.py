@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
+from rocmfleet.domain.smi import parse_rocm_smi_toponuma
 from rocmfleet.domain.topology import (
     NumaNode,
     Topology,
     parse_kfd_topology,
     parse_lscpu_numa,
-    parse_rocm_smi_toponuma,
     read_kfd_tree,
     with_gpu_numa,
 )

@@ -99,8 +99,8 @@ def test_a_host_that_holds_the_rendered_files_has_no_drift_in_them():
 def test_the_check_asserts_no_drift_with_the_deploys_renderer():
     """``fleet/check/test_vllm.py``'s files check, on the lab case's read: not read is an error, a
     host holding the rendered files passes, a changed environment file fails."""
-    from rocmfleet.config.errors import CannotCheck
-    from rocmfleet.domain import vllm
+    from rocmfleet.domain import vllmfiles, vllmplace
+    from rocmfleet.domain.tooloutput import CannotCheck
     from rocmfleet.fleet.check import expect
     from rocmfleet.fleet.check import test_vllm as check
 
@@ -110,7 +110,7 @@ def test_the_check_asserts_no_drift_with_the_deploys_renderer():
     topology = vllmplan.topology_of(got)
     assert topology is not None and topology != "unknown"
     instance = config.instances()[0]
-    placement = vllm.placements(vllm_settings(config), topology)[instance.name]
+    placement = vllmplace.placements(vllm_settings(config), topology)[instance.name]
     expect._memo[("plan-case", "state")] = got
     try:
         with pytest.raises(CannotCheck, match="not reported by the read"):
@@ -124,7 +124,7 @@ def test_the_check_asserts_no_drift_with_the_deploys_renderer():
             lines.append(json.dumps({**item, "group": "root", "gid": "0", "sha256": sha}))
         expect._memo[("plan-case", "state")] = parse_state([*lines, '{"kind":"end"}'])
         check.test_instance_files_as_wanted("plan-case", config, topology, instance, placement)
-        env = vllm.files_of(instance).env_file
+        env = vllmfiles.files_of(instance).env_file
         edited = [line.replace('"sha256": "', '"sha256": "00', 1) if env in line else line for line in lines]
         expect._memo[("plan-case", "state")] = parse_state([*edited, '{"kind":"end"}'])
         with pytest.raises(AssertionError, match=f"{env}: content"):

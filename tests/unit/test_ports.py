@@ -10,7 +10,7 @@ import pytest
 
 from rocmfleet.config.errors import ConfigError
 from rocmfleet.config.profiles import load_profiles
-from rocmfleet.domain import ports, vllm
+from rocmfleet.domain import ports, vllm, vllmfiles, vllmplace
 from rocmfleet.domain.placement import PlacementError
 from rocmfleet.plan.instance import HostPlacement, instance_files, vllm_settings
 from tests.unit.conftest import TOPOLOGY
@@ -29,7 +29,7 @@ def _tp2_placed(tmp_path, name):
     tmp_path.mkdir(exist_ok=True)
     try:
         config = _config(tmp_path, name, **TP2)
-        placements = vllm.placements(vllm_settings(config), TOPOLOGY, "mi300x-1")
+        placements = vllmplace.placements(vllm_settings(config), TOPOLOGY, "mi300x-1")
     except (ConfigError, PlacementError):
         return None, None
     bdfs = {n: [TOPOLOGY.gpus[i].pci_address for i in p.gpus] for n, p in placements.items()}
@@ -71,7 +71,7 @@ def test_the_docker_command_and_environment_carry_the_instance_ports(tmp_path):
     argv = vllm.docker_run_argv(service, third, placed.placements[third.name], placed.device_gids)
     assert "--network=host" in argv
     assert argv[argv.index("--port") + 1] == str(third.port) == "8002"
-    assert argv[argv.index("--env-file") + 1] == vllm.files_of(third).env_file
+    assert argv[argv.index("--env-file") + 1] == vllmfiles.files_of(third).env_file
     assert vllm.container_env(service, placed.placements[third.name])["VLLM_PORT"] == "20020"
     assert not any("VLLM_PORT" in a for a in argv)  # the environment file carries it, not the command line
 

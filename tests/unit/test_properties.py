@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocmfleet.config.settings import ConfigError, host_config
-from rocmfleet.domain import flags
+from rocmfleet.domain import flagrender, flags
 from rocmfleet.domain.placement import InstanceShape, PlacementError, place
 from rocmfleet.domain.systemd import exec_line
 from rocmfleet.domain.topology import Gpu, NumaNode, Topology
@@ -173,7 +173,7 @@ versions = st.sampled_from(["0.9.0", "0.9.2", "0.10.1", "0.11.0", "0.11.1", "0.1
 @settings(max_examples=300, deadline=None)
 def test_rendering_either_refuses_clearly_or_gives_parseable_flags(settings_, version):
     try:
-        rendered = flags.render(settings_, version)
+        rendered = flagrender.render(settings_, version)
     except flags.FlagError as exc:
         assert exc.problems and all(version in p or "vLLM" in p for p in exc.problems)
         return

@@ -9,7 +9,7 @@ import pytest
 
 from rocmfleet.config.errors import ConfigError
 from rocmfleet.config.settings import host_config
-from rocmfleet.domain import rocm
+from rocmfleet.domain import rocm, rocmtools
 
 REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "mi300x.md"
 OSES = sorted(rocm.OS_TARGETS.values(), key=lambda t: t.key)
@@ -156,7 +156,7 @@ other/1.0: added
 
 
 def test_parse_dkms_status_both_formats():
-    entries = rocm.parse_dkms_status(DKMS)
+    entries = rocmtools.parse_dkms_status(DKMS)
     assert [(e.module, e.version, e.kernel, e.state) for e in entries] == [
         ("amdgpu", "6.14.14-2204008.24.04", "6.14.0-29-generic", "installed"),
         ("amdgpu", "6.14.14-2204008.24.04", "6.14.0-33-generic", "built"),
@@ -165,9 +165,9 @@ def test_parse_dkms_status_both_formats():
 
 
 def test_dkms_problems_for_running_and_newest_kernel():
-    entries = rocm.parse_dkms_status(DKMS)
+    entries = rocmtools.parse_dkms_status(DKMS)
     kernels = ["6.14.0-29-generic", "6.14.0-33-generic", "6.14.0-100-generic"]
-    assert rocm.newest_kernel(kernels) == "6.14.0-100-generic"
-    assert rocm.dkms_problems(entries, "amdgpu", ["6.14.0-29-generic", "6.14.0-29-generic"]) == []
-    problems = rocm.dkms_problems(entries, "amdgpu", ["6.14.0-29-generic", "6.14.0-33-generic"])
+    assert rocmtools.newest_kernel(kernels) == "6.14.0-100-generic"
+    assert rocmtools.dkms_problems(entries, "amdgpu", ["6.14.0-29-generic", "6.14.0-29-generic"]) == []
+    problems = rocmtools.dkms_problems(entries, "amdgpu", ["6.14.0-29-generic", "6.14.0-33-generic"])
     assert problems == ["amdgpu is not installed for kernel 6.14.0-33-generic (dkms status: built)"]

@@ -13,7 +13,7 @@ import pytest
 from rocmfleet import scripts
 from rocmfleet.config.errors import ConfigError
 from rocmfleet.config.settings import host_config
-from rocmfleet.domain import rocm
+from rocmfleet.domain import rocm, rocmhost, rocmtools
 from rocmfleet.facts.rocm import RocmOnHost, SecureBoot
 
 STANDIN = Path(__file__).resolve().parents[1] / "lab" / "standin"
@@ -66,7 +66,7 @@ CURRENT_HOST = [
 
 
 def test_parse_host_state():
-    found = rocm.parse_host_rocm(LEGACY_HOST)
+    found = rocmhost.parse_host_rocm(LEGACY_HOST)
     assert found.driver_dir == "30.30" and found.legacy_version == "7.2"
     assert rocm.PIN_FILE in found.files and rocm.CURRENT_SOURCES not in found.files
     assert "rocminfo" not in found.installed and found.installed["rocm-core"] == "7.2.0.70200000-1~22.04"
@@ -85,11 +85,11 @@ def test_parse_host_state():
     ],
 )
 def test_streams_on_host(lines, streams):
-    assert rocm.streams_on_host(rocm.parse_host_rocm(lines)) == streams
+    assert rocmhost.streams_on_host(rocmhost.parse_host_rocm(lines)) == streams
 
 
 def test_legacy_to_current_removes_meta_package_then_rocm_core_then_files():
-    removal = rocm.stream_removal(CURRENT, rocm.parse_host_rocm(LEGACY_HOST))
+    removal = rocmhost.stream_removal(CURRENT, rocmhost.parse_host_rocm(LEGACY_HOST))
     assert removal.stream == "legacy"
     # AMD's order: `apt autoremove rocm`, then `apt autoremove rocm-core` (amd-smi-lib goes with it)
     assert removal.package_steps == (("rocm",), ("rocm-core",))
@@ -100,21 +100,21 @@ def test_legacy_to_current_removes_meta_package_then_rocm_core_then_files():
 
 
 def test_current_to_legacy_removes_amdrocm_packages_source_and_key_not_the_driver():
-    removal = rocm.stream_removal(LEGACY, rocm.parse_host_rocm(CURRENT_HOST))
+    removal = rocmhost.stream_removal(LEGACY, rocmhost.parse_host_rocm(CURRENT_HOST))
     assert removal.stream == "current"
     assert removal.package_steps == (("amdrocm-core-dev10.0-gfx942", "amdrocm10.0-gfx942"),)
     assert removal.files == (rocm.CURRENT_SOURCES, rocm.CURRENT_KEYRING)
 
 
 def test_versioned_legacy_meta_packages_are_removed_too():
-    found = rocm.parse_host_rocm(["pkg rocm7.2.0 ii 7.2.0", "pkg rocm-core7.2.0 ii 7.2.0", "pkg rocm-smi-lib ii 7"])
-    assert rocm.stream_packages("legacy", found.installed) == [["rocm7.2.0"], ["rocm-core7.2.0"]]
+    found = rocmhost.parse_host_rocm(["pkg rocm7.2.0 ii 7.2.0", "pkg rocm-core7.2.0 ii 7.2.0", "pkg rocm-smi-lib ii 7"])
+    assert rocmhost.stream_packages("legacy", found.installed) == [["rocm7.2.0"], ["rocm-core7.2.0"]]
 
 
 def test_nothing_to_remove_on_the_same_stream_or_a_bare_host():
-    assert rocm.stream_removal(LEGACY, rocm.parse_host_rocm(LEGACY_HOST)) is None
-    assert rocm.stream_removal(CURRENT, rocm.parse_host_rocm(CURRENT_HOST)) is None
-    assert rocm.stream_removal(CURRENT, rocm.parse_host_rocm([])) is None
+    assert rocmhost.stream_removal(LEGACY, rocmhost.parse_host_rocm(LEGACY_HOST)) is None
+    assert rocmhost.stream_removal(CURRENT, rocmhost.parse_host_rocm(CURRENT_HOST)) is None
+    assert rocmhost.stream_removal(CURRENT, rocmhost.parse_host_rocm([])) is None
 
 
 # --- downgrades ------------------------------------------------------------------------------
@@ -122,35 +122,35 @@ def test_nothing_to_remove_on_the_same_stream_or_a_bare_host():
 
 def test_downgrade_within_legacy_is_refused_with_both_versions():
     wanted = settings(rocm_stream="legacy", rocm_version="7.1", rocm_userspace=True)
-    message = rocm.downgrade_problem(wanted, rocm.parse_host_rocm(LEGACY_HOST))
+    message = rocmhost.downgrade_problem(wanted, rocmhost.parse_host_rocm(LEGACY_HOST))
     assert message == (
         "rocmfleet: amdgpu driver 30.20 is older than the installed 30.30; ROCm 7.1 is older than the installed "
         "7.2 (legacy stream): refusing a downgrade. Set rocm_allow_downgrade: true for this host to go back; "
         "nothing was changed on this host"
     )
     allowed = settings(rocm_stream="legacy", rocm_version="7.1", rocm_allow_downgrade=True)
-    assert rocm.downgrade_problem(allowed, rocm.parse_host_rocm(LEGACY_HOST)) is None
+    assert rocmhost.downgrade_problem(allowed, rocmhost.parse_host_rocm(LEGACY_HOST)) is None
 
 
 def test_downgrade_within_current_is_refused_driver_and_release():
     older_driver = settings(rocm_amdgpu_version="30.30")
-    assert rocm.downgrades(older_driver, rocm.parse_host_rocm(CURRENT_HOST)) == [
+    assert rocmhost.downgrades(older_driver, rocmhost.parse_host_rocm(CURRENT_HOST)) == [
         "amdgpu driver 30.30 is older than the installed 31.50"
     ]
-    newer_on_host = rocm.parse_host_rocm([*CURRENT_HOST, "pkg amdrocm10.1-gfx942 ii 10.1.0-1"])
-    assert rocm.downgrades(CURRENT, newer_on_host) == ["ROCm 10.0 is older than the installed 10.1"]
+    newer_on_host = rocmhost.parse_host_rocm([*CURRENT_HOST, "pkg amdrocm10.1-gfx942 ii 10.1.0-1"])
+    assert rocmhost.downgrades(CURRENT, newer_on_host) == ["ROCm 10.0 is older than the installed 10.1"]
 
 
 def test_upgrades_same_versions_and_stream_changes_are_not_downgrades():
-    found = rocm.parse_host_rocm(LEGACY_HOST)
-    assert rocm.downgrades(LEGACY, found) == []
-    assert rocm.downgrades(settings(rocm_stream="legacy", rocm_version="7.2.4"), found) == []
+    found = rocmhost.parse_host_rocm(LEGACY_HOST)
+    assert rocmhost.downgrades(LEGACY, found) == []
+    assert rocmhost.downgrades(settings(rocm_stream="legacy", rocm_version="7.2.4"), found) == []
     # current -> legacy: 31.50 -> 30.30 is a stream change, not a downgrade
-    assert rocm.downgrades(LEGACY, rocm.parse_host_rocm(CURRENT_HOST)) == []
-    driver_only = rocm.parse_host_rocm([f"file {rocm.AMDGPU_LIST}", f"amdgpu {CURRENT_DRIVER_LINE}"])
-    assert rocm.downgrades(settings(rocm_stream="legacy", rocm_version="7.2"), driver_only) == []
+    assert rocmhost.downgrades(LEGACY, rocmhost.parse_host_rocm(CURRENT_HOST)) == []
+    driver_only = rocmhost.parse_host_rocm([f"file {rocm.AMDGPU_LIST}", f"amdgpu {CURRENT_DRIVER_LINE}"])
+    assert rocmhost.downgrades(settings(rocm_stream="legacy", rocm_version="7.2"), driver_only) == []
     # a first install has nothing to compare with
-    assert rocm.downgrades(settings(rocm_amdgpu_version="30.30"), rocm.parse_host_rocm([])) == []
+    assert rocmhost.downgrades(settings(rocm_amdgpu_version="30.30"), rocmhost.parse_host_rocm([])) == []
 
 
 # --- Secure Boot -----------------------------------------------------------------------------
@@ -159,7 +159,7 @@ SIGNED = settings(rocm_mok_signing_key="/var/lib/dkms/mok.key", rocm_mok_certifi
 
 
 def test_secure_boot_on_without_a_key_names_both_ways_out():
-    message = rocm.secure_boot_problem(CURRENT, {"enabled": True})
+    message = rocmtools.secure_boot_problem(CURRENT, {"enabled": True})
     assert message.startswith("rocmfleet: Secure Boot is enabled and no module signing key is configured")
     assert "disable Secure Boot in the firmware setup" in message
     assert "rocm_mok_signing_key and rocm_mok_certificate" in message and "mokutil --import" in message
@@ -168,23 +168,23 @@ def test_secure_boot_on_without_a_key_names_both_ways_out():
 
 @pytest.mark.parametrize("enabled", [False, None])
 def test_secure_boot_off_or_unknown_needs_nothing(enabled):
-    assert rocm.secure_boot_problem(CURRENT, {"enabled": enabled}) is None
+    assert rocmtools.secure_boot_problem(CURRENT, {"enabled": enabled}) is None
 
 
 def test_secure_boot_with_a_configured_pair_needs_it_present_and_enrolled():
     ok = {"enabled": True, "key": True, "certificate": True, "enrolled": True}
-    assert rocm.secure_boot_problem(SIGNED, ok) is None
-    missing = rocm.secure_boot_problem(SIGNED, {**ok, "key": False})
+    assert rocmtools.secure_boot_problem(SIGNED, ok) is None
+    missing = rocmtools.secure_boot_problem(SIGNED, {**ok, "key": False})
     assert "rocm_mok_signing_key /var/lib/dkms/mok.key does not exist" in missing
-    unenrolled = rocm.secure_boot_problem(SIGNED, {**ok, "enrolled": False, "detail": "sb: SecureBoot enabled"})
+    unenrolled = rocmtools.secure_boot_problem(SIGNED, {**ok, "enrolled": False, "detail": "sb: SecureBoot enabled"})
     assert "the certificate /var/lib/dkms/mok.pub is not enrolled" in unenrolled
     assert "mokutil --import /var/lib/dkms/mok.pub" in unenrolled
 
 
 def test_dkms_signing_conf_names_the_pair():
-    assert rocm.dkms_signing_conf(CURRENT) is None
+    assert rocmtools.dkms_signing_conf(CURRENT) is None
     assert (
-        rocm.dkms_signing_conf(SIGNED)
+        rocmtools.dkms_signing_conf(SIGNED)
         == "mok_signing_key=/var/lib/dkms/mok.key\nmok_certificate=/var/lib/dkms/mok.pub\n"
     )
 

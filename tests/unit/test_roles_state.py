@@ -183,7 +183,7 @@ def test_tuning_reads_grub_from_the_one_read(tmp_path):
 def rocm_state(amdgpu_list: str | None = "as-rendered", runs: tuple[str, ...] | list[str] = ()) -> dict[str, list[str]]:
     """A fake HostState answer for roles/rocm: Debian 12, its files as the role renders them, and
     ``runs`` (the role's facts as ``state.sh`` runs them: none, the read could not tell)."""
-    from rocmfleet.domain import rocm
+    from rocmfleet.domain import rocm, rocmtools
 
     settings = host_config(DATA).rocm
     target = rocm.OS_TARGETS[("debian", "12")]
@@ -198,7 +198,10 @@ def rocm_state(amdgpu_list: str | None = "as-rendered", runs: tuple[str, ...] | 
             lines.append(path(p, hoststate.render("templates/rocm/apt-file.j2", what=what, body=body.rstrip("\n"))))
     lines += [
         path(rocm.DKMS_SIGNING_CONF, None),
-        path(rocm.UDEV_RULE, hoststate.render("templates/rocm/70-amdgpu.rules.j2", body=rocm.udev_rule().rstrip("\n"))),
+        path(
+            rocm.UDEV_RULE,
+            hoststate.render("templates/rocm/70-amdgpu.rules.j2", body=rocmtools.udev_rule().rstrip("\n")),
+        ),
         json.dumps(
             {"kind": "os", "id": "debian", "version_id": "12", "codename": "bookworm", "kernel": "6.1.0-28-amd64"}
         ),

@@ -26,9 +26,10 @@ from rocmfleet.fleet.rollout import batches as rbatches
 from rocmfleet.fleet.rollout import fleetimage, hoststeps
 from rocmfleet.fleet.rollout import report as rreport
 from rocmfleet.fleet.rollout import state as rstate
-from rocmfleet.fleet.rollout.hoststeps import InstanceStatus, parse_status, running_image
+from rocmfleet.fleet.rollout.instancestatus import InstanceStatus, parse_status, running_image
 from rocmfleet.fleet.rollout.progress import LineProgress
-from rocmfleet.fleet.rollout.runner import Runner, StepError
+from rocmfleet.fleet.rollout.runner import Runner
+from rocmfleet.fleet.rollout.steps import StepError
 
 OLD = rstate.ImageRef(repository="reg:5000/vllm", tag="lab.1", digest="sha256:" + "a" * 64)
 NEW = rstate.ImageRef(repository="reg:5000/vllm", tag="lab.2", digest="sha256:" + "b" * 64)

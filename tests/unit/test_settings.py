@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from rocmfleet.config.settings import ConfigError, Instance, host_config
+from rocmfleet.config.instances import Instance
+from rocmfleet.config.settings import ConfigError, host_config
 from tests.unit.conftest import DIGEST
 
 

@@ -24,7 +24,7 @@ from pyinfra.api import FunctionCommand
 
 from rocmfleet import scripts
 from rocmfleet.config.profiles import ReadyProbe
-from rocmfleet.domain import lastgood, readiness, vllm
+from rocmfleet.domain import lastgood, readiness, vllm, vllmplace
 from rocmfleet.fleet.rollout import hoststeps, swap
 from rocmfleet.plan.instance import vllm_settings
 from tests.unit.conftest import TOPOLOGY
@@ -654,7 +654,7 @@ def commands(generator) -> list[str]:
 
 
 def expected_env(config, name: str) -> dict[str, str]:
-    return vllm.container_env(vllm_settings(config), vllm.placements(vllm_settings(config), TOPOLOGY)[name])
+    return vllm.container_env(vllm_settings(config), vllmplace.placements(vllm_settings(config), TOPOLOGY)[name])
 
 
 def failure(commands_: list) -> str:
@@ -895,7 +895,7 @@ def test_a_rolling_restart_waits_with_the_deploys_wait_and_its_targets_on_stdin(
 
 
 def test_a_rolling_restart_gives_up_at_once_on_a_failed_unit(host, lab_data, monkeypatch):
-    from rocmfleet.fleet.rollout.runner import StepError
+    from rocmfleet.fleet.rollout.steps import StepError
 
     steps, config, _sent = restart_steps(host, lab_data, monkeypatch, vllm_ready_timeout_s=50)
     first = config.instances()[0]

@@ -7,23 +7,25 @@ from pathlib import Path
 
 import pytest
 
+from rocmfleet.domain.smi import (
+    SmiGpu,
+    SmiGpuLinks,
+    parse_amd_smi_list,
+    parse_amd_smi_topology_json,
+    parse_rocm_smi_toponuma,
+)
 from rocmfleet.domain.topology import (
     Gpu,
     KfdTree,
     NumaNode,
     PciSysfs,
-    SmiGpu,
-    SmiGpuLinks,
     TopologyParseError,
     format_id_list,
-    parse_amd_smi_list,
-    parse_amd_smi_topology_json,
     parse_id_list,
     parse_kfd_properties,
     parse_kfd_topology,
     parse_lscpu_numa,
     parse_node_meminfo,
-    parse_rocm_smi_toponuma,
     pci_address,
     read_kfd_tree,
     with_gpu_numa,

@@ -4,7 +4,7 @@ import dataclasses
 
 from rocmfleet.config.settings import host_config
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import cachedirs, vllm
+from rocmfleet.domain import cachedirs, vllm, vllmfiles
 from rocmfleet.plan.instance import vllm_settings
 from tests.unit.conftest import DIGEST
 
@@ -101,6 +101,6 @@ def test_env_lines_are_sorted():
 
 
 def test_names(lab_config):
-    files = vllm.files_of(lab_config.instances()[0])
+    files = vllmfiles.files_of(lab_config.instances()[0])
     assert (files.unit, files.container) == ("vllm-tiny-llama-a.service", "vllm-tiny-llama-a")
     assert files.secrets_file == "/etc/rocmfleet/vllm/tiny-llama-a.secrets"

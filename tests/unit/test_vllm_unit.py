@@ -12,7 +12,7 @@ import pytest
 from rocmfleet import project
 from rocmfleet.config.settings import host_config
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import vllm, watchdog
+from rocmfleet.domain import vllm, vllmfiles, watchdog
 from rocmfleet.facts.vllm import UNIT_MARKER
 from rocmfleet.plan.instance import vllm_settings
 from rocmfleet.scripts import gpu_free
@@ -62,7 +62,7 @@ def test_the_unit_follows_a_detached_container_without_requiring_docker(lab_conf
     # loses its stale lock files (cachedirs.prepared), then the image's own AITER_JIT_DIR gets its
     # prebuilt AITER modules (cachedirs.aiter_seed_dir)
     root = f"{lab_config.settings.vllm_cache_dir.rstrip('/')}/tiny-llama-a"
-    serve_json = f"{vllm.CONFIG_DIR}/tiny-llama-a.last-good/serve.json"
+    serve_json = f"{vllmfiles.CONFIG_DIR}/tiny-llama-a.last-good/serve.json"
     assert d["ExecStartPre"][1:] == [
         f"{vllm.UNIT_SCRIPT} prepare-cache {root} abababababab {serve_json}",
         f"{vllm.UNIT_SCRIPT} seed-aiter {lab_config.image.reference} {root}/abababababab/aiter",

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmfleet.domain.benchshape import Case
-from rocmfleet.fleet.bench.bench import BenchResult, Latency, Verdict
+from rocmfleet.fleet.bench.bench import BenchResult, Latency
+from rocmfleet.fleet.bench.verdicts import Verdict
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

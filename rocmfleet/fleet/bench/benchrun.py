@@ -24,30 +24,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
-from rocmfleet.config.settings import Instance
+from rocmfleet.config.instances import Instance
 from rocmfleet.domain import hfmodel
 from rocmfleet.domain.benchshape import Case, shape_for, sweep_for
-from rocmfleet.domain.vllm import files_of
-from rocmfleet.fleet.bench.bench import (
+from rocmfleet.domain.vllmfiles import files_of
+from rocmfleet.fleet.bench.bench import BenchParseError, BenchResult, bench_command, load_result
+from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
+from rocmfleet.fleet.bench.client import EXEC, BenchClient, client_container, client_json, client_run
+from rocmfleet.fleet.bench.client import metadata as client_metadata
+from rocmfleet.fleet.bench.runs import (
     KILL_AFTER_S,
-    BenchParseError,
-    BenchResult,
-    Verdict,
-    bench_command,
     container_result_path,
     docker_exec,
     instance_dir,
-    judge,
     latest_baseline,
-    load_result,
     new_run_id,
     result_path,
     save_verdict,
     target_name,
 )
-from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
-from rocmfleet.fleet.bench.client import EXEC, BenchClient, client_container, client_json, client_run
-from rocmfleet.fleet.bench.client import metadata as client_metadata
+from rocmfleet.fleet.bench.verdicts import Verdict, judge
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Result, Session
 from rocmfleet.fleet.target import Target
 

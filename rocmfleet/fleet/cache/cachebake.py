@@ -33,9 +33,10 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, Field
 
 from rocmfleet import project, scripts
+from rocmfleet.config.instances import Instance
 from rocmfleet.config.profiles import Image
-from rocmfleet.config.settings import HostConfig, Instance
-from rocmfleet.domain import cachedirs, cachekey, readiness, vllm, warmup
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.domain import cachedirs, cachekey, readiness, vllm, vllmfiles, vllmplace, warmup
 from rocmfleet.domain.cachedirs import writer_of as writer_of  # the bake's manifest names writers with it
 from rocmfleet.domain.cachekey import CacheKey, ImageFacts
 from rocmfleet.domain.placement import Placement
@@ -234,7 +235,7 @@ def bake(target: Target, emit: Callable[[str], None] = print, ready_timeout_s: i
             "(its group data's vllm_image_* keys, or --data vllm_image_tag=... vllm_image_digest=...)"
         )
     instance = config.instances()[0]
-    names = vllm.files_of(instance)
+    names = vllmfiles.files_of(instance)
 
     with Session.open(target.ssh) as session:
 
@@ -251,7 +252,7 @@ def bake(target: Target, emit: Callable[[str], None] = print, ready_timeout_s: i
         topology = parse_fact_output(run(GpuTopology().command(), "reading the GPU topology").splitlines())
         if topology is None:
             raise BakeError(f"{target.name}: no GPUs in /sys/class/kfd")
-        placement = vllm.placements(vllm_settings(config), topology, target.name)[instance.name]
+        placement = vllmplace.placements(vllm_settings(config), topology, target.name)[instance.name]
         if not placement.gfx_arch:
             raise BakeError(f"{target.name}: the GPUs of {instance.name} are of more than one architecture")
         gids = DeviceGroupIds().process(run(DeviceGroupIds().command(), "reading device group ids").splitlines())

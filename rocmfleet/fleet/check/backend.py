@@ -7,12 +7,12 @@ a pytest plugin, this module registers :class:`SessionBackend` under that scheme
 host's backend reads its SSH settings from the expectations file :mod:`rocmfleet.fleet.check.expect`
 names, opens one :class:`~rocmfleet.fleet.connect.Session` on first use and runs every check's commands
 of that host over it, with the inventory's sudo settings (pyinfra's ``_sudo``/``_sudo_user``).
-Where sudo is configured but refused, every command raises :class:`~rocmfleet.config.errors.CannotCheck`:
+Where sudo is configured but refused, every command raises :class:`~rocmfleet.domain.tooloutput.CannotCheck`:
 the checks are errors, never passes on an empty answer.
 
 Each host has its own deadline, ``--rocmfleet-host-budget`` seconds of command time (``rocmfleet
 check --timeout-s``): a command gets at most what is left of it, and once it is spent every
-further command of that host raises :class:`~rocmfleet.config.errors.CannotCheck` at once, so one hung
+further command of that host raises :class:`~rocmfleet.domain.tooloutput.CannotCheck` at once, so one hung
 host cannot hold up the other hosts of its process.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from testinfra.backend import base
 
-from rocmfleet.config.errors import CannotCheck
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet.check import checkfile
 from rocmfleet.fleet.check.report import over_budget
 from rocmfleet.fleet.connect import COMMAND_TIMEOUT_S, CommandTimeout, Session, SshSettings

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from rocmfleet.config.errors import CannotCheck
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.topology import GpuTopology, parse_fact_output
 from rocmfleet.fleet.check import checkfile, expect
@@ -18,7 +18,8 @@ from rocmfleet.fleet.check import checkfile, expect
 if TYPE_CHECKING:
     from testinfra.host import Host
 
-    from rocmfleet.config.settings import HostConfig, Instance
+    from rocmfleet.config.instances import Instance
+    from rocmfleet.config.settings import HostConfig
 
 
 def instance_names(per_host: dict[str, list[str]]) -> list[str]:

@@ -15,14 +15,14 @@ upstream port trained at 16 GT/s x8 above a GPU at 32 GT/s x16 caps the GPU just
 switch upstream port, switch downstream port, GPU).
 
 Nothing here passes on an answer it cannot read: empty, truncated or unknown output raises
-:class:`~rocmfleet.config.errors.CannotCheck` (its subclass :class:`LinkParseError` for sysfs links).
+:class:`~rocmfleet.domain.tooloutput.CannotCheck` (its subclass :class:`LinkParseError` for sysfs links).
 """
 
 from __future__ import annotations
 
 import re
 
-from rocmfleet.config.errors import CannotCheck
+from rocmfleet.domain.tooloutput import CannotCheck
 
 _SPEED = re.compile(r"^(\d+(?:\.\d+)?) ?GT/s(?: PCIe)?$")
 #: Kernel log lines of the amdgpu driver (its messages start with ``amdgpu <bdf>:`` or ``[drm]``

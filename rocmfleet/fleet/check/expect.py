@@ -14,7 +14,7 @@ What the host has is read here too, once per host and process (:func:`once`): th
 packages, sysctl, OS and small commands of every check in one ``state.sh`` command
 (:func:`gathered`, the deploy's own composite read), and the ``docker`` answers several checks
 share (:func:`container_inspect`, :func:`docker_info`). What a check could not read is an error
-(:class:`rocmfleet.config.errors.CannotCheck`), never an empty answer that a check could pass on.
+(:class:`rocmfleet.domain.tooloutput.CannotCheck`), never an empty answer that a check could pass on.
 """
 
 from __future__ import annotations
@@ -27,13 +27,15 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from rocmfleet import scripts
-from rocmfleet.config.errors import CannotCheck
+from rocmfleet.config.hostsettings import HostSettings
+from rocmfleet.config.instances import Instance
 from rocmfleet.config.profiles import Image, Profile
-from rocmfleet.config.settings import HostConfig, HostSettings, Instance
+from rocmfleet.config.settings import HostConfig
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import rocm, tuning, vllm
+from rocmfleet.domain import rocm, tuning, vllmfiles
 from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.domain.rocm import RocmSettings
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.domain.tuning import TuningSettings
 from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, state_args
 from rocmfleet.fleet.check.checkfile import FILE_ENV, ExpectationError, host_name
@@ -233,9 +235,9 @@ def check_query(rocm_settings: RocmSettings, instances: list[Instance]) -> dict[
         rocm_settings: the host's ``rocm_*`` settings (which packages to ask dpkg about).
         instances: the host's vLLM instances (:meth:`HostConfig.instances`), for their units.
     """
-    units = [DOCKER_UNIT, tuning.CPU_UNIT, *(vllm.files_of(i).unit for i in instances)]
+    units = [DOCKER_UNIT, tuning.CPU_UNIT, *(vllmfiles.files_of(i).unit for i in instances)]
     packages = list(dict.fromkeys([*rocm_settings.rocm_driver_packages, *rocm_settings.userspace_packages]))
-    layouts = [vllm.files_of(i) for i in instances]
+    layouts = [vllmfiles.files_of(i) for i in instances]
     return {
         "os": True,
         "paths": [*PATHS, *(p for n in layouts for p in (n.env_file, n.unit_path, n.secrets_file))],

@@ -8,7 +8,7 @@ one line ``{"host", "done": true}``, preceded by a ``host::suite`` error line wh
 command budget ran out (:mod:`rocmfleet.fleet.check.backend`). The outcome is
 ``passed``, ``skipped``, ``failed`` (an ``assert`` about the host did not hold) or ``error``
 (anything else raised, in the check or a fixture: the check could not be made, e.g.
-:class:`rocmfleet.config.errors.CannotCheck` for an empty or unreadable source, a parser refusing
+:class:`rocmfleet.domain.tooloutput.CannotCheck` for an empty or unreadable source, a parser refusing
 output it does not know, a connection or sudo failure). An error is never a pass.
 """
 
@@ -48,7 +48,7 @@ def _message(report: pytest.TestReport) -> str:
     if crash is not None:
         message: str = crash.message
         message = message.removeprefix("AssertionError: ").split("\nassert ")[0].strip()
-        return short(message.replace("rocmfleet.config.errors.CannotCheck: ", "cannot check: ", 1))
+        return short(message.replace("rocmfleet.domain.tooloutput.CannotCheck: ", "cannot check: ", 1))
     return short(str(report.longrepr).strip().splitlines()[-1]) if report.longrepr else ""
 
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from rocmfleet.config.errors import CannotCheck
-from rocmfleet.domain import cachedirs, cachekey, cacheproof, docker, vllm
+from rocmfleet.domain import cachedirs, cachekey, cacheproof, docker, vllmfiles
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet.check import expect
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def test_baked_cache_was_used(host: Host, config: HostConfig, docker_running: No
         pytest.skip(f"{config.image.reference} is not a baked image: its caches are compiled on the host")
     misses = []
     for instance in config.instances():
-        container = vllm.files_of(instance).container
+        container = vllmfiles.files_of(instance).container
         result = host.run(cacheproof.command(container))
         if result.rc != 0:
             raise CannotCheck(f"cache-proof.sh {container} exited {result.rc}: {result.stderr.strip()[-300:]}")
@@ -63,7 +63,7 @@ def test_no_writable_cache_shared(host: Host, config: HostConfig, docker_running
     paths = {d.path for d in cachedirs.LAYOUT}
     writers: dict[str, list[str]] = {}
     for instance in config.instances():
-        container = vllm.files_of(instance).container
+        container = vllmfiles.files_of(instance).container
         result = expect.container_inspect(host, container)
         if result.rc != 0:
             if "No such" in result.stderr:

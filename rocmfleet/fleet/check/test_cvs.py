@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from rocmfleet.config.errors import CannotCheck
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet.check import cvs
 from rocmfleet.fleet.check.expect import in_container
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain import docker
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet.check import expect
 from rocmfleet.plan import hoststate
 

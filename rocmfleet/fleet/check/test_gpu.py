@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from rocmfleet import scripts
-from rocmfleet.config.errors import CannotCheck
 from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import gpuhealth, parts
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.domain.topology import Topology
 from rocmfleet.fleet.check import expect
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from rocmfleet.config.errors import CannotCheck
-from rocmfleet.config.settings import HostConfig, Instance
-from rocmfleet.domain import metricfamilies, vllm
+from rocmfleet.config.instances import Instance
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.domain import metricfamilies, vllmfiles
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet.check import expect
 from rocmfleet.fleet.metrics import read
 
@@ -59,7 +60,7 @@ def test_vllm_families(host: Any, config: HostConfig, instance: Instance, pages:
     """The instance's API port answers ``/metrics`` with every family of its profile's vLLM version (queue,
     KV-cache use, request and token counters, TTFT/TPOT/ITL/latency histograms, ``http_requests_total``);
     skipped when its unit is not active."""
-    unit = vllm.files_of(instance).unit
+    unit = vllmfiles.files_of(instance).unit
     if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by vllm::unit_enabled_and_active)")
     version = config.profile.vllm_version

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from rocmfleet import scripts
-from rocmfleet.config.errors import CannotCheck
-from rocmfleet.domain import rocm
+from rocmfleet.domain import rocm, rocmtools
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.facts.rocm import REBOOT_DIR
 from rocmfleet.fleet.check.expect import device_nodes, exists, exporter_gathered, rocm_gathered, rocm_settings
 from rocmfleet.plan import exporterplan, rocmplan
@@ -90,5 +90,5 @@ def test_no_reboot_owed(host: Host) -> None:
     """No reboot is owed: the running kernel and amdgpu module are those installed and no package asked for one
     (``reboot-owed.sh``)."""
     result = host.run(scripts.command("reboot-owed.sh", REBOOT_DIR))
-    owed = rocm.reboot_reasons(result.rc, result.stdout, result.stderr)
+    owed = rocmtools.reboot_reasons(result.rc, result.stdout, result.stderr)
     assert not owed, f"a reboot is owed: {'; '.join(owed)}"

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from rocmfleet.config.errors import CannotCheck
 from rocmfleet.domain import tuning
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet.check.expect import (
     exists,
     gathered,

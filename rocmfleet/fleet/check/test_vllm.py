@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from rocmfleet import scripts
-from rocmfleet.config.errors import CannotCheck
-from rocmfleet.config.settings import HostConfig, Instance
-from rocmfleet.domain import docker, partitions, readiness, vllm
+from rocmfleet.config.instances import Instance
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.domain import docker, partitions, readiness, vllm, vllmfiles, vllmplace
 from rocmfleet.domain.placement import Placement
+from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.domain.topology import Topology
 from rocmfleet.fleet.check import expect
 from rocmfleet.plan import vllmplan
@@ -27,7 +28,7 @@ from rocmfleet.plan.instance import HostPlacement, instance_files, place_host, v
 @pytest.fixture
 def unit(host: Any, instance: Instance, docker_running: object) -> str:
     """The instance's unit name (its state: :func:`rocmfleet.fleet.check.expect.unit_state`)."""
-    return vllm.files_of(instance).unit
+    return vllmfiles.files_of(instance).unit
 
 
 #: Seconds the check's completion may take: a wedged engine (``/health`` 200, no answer) is a FAIL
@@ -47,7 +48,7 @@ def _health(host: Any, port: int) -> Any:
 @pytest.fixture
 def container(host: Any, instance: Instance, unit: str) -> dict[str, Any]:
     """``docker inspect`` of the instance's running container (read once: ``expect.container_inspect``)."""
-    names = vllm.files_of(instance)
+    names = vllmfiles.files_of(instance)
     if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     result = expect.container_inspect(host, names.container)
@@ -59,7 +60,7 @@ def container(host: Any, instance: Instance, unit: str) -> dict[str, Any]:
 def placement(config: HostConfig, topology: Topology, instance: Instance) -> Placement:
     if partitions.mode_problems(topology, vllm_settings(config).partition_policy):
         pytest.skip("GPUs not in the profile's partition modes (reported by test_gpu_partition_modes)")
-    return vllm.placements(vllm_settings(config), topology)[instance.name]
+    return vllmplace.placements(vllm_settings(config), topology)[instance.name]
 
 
 def test_gpu_partition_modes(config: HostConfig, topology: Topology) -> None:
@@ -86,7 +87,7 @@ def test_instance_files_as_wanted(
     placed = place_host(config, topology, vllmplan.device_gids(got))
     assert isinstance(placed, HostPlacement), placed
     rendered = instance_files(config, instance, placed)
-    secrets = vllm.files_of(instance).secrets_file
+    secrets = vllmfiles.files_of(instance).secrets_file
     unit = WantedMode(rendered.unit.path, rendered.unit.mode)
     _assert_no_drift(drift([rendered.env, unit, WantedMode(secrets, "600", "root", "root")], got))
 
@@ -157,7 +158,7 @@ def test_internal_ports_ours(host: Any, instance: Instance, unit: str) -> None:
     block, :mod:`rocmfleet.domain.ports`): free before start, the container's (its torch.distributed
     rendezvous) after. One ``ss`` read of the block (``vllm-probe.sh owner FIRST-LAST``)."""
     block = instance.internal_ports.spec()
-    container = vllm.files_of(instance).container
+    container = vllmfiles.files_of(instance).container
     owner = host.run(scripts.command("vllm-probe.sh", "owner", block, container)).stdout.strip()
     assert owner in ("free", "ours"), (
         f"internal ports {block} (VLLM_PORT) of {unit}: held by {owner.removeprefix('other ')}, not {container}"
@@ -171,7 +172,7 @@ def test_ready(host: Any, config: HostConfig, instance: Instance, unit: str) -> 
         pytest.skip(f"{unit} is not active (reported by test_unit_enabled_and_active)")
     if _health(host, instance.port).rc not in (0, 22):
         pytest.skip(f"port {instance.port} does not answer (reported by test_port_answering)")
-    container = vllm.files_of(instance).container
+    container = vllmfiles.files_of(instance).container
     known = config.profile.ready_probe
     model = config.profile.served_model_name
     # The host fetches the answers; they are judged here (readiness.judge), not in the container.

@@ -19,15 +19,16 @@ from rocmfleet.config.groupdata_edit import IMAGE_KEYS, parse, unified_diff
 from rocmfleet.domain.soak import format_duration
 from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.bench import benchrun
-from rocmfleet.fleet.bench.bench import new_run_id
+from rocmfleet.fleet.bench.runs import new_run_id
 from rocmfleet.fleet.check import compliance
 from rocmfleet.fleet.rollout import fleetimage, hoststeps
 from rocmfleet.fleet.rollout.batches import PlanError, parse_max_unavailable, plan_batches
 from rocmfleet.fleet.rollout.fleetimage import CommandError
-from rocmfleet.fleet.rollout.hoststeps import CHECK_TIMEOUT_S, InstanceStatus, parallel, running_image
+from rocmfleet.fleet.rollout.hoststeps import CHECK_TIMEOUT_S, parallel
+from rocmfleet.fleet.rollout.instancestatus import InstanceStatus, running_image
 from rocmfleet.fleet.rollout.progress import Emit, LineProgress, Progress, ProgressFactory, to_stderr
 from rocmfleet.fleet.rollout.report import markdown_report
-from rocmfleet.fleet.rollout.runner import RETRIES, Runner, StepError, step_failure
+from rocmfleet.fleet.rollout.runner import Runner
 from rocmfleet.fleet.rollout.soakmetrics import MetricsSoak
 from rocmfleet.fleet.rollout.state import (
     DataEdit,
@@ -44,6 +45,7 @@ from rocmfleet.fleet.rollout.state import (
     save_state,
     state_path,
 )
+from rocmfleet.fleet.rollout.steps import RETRIES, StepError, step_failure
 from rocmfleet.fleet.target import Target
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from rocmfleet.fleet.bench.bench import REGRESSION_METRICS, BenchResult, Thresholds, judge
+from rocmfleet.fleet.bench.bench import REGRESSION_METRICS, BenchResult, Thresholds
+from rocmfleet.fleet.bench.verdicts import judge
 from rocmfleet.fleet.rollout.state import CaseNumbers
 from rocmfleet.fleet.rollout.verdict import GateOutcome as GateOutcome
 

@@ -36,21 +36,21 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 from rocmfleet import project, scripts
 from rocmfleet.domain import watchdog
 from rocmfleet.domain.readiness import probe_script
-from rocmfleet.domain.vllm import files_of
+from rocmfleet.domain.vllmfiles import files_of
 from rocmfleet.fleet.bench.bench import BenchResult, Thresholds
 from rocmfleet.fleet.bench.client import RUN, BenchClient
 from rocmfleet.fleet.connect import Result, Session, reachable
+from rocmfleet.fleet.rollout.instancestatus import InstanceStatus, parse_status
 from rocmfleet.fleet.rollout.progress import Emit
-from rocmfleet.fleet.rollout.runner import StepError
 from rocmfleet.fleet.rollout.state import OWN_DEPLOY_ENV, ImageRef
+from rocmfleet.fleet.rollout.steps import StepError
 from rocmfleet.fleet.rollout.swap import wait_or_roll_back_script, wait_targets
 from rocmfleet.fleet.target import Target
 
@@ -89,86 +89,6 @@ CHECK_TIMEOUT_S = 300
 #: A benchmark case's error that says the client, not the server, failed
 #: (rocmfleet.fleet.bench.benchrun.run_case: the host's deadline, the SSH connection).
 CLIENT_FAILURES = ("timed out", "not run: the host's --timeout-s ran out", "connection lost:")
-
-
-@dataclass(frozen=True)
-class InstanceStatus:
-    """One vLLM instance now: its unit's state, image, readiness (``not_ready``: why not, one line)
-    and uptime, and its drift: why the deploy would change it
-    (``rocmfleet.plan.vllmplan.instance_drift``; empty: as wanted, ``None``: not read)."""
-
-    host: str
-    instance: str
-    active: str
-    sub: str
-    image: str | None
-    ready: bool | None = None
-    uptime_s: float | None = None
-    error: str | None = None
-    drift: tuple[str, ...] | None = None
-    not_ready: str | None = None
-
-    def row(self) -> dict[str, object]:
-        """JSON-ready fields."""
-        return {
-            "host": self.host,
-            "instance": self.instance,
-            "unit": f"{self.active}/{self.sub}",
-            "image": self.image,
-            "ready": self.ready,
-            "not_ready": self.not_ready,
-            "uptime_s": None if self.uptime_s is None else round(self.uptime_s),
-            "error": self.error,
-            "drift": None if self.drift is None else list(self.drift),
-        }
-
-
-def _epoch(rfc3339: str) -> float | None:
-    """Docker's ``State.StartedAt`` (``2026-01-02T03:04:05.123456789Z``) as seconds since the epoch."""
-    text = rfc3339.strip()
-    if not text or text == "-" or text.startswith("0001-"):
-        return None
-    head, _, frac = text.rstrip("Z").partition(".")
-    try:
-        base = datetime.fromisoformat(head + "+00:00").timestamp()
-    except ValueError:
-        return None
-    return base + (float("0." + frac[:6]) if frac.isdigit() else 0.0)
-
-
-def parse_status(host: str, stdout: str) -> tuple[float | None, list[InstanceStatus], dict[str, float | None]]:
-    """Parse ``vllm-status.sh``: the host's clock, the instances, and each container's start (epoch s)."""
-    now: float | None = None
-    instances: list[InstanceStatus] = []
-    started: dict[str, float | None] = {}
-    for line in stdout.splitlines():
-        if line.startswith("now "):
-            try:
-                now = float(line.split()[1])
-            except (IndexError, ValueError):
-                now = None
-            continue
-        parts = line.split("\t")
-        if len(parts) not in (5, 6):
-            continue
-        name, active, sub, image, start = parts[:5]
-        started[name] = start_s = _epoch(start)
-        uptime = None if now is None or start_s is None or active != "active" else now - start_s
-        error = parts[5] if len(parts) == 6 else None  # the watchdog gave up on it: why
-        instances.append(InstanceStatus(host, name, active, sub, None if image == "-" else image, None, uptime, error))
-    return now, instances, started
-
-
-def running_image(instances: Sequence[InstanceStatus]) -> tuple[ImageRef | None, str | None]:
-    """The one image a host's instances run, or ``(None, why)`` when they run none or several."""
-    refs = {i.image for i in instances}
-    if not instances or refs == {None}:
-        return None, "no vLLM container runs"
-    if len(refs) > 1:
-        return None, "its instances run different images: " + ", ".join(sorted(str(r) for r in refs))
-    (ref,) = refs
-    image = ImageRef.parse(str(ref))
-    return (image, None) if image else (None, f"its containers run {ref}, not pinned as repository:tag@digest")
 
 
 _T = TypeVar("_T")

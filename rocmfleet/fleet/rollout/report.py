@@ -186,7 +186,7 @@ def drift_cell(drift: Sequence[str] | None) -> str:
 
 def status_json(rows: Sequence[Mapping[str, object]], state: RolloutState | None) -> str:
     """``rocmfleet status --json``: ``{"rollout": {...} | null, "instances": [...]}``; ``rows`` are
-    :meth:`rocmfleet.fleet.rollout.hoststeps.InstanceStatus.row`'s (``drift``: the reasons, or null)."""
+    :meth:`rocmfleet.fleet.rollout.instancestatus.InstanceStatus.row`'s (``drift``: the reasons, or null)."""
     rollout = None
     if state is not None:
         rollout = {

@@ -23,9 +23,9 @@ from rocmfleet.fleet.connect import Result
 from rocmfleet.fleet.metrics import promapi, read
 from rocmfleet.fleet.metrics.window import Counts, SeriesKey, difference, figures, snapshot, tpot_metric
 from rocmfleet.fleet.rollout.hoststeps import parallel
-from rocmfleet.fleet.rollout.runner import step_failure
 from rocmfleet.fleet.rollout.soak import DIRECT, OTHERS, SOAKED, judge
 from rocmfleet.fleet.rollout.state import SoakResult
+from rocmfleet.fleet.rollout.steps import step_failure
 from rocmfleet.fleet.rollout.verdict import GateOutcome
 from rocmfleet.fleet.target import Target
 

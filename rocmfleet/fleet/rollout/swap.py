@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from rocmfleet import scripts
 from rocmfleet.config.profiles import ReadyProbe
 from rocmfleet.config.settings import HostConfig
-from rocmfleet.domain import vllm, warmup
+from rocmfleet.domain import vllmfiles, warmup
 from rocmfleet.domain.lastgood import LastGoodFiles, last_good_files
 from rocmfleet.domain.readiness import probe_args
 
@@ -175,7 +175,7 @@ def wait_targets(config: HostConfig, image: str | None = None) -> list[WaitTarge
     """
     targets = []
     for instance in config.instances():
-        names = vllm.files_of(instance)
+        names = vllmfiles.files_of(instance)
         unit_path = f"{SYSTEMD_DIR}/{names.unit}"
         warm = None
         if config.profile.warmup_at_start:
@@ -188,7 +188,9 @@ def wait_targets(config: HostConfig, image: str | None = None) -> list[WaitTarge
                 port=instance.port,
                 model=config.profile.served_model_name,
                 image=image or config.image.reference,
-                files=last_good_files(vllm.CONFIG_DIR, instance.name, unit_path, names.env_file, names.secrets_file),
+                files=last_good_files(
+                    vllmfiles.CONFIG_DIR, instance.name, unit_path, names.env_file, names.secrets_file
+                ),
                 warmup=warm,
                 ready_probe=config.profile.ready_probe,
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra.context import host
 from pyinfra.operations import apt, files
 
-from rocmfleet.config.settings import HostSettings as DeploySettings
+from rocmfleet.config.hostsettings import HostSettings as DeploySettings
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations.deploys import deploy
 from rocmfleet.plan import hoststate

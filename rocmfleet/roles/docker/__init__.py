@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pyinfra.context import host
 from pyinfra.operations import apt, systemd
 
-from rocmfleet.config.settings import HostSettings as DeploySettings
+from rocmfleet.config.hostsettings import HostSettings as DeploySettings
 from rocmfleet.domain import docker
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import docker as docker_ops

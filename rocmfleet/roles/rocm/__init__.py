@@ -20,7 +20,7 @@ from pyinfra.facts.server import LinuxDistribution, OsVersion
 from pyinfra.operations import apt, files, server
 from pyinfra.operations.util import any_changed
 
-from rocmfleet.domain import rocm
+from rocmfleet.domain import rocm, rocmhost, rocmtools
 from rocmfleet.facts.rocm import InstalledVersions, RocmOnHost
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import reboot as reboot_ops
@@ -48,7 +48,9 @@ def query(settings: rocm.RocmSettings) -> dict[str, object]:
 
 
 @deploy("rocm preflight")
-def preflight(settings: rocm.RocmSettings, got: Gathered | None = None, todo: list[str] | None = None) -> rocm.HostRocm:
+def preflight(
+    settings: rocm.RocmSettings, got: Gathered | None = None, todo: list[str] | None = None
+) -> rocmhost.HostRocm:
     """Stop a host before any role changes it: OS or kernel not supported, Secure Boot without
     an enrolled signing key, or a downgrade within the stream that the data does not allow.
 
@@ -73,9 +75,9 @@ def preflight(settings: rocm.RocmSettings, got: Gathered | None = None, todo: li
 def apply(
     settings: rocm.RocmSettings,
     got: Gathered | None = None,
-    found: rocm.HostRocm | None = None,
+    found: rocmhost.HostRocm | None = None,
     todo: list[str] | None = None,
-) -> rocm.HostRocm:
+) -> rocmhost.HostRocm:
     """Repositories, kernel headers, ``amdgpu-dkms`` (checked with DKMS), optional userspace, device access.
 
     ``got``: the host's ``HostState`` read with (at least) :func:`query`'s items; read here when
@@ -100,14 +102,14 @@ def apply(
 
     found = found if found is not None else host.get_fact(RocmOnHost)
     removals = []
-    if rocm.stream_removal(settings, found) is not None:
+    if rocmhost.stream_removal(settings, found) is not None:
         removals.append(
             rocm_ops.remove_other_stream(
                 name="Remove the other ROCm stream first (AMD: uninstall it before installing this one)",
                 settings=settings,
             )
         )
-    if rocm.userspace_removal(settings, found) is not None:
+    if rocmhost.userspace_removal(settings, found) is not None:
         rocm_ops.remove_userspace(name="Remove the ROCm userspace unless rocm_userspace is on", settings=settings)
     if not hoststate.dir_ok(got, rocm.KEYRING_DIR, "755"):
         files.directory(name=f"Create {rocm.KEYRING_DIR}", path=rocm.KEYRING_DIR, mode="755")
@@ -170,7 +172,7 @@ def apply(
 
 def _module_signing(settings: rocm.RocmSettings, got: Gathered) -> None:
     """Point DKMS at the configured MOK pair (Secure Boot); a change rebuilds an installed driver."""
-    body = rocm.dkms_signing_conf(settings)
+    body = rocmtools.dkms_signing_conf(settings)
     if body is None:
         if not hoststate.absent(got, rocm.DKMS_SIGNING_CONF):
             files.file(name=f"Remove {rocm.DKMS_SIGNING_CONF}", path=rocm.DKMS_SIGNING_CONF, present=False)
@@ -204,7 +206,7 @@ def _device_access(settings: rocm.RocmSettings, got: Gathered) -> None:
             src=hoststate.template_path("templates/rocm/70-amdgpu.rules.j2"),
             dest=rocm.UDEV_RULE,
             mode="644",
-            body=rocm.udev_rule().rstrip("\n"),
+            body=rocmtools.udev_rule().rstrip("\n"),
         )
         server.shell(
             name="Reload udev rules",
@@ -236,7 +238,7 @@ def _device_access(settings: rocm.RocmSettings, got: Gathered) -> None:
 
 
 def predicted_reboot(
-    settings: rocm.RocmSettings, got: Gathered | None = None, found: rocm.HostRocm | None = None
+    settings: rocm.RocmSettings, got: Gathered | None = None, found: rocmhost.HostRocm | None = None
 ) -> list[str]:
     """Why the deploy expects to reboot (said by ``--dry``): the driver is missing or changes
     version, or the other ROCm stream is removed.
@@ -246,7 +248,7 @@ def predicted_reboot(
     and the driver packages) and ``found`` (``RocmOnHost``, as :func:`apply` returned it) spare
     their reads.
     """
-    removal = rocm.stream_removal(settings, found if found is not None else host.get_fact(RocmOnHost))
+    removal = rocmhost.stream_removal(settings, found if found is not None else host.get_fact(RocmOnHost))
     stream = [f"ROCm {removal.stream} stream removed ({settings.rocm_stream} installed)"] if removal else []
     if "amdgpu-dkms" in settings.rocm_driver_packages:
         if got is not None and "amdgpu-dkms" in got.packages:
@@ -274,7 +276,7 @@ def reboot(
     settings: rocm.RocmSettings,
     predicted: list[str] | None = None,
     got: Gathered | None = None,
-    found: rocm.HostRocm | None = None,
+    found: rocmhost.HostRocm | None = None,
     settled: bool = False,
 ) -> OperationMeta | None:
     """One reboot, only when the driver, the stream or the kernel command line changed; then check

@@ -20,8 +20,10 @@ from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 
 from rocmfleet import scripts
-from rocmfleet.config.settings import HostConfig, HostSettings, Instance
-from rocmfleet.domain import cachedirs, hfmodel, vllm
+from rocmfleet.config.hostsettings import HostSettings
+from rocmfleet.config.instances import Instance
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.domain import cachedirs, hfmodel, vllmfiles
 from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.facts.topology import GpuTopology
@@ -122,7 +124,7 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
     # (b) Every instance's new arguments go through the new image's own parser before any file is
     # written: a rejection fails the host with all instances untouched.
     for instance in host.loop(dirty):
-        names = vllm.files_of(instance)
+        names = vllmfiles.files_of(instance)
         vllm_ops.serve_args_check(
             name=f"Check the vllm serve arguments of {names.unit} with the image's vLLM",
             config=config,
@@ -135,7 +137,7 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
     # is written: no instance is swapped on a host where one of them could not start. The same for
     # its internal ports (VLLM_PORT's block, rocmfleet/domain/ports.py), in one read.
     for instance in host.loop(dirty):
-        names = vllm.files_of(instance)
+        names = vllmfiles.files_of(instance)
         for port in (instance.port, instance.internal_ports.spec()):
             vllm_ops.port_is_ours(
                 name=f"Check port {port} is free or held by {names.container}",
@@ -147,7 +149,7 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
     # (c) Write the files and swap what changed.
     secret_content = secrets_content(config)
     for instance in host.loop(dirty):
-        names = vllm.files_of(instance)
+        names = vllmfiles.files_of(instance)
         unit_files = vllm_ops.instance_files(
             name=f"Render {names.env_file} and {names.unit}",
             config=config,
@@ -207,7 +209,7 @@ def _wait_and_keep(
 
     # Only now, ready: these files become the version to roll back to.
     for instance in host.loop(instances):
-        names = vllm.files_of(instance)
+        names = vllmfiles.files_of(instance)
         vllm_ops.last_good(
             name=f"Keep the files of {names.unit} as its last good version",
             config=config,
