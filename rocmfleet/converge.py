@@ -34,9 +34,8 @@ from rocmfleet.config.settings import host_config
 from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import gpuhealth, vllmfiles
 from rocmfleet.facts.state import Gathered, HostState
-from rocmfleet.fleet.metrics import targetsfile
 from rocmfleet.operations import fail
-from rocmfleet.plan import exporterplan, hoststate, rocmplan, vllmplan
+from rocmfleet.plan import exporterplan, hoststate, rocmplan, targetsfile, vllmplan
 from rocmfleet.roles import base, docker, exporter, rocm, tuning
 from rocmfleet.roles import vllm as vllm_role
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -106,3 +107,110 @@ class ConnectionSettings(BaseModel):
             hint = f"; did you mean {near[0]!r}?" if near else f"; pyinfra's are {', '.join(known)}"
             problems.append(Problem(key, "not an SSH key pyinfra knows (it would ignore it)" + hint))
         return problems
+
+
+#: Seconds for the TCP connection, the SSH banner and authentication each (OpenSSH's
+#: ``ConnectTimeout`` as ``rocmfleet check`` used it before).
+CONNECT_TIMEOUT_S = 10.0
+#: pyinfra's ``ssh_strict_host_key_checking`` values (OpenSSH's ``StrictHostKeyChecking``).
+STRICT_VALUES = ("yes", "ask", "accept-new", "no", "off")
+#: The :class:`SshSettings` fields that are pyinfra host data keys, and their keys.
+_FIELD_KEYS = {
+    "hostname": "ssh_hostname",
+    "port": "ssh_port",
+    "user": "ssh_user",
+    "key": "ssh_key",
+    "known_hosts_file": "ssh_known_hosts_file",
+    "strict_host_key_checking": "ssh_strict_host_key_checking",
+}
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """How to reach one host and run commands there, from pyinfra's inventory data.
+
+    Attributes:
+        hostname: ``ssh_hostname``, default the inventory name; an ``~/.ssh/config`` ``Host``
+            alias is looked up there by pyinfra (``HostName``, ``Port``, ``User``, ``ProxyJump``).
+        port: ``ssh_port``; ``None`` leaves it to the SSH config's ``Port``, else 22.
+        user: ``ssh_user``; ``None`` leaves it to the SSH config's ``User``, else the local user.
+        key: ``ssh_key``; ``None``: the SSH config's ``IdentityFile``, the agent, ``~/.ssh/id_*``.
+        known_hosts_file: ``ssh_known_hosts_file``; ``None``: ``UserKnownHostsFile``, else
+            ``~/.ssh/known_hosts``.
+        strict_host_key_checking: ``ssh_strict_host_key_checking`` (:data:`STRICT_VALUES` or
+            ``None``: pyinfra's default, ``accept-new``).
+        sudo: pyinfra's ``_sudo``: run every command through ``sudo -n``.
+        sudo_user: pyinfra's ``_sudo_user`` (``None`` is root).
+        connect_timeout_s: seconds for TCP, banner and authentication each.
+        options: the host's other ``ssh_*`` keys pyinfra knows (``ssh_config_file``,
+            ``ssh_connect_retries``, ``ssh_allow_agent``, ``ssh_paramiko_connect_kwargs``, ...), as
+            the inventory gives them; handed to pyinfra unchanged.
+    """
+
+    hostname: str
+    port: int | None = None
+    user: str | None = None
+    key: str | None = None
+    known_hosts_file: str | None = None
+    strict_host_key_checking: str | None = None
+    sudo: bool = False
+    sudo_user: str | None = None
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_host_data(cls, name: str, data: dict[str, Any]) -> SshSettings:
+        """The settings of inventory host ``name`` from its merged pyinfra data (``host.data.dict()``).
+
+        Raises:
+            ValueError: ``ssh_strict_host_key_checking`` is not one of :data:`STRICT_VALUES`
+                (``rocmfleet validate`` refuses it earlier, with the file it came from).
+        """
+        strict = data.get("ssh_strict_host_key_checking")
+        if strict is not None and strict not in STRICT_VALUES:
+            raise ValueError(f"ssh_strict_host_key_checking {strict!r}: expected one of {', '.join(STRICT_VALUES)}")
+        fields = set(_FIELD_KEYS.values())
+        return cls(
+            hostname=str(data.get("ssh_hostname") or name),
+            port=int(data["ssh_port"]) if data.get("ssh_port") else None,
+            user=data.get("ssh_user") or None,
+            key=data.get("ssh_key") or None,
+            known_hosts_file=data.get("ssh_known_hosts_file") or None,
+            strict_host_key_checking=strict,
+            sudo=bool(data.get("_sudo")),
+            sudo_user=data.get("_sudo_user") or None,
+            options={k: data[k] for k in pyinfra_ssh_keys() if k in data and k not in fields and data[k] is not None},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields: key files are file names, never key material (``ssh_password`` and
+        ``ssh_key_password`` are in ``options`` only when the inventory sets them)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SshSettings:
+        """The inverse of :meth:`to_dict`."""
+        return cls(**data)
+
+    @property
+    def where(self) -> str:
+        """``user@address:port`` (without the user or port the inventory does not set), for messages."""
+        return f"{self.user + '@' if self.user else ''}{self.hostname}{f':{self.port}' if self.port else ''}"
+
+    def connector_data(self) -> dict[str, Any]:
+        """The pyinfra host data pyinfra's SSH connector reads for this host (only keys that are set).
+
+        ``ask`` becomes ``yes`` (nobody can answer a fleet command); paramiko's banner and
+        authentication timeouts are :attr:`connect_timeout_s` unless ``ssh_paramiko_connect_kwargs``
+        says otherwise.
+        """
+        data = dict(self.options)
+        for attribute, key in _FIELD_KEYS.items():
+            value = getattr(self, attribute)
+            if value is not None:
+                data[key] = value
+        if data.get("ssh_strict_host_key_checking") == "ask":
+            data["ssh_strict_host_key_checking"] = "yes"
+        timeouts = {"banner_timeout": self.connect_timeout_s, "auth_timeout": self.connect_timeout_s}
+        data["ssh_paramiko_connect_kwargs"] = {**timeouts, **(self.options.get("ssh_paramiko_connect_kwargs") or {})}
+        return data

@@ -8,7 +8,6 @@ completely, including that its settings render for its own vLLM version.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,6 +39,7 @@ from rocmfleet.domain.partitionmodes import (
     policy_problems,
 )
 from rocmfleet.domain.placement import world_problem
+from rocmfleet.domain.readiness import ReadyProbe
 from rocmfleet.domain.soak import SoakThresholds
 
 #: The shipped profiles (package data). An inventory's ``vllm_profile`` is looked up first in
@@ -71,43 +71,6 @@ class Image(BaseModel):
     def reference(self) -> str:
         """``repository:tag@digest``."""
         return f"{self.repository}:{self.tag}@{self.digest}"
-
-
-class ReadyProbe(BaseModel):
-    """A known-answer request for readiness: sent at temperature 0 after ``/health`` and ``/v1/models``;
-    an answer not matching ``expect_regex`` means not ready (vLLM issue 45562: FP8 KV cache on MI300X
-    answering HTTP 200 with garbage)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)  # "8" or true is no count
-
-    prompt: str = Field(min_length=1, description="completion prompt")
-    expect_regex: str = Field(
-        min_length=1,
-        description="Python regular expression the greedy answer must contain (re.search; anchor with ^ for a prefix)",
-    )
-    max_tokens: int = Field(default=16, ge=1, le=4096)
-    chat: bool = Field(
-        default=False, description="also send the prompt to /v1/chat/completions (served to chat clients)"
-    )
-    chat_expect_regex: str | None = Field(
-        default=None,
-        min_length=1,
-        description="chat answer's regex when it differs from expect_regex (the chat template wraps the prompt)",
-    )
-
-    @field_validator("expect_regex", "chat_expect_regex")
-    @classmethod
-    def _compiles(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        try:
-            compiled = re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from None
-        if compiled.search(""):
-            # ``x*``, ``|``, ``(?i)``: every answer, garbage included, would match.
-            raise ValueError("matches an empty answer, so any answer would pass; give text the answer must contain")
-        return value
 
 
 class Profile(ServingSettings):

@@ -28,13 +28,44 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import cachedirs, cacheproof, envpolicy
+
+
+class KeyedProfile(envpolicy.EnvProfile, Protocol):
+    """What the key reads of a profile (:class:`rocmfleet.config.profiles.Profile` has it): besides what the
+    environment policy reads, its name, model, revision, extra arguments and the :data:`SERVING_FIELDS` (read
+    by name)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def revision(self) -> str | None: ...
+    @property
+    def extra_args(self) -> Sequence[str]: ...
+
+
+class HostEnv(Protocol):
+    """The host's own container environment (``vllm_env``)."""
+
+    @property
+    def vllm_env(self) -> Mapping[str, str]: ...
+
+
+class KeyedConfig(Protocol):
+    """What the key reads of a host's configuration (:class:`rocmfleet.config.settings.HostConfig` has it)."""
+
+    @property
+    def profile(self) -> KeyedProfile: ...
+    @property
+    def settings(self) -> HostEnv: ...
+
 
 #: Bumped when the key's fields or their meaning change: every older bake becomes invalid.
 KEY_VERSION = 1
@@ -133,14 +164,14 @@ class CacheKey(BaseModel):
         return self.digest[:12]
 
 
-def compile_env(config: HostConfig, gpu_arch: str) -> dict[str, str]:
+def compile_env(config: KeyedConfig, gpu_arch: str) -> dict[str, str]:
     """The container variables of ``config`` that can change compiled code (:data:`ENV_PREFIXES`),
     as :func:`rocmfleet.domain.envpolicy.rendered_env` on ``gpu_arch`` plus the host's ``vllm_env``."""
     env = {**envpolicy.rendered_env(config.profile, gpu_arch), **config.settings.vllm_env}
     return {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES) and k not in ENV_EXCLUDED}
 
 
-def instance_key(config: HostConfig, gpu_arch: str, image: ImageFacts) -> CacheKey:
+def instance_key(config: KeyedConfig, gpu_arch: str, image: ImageFacts) -> CacheKey:
     """The key of ``config``'s instances on GPUs of ``gpu_arch`` with the image of ``image``.
 
     Args:
@@ -202,7 +233,7 @@ def key_from_labels(labels: Mapping[str, str] | None) -> CacheKey:
     return key
 
 
-def refusal(image_ref: str, labels: Mapping[str, str] | None, config: HostConfig, gpu_arch: str) -> list[str]:
+def refusal(image_ref: str, labels: Mapping[str, str] | None, config: KeyedConfig, gpu_arch: str) -> list[str]:
     """Why a baked image must not run ``config``'s instances on ``gpu_arch`` GPUs; empty when it may.
 
     The deploy (before the unit is written) and ``rocmfleet check`` call this with the labels of

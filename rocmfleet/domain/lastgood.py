@@ -5,7 +5,7 @@ The last good version of an instance is a copy of its unit, environment and secr
 arguments and environment: :func:`serve_record`), written only after the instance was ready with
 exactly those files (:func:`save_last_good_script`). The deploy plans these files
 (:mod:`rocmfleet.plan.instance`), reads them (:class:`rocmfleet.facts.rollout.LastGood`) and a
-swap rolls back to them (:mod:`rocmfleet.fleet.rollout.swap`). Everything here returns data or
+swap rolls back to them (:mod:`rocmfleet.plan.swap`). Everything here returns data or
 shell text; nothing runs.
 """
 

@@ -15,11 +15,50 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import shlex
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 from rocmfleet import scripts
-from rocmfleet.config.profiles import ReadyProbe
+
+
+class ReadyProbe(BaseModel):
+    """A known-answer request for readiness: sent at temperature 0 after ``/health`` and ``/v1/models``;
+    an answer not matching ``expect_regex`` means not ready (vLLM issue 45562: FP8 KV cache on MI300X
+    answering HTTP 200 with garbage)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)  # "8" or true is no count
+
+    prompt: str = Field(min_length=1, description="completion prompt")
+    expect_regex: str = Field(
+        min_length=1,
+        description="Python regular expression the greedy answer must contain (re.search; anchor with ^ for a prefix)",
+    )
+    max_tokens: int = Field(default=16, ge=1, le=4096)
+    chat: bool = Field(
+        default=False, description="also send the prompt to /v1/chat/completions (served to chat clients)"
+    )
+    chat_expect_regex: str | None = Field(
+        default=None,
+        min_length=1,
+        description="chat answer's regex when it differs from expect_regex (the chat template wraps the prompt)",
+    )
+
+    @field_validator("expect_regex", "chat_expect_regex")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        if compiled.search(""):
+            # ``x*``, ``|``, ``(?i)``: every answer, garbage included, would match.
+            raise ValueError("matches an empty answer, so any answer would pass; give text the answer must contain")
+        return value
 
 
 def probe_args(model: str, ready_probe: ReadyProbe | None = None) -> list[str]:
@@ -73,7 +112,7 @@ def probe_script(
     Runs ``rocmfleet/scripts/vllm-probe.sh ready``: the port must be held by a process of
     ``container`` (an orphan or a stranger answering there never makes this instance ready),
     then ``/health``, ``/v1/models`` listing ``model``, and one completion; with ``ready_probe``
-    (:class:`rocmfleet.config.profiles.ReadyProbe`) the completion is its prompt at temperature 0 and the
+    (:class:`ReadyProbe`) the completion is its prompt at temperature 0 and the
     answer must match its ``expect_regex`` (``re.search``), and with ``ready_probe.chat`` the same
     prompt as a chat message must answer and match ``chat_expect_regex`` (default: ``expect_regex``).
     Not ready: exit 1, the reason on stderr; a wrong answer: exit 3 (final at temperature 0).

@@ -17,11 +17,12 @@ The requests are sent by ``rocmfleet/scripts/vllm-warmup.sh`` on the host.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from rocmfleet import scripts
-from rocmfleet.config.profiles import Profile
-from rocmfleet.domain.benchshape import shape_for, sweep_for
+from rocmfleet.domain.benchshape import BenchTarget, shape_for, sweep_for
 
 #: Prompt and output tokens of a capture-size step: short, so a step costs a few decode steps.
 CAPTURE_ISL, CAPTURE_OSL = 16, 8
@@ -46,6 +47,19 @@ class Step:
     def arg(self) -> str:
         """``ISL:OSL:CONCURRENCY:REQUESTS`` for ``vllm-warmup.sh``."""
         return f"{self.isl}:{self.osl}:{self.concurrency}:{self.requests}"
+
+
+class Profile(BenchTarget, Protocol):
+    """What the warm-up reads of a profile (:class:`rocmfleet.config.profiles.Profile` has it)."""
+
+    @property
+    def served_model_name(self) -> str: ...
+    @property
+    def cudagraph_mode(self) -> str | None: ...
+    @property
+    def extra_args(self) -> Sequence[str]: ...
+    @property
+    def max_num_batched_tokens(self) -> int | None: ...
 
 
 def capture_sizes(profile: Profile) -> list[int]:

@@ -8,9 +8,8 @@ import shlex
 from pyinfra.api.facts import FactBase
 
 from rocmfleet import scripts
-from rocmfleet.config.profiles import ReadyProbe
 from rocmfleet.domain import cacheproof
-from rocmfleet.domain.readiness import probe_script
+from rocmfleet.domain.readiness import ReadyProbe, probe_script
 
 #: First line of every unit rocmfleet renders (``templates/vllm/vllm.service.j2``): the mark that
 #: makes a ``vllm-*.service`` ours to remove when the data no longer lists it.
@@ -27,7 +26,7 @@ class VllmReady(FactBase[bool]):
 
         host.get_fact(VllmReady, port=8000, model="tiny-llama", container="vllm-a")  # True
 
-    ``ready_probe``: the profile's known-answer request (:class:`rocmfleet.config.profiles.ReadyProbe`),
+    ``ready_probe``: the profile's known-answer request (:class:`rocmfleet.domain.readiness.ReadyProbe`),
     or ``None``; with one, a server that answers it wrongly is not ready.
     """
 

@@ -4,7 +4,7 @@ Fleet commands (``rocmfleet check``, ``rocmfleet bench``) read the same pyinfra 
 group data as the deploy, so there is no second inventory to keep: :func:`load_fleet` validates
 it exactly as ``rocmfleet validate`` does, once per run, and returns one
 :class:`rocmfleet.fleet.target.Target` per host, carrying its
-:class:`rocmfleet.fleet.connect.SshSettings`: its ``ssh_*`` data, every key pyinfra's SSH
+:class:`rocmfleet.config.connection.SshSettings`: its ``ssh_*`` data, every key pyinfra's SSH
 connector knows, and ``_sudo``/``_sudo_user``; what the data leaves unset is left to pyinfra and
 the SSH config (``~/.ssh/config`` or ``ssh_config_file``), as in the deploy.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
+from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.validate import InventoryError, report, validate_inventory
-from rocmfleet.fleet.connect import SshSettings
 from rocmfleet.fleet.target import Target
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.settings import HostConfig
-from rocmfleet.fleet.connect import SshSettings
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 swap, roll back, last good versions.
 
 The order that keeps a failed new version from leaving an instance broken is in
-:mod:`rocmfleet.fleet.rollout.swap`; ``roles/vllm`` calls these operations in that order.
+:mod:`rocmfleet.plan.swap`; ``roles/vllm`` calls these operations in that order.
 
 Placement needs the host's GPU topology, which a bare host only has after the driver is
 installed and the host rebooted, later in the same run. So the operations that need a placement
@@ -38,9 +38,9 @@ from rocmfleet.facts.docker import ImageLabels
 from rocmfleet.facts.rollout import LastGood
 from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.facts.vllm import CacheProof, ManagedInstances, PortOwner, VllmReady
-from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.operations.fail import host_failure
 from rocmfleet.plan import instance as plan_instance
+from rocmfleet.plan import swap as rollout
 from rocmfleet.plan.hoststate import WantedFile
 from rocmfleet.plan.instance import NO_KFD, HostPlacement
 
@@ -270,7 +270,7 @@ def serve_args_check(
     placement, so the check runs once the host's topology is known (:class:`Placed`).
 
     Runs ``python3`` in a throw-away container of ``image`` without devices or network
-    (``rocmfleet.fleet.rollout.swap.serve_args_check_argv``): argparse's ``error: ...`` or vLLM's failed check
+    (``rocmfleet.plan.swap.serve_args_check_argv``): argparse's ``error: ...`` or vLLM's failed check
     fails the host before the running container is touched. A no-op when the instance's last good
     version (``serve.json``) already ran exactly this image, these arguments and this environment.
 
@@ -308,7 +308,7 @@ def ready_or_roll_back(
     """
     Wait until every instance is ready; roll back each one that is not by the deadline, and fail the host.
 
-    + targets: the host's instances (``rocmfleet.fleet.rollout.swap.WaitTarget``; ``roll_back_to`` is
+    + targets: the host's instances (``rocmfleet.plan.swap.WaitTarget``; ``roll_back_to`` is
       filled in here, from the host)
     + timeout_s: deadline for new versions, seconds (model load and compilation take minutes)
     + rollback_timeout_s: deadline for a restored version to be ready again, seconds
@@ -318,7 +318,7 @@ def ready_or_roll_back(
     known-answer request wrongly, whose live files differ from a complete last good version gets those files
     back, a ``daemon-reload`` and a restart, and the operation waits for it to be ready again. The
     host fails in either case, with the new container's last log lines and, for each instance
-    rolled back, which image it went back to (``rocmfleet.fleet.rollout.swap.wait_or_roll_back_script``).
+    rolled back, which image it went back to (``rocmfleet.plan.swap.wait_or_roll_back_script``).
     Wait for all instances in one operation: a failed operation stops the host, so a per-instance
     operation would leave the instances after the first failure unrolled.
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from rocmfleet.domain.vllmfiles import layout
-from rocmfleet.fleet.rollout import swap
+from rocmfleet.plan import swap
 from tests.conftest import ROOT, connect, pyinfra_json
 from tests.e2e.test_deploy import complete, pyinfra_deploy
 from tests.lab.image import NEVER_READY_TAG

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.profiles import PROFILES_DIR, load_profile
 from rocmfleet.config.settings import host_config
 from rocmfleet.config.vault import Secret
@@ -48,7 +49,6 @@ from rocmfleet.fleet.bench.runs import (
     verdict_passed,
 )
 from rocmfleet.fleet.bench.verdicts import Verdict, judge
-from rocmfleet.fleet.connect import SshSettings
 from rocmfleet.fleet.target import Target
 from tests.unit.conftest import DIGEST, LAB_PROFILE
 

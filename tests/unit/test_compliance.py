@@ -429,10 +429,10 @@ def test_each_hosts_last_check_is_found_in_run_order():
 
 
 def test_expectations_hold_each_hosts_data_and_no_secret(lab_data, tmp_path, monkeypatch):
+    from rocmfleet.config.connection import SshSettings
     from rocmfleet.config.settings import host_config
     from rocmfleet.config.vault import Secret
     from rocmfleet.fleet.check import expect
-    from rocmfleet.fleet.connect import SshSettings
 
     one = host_config({**lab_data, "vllm_secret_env": {"HF_TOKEN": Secret("hf_neverShown")}})
     two = host_config({**lab_data, "vllm_instances": [{"name": "solo", "port": 9000, "gpus": [0]}]})

@@ -11,11 +11,12 @@ import paramiko
 import pytest
 import testinfra.host
 
+from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet import commandlog, connect
 from rocmfleet.fleet.check.backend import SessionBackend
-from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session, SshSettings
+from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session
 from tests.unit.sshserver import LoopbackSshServer
 
 #: Each test starts a loopback SSH server (paramiko, 127.0.0.1, throwaway keys): seconds, no lab.

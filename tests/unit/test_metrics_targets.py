@@ -13,9 +13,10 @@ import pytest
 
 from rocmfleet import cli
 from rocmfleet.config import validate
+from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.settings import host_config
-from rocmfleet.fleet.connect import SshSettings
-from rocmfleet.fleet.metrics import targets, targetsfile
+from rocmfleet.plan import metricstargets as targets
+from rocmfleet.plan import targetsfile
 from tests.unit.conftest import DIGEST
 from tests.unit.test_cli_offline import no_network  # noqa: F401 - a fixture
 

@@ -556,7 +556,7 @@ def test_restart_rollback_is_refused_and_resume_of_a_failed_restart_retries(reco
 
 class _Target:
     def __init__(self, port: int) -> None:
-        from rocmfleet.fleet.connect import SshSettings
+        from rocmfleet.config.connection import SshSettings
 
         self.ssh = SshSettings(hostname="127.0.0.1", port=port, connect_timeout_s=2)
         image = SimpleNamespace(reference="r/vllm:new@sha256:" + "b" * 64)

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
+from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.settings import HostConfig, host_config
 from rocmfleet.facts.state import parse_state
 from rocmfleet.fleet import inventory as fleet_inventory
-from rocmfleet.fleet.connect import ConnectError, Result, SshSettings
+from rocmfleet.fleet.connect import ConnectError, Result
 from rocmfleet.fleet.rollout import hoststeps
 from rocmfleet.fleet.rollout import state as rstate
 from rocmfleet.fleet.rollout.report import drift_cell, status_json

@@ -1,4 +1,4 @@
-"""rocmfleet.fleet.rollout.swap and rocmfleet.domain.lastgood: the argument check, the last good copies,
+"""rocmfleet.plan.swap and rocmfleet.domain.lastgood: the argument check, the last good copies,
 wait and roll back.
 
 The shell is run for real (``sh``) in a temporary directory, with stand-ins for ``curl``,
@@ -23,9 +23,10 @@ import pytest
 from pyinfra.api import FunctionCommand
 
 from rocmfleet import scripts
-from rocmfleet.config.profiles import ReadyProbe
 from rocmfleet.domain import lastgood, readiness, vllm, vllmplace
-from rocmfleet.fleet.rollout import hoststeps, swap
+from rocmfleet.domain.readiness import ReadyProbe
+from rocmfleet.fleet.rollout import hoststeps
+from rocmfleet.plan import swap
 from rocmfleet.plan.instance import vllm_settings
 from tests.unit.conftest import TOPOLOGY
 

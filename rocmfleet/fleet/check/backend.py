@@ -25,10 +25,11 @@ from typing import Any
 import pytest
 from testinfra.backend import base
 
+from rocmfleet.config.connection import SshSettings
 from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet.check import checkfile
 from rocmfleet.fleet.check.report import over_budget
-from rocmfleet.fleet.connect import COMMAND_TIMEOUT_S, CommandTimeout, Session, SshSettings
+from rocmfleet.fleet.connect import COMMAND_TIMEOUT_S, CommandTimeout, Session
 
 #: The ``--hosts`` scheme, and where testinfra finds the class.
 SCHEME = "rocmfleet"

@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from rocmfleet.fleet.connect import SshSettings
+from rocmfleet.config.connection import SshSettings
 
 #: The environment variable naming the expectations file.
 FILE_ENV = "ROCMFLEET_CHECK_FILE"

@@ -27,6 +27,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from rocmfleet import scripts
+from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.hostsettings import HostSettings
 from rocmfleet.config.instances import Instance
 from rocmfleet.config.profiles import Image, Profile
@@ -40,7 +41,6 @@ from rocmfleet.domain.tuning import TuningSettings
 from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, state_args
 from rocmfleet.fleet.check.checkfile import FILE_ENV, ExpectationError, host_name
 from rocmfleet.fleet.check.checkfile import entry as _entry
-from rocmfleet.fleet.connect import SshSettings
 from rocmfleet.plan import exporterplan, hoststate, rocmplan
 
 

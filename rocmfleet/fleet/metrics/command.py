@@ -2,7 +2,7 @@
 
 The inventory is validated as ``rocmfleet validate`` does (every problem at once, exit 2); no host
 is contacted. The JSON goes to standard output (also with ``-o -``, as ``check --json -``), or with
-``-o`` to FILE, written whole (:func:`rocmfleet.fleet.metrics.targetsfile.write_atomic`), and one
+``-o`` to FILE, written whole (:func:`rocmfleet.plan.targetsfile.write_atomic`), and one
 line says what it holds. FILE must end in ``.json``, ``.yml`` or ``.yaml``
 (:func:`rocmfleet.domain.metrics.file_sd_name_problem`): Prometheus's file_sd reads no other.
 """
@@ -15,8 +15,8 @@ from typing import TextIO
 
 from rocmfleet.domain.metrics import file_sd_name_problem
 from rocmfleet.fleet.inventory import FleetError, load_fleet
-from rocmfleet.fleet.metrics import targets
-from rocmfleet.fleet.metrics.targetsfile import scrape_address, write_file
+from rocmfleet.plan import metricstargets as targets
+from rocmfleet.plan.targetsfile import scrape_address, write_file
 
 #: ``-o STDOUT``: the JSON on standard output, as with no ``-o``.
 STDOUT = "-"
@@ -40,7 +40,7 @@ def output_problem(output: str) -> str | None:
 
 
 def run(inventory: str, output: str | None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Print or write ``inventory``'s targets (:func:`rocmfleet.fleet.metrics.targets.file_sd`).
+    """Print or write ``inventory``'s targets (:func:`rocmfleet.plan.metricstargets.file_sd`).
 
     Args:
         inventory: a pyinfra inventory file.

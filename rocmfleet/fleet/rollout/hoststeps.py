@@ -11,7 +11,7 @@
   set or removed, :mod:`rocmfleet.domain.watchdog`, and the group data's
   ``vllm_drain_command``/``vllm_undrain_command``), **observe** (``rocmfleet/scripts/vllm-status.sh``)
   and the rolling restart's unit restart and wait (the deploy's own ``rocmfleet/scripts/vllm-wait.sh``
-  with the deploy's targets, :func:`rocmfleet.fleet.rollout.swap.wait_targets`, on stdin) go over
+  with the deploy's targets, :func:`rocmfleet.plan.swap.wait_targets`, on stdin) go over
   :mod:`rocmfleet.fleet.connect`. A restart that fails leaves its host drained and marked ``failed``
   (nothing to roll back); ``--resume`` restarts and gates it again.
 * **check** is ``rocmfleet check --select gpu,vllm`` on the one host (``gpu,vllm,cache`` when the image
@@ -51,8 +51,8 @@ from rocmfleet.fleet.rollout.instancestatus import InstanceStatus, parse_status
 from rocmfleet.fleet.rollout.progress import Emit
 from rocmfleet.fleet.rollout.state import OWN_DEPLOY_ENV, ImageRef
 from rocmfleet.fleet.rollout.steps import StepError
-from rocmfleet.fleet.rollout.swap import wait_or_roll_back_script, wait_targets
 from rocmfleet.fleet.target import Target
+from rocmfleet.plan.swap import wait_or_roll_back_script, wait_targets
 
 #: The packaged deploy file (``rocmfleet/deploy.py``: :func:`rocmfleet.converge.converge`), the same two
 #: lines a site's ``deploy.py`` holds; a rollout converges each host with it, whatever else a site adds.
@@ -377,7 +377,7 @@ class HostSteps:
 
     def _restart(self, host: str) -> dict[str, float]:
         """Restart the host's vLLM units, then wait as the deploy waits: ``vllm-wait.sh`` with every
-        instance (:func:`rocmfleet.fleet.rollout.swap.wait_targets`: known answer, warm-up; a unit systemd
+        instance (:func:`rocmfleet.plan.swap.wait_targets`: known answer, warm-up; a unit systemd
         shows failed or a wrong answer is given up at once) and nothing to roll back to (a restart
         changes nothing to go back from). Its targets go on stdin.
 

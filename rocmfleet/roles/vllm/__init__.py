@@ -1,5 +1,5 @@
 """vLLM role: image by digest, placement, argument check, per-instance files and systemd unit,
-orphans removed, readiness with roll back to the last good version (the order: :mod:`rocmfleet.fleet.rollout.swap`).
+orphans removed, readiness with roll back to the last good version (the order: :mod:`rocmfleet.plan.swap`).
 
 Placement reads the host's GPU topology when the operations execute, after the rocm role's
 reboot (:class:`rocmfleet.operations.vllm.Placed`, with the planner's own
@@ -27,10 +27,10 @@ from rocmfleet.domain import cachedirs, hfmodel, vllmfiles
 from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.facts.topology import GpuTopology
-from rocmfleet.fleet.rollout import swap as rollout
 from rocmfleet.operations import secrets
 from rocmfleet.operations import vllm as vllm_ops
 from rocmfleet.operations.deploys import deploy
+from rocmfleet.plan import swap as rollout
 from rocmfleet.plan import vllmplan
 from rocmfleet.plan.instance import last_good_of, secrets_content, stage_env_content
 

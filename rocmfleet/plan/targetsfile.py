@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 from pyinfra.api.exceptions import PyinfraError
 
 from rocmfleet.config import groupvars
+from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.errors import ConfigError
 from rocmfleet.config.settings import HostConfig, host_config
 from rocmfleet.config.validate import validated_config, validated_on_load
-from rocmfleet.fleet.connect import SshSettings
-from rocmfleet.fleet.metrics import targets
+from rocmfleet.plan import metricstargets as targets
 
 if TYPE_CHECKING:
     from pyinfra.api.host import Host
@@ -86,7 +86,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_file(path: str, hosts: list[targets.FleetHost]) -> list[dict[str, Any]]:
-    """Write ``hosts``' targets (:func:`rocmfleet.fleet.metrics.targets.file_sd`) to ``path`` whole.
+    """Write ``hosts``' targets (:func:`rocmfleet.plan.metricstargets.file_sd`) to ``path`` whole.
 
     Raises:
         OSError: as :func:`write_atomic`.

@@ -1,7 +1,7 @@
 """Prometheus scrape targets of a fleet: every vLLM instance and every AMD exporter, as ``file_sd`` JSON.
 
 Pure: built from validated host configurations and the address each host is reached at
-(:func:`rocmfleet.fleet.metrics.targetsfile.scrape_address`). The format is Prometheus's
+(:func:`rocmfleet.plan.targetsfile.scrape_address`). The format is Prometheus's
 ``file_sd_configs`` file (https://prometheus.io/docs/guides/file-sd/): a JSON list of
 ``{"targets": ["HOST:PORT"], "labels": {...}}`` groups. One group per target, so each carries its
 own labels.

@@ -33,11 +33,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rocmfleet import scripts
-from rocmfleet.config.profiles import ReadyProbe
 from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import vllmfiles, warmup
 from rocmfleet.domain.lastgood import LastGoodFiles, last_good_files
-from rocmfleet.domain.readiness import probe_args
+from rocmfleet.domain.readiness import ReadyProbe, probe_args
 
 #: Where the instances' systemd units are (``/etc/systemd/system/vllm-<instance>.service``).
 SYSTEMD_DIR = "/etc/systemd/system"
@@ -143,7 +142,7 @@ class WaitTarget:
             through :func:`rocmfleet.scripts.in_wait`, ``warmup_at_start``); run once the probe
             passes, and the instance counts as ready only when it succeeded, so a cold instance
             never takes user traffic first.
-        ready_probe: the profile's known-answer request (:class:`rocmfleet.config.profiles.ReadyProbe`),
+        ready_probe: the profile's known-answer request (:class:`rocmfleet.domain.readiness.ReadyProbe`),
             or ``None``; the new version is ready only when its greedy answer matches.
         back_port, back_model: the port and served model name of the version ``roll_back_to``
             restores (its ``serve.json``: :attr:`rocmfleet.domain.lastgood.LastGoodState.served`), when they differ from
