@@ -8,13 +8,28 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rocmfleet.config.errors import Problem
-from rocmfleet.config.profiles import (
-    Profile,
-)
 from rocmfleet.domain import ports
 from rocmfleet.domain.docker import DockerDaemon
 from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.domain.placement import world_problem
+
+
+class Layout(Protocol):
+    """What the instances read of a profile (:class:`rocmfleet.config.profiles.Profile` has it): its name, ports,
+    GPUs per instance or their lists, instances per host, and its tensor parallel size."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def ports(self) -> Sequence[int]: ...
+    @property
+    def instance_gpus(self) -> Sequence[Sequence[int]] | None: ...
+    @property
+    def gpus_per_instance(self) -> int | None: ...
+    @property
+    def instances_per_host(self) -> int: ...
+    @property
+    def tensor_parallel_size(self) -> int: ...
 
 
 class NamedGpus(Protocol):
@@ -133,7 +148,7 @@ def port_problems(
     return problems
 
 
-def instances_of(settings: InstanceKeys, profile: Profile | None) -> list[Instance]:
+def instances_of(settings: InstanceKeys, profile: Layout | None) -> list[Instance]:
     """``vllm_instances``, else the profile's layout (``profile`` is then not ``None``), each with its
     internal ports from ``vllm_internal_port_base`` by position (:func:`rocmfleet.domain.ports.block`)."""
     base = settings.vllm_internal_port_base
@@ -151,7 +166,7 @@ def instances_of(settings: InstanceKeys, profile: Profile | None) -> list[Instan
 
 
 def instance_problems(
-    instances: list[Instance], profile: Profile | None = None, gpu_count: int = 8, key: str = "vllm_instances"
+    instances: list[Instance], profile: Layout | None = None, gpu_count: int = 8, key: str = "vllm_instances"
 ) -> list[Problem]:
     """Rules on a host's instances: unique names and ports; GPUs unique and below ``gpu_count``; TP divides the GPUs.
 

@@ -26,13 +26,14 @@ from pydantic import (
 from rocmfleet.config import groupvars
 from rocmfleet.config.connection import ConnectionSettings
 from rocmfleet.config.errors import ConfigError, Problem, shown
-from rocmfleet.config.hostprofile import image_of, profile_of
 from rocmfleet.config.hostsettings import OWN_PREFIXES, PYINFRA_KEYS, PYINFRA_PREFIXES, HostSettings
 from rocmfleet.config.instances import Instance, instance_problems, instances_of, port_problems
 from rocmfleet.config.keys import did_you_mean, model_keys
 from rocmfleet.config.profiles import (
     Image,
     Profile,
+    image_of,
+    profile_of,
 )
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import docker, envpolicy

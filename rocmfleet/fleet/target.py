@@ -7,7 +7,10 @@ to hosts (check, bench, rollout, cache bake) take them, so they need not load an
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.settings import HostConfig
@@ -20,3 +23,12 @@ class Target:
     name: str
     ssh: SshSettings
     config: HostConfig
+
+
+_T = TypeVar("_T")
+
+
+def parallel(fn: Callable[[str], _T], hosts: Sequence[str], workers: int = 16) -> list[_T]:
+    """``fn`` of every host, at most ``workers`` at once, in order."""
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
+        return list(pool.map(fn, hosts))

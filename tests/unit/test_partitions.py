@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rocmfleet.config.hostprofile import profile_path
-from rocmfleet.config.profiles import PROFILES_DIR
+from rocmfleet.config.profiles import PROFILES_DIR, profile_path
 from rocmfleet.config.settings import host_config
 from rocmfleet.domain import vllmplace
 from rocmfleet.domain.partitionmodes import PartitionPolicy, policy_problems

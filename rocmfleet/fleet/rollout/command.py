@@ -24,7 +24,7 @@ from rocmfleet.fleet.check import compliance
 from rocmfleet.fleet.rollout import fleetimage, hoststeps
 from rocmfleet.fleet.rollout.batches import PlanError, parse_max_unavailable, plan_batches
 from rocmfleet.fleet.rollout.fleetimage import CommandError
-from rocmfleet.fleet.rollout.hoststeps import CHECK_TIMEOUT_S, parallel
+from rocmfleet.fleet.rollout.hoststeps import CHECK_TIMEOUT_S
 from rocmfleet.fleet.rollout.instancestatus import InstanceStatus, running_image
 from rocmfleet.fleet.rollout.progress import Emit, LineProgress, Progress, ProgressFactory, to_stderr
 from rocmfleet.fleet.rollout.report import markdown_report
@@ -46,7 +46,7 @@ from rocmfleet.fleet.rollout.state import (
     state_path,
 )
 from rocmfleet.fleet.rollout.steps import RETRIES, StepError, step_failure
-from rocmfleet.fleet.target import Target
+from rocmfleet.fleet.target import Target, parallel
 
 
 @dataclass(frozen=True)

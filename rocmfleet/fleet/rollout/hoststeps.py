@@ -34,11 +34,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
 
 from rocmfleet import project, scripts
 from rocmfleet.domain import watchdog
@@ -89,15 +87,6 @@ CHECK_TIMEOUT_S = 300
 #: A benchmark case's error that says the client, not the server, failed
 #: (rocmfleet.fleet.bench.benchrun.run_case: the host's deadline, the SSH connection).
 CLIENT_FAILURES = ("timed out", "not run: the host's --timeout-s ran out", "connection lost:")
-
-
-_T = TypeVar("_T")
-
-
-def parallel(fn: Callable[[str], _T], hosts: Sequence[str], workers: int = 16) -> list[_T]:
-    """``fn`` of every host, at most ``workers`` at once, in order."""
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
-        return list(pool.map(fn, hosts))
 
 
 def _tail(text: str, lines: int = 6) -> str:

@@ -22,12 +22,11 @@ from typing import Protocol
 from rocmfleet.fleet.connect import Result
 from rocmfleet.fleet.metrics import promapi, read
 from rocmfleet.fleet.metrics.window import Counts, SeriesKey, difference, figures, snapshot, tpot_metric
-from rocmfleet.fleet.rollout.hoststeps import parallel
 from rocmfleet.fleet.rollout.soak import DIRECT, OTHERS, SOAKED, judge
 from rocmfleet.fleet.rollout.state import SoakResult
 from rocmfleet.fleet.rollout.steps import step_failure
 from rocmfleet.fleet.rollout.verdict import GateOutcome
-from rocmfleet.fleet.target import Target
+from rocmfleet.fleet.target import Target, parallel
 
 #: Seconds one host's ``metrics-read.sh`` may take (each port's curl has 10 s: ``-m 10``).
 READ_TIMEOUT_S = 120

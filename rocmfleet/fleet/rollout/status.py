@@ -11,10 +11,10 @@ from rocmfleet import scripts
 from rocmfleet.facts.state import parse_state, state_args
 from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.rollout import hoststeps
-from rocmfleet.fleet.rollout.hoststeps import parallel
 from rocmfleet.fleet.rollout.instancestatus import InstanceStatus
 from rocmfleet.fleet.rollout.state import RolloutState, load_state, results_root, state_path
 from rocmfleet.fleet.rollout.steps import StepError, step_failure
+from rocmfleet.fleet.target import parallel
 from rocmfleet.plan import vllmplan
 
 #: Seconds the ``HostState`` read of a host may take (its GPU topology script runs under ``timeout 20``).
