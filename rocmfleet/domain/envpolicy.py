@@ -28,7 +28,7 @@ Rules, the same for ``extra_env`` and ``vllm_env`` (:func:`profile_problems`,
 - ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE`` and ``HF_MODULES_CACHE`` belong to the staged model
   (:mod:`rocmfleet.domain.hfmodel`: the cache mounted read-only, read offline); refused elsewhere;
 - a variable the target vLLM removed is refused with its replacement, and a variable the flag
-  table renders with the setting that owns it (:func:`rocmfleet.domain.flags.env_passthrough_problems`);
+  table renders with the setting that owns it (:func:`rocmfleet.domain.flagrender.env_passthrough_problems`);
 - a variable a named set renders is refused: the set owns it;
 - a safe-value variable set to another value where the table says the default is wrong is refused
   with the row's reason, on a host of that architecture (:func:`arch_problems`, at placement);
@@ -349,7 +349,7 @@ def is_secret(name: str, value: str) -> bool:
 
 def profile_problems(profile: EnvProfile) -> list[str]:
     """The policy's rules for the profile's ``extra_env`` and ``env_sets`` (removed and table-rendered
-    variables in ``extra_env`` are :func:`rocmfleet.domain.flags.render`'s). One line per problem."""
+    variables in ``extra_env`` are :func:`rocmfleet.domain.flagrender.render`'s). One line per problem."""
     problems = [
         f"env_sets: unknown set {s!r}; known: {', '.join(ENV_SETS)}" for s in profile.env_sets if s not in ENV_SETS
     ]

@@ -48,7 +48,7 @@ def last_good_files(config_dir: str, instance: str, unit_path: str, env_file: st
     """The :class:`LastGoodFiles` of ``instance``, its copies in ``<config_dir>/<instance>.last-good``.
 
     Args:
-        config_dir: the deploy's per-instance directory (``rocmfleet.domain.vllm.CONFIG_DIR``).
+        config_dir: the deploy's per-instance directory (``rocmfleet.domain.vllmfiles.CONFIG_DIR``).
         instance: instance name.
         unit_path, env_file, secrets_file: absolute paths of the live files.
     """

@@ -4,7 +4,7 @@
 devices each compute partition mode gives, and the first ROCm and vLLM versions that serve on it.
 :func:`host_part` names a host's part from the KFD ``device_id`` of its GPUs (the ``GpuTopology``
 fact); :func:`topology_problems` checks that its devices, KFD nodes and partition modes agree,
-naming PCI addresses. Placement (:func:`rocmfleet.domain.vllm.placements`) reads both, and sizes
+naming PCI addresses. Placement (:func:`rocmfleet.domain.vllmplace.placements`) reads both, and sizes
 memory with the part's own numbers (:func:`device_gib`) instead of MI300X's.
 
 Sources, cited per row:

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.lab
 FIRST_HOST = {"tiny-llama-a": 8000, "tiny-llama-b": 8001}
 OTHER_HOST = {"lab-tiny-llama-0": 8000}
 GRACE_S = HostSettings.model_fields["vllm_stop_grace_s"].default
-RESTART_S = 20  # RestartSec of the unit (rocmfleet.domain.vllm.UnitTimings)
+RESTART_S = 20  # RestartSec of the unit (rocmfleet.domain.vllmfiles.UnitTimings)
 
 
 def instances(lab, name: str) -> dict[str, int]:

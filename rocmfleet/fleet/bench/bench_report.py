@@ -1,7 +1,7 @@
 """Reports of a smoke benchmark run: a Markdown summary and PNG plots, saved beside the JSON.
 
 A run is ``{target: [(case, result, verdict), ...]}``, a target being a host (or
-``host/instance``, as :func:`rocmfleet.fleet.bench.bench.load_run` names it). Latencies are in ms,
+``host/instance``, as :func:`rocmfleet.fleet.bench.runs.load_run` names it). Latencies are in ms,
 throughputs in tokens/s.
 
 Plots use matplotlib's object API on the Agg canvas (``matplotlib.figure.Figure``): no pyplot,

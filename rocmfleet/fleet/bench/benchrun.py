@@ -3,7 +3,7 @@
 I/O only. For each host (in parallel, one thread each) and each of its vLLM instances in turn,
 every case of the profile's sweep runs one after the other as ``docker exec <container> vllm
 bench serve ... --save-result`` against the instance's own port; the JSON vLLM writes in the
-container is read back (``docker exec ... cat``), kept at :func:`rocmfleet.fleet.bench.bench.result_path`
+container is read back (``docker exec ... cat``), kept at :func:`rocmfleet.fleet.bench.runs.result_path`
 and removed from the container. What runs, how a result is judged and how the run is reported
 come from :mod:`rocmfleet.fleet.bench.bench` and :mod:`rocmfleet.fleet.bench.bench_report`.
 
@@ -61,7 +61,7 @@ Emit = Callable[[str], None]
 class CaseOutcome:
     """One case on one instance: its result and verdict, or ``error`` when it gave none."""
 
-    target: str  # "host" or "host/instance", as rocmfleet.fleet.bench.bench.load_run names it
+    target: str  # "host" or "host/instance", as rocmfleet.fleet.bench.runs.load_run names it
     label: str  # "host instance:port", for the console
     case: Case
     result: BenchResult | None = None
@@ -351,7 +351,7 @@ def bench(
 
     Args:
         targets: from :func:`rocmfleet.fleet.inventory.load_fleet`.
-        results_dir: the results root (:func:`rocmfleet.fleet.bench.bench.result_path`); earlier runs in it
+        results_dir: the results root (:func:`rocmfleet.fleet.bench.runs.result_path`); earlier runs in it
             are the baselines.
         timeout_s: seconds each host may take, all its instances and cases together.
         emit: where the console lines go.

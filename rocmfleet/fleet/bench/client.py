@@ -20,7 +20,7 @@ change compared greedy with sampled requests. So:
   each serving container (:data:`EXEC`);
 * each result records its client and sampling (``--metadata``, :func:`metadata`), the reports
   name them, and results of two different clients are not compared
-  (:func:`rocmfleet.fleet.bench.bench.judge`).
+  (:func:`rocmfleet.fleet.bench.verdicts.judge`).
 
 Pure: no SSH.
 """
@@ -138,7 +138,7 @@ def mismatch(mine: ClientInfo, theirs: ClientInfo) -> str | None:
 
     Two known clients that differ (image, or sampling) are not compared: a regression between
     them may be the client's. A result whose client is unknown is compared (results of an
-    older rocmfleet), and :func:`rocmfleet.fleet.bench.bench.judge` says so in its notes.
+    older rocmfleet), and :func:`rocmfleet.fleet.bench.verdicts.judge` says so in its notes.
     """
     if not (mine.known and theirs.known):
         return None

@@ -103,7 +103,7 @@ def run_rollout(
         error: where errors go (default stderr): why nothing started, each failed host's error,
             a failed end.
         retries: ``--retries``, retries of an inconclusive step before the run pauses
-            (:data:`~rocmfleet.fleet.rollout.runner.RETRIES` when ``None``).
+            (:data:`~rocmfleet.fleet.rollout.steps.RETRIES` when ``None``).
         soak: ``--soak DURATION [--soak-batches]`` (:mod:`rocmfleet.fleet.rollout.soak`); with
             ``resume`` it replaces the soak recorded in the state (``None``: the recorded one).
 

@@ -219,7 +219,7 @@ class RolloutState(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    #: The run id (:func:`rocmfleet.fleet.bench.bench.new_run_id`, ``YYYYMMDDTHHMMSSZ``): a directory name under
+    #: The run id (:func:`rocmfleet.fleet.bench.runs.new_run_id`, ``YYYYMMDDTHHMMSSZ``): a directory name under
     #: the results root, so never a path (``/``, ``..``) or empty.
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     kind: Kind = "rollout"
