@@ -296,7 +296,7 @@ def test_ready_probe_is_optional_profile_data(tmp_path):
 
 
 def test_a_profile_is_the_sites_own_then_the_shipped_one(tmp_path):
-    from rocmfleet.config.hostprofile import known_profiles, profile_path
+    from rocmfleet.config.profiles import known_profiles, profile_path
 
     own = tmp_path / "profiles"
     assert profile_path("llama-3.3-70b", own) == PROFILES_DIR / "llama-3.3-70b.yml"  # no folder: shipped
