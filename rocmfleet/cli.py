@@ -1,6 +1,8 @@
 """The ``rocmfleet`` command.
 
 rocmfleet validate INVENTORY          check every host's data; exit 2 on any problem
+rocmfleet plan INVENTORY [--files|--json]
+                                      what a deploy would leave on every host, offline
 rocmfleet check INVENTORY             compliance checks on every host; exit 0 pass, 1 fail, 2 no run
 rocmfleet bench INVENTORY             smoke benchmark on every host; exit 0 pass, 1 fail, 2 no run
 rocmfleet rollout INVENTORY [--bake]  roll an image across the fleet: canary, gated batches, rollback
@@ -49,6 +51,12 @@ def _validate(args: argparse.Namespace) -> int:
     if warning := placeholder_warning(configs):
         print(f"rocmfleet: warning: {warning}", file=sys.stderr)
     return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from rocmfleet.fleet import plancmd
+
+    return plancmd.run(args.inventory, _limit(args.limit), _limit(args.exclude), args.topology, args.json, args.files)
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -642,6 +650,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     p.set_defaults(func=_validate)
+    pl = sub.add_parser(
+        "plan",
+        help="print what a deploy would leave on every host (services, files, packages, units), offline",
+        epilog="exit status: 0 planned; 1 a host's instances cannot be placed on the topology or its OS is "
+        "not supported (the others are planned); 2 a bad inventory, data or option",
+    )
+    _fleet_arguments(pl)
+    pl.add_argument(
+        "--topology",
+        metavar="NAME|FILE",
+        help="the hosts' GPU topology: mi300x (default: 8x MI300X, SPX, NPS1), the GPU topology script's "
+        "output, a recorded host (JSON) or a KFD tree directory",
+    )
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON (stable: sorted keys)")
+    pl.add_argument("--files", action="store_true", help="print every file whole, after a header line")
+    pl.set_defaults(func=_plan)
     exits = "exit status: 0 all passed; 1 a check or host failed; 2 the run could not happen (bad inventory or options)"
     c = sub.add_parser("check", help="run the compliance checks against every host of an inventory", epilog=exits)
     _fleet_arguments(c)
