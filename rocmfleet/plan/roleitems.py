@@ -92,11 +92,11 @@ def rocm_items(settings: rocm.RocmSettings, facts: HostFacts) -> Items:
     texts = rocmplan.repo_file_texts(settings, target)
     texts[rocm.DKMS_SIGNING_CONF] = rocmplan.signing_text(settings)
     texts[rocm.UDEV_RULE] = rocmplan.udev_text() if settings.rocm_device_access == "udev" else None
+    why = {rocm.DKMS_SIGNING_CONF: "no MOK signing key (rocm_mok_*)", rocm.UDEV_RULE: "rocm_device_access: groups"}
     for path, text in texts.items():
         if text is None:
-            items.removals.append(
-                Removal(path, "rocm", f"not wanted with the {settings.rocm_stream} stream's settings")
-            )
+            said = why.get(path, f"not an apt file of ROCm {settings.rocm_version} ({settings.rocm_stream} stream)")
+            items.removals.append(Removal(path, "rocm", said))
         else:
             items.file("rocm", WantedFile(path, text.encode(), "644"))
     if settings.rocm_device_access == "groups":
