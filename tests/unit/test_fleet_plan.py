@@ -180,3 +180,64 @@ def test_topology_sources(tmp_path):
     (tmp_path / "cut.txt").write_text("\n".join(lines[:-1]))
     with pytest.raises(sources.SourceError, match=r"cut\.txt: .*cut short"):
         sources.load(str(tmp_path / "cut.txt"))
+
+
+def _converged_read(host) -> list[str]:
+    """``HostState`` lines of a host holding every item of ``host`` (a ``HostPlan``) as wanted."""
+    from rocmfleet.plan.drift import WantedAbsent, WantedDir, WantedPackage, WantedUnit, plan_wanted
+
+    lines = []
+    for want in plan_wanted(host):
+        if isinstance(want, WantedUnit):
+            lines.append(
+                {"kind": "unit", "unit": want.unit, "load": "loaded", "active": "active", "enabled": "enabled"}
+            )
+        elif isinstance(want, WantedPackage):
+            version = want.version.replace("*", "1") if want.version else "1.0"
+            lines.append(
+                {"kind": "pkg", "package": want.name, "status": "hi " if want.held else "ii ", "version": version}
+            )
+        elif isinstance(want, WantedAbsent):
+            lines.append({"kind": "path", "path": want.path, "type": "missing"})
+        else:
+            kind = "dir" if isinstance(want, WantedDir) else "file"
+            sha = getattr(want, "sha256", "")
+            owner = {"user": want.user or "root", "group": want.group or "root"}
+            lines.append(
+                {"kind": "path", "path": want.path, "type": kind, "mode": want.mode or "644", **owner, "sha256": sha}
+            )
+    return [json.dumps(line) for line in lines]
+
+
+def test_drift_of_a_host_plan_is_empty_on_a_converged_read_and_names_each_roles_change():
+    from rocmfleet.facts.state import parse_state
+    from rocmfleet.plan.drift import drift, plan_wanted, query
+
+    host = planned("lab-1-recorded").hosts[0]
+    lines = _converged_read(host)
+    asked = query(host)
+    assert asked["units"] == [u.unit for u in host.units] and asked["packages"] == [p.name for p in host.packages]
+    assert {json.loads(line).get("path") for line in lines} - {None} == set(asked["paths"])
+    assert drift(plan_wanted(host), parse_state([*lines, '{"kind":"end"}'])) == []
+    # one file of each role edited by hand, a held package released, a removed file back, a unit stopped
+    edited_files = {f.path for f in host.files if f.content is not None}
+    by_role = {}
+    for f in host.files:
+        if f.content is not None:
+            by_role.setdefault(f.role, f.path)
+    assert set(by_role) == {"base", "rocm", "tuning", "exporter", "docker", "vllm"} and edited_files
+    changed = []
+    for line in lines:
+        item = json.loads(line)
+        if item.get("path") in by_role.values():
+            item["sha256"] = "0" * 64
+        if item.get("package") == "amdgpu-dkms":
+            item["status"] = "ii "
+        if item.get("unit") == "docker.service":
+            item["active"] = "failed"
+        changed.append(json.dumps(item))
+    found = [str(d) for d in drift(plan_wanted(host), parse_state([*changed, '{"kind":"end"}']))]
+    assert [d.split(":")[0] for d in found if ": content " in d] == list(by_role.values())
+    assert "amdgpu-dkms: held not held, want held" in found
+    assert "docker.service: active failed, want active" in found
+    assert len(found) == len(by_role) + 2
