@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from rocmfleet.config.settings import HostConfig
@@ -152,9 +153,20 @@ def plan_fleet(
     plans: list[HostPlan] = []
     by_service: dict[str, list[ReplicaPlan]] = {}
     shape: dict[str, tuple[str, str]] = {}
+    # Hosts of one kind (the same data, on the same facts) have the same plan but for their name
+    # and groups: planned once per kind. ``repr`` of a configuration shows every value of it (a
+    # secret as *MASKED*: the plan holds secret names only); a plan with a problem, whose text
+    # may name the host, is not shared.
+    planned: dict[tuple[str, int], HostPlan] = {}
     for name, config, groups in hosts:
         facts = topologies if isinstance(topologies, HostFacts) else (topologies or {}).get(name, default)
-        plans.append(plan_host(name, config, facts, groups))
+        key = (repr(config), id(facts))
+        if (same := planned.get(key)) is not None:
+            plans.append(dataclasses.replace(same, name=name, groups=tuple(sorted(groups))))
+        else:
+            plans.append(plan_host(name, config, facts, groups))
+            if not plans[-1].problem:
+                planned[key] = plans[-1]
         for service, instance in services.replicas(config):
             replica = ReplicaPlan(service, f"{name}/{instance}", (Rank(name, instance, 0),))
             by_service.setdefault(service, []).append(replica)

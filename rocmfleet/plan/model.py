@@ -13,6 +13,7 @@ replica that spans hosts (multi-node vLLM) is more ranks, not another shape.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Literal
@@ -207,14 +208,86 @@ class FleetPlan:
     hosts: tuple[HostPlan, ...]
 
 
+#: Text fields held once in the JSON's ``contents`` (by SHA-256), named by ``<field>_sha256`` where they were.
+_SHARED_TEXT = {"content": "content_sha256", "unit_text": "unit_sha256", "env_text": "env_sha256"}
+#: Containers nested this deep or less get a line per item in the JSON; deeper ones (a file, a
+#: package, a replica) are one line each: a change shows as the lines of the items it changes.
+_EXPANDED_DEPTH = 3
+
+
+class _Plain:
+    """Converts a plan to JSON-ready data, once per shared part: hosts of one kind share their
+    items' tuples (:func:`rocmfleet.plan.build.plan_fleet`), converted and emitted once."""
+
+    def __init__(self) -> None:
+        self.contents: dict[str, str] = {}
+        self.memo: dict[int, tuple[object, object]] = {}  # id -> (the original, kept alive; its data)
+        self.emitted: dict[int, str] = {}
+
+    def data(self, value: object) -> object:
+        """``value`` as JSON-ready data: dataclasses as objects, tuples as lists, ``expect`` pairs as
+        an object, each shared text (:data:`_SHARED_TEXT`) moved into ``contents``."""
+        if isinstance(value, tuple) and value:
+            known = self.memo.get(id(value))
+            if known is not None and known[0] is value:
+                return known[1]
+            converted: object = [self.data(v) for v in value]
+            self.memo[id(value)] = (value, converted)
+            return converted
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            data: dict[str, object] = {}
+            for f in dataclasses.fields(value):
+                item = getattr(value, f.name)
+                if f.name in _SHARED_TEXT and isinstance(item, str):
+                    digest = hashlib.sha256(item.encode()).hexdigest()
+                    self.contents[digest] = item
+                    data[_SHARED_TEXT[f.name]] = digest
+                elif f.name == "expect":
+                    data[f.name] = dict(item)
+                else:
+                    data[f.name] = self.data(item)
+            return data
+        if isinstance(value, tuple | list):
+            return [self.data(v) for v in value]
+        return value
+
+    def emit(self, value: object, depth: int = 0) -> str:
+        """``value`` (JSON-ready) as JSON text at ``depth``: containers down to :data:`_EXPANDED_DEPTH`
+        one item per line (indent 1), deeper ones on one line; keys sorted."""
+        if depth > _EXPANDED_DEPTH or not isinstance(value, dict | list) or not value:
+            return json.dumps(value, sort_keys=True, ensure_ascii=False)
+        if (done := self.emitted.get(id(value))) is not None:
+            return done
+        pad = " " * (depth + 1)
+        if isinstance(value, dict):
+            items = [
+                f"{pad}{json.dumps(k, ensure_ascii=False)}: {self.emit(value[k], depth + 1)}" for k in sorted(value)
+            ]
+            text = "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
+        else:
+            text = "[\n" + ",\n".join(pad + self.emit(v, depth + 1) for v in value) + "\n" + " " * depth + "]"
+        if isinstance(value, list):  # the shared ones: a memoised tuple's list
+            self.emitted[id(value)] = text
+        return text
+
+
 def to_dict(plan: FleetPlan | HostPlan) -> dict[str, object]:
-    """``plan`` as JSON-ready data (tuples as lists, ``expect`` as an object)."""
-    data = dataclasses.asdict(plan)
-    for host in data.get("hosts", [data]) if isinstance(plan, FleetPlan) else [data]:
-        host["expect"] = dict(host["expect"])
+    """``plan`` as JSON-ready data: its fields, and ``contents``: ``{SHA-256: text}`` of every file's
+    content and every instance's unit and environment file, each text once however many hosts hold
+    it (a file's ``content`` is its ``content_sha256`` there; ``None``: not known offline or secret).
+    A 2,000-host fleet of a few kinds of host holds a few dozen texts, and a change to one shows once."""
+    plain = _Plain()
+    data = plain.data(plan)
+    assert isinstance(data, dict)
+    data["contents"] = plain.contents
     return data
 
 
 def to_json(plan: FleetPlan | HostPlan) -> str:
-    """The stable JSON of ``plan``: keys sorted, indent 1, one trailing newline."""
-    return json.dumps(to_dict(plan), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    """The stable JSON of ``plan`` (:func:`to_dict`; keys sorted, a line per item down to a file,
+    package, unit or replica, each of those on one line; one trailing newline)."""
+    plain = _Plain()
+    data = plain.data(plan)
+    assert isinstance(data, dict)
+    data["contents"] = plain.contents
+    return plain.emit(data) + "\n"

@@ -82,7 +82,16 @@ def test_the_plans_instance_files_are_the_vllm_roles():
 def test_the_json_is_stable_and_sorted():
     first, second = to_json(planned("two-services")), to_json(planned("two-services"))
     assert first == second
-    assert json.dumps(json.loads(first), indent=1, sort_keys=True, ensure_ascii=False) + "\n" == first
+    data = json.loads(first)
+    assert json.dumps(data) == json.dumps(data, sort_keys=True)  # every object's keys in order
+    assert max(len(line) for line in first.splitlines() if not line.startswith('  "')) < 2000  # an item a line
+
+
+def test_hosts_of_one_kind_are_planned_once_and_as_each_alone(lab_data):
+    config = host_config(lab_data)
+    plan = plan_fleet([("lab-1", config, ["lab"]), ("lab-2", host_config(lab_data), ["lab", "canary"])])
+    alone = plan_host("lab-2", host_config(lab_data), None, ["lab", "canary"])
+    assert plan.hosts[1] == alone and plan.hosts[0].files is plan.hosts[1].files
 
 
 def test_secrets_appear_by_name_only(lab_data):
