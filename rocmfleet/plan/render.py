@@ -43,7 +43,7 @@ def host_text(host: HostPlan, files: bool = False) -> str:
     if host.assumed:
         lines.append(f"  assumed: {', '.join(host.assumed)} (not recorded: defaults, see rocmfleet.plan.sources)")
     if host.problem:
-        lines.append(f"  problem: {host.problem}")
+        lines.append("  problem: " + host.problem.replace("\n", "\n    "))
     for i in host.instances:
         cpus = f"cpus {i.cpuset_cpus} mems {i.cpuset_mems}" if i.cpuset_cpus else "no CPU binding"
         gpus = ",".join(map(str, i.gpus))

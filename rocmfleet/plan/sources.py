@@ -4,6 +4,8 @@
 
 - no ``SPEC``, or the name ``mi300x``: :data:`DEFAULT_NAME`, 8x MI300X in SPX/NPS1 on a
   two-socket host (:func:`default_topology_lines`);
+- the name of a recorded topology shipped in the package (:func:`shipped_names`:
+  ``rocmfleet/plan/topologies/<name>.txt``, e.g. ``mi308x-8gpu-cpx``);
 - a file holding the GPU topology script's output (``rocmfleet.facts.topology.SCRIPT``, starting
   with ``@@rocmfleet-gpu-topology 1``), as the ``GpuTopology`` fact parses it;
 - a directory: a copy of ``/sys/class/kfd/kfd/topology`` (or its ``nodes``), no CPU/NUMA data;
@@ -25,6 +27,8 @@ from rocmfleet.domain.topology import Topology, TopologyParseError, build_topolo
 from rocmfleet.facts.topology import END, HEADER, parse_fact_output
 
 DEFAULT_NAME = "mi300x"
+#: The recorded topologies shipped with the package (``SOURCES.md`` there says where each is from).
+SHIPPED = Path(__file__).resolve().parent / "topologies"
 #: Bus numbers of the 8 MI300X of an OAM platform (``../shared/fixtures/amd-smi-list-mi300x-truncated.txt``:
 #: 0000:05:00.0 ... 0000:e5:00.0), four on each socket.
 MI300X_BUSES = (0x05, 0x26, 0x46, 0x65, 0x85, 0xA6, 0xC6, 0xE5)
@@ -107,6 +111,11 @@ def default_facts() -> HostFacts:
     return HostFacts(f"default {DEFAULT_NAME} (8x MI300X, SPX, NPS1)", parse_fact_output(default_topology_lines()))
 
 
+def shipped_names() -> list[str]:
+    """Names ``--topology`` takes besides files: :data:`DEFAULT_NAME` and each shipped recording."""
+    return [DEFAULT_NAME, *sorted(p.stem for p in SHIPPED.glob("*.txt"))]
+
+
 def load(spec: str | None) -> HostFacts:
     """The :class:`HostFacts` ``--topology SPEC`` names (see the module's text).
 
@@ -117,8 +126,11 @@ def load(spec: str | None) -> HostFacts:
     """
     if spec is None or spec == DEFAULT_NAME:
         return default_facts()
+    names = ", ".join(shipped_names())
+    allowed = f"give a name ({names}), the GPU topology script's output, a recorded host (JSON) or a KFD tree directory"
+    if "/" not in spec and (SHIPPED / f"{spec}.txt").is_file():
+        return HostFacts(f"shipped {spec}", parse_fact_output((SHIPPED / f"{spec}.txt").read_text().splitlines()))
     path = Path(spec)
-    allowed = f"give {DEFAULT_NAME!r}, the GPU topology script's output, a recorded host (JSON) or a KFD tree directory"
     try:
         if path.is_dir():
             return HostFacts(f"kfd tree {spec}", build_topology(read_kfd_tree(path)))

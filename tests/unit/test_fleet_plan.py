@@ -250,3 +250,14 @@ def test_drift_of_a_host_plan_is_empty_on_a_converged_read_and_names_each_roles_
     assert "amdgpu-dkms: held not held, want held" in found
     assert "docker.service: active failed, want active" in found
     assert len(found) == len(by_role) + 2
+
+
+def test_a_shipped_recording_by_name_and_a_placement_problem_said_in_the_text(no_network, monkeypatch, capsys):
+    assert "mi308x-8gpu-cpx" in sources.shipped_names()
+    assert sources.load("mi308x-8gpu-cpx").source == "shipped mi308x-8gpu-cpx"
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["plan", PROD, "--limit", "mi300x-a01", "--topology", "mi308x-8gpu-cpx"]) == 1
+    captured = capsys.readouterr()
+    assert "  topology: shipped mi308x-8gpu-cpx\n  assumed: device_gids, os " in captured.out
+    assert "\n  problem: rocmfleet: placement: cannot place the instances:\n      - host mi300x-a01: " in captured.out
+    assert "not placed or not supported: mi300x-a01;" in captured.err and no_network == []
