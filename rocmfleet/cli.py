@@ -660,8 +660,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--topology",
         metavar="NAME|FILE",
-        help="the hosts' GPU topology: mi300x (default: 8x MI300X, SPX, NPS1), the GPU topology script's "
-        "output, a recorded host (JSON) or a KFD tree directory",
+        help="the hosts' GPU topology: mi300x (default: 8x MI300X, SPX, NPS1) or mi308x-8gpu-cpx (recorded), "
+        "the GPU topology script's output, a recorded host (JSON) or a KFD tree directory",
     )
     pl.add_argument("--json", action="store_true", help="print the plan as JSON (stable: sorted keys)")
     pl.add_argument("--files", action="store_true", help="print every file whole, after a header line")
