@@ -61,7 +61,8 @@ def load_fleet(
     for host in hosts:
         if limit and not _matches(host.name, list(host.groups), limit):
             continue
-        targets.append(Target(host.name, SshSettings.from_host_data(host.name, host.data.dict()), configs[host.name]))
+        ssh = SshSettings.from_host_data(host.name, host.data.dict())
+        targets.append(Target(host.name, ssh, configs[host.name], tuple(host.groups)))
     if not targets:
         raise FleetError(f"{option} {','.join(limit or [])} matches no host of {inventory}")
     unmatched = [p for p in limit or [] if not any(_matches(h.name, list(h.groups), [p]) for h in hosts)]
