@@ -304,7 +304,8 @@ def _plan(hosts, canary=1, most=1, kind="rollout", services=None):
         id="r1", kind=kind, inventory="inventories/lab.py", target=NEW if kind == "rollout" else None, canary=canary,
         max_unavailable=max((len(b) for b in batches), default=1), batches=batches,
         canary_batches=len(rbatches.pack(head, replicas, bounds)),
-        services={s: rstate.ServiceBound(replicas=n, max_unavailable=most) for s, n in rbatches.totals(replicas).items()},
+        services={s: rstate.ServiceBound(replicas=n, max_unavailable=most)
+                  for s, n in rbatches.totals(replicas).items()},
         hosts={h: rstate.HostState(batch=index[h], before=OLD, after=NEW, replicas=replicas[h]) for h in hosts},
     )  # fmt: skip
 
