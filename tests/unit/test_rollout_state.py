@@ -456,3 +456,27 @@ def test_a_state_whose_id_is_a_path_is_refused(tmp_path, run_id):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="id"):
         rstate.load_state(path)
+
+
+def test_a_state_with_services_refuses_a_batch_over_a_services_bound_and_an_old_file_still_reads():
+    replicas = {"a": {"s": 1}, "b": {"s": 1}, "c": {"t": 1}, "d": {"s": 1}}
+    services = {"s": rstate.ServiceBound(replicas=3, max_unavailable=1), "t": rstate.ServiceBound(replicas=1,
+                max_unavailable=1)}  # fmt: skip
+    hosts = {h: rstate.HostState(batch=i, before=OLD, after=NEW, replicas=replicas[h])
+             for i, b in enumerate([["a"], ["b", "c"], ["d"]]) for h in b}  # fmt: skip
+    good = rstate.RolloutState(id="r1", inventory="i.py", target=NEW, max_unavailable=2, batches=[["a"], ["b", "c"],
+                               ["d"]], hosts=hosts, services=services, canary_batches=1)  # fmt: skip
+    assert good.canary_batch_count() == 1
+    text = good.model_dump_json()
+    bad = json.loads(text)
+    bad["batches"] = [["a", "b"], ["c"], ["d"]]
+    bad["hosts"]["b"]["batch"], bad["hosts"]["c"]["batch"] = 0, 1
+    state, problems = rstate.state_problems(json.dumps(bad))
+    assert state is None and problems == ["batches[0]: 2 replicas of 's': at most its max_unavailable (1)"]
+    old = json.loads(text)  # a file written before per-service plans: no services, replicas, canary_batches
+    for key in ("services", "canary_group", "canary_batches"):
+        old.pop(key)
+    for host in old["hosts"].values():
+        host.pop("replicas")
+    state, problems = rstate.state_problems(json.dumps(old))
+    assert problems == [] and state.canary_batch_count() == 1 and not state.services
