@@ -179,6 +179,7 @@ def test_per_group_pins_without_group_are_refused_naming_each_group_and_image(si
     assert "the image is pinned per group" in err and "--group NAME" in err
     for rack, d in zip("abc", "123", strict=True):
         assert f"rack_{rack} (" in err and f"0.33.0-r{d}@sha256:{d * 64}" in err
+    assert offline == []  # refused before the registry or a host is asked
 
 
 def test_a_group_that_pins_no_image_is_refused(site, offline, dry):
@@ -186,3 +187,10 @@ def test_a_group_that_pins_no_image_is_refused(site, offline, dry):
     assert code == 2 and "--group qwen: no group file of it sets vllm_image_*" in err
     code, _out, err = dry(site, "--image", IMAGE, "--group", "rack_z")
     assert code == 2 and "--group rack_z: no host of" in err and "rack_a" in err
+    assert offline == []
+
+
+def test_a_canary_group_outside_the_rolled_group_is_refused(site, offline, dry):
+    code, _out, err = dry(site, "--image", IMAGE, "--group", "rack_b", "--canary-group", "canary")
+    assert code == 2 and "--canary-group canary: none of its hosts (ra-01, ra-07) is in this rollout" in err
+    assert offline == []

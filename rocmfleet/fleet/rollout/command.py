@@ -351,6 +351,13 @@ def _start(
     if groups.pin is not None and image is None:
         raise CommandError(f"--group {groups.pin} names the group whose image pin --image rolls; give --image too")
     scope = fleetimage.group_hosts(groups.pin, targets, "--group", inventory) if groups.pin else list(targets)
+    if canary_hosts is not None and not set(canary_hosts) & set(scope):
+        raise CommandError(
+            f"--canary-group {groups.canary}: none of its hosts ({', '.join(canary_hosts)}) is in this {kind} "
+            f"(group {groups.pin}); name a canary group among its hosts"
+        )
+    if image:
+        fleetimage.pin_file(groups.pin)  # which file takes the pin, refused before any connection
     unconfirmed: list[str] = []  # what --dry could not confirm
     wanted_ref = None
     if image:

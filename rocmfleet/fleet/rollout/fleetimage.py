@@ -97,11 +97,11 @@ def unconfirmed_ref(reference: str) -> ImageRef:
     return ImageRef(repository=name.repository, tag=name.tag, digest=name.digest or "<not confirmed>")
 
 
-def data_file(image: ImageRef, group: str | None = None) -> tuple[Path, str, str]:
-    """Which group data file takes the image, its text now and the edited text.
+def pin_file(group: str | None = None) -> tuple[Path, str]:
+    """Which group data file takes the image, and its text now (read from the files the inventory
+    loaded; nothing is connected to).
 
     Args:
-        image: the image to pin.
         group: ``--group``: the inventory group whose file's pin is rolled (a site that pins the
             image per group); ``None``: the one file that pins it for the whole fleet.
 
@@ -136,9 +136,18 @@ def data_file(image: ImageRef, group: str | None = None) -> tuple[Path, str, str
         found = [v for g, v in groups.items() if g != "all"] or list(groups.values())
         if len(found) != 1:
             raise CommandError("no group data file holds vllm_image_*; add vllm_image_tag and vllm_image_digest to one")
-    path = found[0]
+    return Path(found[0]), files[found[0]]
+
+
+def data_file(image: ImageRef, group: str | None = None) -> tuple[Path, str, str]:
+    """:func:`pin_file`'s file, its text now and the text with ``image`` pinned.
+
+    Raises:
+        CommandError: as :func:`pin_file`, or the file cannot be edited.
+    """
+    path, text = pin_file(group)
     try:
-        return Path(path), files[path], set_keys(files[path], image.data(), path)
+        return path, text, set_keys(text, image.data(), str(path))
     except EditError as exc:
         raise CommandError(str(exc)) from None
 
