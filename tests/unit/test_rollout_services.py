@@ -194,3 +194,54 @@ def test_a_canary_group_outside_the_rolled_group_is_refused(site, offline, dry):
     code, _out, err = dry(site, "--image", IMAGE, "--group", "rack_b", "--canary-group", "canary")
     assert code == 2 and "--canary-group canary: none of its hosts (ra-01, ra-07) is in this rollout" in err
     assert offline == []
+
+
+# --- the rollout itself on stand-in hosts: the plan recorded, one rack's pin edited (or put back) ---
+
+
+@pytest.fixture
+def stand_ins(site, monkeypatch):
+    """The site's hosts, registry and preflight replaced (tests/unit/test_rollout_runner.py's CliSteps:
+    every host runs its pinned image until switched); the inventory and group files are real."""
+    from rocmfleet.fleet.check import compliance
+    from rocmfleet.fleet.rollout import fleetimage, hoststeps
+    from tests.unit.test_rollout_runner import CliSteps
+
+    new = rstate.ImageRef(repository="registry.example.invalid/vllm", tag="0.34.0", digest="sha256:" + "b" * 64)
+    steps = CliSteps()
+    monkeypatch.setattr(fleetimage, "resolve", lambda reference, targets: new)
+    monkeypatch.setattr(hoststeps, "HostSteps", lambda *args, **kwargs: steps)
+    monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s: [])
+    return steps, new
+
+
+def test_a_rack_rolls_with_its_plan_recorded_and_its_pin_edited(site, stand_ins, capsys):
+    steps, new = stand_ins
+    inventory = str(site / "inventory.py")
+    rack_a = (site / "group_vars" / "rack_a.yml").read_text()
+    code = cli.main(["rollout", inventory, "-y", "--image", IMAGE, "--group", "rack_b", "--max-unavailable", "25%"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    state = rstate.load_state(rstate.state_path(rstate.results_root(None, inventory), inventory))
+    assert state.status == "done" and sorted(state.hosts) == [f"rb-{i:02d}" for i in range(1, 9)]
+    assert {s: (b.replicas, b.max_unavailable) for s, b in state.services.items()} == {QWEN: (16, 4), SCOUT: (8, 2)}
+    assert state.canary_batches == 1 and state.batches[0] == ["rb-01", "rb-05"]  # one scout, one qwen
+    assert all(state.hosts[h].replicas == {SERVICE_OF[h]: 1} for h in state.hosts)
+    assert new.digest in (site / "group_vars" / "rack_b.yml").read_text()
+    assert (site / "group_vars" / "rack_a.yml").read_text() == rack_a
+    assert set(steps.running) == set(state.hosts)  # no host outside rack_b was touched
+    assert f"rollout {state.id}: 8 host(s) in {len(state.batches)} batch(es), at most 4 of {QWEN}, 2 of {SCOUT}" in out
+
+
+def test_a_failed_canary_puts_the_racks_pin_back(site, stand_ins, capsys):
+    steps, _new = stand_ins
+    inventory = str(site / "inventory.py")
+    rack_b = (site / "group_vars" / "rack_b.yml").read_text()
+    steps.fail = {("gate", "rb-05")}
+    code = cli.main(["rollout", inventory, "-y", "--image", IMAGE, "--group", "rack_b", "--canary-group", "rack_b"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    state = rstate.load_state(rstate.state_path(rstate.results_root(None, inventory), inventory))
+    # the whole rack as the canary, split by the default bound of 1 replica of each service
+    assert state.canary_batches == len(state.batches) == 4 and state.status == "rolled_back"
+    assert (site / "group_vars" / "rack_b.yml").read_text() == rack_b

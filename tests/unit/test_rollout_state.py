@@ -480,3 +480,14 @@ def test_a_state_with_services_refuses_a_batch_over_a_services_bound_and_an_old_
         host.pop("replicas")
     state, problems = rstate.state_problems(json.dumps(old))
     assert problems == [] and state.canary_batch_count() == 1 and not state.services
+
+
+def test_a_rollback_returns_hosts_in_groups_within_each_services_bound():
+    hosts = {"a1": {"a": 1}, "a2": {"a": 1}, "b1": {"b": 1}, "a3": {"a": 1}}
+    assert rbatches.rollback_groups(["a1", "a2", "b1", "a3"], hosts, {"a": 1, "b": 1}, 3) == [
+        ["a1", "b1"],
+        ["a2"],
+        ["a3"],
+    ]
+    # a state file without services: runs of max_unavailable hosts, as before
+    assert rbatches.rollback_groups(["a1", "a2", "b1", "a3"], hosts, {}, 3) == [["a1", "a2", "b1"], ["a3"]]
