@@ -472,7 +472,7 @@ class Runner:
             self.on_data_revert()
         # Hosts out of service (the failed batch, still drained) first, then those serving again
         # (done: undrained after their gate), each drained before its rollback: never more than
-        # max_unavailable out at once, and no vLLM restarts while a load balancer sends it traffic.
+        # a service's bound out at once, and no vLLM restarts while a load balancer sends it traffic.
         touched = sorted(self.state.touched(), key=lambda name: self.state.hosts[name].step in SERVING_STEPS)
         problems = []
         replicas = {name: h.replicas for name, h in self.state.hosts.items()}
