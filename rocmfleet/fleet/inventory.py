@@ -60,7 +60,10 @@ def load_fleet(
     if problems:
         raise FleetError(report(problems))
     chosen = select_hosts(hosts, inventory, limit, option, exclude)
-    return [Target(h.name, SshSettings.from_host_data(h.name, h.data.dict()), configs[h.name]) for h in chosen]
+    return [
+        Target(h.name, SshSettings.from_host_data(h.name, h.data.dict()), configs[h.name], tuple(h.groups))
+        for h in chosen
+    ]
 
 
 def select_hosts(

@@ -15,8 +15,10 @@ from rocmfleet.fleet.connect import SshSettings
 
 @dataclass(frozen=True)
 class Target:
-    """One host of the fleet: its inventory name, SSH settings and validated configuration."""
+    """One host of the fleet: its inventory name, SSH settings, validated configuration and the
+    inventory groups it is in (``("all", "gpu_nodes")``; empty where it was made without an inventory)."""
 
     name: str
     ssh: SshSettings
     config: HostConfig
+    groups: tuple[str, ...] = ()
