@@ -118,6 +118,7 @@ def _stats(runs: list[dict]) -> dict:
 
 def measure(hosts: int, services: int, repeat: int, label: str, site: Path, profile: bool) -> dict:
     """Write the site, run every command ``repeat`` times alternately, write and return the result."""
+    load_before = round(os.getloadavg()[0], 2)  # other work on the machine: it inflates the wall times
     inventory = write_site(site, hosts, services)
     with_plan = plan_available()
     argvs = commands(inventory, with_plan)
@@ -145,18 +146,17 @@ def measure(hosts: int, services: int, repeat: int, label: str, site: Path, prof
     result = {
         "label": label,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "load_1m_before": round(os.getloadavg()[0], 2)},
+        "machine": {"cpus": os.cpu_count(), "load_1m_before": load_before},
         "hosts": hosts,
         "services": services,
         "repeat": repeat,
         "site": "measure/site.py write_site(hosts, services)",
-        "commands": {
-            kind: " ".join(Path(a).name if a.startswith("/") else a for a in argv) for kind, argv in argvs.items()
-        },
+        "commands": {kind: " ".join(_short(a) for a in argv) for kind, argv in argvs.items()},
         "plan": "measured" if with_plan else "unavailable: `rocmfleet plan --help` does not exit 0 in this checkout",
         "targets": TARGETS,
         "rows": {kind: _stats(rs) for kind, rs in runs.items()},
     }
+    result["machine"]["load_1m_after"] = round(os.getloadavg()[0], 2)
     path = RESULTS / f"plan-scale-{label}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}", file=sys.stderr)
@@ -167,7 +167,8 @@ def table(result: dict) -> str:
     """The result as people read it."""
     lines = [
         f"{result['label']} ({result['when']}), {result['hosts']} hosts, {result['services']} services, "
-        f"{result['repeat']} alternating runs each, {result['machine']['cpus']} CPUs",
+        f"{result['repeat']} alternating runs each, {result['machine']['cpus']} CPUs, load "
+        f"{result['machine']['load_1m_before']}..{result['machine'].get('load_1m_after', '?')}",
         f"{'command':9} {'wall median s':>13} {'wall min..max':>14} {'CPU median s':>12} {'CPU min..max':>14} "
         f"{'stdout':>9} same rc",
     ]
