@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -72,7 +73,10 @@ def fake_lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     monkeypatch.setenv("ROCMFLEET_VAULT_PASSWORD_FILE", str(lab_config.LabState.vault_password_file()))
     monkeypatch.setenv("ROCMFLEET_BENCH_NAMES", BENCH_NAMES)
     monkeypatch.chdir(ROOT)
-    return {**os.environ, "ROCMFLEET_LAB_DIR": str(tmp_path), "ROCMFLEET_BENCH_NAMES": BENCH_NAMES}
+    # measure/lab_names.py writes its SSH config to the temp dir: here, not the lab's (a measurement may be running)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    env = {"ROCMFLEET_LAB_DIR": str(tmp_path), "ROCMFLEET_BENCH_NAMES": BENCH_NAMES, "TMPDIR": str(tmp_path)}
+    return {**os.environ, **env}
 
 
 @pytest.mark.parametrize("inventory", INVENTORIES)
