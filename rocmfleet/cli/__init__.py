@@ -2,6 +2,8 @@
 refusals and the wiring to :mod:`rocmfleet.fleet` or :mod:`rocmfleet.config`), :func:`main` runs one.
 
 rocmfleet validate INVENTORY          check every host's data; exit 2 on any problem
+rocmfleet plan INVENTORY [--files|--json]
+                                      what a deploy would leave on every host, offline
 rocmfleet check INVENTORY             compliance checks on every host; exit 0 pass, 1 fail, 2 no run
 rocmfleet bench INVENTORY             smoke benchmark on every host; exit 0 pass, 1 fail, 2 no run
 rocmfleet rollout INVENTORY [--bake]  roll an image across the fleet: canary, gated batches, rollback
@@ -22,7 +24,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from rocmfleet.cli import bench, cache, check, init, metrics, rollout, schema, status, validate, vault
+from rocmfleet.cli import bench, cache, check, init, metrics, plan, rollout, schema, status, validate, vault
 from rocmfleet.cli.common import EXIT_INTERRUPTED, VERBOSE_HELP, commands, version
 
 __all__ = ["build_parser", "commands", "main"]
@@ -35,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rocmfleet {version()}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (init, validate, check, bench, rollout, status, metrics, cache, vault, schema):
+    for module in (init, validate, plan, check, bench, rollout, status, metrics, cache, vault, schema):
         module.add(sub)
     for action in (a for _name, c in commands(parser, "rocmfleet") for a in c._actions):
         if isinstance(action, argparse._SubParsersAction) and action.metavar is None:

@@ -32,12 +32,12 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "judge the image: the registry, SSH, a hook or the benchmark client failed past --retries; nothing "
             "rolled back, --resume continues). Errors go to stderr. "
             + (
-                "--resume and --rollback run the recorded plan: not with --image, --canary, --max-unavailable, "
-                "--limit or --force"
+                "--resume and --rollback run the recorded plan: not with --image, --group, --canary, "
+                "--canary-group, --max-unavailable, --limit or --force"
                 if name == "rollout"
                 else "--resume runs the recorded plan (a failed host is restarted and gated again): not with "
-                "--canary, --max-unavailable, --limit or --force; --rollback and --soak are refused (a restart "
-                "changes no image)"
+                "--canary, --canary-group, --max-unavailable, --limit or --force; --rollback and --soak are refused "
+                "(a restart changes no image)"
             ),
         )
         fleet_arguments(ro)
@@ -47,6 +47,12 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                 metavar="REPO:TAG[@DIGEST]",
                 type=image_value,
                 help="resolve its digest now (or check that the registry has the pinned one); pin both in group data",
+            )
+            ro.add_argument(
+                "--group",
+                metavar="GROUP",
+                help="with --image, on a site that pins the image per group: roll this group's pin (its group "
+                "file, its hosts)",
             )
             ro.add_argument(
                 "--soak",
@@ -77,8 +83,16 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                 help="refused: a soak compares a new image with the old one, and a restart changes no image "
                 "(rollout --soak)",
             )
-        ro.add_argument("--canary", type=int, help="hosts switched and gated first (default 1)")
-        ro.add_argument("--max-unavailable", metavar="N|P%", help="most hosts out of service at once (default 1)")
+        ro.add_argument(
+            "--canary", type=int, metavar="N", help="replicas of each service switched and gated first (default 1)"
+        )
+        ro.add_argument("--canary-group", metavar="GROUP", help="the hosts of this inventory group are the canary")
+        ro.add_argument(
+            "--max-unavailable",
+            metavar="N|P%",
+            help="most replicas of each service out of service at once: a count, or a percentage of that "
+            "service's replicas, rounded down, at least 1 (default 1)",
+        )
         ro.add_argument("--force", action="store_true", help="start even when the preflight check fails")
         ro.add_argument(
             "--retries",
@@ -185,7 +199,8 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
         baked = bake.bake_and_roll(
             args.inventory,
             args.image,
-            canary=1 if args.canary is None else args.canary,
+            canary=args.canary,
+            groups=command.Groups(canary=args.canary_group, pin=args.group),
             limit=limit_list(args.limit),
             emit=lambda line: print(line, flush=True),
             error=rollout_progress.to_stderr,
@@ -235,6 +250,7 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
         start=command.StartOptions(dry=args.dry, confirm=confirm),
         retries=args.retries,
         soak=soak,
+        groups=command.Groups(canary=args.canary_group, pin=getattr(args, "group", None)),
     )
     after = _recorded(args.inventory) if args.json else None
     if code == 2 or after is None:  # 2: nothing was started (or resumed, or rolled back)

@@ -393,9 +393,15 @@ def check_on_load(inventory_file: str) -> None:
     """
     if _loading:
         return
+    # Under pyinfra the inventory was executed before this call: a module it imported that reads
+    # group files (``from inventories.common import ...``) is cached by now, and the validation's
+    # own load would record none of its files (then "group all: ... does not load it").
+    # The inventory itself is no such module (``runpy.run_path`` lists it as ``<run_path>`` meanwhile).
+    path = Path(inventory_file).resolve()
+    callers = {g.caller_file for g in groupvars.LOADED if g.caller_file and Path(g.caller_file).resolve() != path}
+    _READERS.update(n for n, m in list(sys.modules.items()) if getattr(m, "__file__", None) in callers)
     from rocmfleet.fleet.rollout.state import deploy_refusal
 
-    path = Path(inventory_file).resolve()
     if path.is_relative_to(Path.cwd()):
         path = path.relative_to(Path.cwd())
     refusal = deploy_refusal(path)

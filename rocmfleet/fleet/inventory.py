@@ -14,6 +14,8 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
+from pyinfra.api.host import Host
+
 from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.validate import InventoryError, report, validate_inventory
 from rocmfleet.fleet.target import Target
@@ -57,28 +59,44 @@ def load_fleet(
         raise FleetError(str(exc)) from None
     if problems:
         raise FleetError(report(problems))
-    targets = []
-    for host in hosts:
-        if limit and not _matches(host.name, list(host.groups), limit):
-            continue
-        targets.append(Target(host.name, SshSettings.from_host_data(host.name, host.data.dict()), configs[host.name]))
-    if not targets:
+    chosen = select_hosts(hosts, inventory, limit, option, exclude)
+    return [
+        Target(h.name, SshSettings.from_host_data(h.name, h.data.dict()), configs[h.name], tuple(h.groups))
+        for h in chosen
+    ]
+
+
+def select_hosts(
+    hosts: list[Host],
+    inventory: str,
+    limit: list[str] | None,
+    option: str = "--limit",
+    exclude: list[str] | None = None,
+) -> list[Host]:
+    """The hosts of ``hosts`` (pyinfra's, in inventory order) that ``limit`` and ``exclude`` leave
+    (names, globs or groups; pyinfra's ``--limit`` rules; ``None``: every host).
+
+    Raises:
+        FleetError: an item of ``limit`` or ``exclude`` matches no host (a typo beside a good name
+            would silently widen or narrow the run), or nothing is left.
+    """
+    chosen = [h for h in hosts if not limit or _matches(h.name, list(h.groups), limit)]
+    if not chosen:
         raise FleetError(f"{option} {','.join(limit or [])} matches no host of {inventory}")
     unmatched = [p for p in limit or [] if not any(_matches(h.name, list(h.groups), [p]) for h in hosts)]
     if unmatched:  # a typo beside a good name would drop a host silently
         raise FleetError(
             f"{option} {', '.join(unmatched)}: matches no host, group or glob of {inventory} "
-            f"(the rest of {option} matches {', '.join(t.name for t in targets)}); fix or drop it"
+            f"(the rest of {option} matches {', '.join(h.name for h in chosen)}); fix or drop it"
         )
     if exclude:
         unknown = [p for p in exclude if not any(_matches(h.name, list(h.groups), [p]) for h in hosts)]
         if unknown:
             raise FleetError(f"--exclude {', '.join(unknown)}: matches no host, group or glob of {inventory}")
-        groups = {h.name: list(h.groups) for h in hosts}
-        targets = [t for t in targets if not _matches(t.name, groups[t.name], exclude)]
-        if not targets:
+        chosen = [h for h in chosen if not _matches(h.name, list(h.groups), exclude)]
+        if not chosen:
             raise FleetError(f"--exclude {','.join(exclude)} leaves no host of {inventory}")
-    return targets
+    return chosen
 
 
 def load_targets(

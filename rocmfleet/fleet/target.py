@@ -18,11 +18,13 @@ from rocmfleet.config.settings import HostConfig
 
 @dataclass(frozen=True)
 class Target:
-    """One host of the fleet: its inventory name, SSH settings and validated configuration."""
+    """One host of the fleet: its inventory name, SSH settings, validated configuration and the
+    inventory groups it is in (``("all", "gpu_nodes")``; empty where it was made without an inventory)."""
 
     name: str
     ssh: SshSettings
     config: HostConfig
+    groups: tuple[str, ...] = ()
 
 
 _T = TypeVar("_T")

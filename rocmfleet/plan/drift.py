@@ -4,16 +4,22 @@ The deploy applies the drift (``roles/vllm`` calls operations only for items tha
 ``rocmfleet check`` asserts there is none (``fleet/check/test_vllm.py``). An item the read did not
 report drifts (``not read``): the operation then reads and decides itself, and a check fails
 rather than pass on what it could not see.
+
+The same rule covers every item of a :class:`rocmfleet.plan.model.HostPlan` (files, directories,
+packages, units, paths kept absent): :func:`plan_wanted` turns a host's plan into wanted items,
+so ``status``, ``--dry`` and ``check`` can show every role's drift from the one plan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Literal
 
 from rocmfleet.facts.state import Gathered
 from rocmfleet.plan.hoststate import WantedFile
+from rocmfleet.plan.model import HostPlan
 
 
 @dataclass(frozen=True)
@@ -27,7 +33,7 @@ class WantedUnit:
     """
 
     unit: str
-    running: bool = True
+    running: bool | None = True
     enabled: bool = True
 
 
@@ -47,8 +53,35 @@ class WantedMode:
     group: str | None = None
 
 
-Wanted = WantedFile | WantedUnit | WantedMode
-Field = Literal["not read", "type", "content", "mode", "owner", "active", "enabled"]
+@dataclass(frozen=True)
+class WantedDir:
+    """A directory as ``files.directory`` leaves it: mode and owner (``None``: left alone)."""
+
+    path: str
+    mode: str | None = None
+    user: str | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class WantedAbsent:
+    """A path that must not exist (``files.file(present=False)``)."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class WantedPackage:
+    """A package as the deploy leaves it: installed (dpkg status ``ii``/``hi``), at a version
+    matching ``version`` (a glob; ``None``: any, or one known only on the host), held (``hi``) when ``held``."""
+
+    name: str
+    version: str | None = None
+    held: bool = False
+
+
+Wanted = WantedFile | WantedUnit | WantedMode | WantedDir | WantedAbsent | WantedPackage
+Field = Literal["not read", "type", "content", "mode", "owner", "active", "enabled", "installed", "version", "held"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +133,45 @@ def _file_drift(want: WantedFile | WantedMode, observed: Gathered) -> list[Drift
     return found
 
 
+def _owner_mode_drift(
+    path: str, want: WantedDir, item_mode: str | None, user: str | None, group: str | None
+) -> list[Drift]:
+    found: list[Drift] = []
+    if want.mode is not None and not _same_mode(item_mode, want.mode):
+        found.append(Drift(path, "mode", item_mode or "", want.mode))
+    if (want.user is not None and user != want.user) or (want.group is not None and group != want.group):
+        found.append(Drift(path, "owner", f"{user}:{group}", f"{want.user or user}:{want.group or group}"))
+    return found
+
+
+def _dir_drift(want: WantedDir, observed: Gathered) -> list[Drift]:
+    item = observed.paths.get(want.path)
+    if item is None:
+        return [Drift(want.path, "not read")]
+    if item.type != "dir":
+        return [Drift(want.path, "type", item.type, "dir")]
+    return _owner_mode_drift(want.path, want, item.mode, item.user, item.group)
+
+
+def _absent_drift(want: WantedAbsent, observed: Gathered) -> list[Drift]:
+    item = observed.paths.get(want.path)
+    if item is None:
+        return [Drift(want.path, "not read")]
+    return [] if item.type == "missing" else [Drift(want.path, "type", item.type, "missing")]
+
+
+def _package_drift(want: WantedPackage, observed: Gathered) -> list[Drift]:
+    item = observed.packages.get(want.name)
+    if item is None or item.status[1:2] != "i":
+        return [Drift(want.name, "installed", item.status.strip() if item else "not installed", "installed")]
+    found: list[Drift] = []
+    if want.version is not None and not fnmatchcase(item.version, want.version):
+        found.append(Drift(want.name, "version", item.version, want.version))
+    if want.held and item.status[:1] != "h":
+        found.append(Drift(want.name, "held", "not held", "held"))
+    return found
+
+
 def _unit_drift(want: WantedUnit, observed: Gathered) -> list[Drift]:
     item = observed.units.get(want.unit)
     if item is None:
@@ -122,5 +194,50 @@ def drift(wanted: Iterable[Wanted], observed: Gathered) -> list[Drift]:
     """
     found: list[Drift] = []
     for want in wanted:
-        found += _unit_drift(want, observed) if isinstance(want, WantedUnit) else _file_drift(want, observed)
+        if isinstance(want, WantedUnit):
+            found += _unit_drift(want, observed)
+        elif isinstance(want, WantedDir):
+            found += _dir_drift(want, observed)
+        elif isinstance(want, WantedAbsent):
+            found += _absent_drift(want, observed)
+        elif isinstance(want, WantedPackage):
+            found += _package_drift(want, observed)
+        else:
+            found += _file_drift(want, observed)
     return found
+
+
+def plan_wanted(host: HostPlan) -> list[Wanted]:
+    """Every item of ``host`` as :func:`drift` takes it, in the plan's order: files (a rendered
+    one by content, mode and owner; a secret or fetched one by mode and owner only), directories,
+    packages (a version ``*`` or ``the version of URL`` is not compared offline), units (a unit
+    whose state is left alone only enabled), then the paths kept absent.
+
+    Example::
+
+        problems = drift(plan_wanted(fleet_plan.hosts[0]), got)   # got: a HostState read of them
+    """
+    wanted: list[Wanted] = []
+    for f in host.files:
+        if f.content is None:
+            wanted.append(WantedMode(f.path, f.mode, f.user, f.group))
+        else:
+            wanted.append(WantedFile(f.path, f.content.encode(), f.mode, f.user, f.group))
+    wanted += [WantedDir(d.path, d.mode, d.user, d.group) for d in host.directories]
+    for p in host.packages:
+        version = None if p.version == "*" or p.version.startswith("the version of ") else p.version
+        wanted.append(WantedPackage(p.name, version, p.held))
+    wanted += [WantedUnit(u.unit, u.running, u.enabled) for u in host.units]
+    wanted += [WantedAbsent(r.path) for r in host.removals]
+    return wanted
+
+
+def query(host: HostPlan) -> dict[str, object]:
+    """``HostState`` arguments that read every item :func:`plan_wanted` gives for ``host``."""
+    wanted = plan_wanted(host)
+    paths = [w.path for w in wanted if not isinstance(w, (WantedUnit, WantedPackage))]
+    return {
+        "paths": paths,
+        "packages": [w.name for w in wanted if isinstance(w, WantedPackage)],
+        "units": [w.unit for w in wanted if isinstance(w, WantedUnit)],
+    }

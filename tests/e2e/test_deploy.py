@@ -264,6 +264,72 @@ def test_second_deploy_reports_no_changes(lab, first_deploy):
     assert changed == {}, f"operations that changed something on the second run: {changed}"
 
 
+def record_host(lab, name: str) -> dict:
+    """A recorded host (``rocmfleet.plan.sources``) of lab host ``name``: the GPU topology script's
+    output, the group ids of ``/dev/kfd`` and the render nodes, the OS, as the deploy reads them."""
+    from rocmfleet.facts.topology import GpuTopology
+
+    topology = lab_ssh(lab, name, GpuTopology().command())
+    assert topology.returncode == 0, topology.stderr
+    gids = lab_ssh(lab, name, "stat -c %g /dev/kfd /dev/dri/renderD*")
+    assert gids.returncode == 0, gids.stderr
+    release = lab_ssh(lab, name, '. /etc/os-release; echo "$ID" "$VERSION_ID" "$VERSION_CODENAME" "$(uname -r)"')
+    os_id, version_id, codename, kernel = release.stdout.split()
+    return {
+        "topology": topology.stdout.splitlines(),
+        "device_gids": sorted({int(g) for g in gids.stdout.split()}),
+        "os": {"id": os_id, "version_id": version_id, "codename": codename, "kernel": kernel},
+    }
+
+
+def printed_files(stdout: str) -> dict[str, tuple[str, bytes]]:
+    """``{path: (header, content)}`` of ``rocmfleet plan --files``' output (``rocmfleet.plan.render``:
+    a header line naming the size, then that many bytes and a newline)."""
+    from rocmfleet.plan.render import FILE_HEADER
+
+    data, found, at = stdout.encode(), {}, 0
+    while (start := data.find(f"\n{FILE_HEADER}".encode(), at)) >= 0:
+        end = data.index(b"\n", start + 1)
+        header = data[start + 1 : end].decode()
+        size = int(header.rsplit(", ", 1)[1].split()[0])
+        path = header.removeprefix(FILE_HEADER).split(" ")[1]
+        found[path] = (header, data[end + 1 : end + 1 + size])
+        at = end + 1 + size
+    return found
+
+
+def test_plan_files_of_the_first_host_are_byte_for_byte_what_the_deploy_wrote(lab, first_deploy, tmp_path):
+    """``rocmfleet plan inventories/lab.py --limit lab-1 --files --topology <lab-1 recorded>``, with
+    no connection of its own, prints every file the deploy wrote on lab-1 (every role) as it is
+    there: content, mode and owner."""
+    import base64
+
+    name = sorted(lab.hosts)[0]
+    recorded = tmp_path / f"{name}.json"
+    recorded.write_text(json.dumps(record_host(lab, name)))
+    run = rocmfleet_cli("plan", "inventories/lab.py", "--limit", name, "--files", "--topology", str(recorded))
+    assert run.returncode == 0, run.stderr
+    assert f"topology: recorded host {recorded}" in run.stdout and "assumed:" not in run.stdout
+    files = printed_files(run.stdout)
+    roles = {header.split(", role ")[1].split(",")[0] for header, _ in files.values()}
+    assert roles == {"base", "rocm", "tuning", "exporter", "docker", "vllm"}, roles
+    differ = []
+    for path, (header, content) in files.items():
+        got = lab_ssh(lab, name, f"stat -c '%a %U:%G' {path} && base64 -w0 {path}")
+        assert got.returncode == 0, f"{path}: {got.stderr}"
+        mode_owner, encoded = got.stdout.split("\n", 1)
+        mode, owner = mode_owner.split()
+        want_mode, want_owner = header.split("(mode ", 1)[1].split(", role")[0].split(", owner ")
+        user, group = want_owner.split(":")
+        if base64.b64decode(encoded) != content:
+            differ.append(f"{path}: content")
+        if want_mode != "-" and int(mode, 8) != int(want_mode, 8):
+            differ.append(f"{path}: mode {mode}, plan {want_mode}")
+        if (user != "-" and owner.split(":")[0] != user) or (group != "-" and owner.split(":")[1] != group):
+            differ.append(f"{path}: owner {owner}, plan {want_owner}")
+    assert not differ, differ
+
+
 STARTS = ("vllm | Restart vllm-", "vllm | Enable and start vllm-")
 
 

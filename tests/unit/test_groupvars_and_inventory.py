@@ -104,3 +104,30 @@ def test_an_inventory_that_imports_its_hosts_records_their_group_files_on_every_
     for _ in range(2):
         validate_inventory(str(inventory))
         assert [g.path for g in groupvars.LOADED] == [tmp_path / "group_vars" / "site.yml"]
+
+
+def test_an_inventory_importing_a_module_that_reads_group_files_loads_in_pyinfra(tmp_path):
+    # pyinfra executes the inventory, whose import runs load_group_vars('all'); then the
+    # inventory's check_on_load loads it again, found the module cached, recorded no group file
+    # and refused group_vars/all.yml as "not loaded" (issue 43: measure/lab_names.py did this),
+    # while `rocmfleet validate` of the same file passed.
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text("vllm_profile: llama-3.3-70b\nssh_user: root\n")
+    (tmp_path / "inventories").mkdir()
+    (tmp_path / "inventories" / "common.py").write_text(
+        "from rocmfleet.config.groupvars import load_group_vars\nall_data = load_group_vars('all')\n"
+    )
+    (tmp_path / "inventories" / "site.py").write_text(
+        "from inventories.common import all_data\n"
+        "from rocmfleet.config.validate import check_on_load\n"
+        "all = ([('h1', {'ssh_hostname': 'h1.example.internal'})], all_data)\n"
+        "gpu_nodes = ['h1']\n"
+        "check_on_load(__file__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "inventories/site.py", "debug-inventory", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "invalid configuration" not in out.stderr
+    assert [h["name"] for h in json.loads(out.stdout)] == ["h1"]

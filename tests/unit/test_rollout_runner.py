@@ -293,13 +293,21 @@ class FakeSteps:
         return Thresholds()
 
 
-def _plan(hosts, canary=1, most=1, kind="rollout"):
-    batches = rbatches.plan_batches(hosts, canary, most)
+def _plan(hosts, canary=1, most=1, kind="rollout", services=None):
+    """A planned rollout of ``hosts`` (``services``: ``{host: {service: replicas}}``, default one
+    replica of one service each: the batches are then the first ``canary`` hosts, then runs of ``most``)."""
+    replicas = services or {h: {"svc": 1} for h in hosts}
+    bounds = {s: most for s in rbatches.totals(replicas)}
+    head = rbatches.default_canary(replicas, canary)
+    batches = rbatches.plan_batches(replicas, bounds, head)
     index = {h: i for i, b in enumerate(batches) for h in b}
     return rstate.RolloutState(
         id="r1", kind=kind, inventory="inventories/lab.py", target=NEW if kind == "rollout" else None, canary=canary,
-        max_unavailable=most, batches=batches,
-        hosts={h: rstate.HostState(batch=index[h], before=OLD, after=NEW) for h in hosts},
+        max_unavailable=max((len(b) for b in batches), default=1), batches=batches,
+        canary_batches=len(rbatches.pack(head, replicas, bounds)),
+        services={s: rstate.ServiceBound(replicas=n, max_unavailable=most)
+                  for s, n in rbatches.totals(replicas).items()},
+        hosts={h: rstate.HostState(batch=index[h], before=OLD, after=NEW, replicas=replicas[h]) for h in hosts},
     )  # fmt: skip
 
 
@@ -851,8 +859,8 @@ def test_an_image_docker_would_refuse_is_refused_before_any_read(tmp_path, monke
 @pytest.mark.parametrize(
     ("options", "said"),
     [
-        (["--canary", "999"], "--canary 999: more than the"),
-        (["--max-unavailable", "999"], "--max-unavailable 999: more than the"),
+        (["--canary", "999"], "--canary 999: replicas of each service in the canary, more than this covers"),
+        (["--max-unavailable", "999"], "--max-unavailable 999: replicas of each service out at once, more than any"),
         (["--limit", "mi300x-a01,mi300x-a20"], "--limit mi300x-a20: matches no host, group or glob of"),
         (["--exclude", "mi300x-a20"], "--exclude mi300x-a20: matches no host, group or glob of"),
         (["--exclude", "gpu_nodes"], "--exclude gpu_nodes leaves no host of"),
@@ -1005,8 +1013,11 @@ def test_dry_shows_the_edit_and_the_batches_and_changes_nothing(stand_in_fleet, 
     out, err = capsys.readouterr()
     assert code == 0, err
     assert f'+vllm_image_digest: "{SLOWER.digest}"' in out  # the edit it would make, shown
-    assert "plan: batch 1 (canary): mi300x-a01; batch 2: mi300x-a02, mi300x-a03" in out
-    assert "--dry: rollout of 3 host(s) in 2 batch(es), at most 2 out of service; nothing was changed" in out
+    # every prod host holds 8 replicas of the one service, more than 2: each host is a batch of its own
+    assert "services: llama-3.3-70b: 24 replica(s), at most 2 out of service at once" in out
+    assert "mi300x-a01 holds 8 replicas of llama-3.3-70b (at most 2): a host switches whole" in out
+    assert "plan: batch 1 (canary): mi300x-a01; batch 2: mi300x-a02; batch 3: mi300x-a03" in out
+    assert "--dry: rollout of 3 host(s) in 3 batch(es), at most 2 replica(s) out of service at once; nothing was" in out
     assert group.read_text() == saved and steps.running == {}  # no group file edit, no host switched
     assert not rstate.state_path(rstate.results_root(None, PROD), PROD).exists()  # no state recorded
     assert cli.main(["rollout", PROD, "--dry", "--resume"]) == 2
@@ -1024,7 +1035,7 @@ def test_the_question_before_a_start_stops_it_unless_answered_yes(stand_in_fleet
     out, err = capsys.readouterr()
     assert code == 2 and "not confirmed; nothing was changed" in err and asked == [()]
     # the question on stderr: stdout may be a --json report
-    assert "start this rollout of 3 host(s) in 3 batch(es), at most 1 out of service? [y/N] " in err
+    assert "start this rollout of 3 host(s) in 3 batch(es), at most 1 replica(s) out of service at once? [y/N] " in err
     assert "[y/N]" not in out
     assert group.read_text() == saved and steps.running == {}
     asked.clear()

@@ -17,6 +17,7 @@ from rocmfleet.fleet.bench.bench import Thresholds
 from rocmfleet.fleet.rollout import batches as rbatches
 from rocmfleet.fleet.rollout import gate as rgate
 from rocmfleet.fleet.rollout import report as rreport
+from rocmfleet.fleet.rollout import rolloutplan
 from rocmfleet.fleet.rollout import state as rstate
 from tests.unit.test_bench import raw, result_from  # noqa: F401 - the fixture is used by name
 
@@ -41,22 +42,56 @@ def test_bad_max_unavailable_is_refused_naming_the_option(text):
         rbatches.parse_max_unavailable(text, 10)
 
 
-def test_batches_canary_first_then_at_most_max_unavailable():
-    hosts = [f"h{i}" for i in range(7)]
-    assert rbatches.plan_batches(hosts, 1, 2) == [["h0"], ["h1", "h2"], ["h3", "h4"], ["h5", "h6"]]
-    assert rbatches.plan_batches(hosts, 0, 3) == [["h0", "h1", "h2"], ["h3", "h4", "h5"], ["h6"]]
-    assert rbatches.plan_batches(hosts, 3, 2) == [["h0", "h1"], ["h2"], ["h3", "h4"], ["h5", "h6"]]
+BATCH_CASES = json.loads((Path(__file__).parents[1] / "fixtures" / "rollout" / "batches.json").read_text())
+
+
+@pytest.mark.parametrize("case", [k for k in BATCH_CASES if not k.startswith("_")])
+def test_batches_from_services_as_the_cases_say(case):
+    given = BATCH_CASES[case]
+    planned = rolloutplan.plan(
+        list(given["hosts"]),
+        given["hosts"],
+        given["max_unavailable"],
+        given.get("canary", 1),
+        given.get("canary_hosts"),
+    )
+    assert planned.batches == given["batches"]
+    assert planned.canary_batches == given["canary_batches"]
+
+
+def test_a_negative_canary_is_refused():
     with pytest.raises(rbatches.PlanError, match="--canary"):
-        rbatches.plan_batches(hosts, -1, 1)
+        rbatches.default_canary({"h": {"a": 1}}, -1)
 
 
-@given(n=st.integers(0, 40), canary=st.integers(0, 10), most=st.integers(1, 12))
-def test_batches_cover_every_host_once_in_order_and_never_exceed_the_limit(n, canary, most):
-    hosts = [f"h{i}" for i in range(n)]
-    batches = rbatches.plan_batches(hosts, canary, most)
-    assert [h for b in batches for h in b] == hosts
-    assert all(0 < len(b) <= most for b in batches)
-    assert not any(set(b) & set(hosts[:canary]) and set(b) - set(hosts[:canary]) for b in batches)
+_services = st.sampled_from(["a", "b", "c"])
+_fleets = st.lists(st.dictionaries(_services, st.integers(1, 3), min_size=0, max_size=3), min_size=0, max_size=30)
+
+
+@given(fleet=_fleets, canary=st.integers(0, 3), text=st.sampled_from(["1", "2", "3", "10%", "25%", "50%", "100%"]))
+def test_every_host_once_and_no_batch_over_any_services_bound(fleet, canary, text):
+    hosts = {f"h{i}": r for i, r in enumerate(fleet)}
+    bounds = rbatches.service_bounds(text, hosts)
+    head = rbatches.default_canary(hosts, canary)
+    batches = rbatches.plan_batches(hosts, bounds, head)
+    assert sorted(h for b in batches for h in b) == sorted(hosts)
+    assert all(b for b in batches)
+    for batch in batches:  # a batch of more than one host holds at most the bound of each service
+        assert rbatches.over_bound(batch, hosts, bounds) == {}
+        if len(batch) > 1:
+            assert all(n <= bounds[s] for s, n in rbatches.totals({h: hosts[h] for h in batch}).items())
+    counts = rbatches.totals(hosts)
+    got = rbatches.totals({h: hosts[h] for h in head})
+    assert all(got.get(s, 0) >= min(canary, n) for s, n in counts.items())  # the canary holds N of each
+    if canary == 0:
+        assert head == []
+    canaries = len(rbatches.pack(head, hosts, bounds))
+    assert sorted(h for b in batches[:canaries] for h in b) == sorted(head)  # the canary first
+    for i, batch in enumerate(batches[:-1]):  # greedy: no later host would have fitted an earlier batch
+        later = [h for b in batches[i + 1 :] for h in b if (i < canaries) == (h in head)]
+        load = rbatches.totals({h: hosts[h] for h in batch})
+        if rbatches.fits({}, load, bounds):  # not one host over a bound alone
+            assert not any(rbatches.fits(load, hosts[h], bounds) for h in later)
 
 
 def test_image_ref_parses_what_the_units_run():
@@ -421,3 +456,38 @@ def test_a_state_whose_id_is_a_path_is_refused(tmp_path, run_id):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="id"):
         rstate.load_state(path)
+
+
+def test_a_state_with_services_refuses_a_batch_over_a_services_bound_and_an_old_file_still_reads():
+    replicas = {"a": {"s": 1}, "b": {"s": 1}, "c": {"t": 1}, "d": {"s": 1}}
+    services = {"s": rstate.ServiceBound(replicas=3, max_unavailable=1), "t": rstate.ServiceBound(replicas=1,
+                max_unavailable=1)}  # fmt: skip
+    hosts = {h: rstate.HostState(batch=i, before=OLD, after=NEW, replicas=replicas[h])
+             for i, b in enumerate([["a"], ["b", "c"], ["d"]]) for h in b}  # fmt: skip
+    good = rstate.RolloutState(id="r1", inventory="i.py", target=NEW, max_unavailable=2, batches=[["a"], ["b", "c"],
+                               ["d"]], hosts=hosts, services=services, canary_batches=1)  # fmt: skip
+    assert good.canary_batch_count() == 1
+    text = good.model_dump_json()
+    bad = json.loads(text)
+    bad["batches"] = [["a", "b"], ["c"], ["d"]]
+    bad["hosts"]["b"]["batch"], bad["hosts"]["c"]["batch"] = 0, 1
+    state, problems = rstate.state_problems(json.dumps(bad))
+    assert state is None and problems == ["batches[0]: 2 replicas of 's': at most its max_unavailable (1)"]
+    old = json.loads(text)  # a file written before per-service plans: no services, replicas, canary_batches
+    for key in ("services", "canary_group", "canary_batches"):
+        old.pop(key)
+    for host in old["hosts"].values():
+        host.pop("replicas")
+    state, problems = rstate.state_problems(json.dumps(old))
+    assert problems == [] and state.canary_batch_count() == 1 and not state.services
+
+
+def test_a_rollback_returns_hosts_in_groups_within_each_services_bound():
+    hosts = {"a1": {"a": 1}, "a2": {"a": 1}, "b1": {"b": 1}, "a3": {"a": 1}}
+    assert rbatches.rollback_groups(["a1", "a2", "b1", "a3"], hosts, {"a": 1, "b": 1}, 3) == [
+        ["a1", "b1"],
+        ["a2"],
+        ["a3"],
+    ]
+    # a state file without services: runs of max_unavailable hosts, as before
+    assert rbatches.rollback_groups(["a1", "a2", "b1", "a3"], hosts, {}, 3) == [["a1", "a2", "b1"], ["a3"]]

@@ -6,9 +6,9 @@ The two existing commands, one after the other, nothing new in between:
    :func:`rocmfleet.fleet.rollout.fleetimage.resolve`) or, without it, what the group data pins now; a base
    that is itself baked (its tag ends in ``-rfcache-<key>``) is refused: a bake starts from the
    image without caches;
-2. ``rocmfleet cache bake`` (:func:`rocmfleet.fleet.cache.cachebake.bake`) on the **canary**, the first host
-   of the rollout's plan (the inventory's first host of ``--limit``, as
-   :func:`rocmfleet.fleet.rollout.batches.plan_batches` puts it first), with that base image;
+2. ``rocmfleet cache bake`` (:func:`rocmfleet.fleet.cache.cachebake.bake`) on the **canary**: the
+   first host of ``--canary-group``, else of ``--group``, else of the hosts (``--limit``) in
+   inventory order (the default canary's first host on a fleet of one service), with that base image;
 3. ``rocmfleet rollout --image <baked repository:tag>`` (:func:`rocmfleet.fleet.rollout.command.run_rollout`):
    the canary first, then the remaining batches, gated and rolled back as any rollout. The digest
    the registry gives for the baked tag must be the one the bake pushed (checked before the
@@ -27,8 +27,9 @@ from rocmfleet.domain import cachedirs
 from rocmfleet.fleet.cache.cachebake import Baked, BakeError
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError
 from rocmfleet.fleet.rollout.batches import parse_max_unavailable
-from rocmfleet.fleet.rollout.fleetimage import CommandError
+from rocmfleet.fleet.rollout.fleetimage import CommandError, group_hosts
 from rocmfleet.fleet.rollout.progress import Emit, to_stderr
+from rocmfleet.fleet.rollout.rolloutplan import Groups
 from rocmfleet.fleet.rollout.state import ImageRef, deploy_refusal
 from rocmfleet.fleet.target import Target
 
@@ -53,11 +54,12 @@ class BakeSteps:
 def bake_and_roll(
     inventory: str,
     image: str | None = None,
-    canary: int = 1,
+    canary: int | None = None,
     limit: list[str] | None = None,
     emit: Emit = print,
     *,
     steps: BakeSteps,
+    groups: Groups = Groups(),  # noqa: B008 - frozen, never mutated
     error: Emit | None = None,
     **rollout_options: Any,
 ) -> int:
@@ -66,7 +68,10 @@ def bake_and_roll(
     Args:
         inventory: the pyinfra inventory file.
         image: the base image ``REPO:TAG``; ``None``: the one the group data pins.
-        canary: hosts in the rollout's first batch; at least 1 (the bake runs on the first).
+        canary: ``--canary``: replicas of each service in the canary (default 1); at least 1 (the
+            bake runs on the canary's first host).
+        groups: ``--canary-group`` and ``--group``: the bake runs on the first host of the canary
+            group, else of the group whose pin is rolled, else of the hosts; passed to the rollout.
         limit: ``--limit`` patterns, as for the rollout.
         emit: where progress goes (stdout); error: where errors go (default stderr).
         steps: the steps it calls (:func:`rocmfleet.cli` passes the real ones, tests stand-ins).
@@ -82,14 +87,16 @@ def bake_and_roll(
         # a recorded rollout refuses this one: say so before the bake stops the canary's instance
         if refusal := deploy_refusal(inventory, rollout_options.get("results_dir")):
             raise CommandError(refusal)
-        if canary < 1:
+        if canary is not None and canary < 1:
             raise CommandError(f"--bake --canary {canary}: the bake runs on the canary; give --canary 1 or more")
         targets = steps.load(inventory, limit)
         if not targets:
             raise CommandError(f"no hosts in {inventory}" + (f" for --limit {','.join(limit)}" if limit else ""))
         if rollout_options.get("max_unavailable") is not None:  # the rollout's own check, before the bake
-            parse_max_unavailable(rollout_options["max_unavailable"], len(targets))
-        host = next(iter(targets))
+            parse_max_unavailable(rollout_options["max_unavailable"], 1)
+        group = groups.canary or groups.pin
+        option = "--canary-group" if groups.canary else "--group"
+        host = group_hosts(group, targets, option, inventory)[0] if group else next(iter(targets))
         target = targets[host]
         if image is not None:
             base = steps.resolve(image, targets)
@@ -132,5 +139,6 @@ def bake_and_roll(
         limit=limit,
         emit=emit,
         error=say_error,
+        groups=groups,
         **rollout_options,
     )

@@ -21,13 +21,14 @@ from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.bench import benchrun
 from rocmfleet.fleet.bench.runs import new_run_id
 from rocmfleet.fleet.check import compliance
-from rocmfleet.fleet.rollout import fleetimage, hoststeps
-from rocmfleet.fleet.rollout.batches import PlanError, parse_max_unavailable, plan_batches
+from rocmfleet.fleet.rollout import fleetimage, hoststeps, rolloutplan
+from rocmfleet.fleet.rollout.batches import PlanError
 from rocmfleet.fleet.rollout.fleetimage import CommandError
 from rocmfleet.fleet.rollout.hoststeps import CHECK_TIMEOUT_S
 from rocmfleet.fleet.rollout.instancestatus import InstanceStatus, running_image
 from rocmfleet.fleet.rollout.progress import Emit, LineProgress, Progress, ProgressFactory, to_stderr
 from rocmfleet.fleet.rollout.report import markdown_report
+from rocmfleet.fleet.rollout.rolloutplan import Groups as Groups
 from rocmfleet.fleet.rollout.runner import Runner
 from rocmfleet.fleet.rollout.soakmetrics import MetricsSoak
 from rocmfleet.fleet.rollout.state import (
@@ -37,6 +38,7 @@ from rocmfleet.fleet.rollout.state import (
     Kind,
     RolloutState,
     RunLocked,
+    ServiceBound,
     SoakPlan,
     deploy_refusal,
     load_state,
@@ -93,12 +95,15 @@ def run_rollout(
     start: StartOptions = StartOptions(),  # noqa: B008 - frozen, never mutated
     retries: int | None = None,
     soak: SoakPlan | None = None,
+    groups: Groups = Groups(),  # noqa: B008 - frozen, never mutated
 ) -> int:
     """``rocmfleet rollout``/``restart``: plan, record and run, or ``--resume``/``--rollback`` one.
 
     Args:
-        canary, max_unavailable: ``--canary`` (default 1) and ``--max-unavailable`` (default
-            ``"1"``); ``None``: not given.
+        canary, max_unavailable: ``--canary`` (replicas of each service, default 1) and
+            ``--max-unavailable`` (replicas of each service, a count or a percentage of its
+            replicas; default ``"1"``); ``None``: not given (:mod:`rocmfleet.fleet.rollout.batches`).
+        groups: ``--canary-group`` and ``--group`` (:class:`Groups`).
         emit: where progress and the report's summary go (stdout).
         error: where errors go (default stderr): why nothing started, each failed host's error,
             a failed end.
@@ -127,7 +132,7 @@ def run_rollout(
         with run_lock(path):
             return _run_rollout(
                 inventory, checked, image, canary, max_unavailable, force, resume, rollback, limit, root, path,
-                emit, progress_factory, say_error, start, RETRIES if retries is None else retries, soak,
+                emit, progress_factory, say_error, start, RETRIES if retries is None else retries, soak, groups,
             )  # fmt: skip
     except RunLocked as exc:
         say_error(f"rocmfleet: {exc}; nothing was done")
@@ -138,7 +143,7 @@ def _run_rollout(
     inventory: str, kind: Kind, image: str | None, canary: int | None, max_unavailable: str | None, force: bool,
     resume: bool, rollback: bool, limit: list[str] | None, root: Path, path: Path, emit: Emit,
     progress_factory: ProgressFactory | None, say_error: Emit, start: StartOptions = StartOptions(),  # noqa: B008
-    retries: int = RETRIES, soak: SoakPlan | None = None,
+    retries: int = RETRIES, soak: SoakPlan | None = None, groups: Groups = Groups(),  # noqa: B008
 ) -> int:  # fmt: skip
     """:func:`run_rollout` with its run lock held; ``root`` and ``path``: the results root and state file."""
     try:
@@ -157,6 +162,8 @@ def _run_rollout(
                 "--max-unavailable": max_unavailable,
                 "--limit": ",".join(limit) if limit else None,
                 "--force": True if force else None,
+                "--canary-group": groups.canary,
+                "--group": groups.pin,
             }
             extra = [name if value is True else f"{name} {value}" for name, value in given.items() if value is not None]
             if extra:
@@ -183,7 +190,7 @@ def _run_rollout(
             inventory,
             kind,
             image,
-            1 if canary is None else canary,
+            canary,
             "1" if max_unavailable is None else max_unavailable,
             force,
             limit,
@@ -195,6 +202,7 @@ def _run_rollout(
             start,
             retries,
             soak,
+            groups,
         )
     except (CommandError, PlanError, ValueError) as exc:
         say_error(f"rocmfleet: {exc}")
@@ -207,7 +215,7 @@ def _resoak(state: RolloutState, soak: SoakPlan, path: Path, emit: Emit) -> None
     Raises:
         CommandError: the rollout has no canary and ``--soak-batches`` is not given.
     """
-    if not soak.every_batch and state.canary == 0:
+    if not soak.every_batch and state.canary_batch_count() == 0:
         raise CommandError(_NO_CANARY)
     was = state.soak
     state.soak = soak
@@ -325,30 +333,45 @@ def _continue(
 
 
 def _start(
-    inventory: str, kind: Kind, image: str | None, canary: int, max_unavailable: str, force: bool,
+    inventory: str, kind: Kind, image: str | None, canary: int | None, max_unavailable: str, force: bool,
     limit: list[str] | None, root: Path, path: Path, emit: Emit, progress_factory: ProgressFactory | None,
     error: Emit = to_stderr, start: StartOptions = StartOptions(),  # noqa: B008
-    retries: int = RETRIES, soak: SoakPlan | None = None,
+    retries: int = RETRIES, soak: SoakPlan | None = None, groups: Groups = Groups(),  # noqa: B008
 ) -> int:  # fmt: skip
-    if canary < 0:
-        raise CommandError(f"--canary {canary}: must be >= 0")
-    if soak is not None and canary == 0 and not soak.every_batch:
-        raise CommandError(_NO_CANARY)
     targets = fleet_inventory.load_targets(inventory, limit)
+    replicas = rolloutplan.host_replicas(targets)
+    # Counts no service can hold are typos (--canary 10 for 3 replicas); refused before any connection.
+    rolloutplan.check_options(replicas, canary, groups.canary, max_unavailable)
+    canary_hosts = None
+    if groups.canary is not None:
+        canary_hosts = fleetimage.group_hosts(groups.canary, targets, "--canary-group", inventory)
+    count = 1 if canary is None else canary
+    if soak is not None and count == 0 and not soak.every_batch:
+        raise CommandError(_NO_CANARY)
     if soak is not None:
         prometheus_url(targets)  # one source for the soak, refused before any connection
-    # Counts larger than the fleet are typos (--canary 10 for 1 makes every host a canary); both
-    # are refused before any connection. Hosts found already on the image later only shrink them.
-    if canary > len(targets):
-        raise CommandError(f"--canary {canary}: more than the {len(targets)} host(s) this {kind} covers")
-    if parse_max_unavailable(max_unavailable, len(targets)) > len(targets):
+    if groups.pin is not None and image is None:
+        raise CommandError(f"--group {groups.pin} names the group whose image pin --image rolls; give --image too")
+    scope = fleetimage.group_hosts(groups.pin, targets, "--group", inventory) if groups.pin else list(targets)
+    if canary_hosts is not None and not set(canary_hosts) & set(scope):
         raise CommandError(
-            f"--max-unavailable {max_unavailable}: more than the {len(targets)} host(s) this {kind} covers "
-            "(100% takes them all)"
+            f"--canary-group {groups.canary}: none of its hosts ({', '.join(canary_hosts)}) is in this {kind} "
+            f"(group {groups.pin}); name a canary group among its hosts"
         )
-    wanted_ref = fleetimage.resolve(image, targets) if image else None
-    if wanted_ref:
-        emit(f"{image} is {wanted_ref.digest} (resolved once; every host gets this digest)")
+    if image:
+        fleetimage.pin_file(groups.pin)  # which file takes the pin, refused before any connection
+    unconfirmed: list[str] = []  # what --dry could not confirm
+    wanted_ref = None
+    if image:
+        try:
+            wanted_ref = fleetimage.resolve(image, targets)
+            emit(f"{image} is {wanted_ref.digest} (resolved once; every host gets this digest)")
+        except fleetimage.Unconfirmed as exc:
+            if not start.dry:
+                raise
+            wanted_ref = fleetimage.unconfirmed_ref(image)
+            unconfirmed.append(f"digest of {image} not confirmed: {exc.why}")
+    edit = fleetimage.data_file(wanted_ref, groups.pin) if wanted_ref is not None else None
     observer = hoststeps.HostSteps(inventory, targets, root, "observe")
 
     def observe(name: str) -> tuple[str, list[InstanceStatus], str | None]:
@@ -360,7 +383,7 @@ def _start(
     before: dict[str, ImageRef] = {}
     problems = []
     # `unknown`, not `error`: that name is the callback this function reports with (issue 24)
-    for name, instances, unknown in parallel(observe, list(targets)):
+    for name, instances, unknown in parallel(observe, scope):
         ref, why = (None, None) if unknown else running_image(instances)
         if unknown:
             problems.append(unknown)
@@ -368,51 +391,57 @@ def _start(
             problems.append(f"{name}: {why}")
         else:
             before[name] = ref
-    if problems:
+    if problems and not start.dry:
         raise CommandError("cannot start: what these hosts run is unknown (deploy them first): " + "; ".join(problems))
+    unconfirmed += [f"what it runs not confirmed: {p}" for p in problems]
     wanted: dict[str, ImageRef] = {}
-    for name, t in targets.items():
-        img = t.config.image
+    for name in scope:
+        img = targets[name].config.image
         wanted[name] = wanted_ref or ImageRef(repository=img.repository, tag=img.tag, digest=img.digest)
     if kind == "restart":
-        hosts = list(targets)
+        hosts = list(scope)
         target = None
-    else:
-        hosts = [n for n in targets if wanted[n].digest != before[n].digest]
+    else:  # a host whose image is not confirmed (--dry) is planned as switching
+        hosts = [n for n in scope if n not in before or wanted[n].digest != before[n].digest]
         distinct = {wanted[n].reference for n in hosts}
         if len(distinct) > 1:
             raise CommandError(
-                f"the hosts want different images ({', '.join(sorted(distinct))}); roll out one at a time with --limit"
+                f"the hosts want different images ({', '.join(sorted(distinct))}); roll out one at a time with "
+                "--limit, or pin one group's image with --image REF --group NAME"
             )
         target = wanted[hosts[0]] if hosts else wanted_ref
         if not hosts:
             emit(f"every host already runs {target.reference if target else 'what the data says'}: nothing to roll out")
             if not wanted_ref:
                 return 0
-    emit(f"preflight: rocmfleet check --select gpu,vllm on {len(hosts)} host(s)")
-    current = [fleetimage.with_image(targets[n], before[n]) for n in hosts]
-    results = compliance.run_fleet(current, list(compliance.GATE_MODULES), CHECK_TIMEOUT_S)
+    checked = [n for n in hosts if n in before]
+    emit(f"preflight: rocmfleet check --select gpu,vllm on {len(checked)} host(s)")
+    current = [fleetimage.with_image(targets[n], before[n]) for n in checked]
+    results = compliance.run_fleet(current, list(compliance.GATE_MODULES), CHECK_TIMEOUT_S) if current else []
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
     if failing:
         for line in failing:
             error(line)
-        if not force:
+        if start.dry and not force:
+            unconfirmed.append(f"{len(failing)} check(s) fail on the fleet: a start would be refused without --force")
+        elif not force:
             raise CommandError(f"{len(failing)} check(s) fail on the fleet before the {kind}; fix them or pass --force")
-        emit("--force: starting on a failing fleet")
-    edit = fleetimage.data_file(wanted_ref) if wanted_ref is not None else None
+        else:
+            emit("--force: starting on a failing fleet")
     if edit is not None and edit[2] != edit[1]:
         emit(unified_diff(edit[1], edit[2], str(edit[0])))
-    count = parse_max_unavailable(max_unavailable, len(hosts)) if hosts else 0
-    batches = plan_batches(hosts, canary, count) if hosts else []
-    summary = f"{kind} of {len(hosts)} host(s) in {len(batches)} batch(es), at most {count} out of service"
+    planned = rolloutplan.plan(hosts, replicas, max_unavailable, count, canary_hosts)
+    batches = planned.batches
+    summary = f"{kind} of {rolloutplan.counted(planned, len(hosts))}"
     if batches:
-        canaries = -(-min(canary, len(hosts)) // count)  # the canary's hosts, split by max-unavailable
-        named = [f"batch {i + 1}{' (canary)' if i < canaries else ''}: {', '.join(b)}" for i, b in enumerate(batches)]
-        emit("plan: " + "; ".join(named))
+        for line in rolloutplan.lines(planned, replicas, count, groups.canary):
+            emit(line)
         if soak is not None:
             emit(f"soak: {_soak_words(soak)}, in service on the new image, then compared with the hosts not yet "
                  "switched")  # fmt: skip
     if start.dry:
+        for line in unconfirmed:
+            emit(f"--dry: {line}")
         emit(f"--dry: {summary if hosts else 'no host to switch'}; nothing was changed")
         return 0
     if start.confirm is not None and not start.confirm(f"start this {summary}?"):
@@ -429,7 +458,7 @@ def _start(
                 after=wanted_ref.data(),
             )
         reloaded = fleet_inventory.load_targets(inventory, limit)
-        wrong = [n for n, t in reloaded.items() if t.config.image.digest != wanted_ref.digest]
+        wrong = [n for n in scope if reloaded[n].config.image.digest != wanted_ref.digest]
         if wrong:
             if data_edit is not None:
                 file.write_text(old)
@@ -446,18 +475,21 @@ def _start(
         kind=kind,
         inventory=inventory,
         target=target,
-        canary=min(canary, len(hosts)),
-        max_unavailable=count,
+        canary=count,
+        canary_group=groups.canary,
+        canary_batches=planned.canary_batches,
+        max_unavailable=max((len(b) for b in batches), default=1),
+        services={s: ServiceBound(replicas=planned.totals[s], max_unavailable=n) for s, n in planned.bounds.items()},
         batches=batches,
-        hosts={h: HostState(batch=index[h], before=before[h], after=target or before[h]) for h in hosts},
+        hosts={
+            h: HostState(batch=index[h], before=before[h], after=target or before[h], replicas=replicas[h])
+            for h in hosts
+        },
         data_edit=data_edit,
         soak=soak,
     )
     save_state(state, path)
-    emit(
-        f"{kind} {state.id}: {len(hosts)} host(s) in {len(batches)} batch(es), "
-        f"at most {count} out of service; state {path}"
-    )
+    emit(f"{kind} {state.id}: {rolloutplan.counted(planned, len(hosts))}; state {path}")
     runner, progress = _runner(
         state, path, {h: targets[h] for h in hosts}, inventory, emit, progress_factory, error, retries
     )

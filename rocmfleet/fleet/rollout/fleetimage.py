@@ -6,12 +6,13 @@ rollout's ``--image``, put back when it fails). :class:`CommandError`: a command
 
 from __future__ import annotations
 
+import urllib.error
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from rocmfleet.config import groupvars
-from rocmfleet.config.groupdata_edit import EditError, holders, set_keys, unified_diff, unset_keys
+from rocmfleet.config.groupdata_edit import IMAGE_KEYS, EditError, holders, parse, set_keys, unified_diff, unset_keys
 from rocmfleet.fleet.registry import RegistryError, docker_config_credentials, parse_image, resolve_digest
 from rocmfleet.fleet.rollout.progress import Emit, to_stderr
 from rocmfleet.fleet.rollout.state import DataEdit, ImageRef
@@ -20,6 +21,16 @@ from rocmfleet.fleet.target import Target
 
 class CommandError(RuntimeError):
     """The command cannot start (exit 2); the message says why."""
+
+
+class Unconfirmed(CommandError):
+    """The registry did not say the digest (unreachable, or it answered an error); ``why`` says
+    which, e.g. ``registry unreachable (https://reg/v2/...: Connection refused)``. ``rollout --dry``
+    prints the plan with it; a start is refused (exit 2)."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
 
 
 def with_image(target: Target, image: ImageRef) -> Target:
@@ -53,30 +64,107 @@ def resolve(reference: str, targets: Mapping[str, Target]) -> ImageRef:
     try:
         digest = resolve_digest(name, insecure, credentials)
     except RegistryError as exc:
-        raise CommandError(f"cannot resolve {reference}: {exc}") from None
+        cause = exc.__context__  # what the registry module turned into a RegistryError
+        unreachable = isinstance(cause, OSError) and not isinstance(cause, urllib.error.HTTPError)
+        why = f"registry unreachable ({exc})" if unreachable else f"the registry did not confirm it ({exc})"
+        raise Unconfirmed(f"cannot resolve {reference}: {exc}", why) from None
     return ImageRef(repository=name.repository, tag=name.tag, digest=digest)
 
 
-def data_file(image: ImageRef) -> tuple[Path, str, str]:
-    """Which group data file takes the image, its text now and the edited text."""
+def _pinned(text: str, path: str) -> str:
+    """What a group file pins, ``repository:tag@digest`` with what it sets (``?`` for a key it leaves out)."""
+    data = parse(text, path)
+    repository, tag, digest = (str(data[k]) if k in data else "?" for k in IMAGE_KEYS)
+    return f"{repository}:{tag}@{digest}"
+
+
+def _names(loaded: groupvars.GroupFile) -> list[str]:
+    """The inventory groups a group file gives data to: the names its load is assigned to, else its stem."""
+    return list(groupvars.assigned_to(loaded)) or [loaded.group]
+
+
+def unconfirmed_ref(reference: str) -> ImageRef:
+    """``REPO:TAG[@DIGEST]`` as ``rollout --dry`` shows it when the registry did not confirm the
+    digest: the given digest, or ``<not confirmed>`` in its place (never recorded or written).
+
+    Raises:
+        CommandError: a malformed reference.
+    """
+    try:
+        name = parse_image(reference)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    return ImageRef(repository=name.repository, tag=name.tag, digest=name.digest or "<not confirmed>")
+
+
+def pin_file(group: str | None = None) -> tuple[Path, str]:
+    """Which group data file takes the image, and its text now (read from the files the inventory
+    loaded; nothing is connected to).
+
+    Args:
+        group: ``--group``: the inventory group whose file's pin is rolled (a site that pins the
+            image per group); ``None``: the one file that pins it for the whole fleet.
+
+    Raises:
+        CommandError: several files pin the image and no ``group`` is given (each file, its groups
+            and its image named); ``group``'s files pin no image; no file to put the pin in.
+    """
     loaded = [g for g in groupvars.LOADED if not g.fatal]  # every group file the inventory read, in order
     files = {str(g.path): g.path.read_text() for g in loaded}
     found = holders(files)
-    if len(found) > 1:
+    pins = "; ".join(
+        f"{', '.join(_names(g))} ({g.path}): {_pinned(files[str(g.path)], str(g.path))}"
+        for g in loaded
+        if str(g.path) in found
+    )
+    if group is not None:
+        mine = [str(g.path) for g in loaded if group in _names(g) and str(g.path) in found]
+        if len(mine) != 1:
+            said = "no group file of it sets vllm_image_*" if not mine else f"{', '.join(mine)} all set vllm_image_*"
+            raise CommandError(
+                f"--group {group}: {said}; the image is pinned by: {pins or 'no group file'}; "
+                "name a group whose file pins it"
+            )
+        found = mine
+    elif len(found) > 1:
         raise CommandError(
-            f"vllm_image_* keys are set in more than one group data file ({', '.join(found)}); "
-            "keep them in one, or edit them by hand and run `rocmfleet rollout` without --image"
+            f"the image is pinned per group, in more than one group data file: {pins}; "
+            "roll one group's pin at a time with --image REF --group NAME"
         )
     if not found:
         groups = {g.group: str(g.path) for g in loaded}
         found = [v for g, v in groups.items() if g != "all"] or list(groups.values())
         if len(found) != 1:
             raise CommandError("no group data file holds vllm_image_*; add vllm_image_tag and vllm_image_digest to one")
-    path = found[0]
+    return Path(found[0]), files[found[0]]
+
+
+def data_file(image: ImageRef, group: str | None = None) -> tuple[Path, str, str]:
+    """:func:`pin_file`'s file, its text now and the text with ``image`` pinned.
+
+    Raises:
+        CommandError: as :func:`pin_file`, or the file cannot be edited.
+    """
+    path, text = pin_file(group)
     try:
-        return Path(path), files[path], set_keys(files[path], image.data(), path)
+        return path, text, set_keys(text, image.data(), str(path))
     except EditError as exc:
         raise CommandError(str(exc)) from None
+
+
+def group_hosts(group: str, targets: Mapping[str, Target], option: str, inventory: str) -> list[str]:
+    """The hosts of inventory group ``group`` among ``targets``, in inventory order.
+
+    Raises:
+        CommandError: no host of ``targets`` is in it: ``option``, the group and the groups there are.
+    """
+    hosts = [name for name, t in targets.items() if group in t.groups]
+    if not hosts:
+        known = sorted({g for t in targets.values() for g in t.groups if g != "all"})
+        raise CommandError(
+            f"{option} {group}: no host of {inventory} is in that group; its groups: {', '.join(known) or 'none'}"
+        )
+    return hosts
 
 
 def revert_data(edit: DataEdit, emit: Emit, error: Emit = to_stderr) -> Callable[[], None]:

@@ -30,6 +30,16 @@ def _delta(numbers: CaseNumbers) -> str:
     return "; ".join(parts) or "-"
 
 
+def plan_words(state: RolloutState) -> str:
+    """The canary and the bound in words: ``canary: group canary; at most 4 of 16 replicas of A, ...``
+    (a state file without services: ``canary 1, at most 2 host(s) out of service``)."""
+    if not state.services:
+        return f"canary {state.canary}, at most {state.max_unavailable} host(s) out of service"
+    canary = f"group {state.canary_group}" if state.canary_group else f"{state.canary} replica(s) of each service"
+    bounds = ", ".join(f"{b.max_unavailable} of {b.replicas} of {s}" for s, b in state.services.items())
+    return f"canary: {canary}; out of service at once, at most: {bounds}"
+
+
 def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
     """The end-of-run report: what happened, then one row per host (before/after digest, seconds
     per part of :data:`TIMED`, step reached, benchmark deltas against the run before the switch)."""
@@ -37,8 +47,8 @@ def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
     lines = [
         f"# {state.kind.capitalize()} {state.id} of {state.inventory} {what}",
         "",
-        f"Status: **{state.status}**; canary {state.canary}, at most {state.max_unavailable} host(s) out of service;"
-        f" {len(state.batches)} batch(es). Started {state.started}, last update {state.updated or '-'}.",
+        f"Status: **{state.status}**; {plan_words(state)}; {len(state.batches)} batch(es). "
+        f"Started {state.started}, last update {state.updated or '-'}.",
     ]
     if state.failure:
         lines += ["", f"Failure: {state.failure}"]
@@ -53,7 +63,7 @@ def markdown_report(state: RolloutState, messages: Sequence[str] = ()) -> str:
     for name, host in state.hosts.items():
         times = [f"{host.times[t]:.1f}" if t in host.times else "-" for t in TIMED]
         bench = "<br>".join(f"{case}: {_delta(n)}" for case, n in host.bench.items()) or "-"
-        row = [name, "canary" if host.batch == 0 and state.canary else str(host.batch)]
+        row = [name, "canary" if host.batch < state.canary_batch_count() else str(host.batch)]
         row += [_short(host.before), _short(host.after), host.step, *times, bench]
         lines.append("| " + " | ".join(row) + " |")
     if state.soak is not None:
@@ -126,7 +136,7 @@ def soak_section(state: RolloutState) -> list[str]:
         lines += ["", "No soak has ended yet."]
     for index in sorted(state.soaks, key=int):
         result = state.soaks[index]
-        canary = " (canary)" if state.canary and int(index) < -(-state.canary // max(1, state.max_unavailable)) else ""
+        canary = " (canary)" if int(index) < state.canary_batch_count() else ""
         lines += ["", f"### After batch {int(index) + 1}{canary}: {', '.join(result.hosts)}", "", *soak_table(result)]
     return lines
 

@@ -36,7 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from rocmfleet.fleet.bench.bench import BenchParseError, BenchResult, load_result
-from rocmfleet.fleet.rollout.batches import eta_s
+from rocmfleet.fleet.rollout.batches import eta_s, rollback_groups
 from rocmfleet.fleet.rollout.gate import GateOutcome, bench_numbers, gate_decision
 from rocmfleet.fleet.rollout.progress import Progress
 from rocmfleet.fleet.rollout.report import left_drained, paused_note
@@ -410,7 +410,7 @@ class Runner:
     # --- back ---------------------------------------------------------------------------------
 
     def roll_back(self, reason: str | None = None) -> int:
-        """Return every touched host to its image before (in groups of ``max_unavailable``), undrain
+        """Return every touched host to its image before (in groups within the rollout's bounds), undrain
         hosts left drained, and revert the group data. Hosts never touched stay as they are.
 
         Returns:
@@ -434,12 +434,12 @@ class Runner:
             self.on_data_revert()
         # Hosts out of service (the failed batch, still drained) first, then those serving again
         # (done: undrained after their gate), each drained before its rollback: never more than
-        # max_unavailable out at once, and no vLLM restarts while a load balancer sends it traffic.
+        # a service's bound out at once, and no vLLM restarts while a load balancer sends it traffic.
         touched = sorted(self.state.touched(), key=lambda name: self.state.hosts[name].step in SERVING_STEPS)
         problems = []
-        size = max(1, self.state.max_unavailable)
-        for i in range(0, len(touched), size):
-            group = touched[i : i + size]
+        replicas = {name: h.replicas for name, h in self.state.hosts.items()}
+        bounds = {name: b.max_unavailable for name, b in self.state.services.items()}
+        for group in rollback_groups(touched, replicas, bounds, self.state.max_unavailable):
             with ThreadPoolExecutor(max_workers=len(group)) as pool:
                 problems += [p for p in pool.map(self._back, group) if p]
         for host in [h for h, s in self.state.hosts.items() if s.step == "drained"]:

@@ -50,7 +50,7 @@ def soak_points(state: RolloutState) -> dict[int, list[int]]:
     """Where a rollout soaks: ``{batch index after which a soak runs: the batches it covers}``.
 
     Without ``every_batch`` one soak covers the canary: the canary's batches (a canary larger
-    than ``max_unavailable`` is split, :func:`rocmfleet.fleet.rollout.batches.plan_batches`),
+    than ``--max-unavailable`` allows is split, :func:`rocmfleet.fleet.rollout.batches.plan_batches`),
     judged together after the last of them; with ``every_batch`` every batch is soaked on its own.
     No soak planned, or no canary without ``every_batch``: ``{}``.
     """
@@ -58,7 +58,7 @@ def soak_points(state: RolloutState) -> dict[int, list[int]]:
         return {}
     if state.soak.every_batch:
         return {i: [i] for i in range(len(state.batches))}
-    canaries = min(len(state.batches), -(-state.canary // max(1, state.max_unavailable)))
+    canaries = state.canary_batch_count()
     return {canaries - 1: list(range(canaries))} if canaries else {}
 
 

@@ -27,7 +27,10 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rocmfleet.fleet.metrics.figures import Figures
+from rocmfleet.fleet.rollout.batches import over_bound
+from rocmfleet.fleet.rollout.records import CaseNumbers as CaseNumbers
+from rocmfleet.fleet.rollout.records import SoakPlan as SoakPlan
+from rocmfleet.fleet.rollout.records import SoakResult as SoakResult
 
 #: Steps of one host, in order. ``pending``: untouched; ``drained``: out of the load balancer;
 #: ``switching``: its deploy started (it may or may not have changed); ``switched``: the deploy
@@ -111,18 +114,6 @@ class ImageRef(BaseModel):
         return cls(repository=match["repository"], tag=match["tag"], digest=match["digest"])
 
 
-class CaseNumbers(BaseModel):
-    """One benchmark case before and after a switch, for the report (metric key -> value)."""
-
-    before: dict[str, float] = Field(default_factory=dict)
-    after: dict[str, float] = Field(default_factory=dict)
-    #: The benchmark client of each run and its sampling (``ClientInfo.describe``), ``None``: no run.
-    client_before: str | None = None
-    client_after: str | None = None
-    #: Why the two runs were not compared, or what to know about comparing them (``judge``'s notes).
-    notes: list[str] = Field(default_factory=list)
-
-
 class HostState(BaseModel):
     """One host of a rollout (unknown keys are refused: a typo in a hand-edited file is not ignored).
 
@@ -137,6 +128,8 @@ class HostState(BaseModel):
         baseline: per case, the file (on the control machine) of the benchmark result from just
             before the switch, so that a gate after ``--resume`` still compares with it.
         error: why it failed (the gate's reasons), or why its rollback failed.
+        replicas: per service, the replicas it takes out of service when it switches (empty in a
+            state file written before rollouts were planned per service).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -149,48 +142,17 @@ class HostState(BaseModel):
     bench: dict[str, CaseNumbers] = Field(default_factory=dict)
     baseline: dict[str, str] = Field(default_factory=dict)
     error: str | None = None
+    replicas: dict[str, int] = Field(default_factory=dict)
 
 
-class SoakPlan(BaseModel):
-    """``rollout --soak DURATION [--soak-batches]``: how long the soaked hosts stay in service
-    before they are judged, and whether every batch is soaked or only the canary."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    duration_s: int = Field(ge=1)
-    every_batch: bool = False
-
-
-class SoakResult(BaseModel):
-    """One soak's outcome (:mod:`rocmfleet.fleet.rollout.soak`), for the report and ``status --json``.
-
-    Attributes:
-        verdict: ``pass``, ``fail`` or ``inconclusive`` (the gate verdicts of the runner).
-        reasons: why it failed or could not judge, with the numbers (empty for a pass).
-        hosts: the soaked hosts (new image); compared: the hosts not yet switched (old image),
-            empty when none was left (judged on the error rate alone).
-        soaked, others: the figures of each side over the window (``others`` ``None``: none left).
-        started, ended: the window (ISO 8601, UTC); window_s: its length in seconds.
-        source: ``direct`` (the instances' ``/metrics``, read at the start and the end) or the
-            Prometheus URL.
-        thresholds: the profile's ``soak`` thresholds applied.
-        notes: what else to know (latency not compared, instances left out).
-    """
+class ServiceBound(BaseModel):
+    """One service of a rollout: its replicas on the hosts the rollout covers and how many of
+    them a batch may hold (``--max-unavailable`` for it: :func:`rocmfleet.fleet.rollout.batches.service_bounds`)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    verdict: Literal["pass", "fail", "inconclusive"]
-    reasons: list[str] = Field(default_factory=list)
-    hosts: list[str]
-    compared: list[str] = Field(default_factory=list)
-    soaked: Figures
-    others: Figures | None = None
-    started: str
-    ended: str
-    window_s: float
-    source: str
-    thresholds: dict[str, float] = Field(default_factory=dict)
-    notes: list[str] = Field(default_factory=list)
+    replicas: int = Field(ge=0)
+    max_unavailable: int = Field(ge=1)
 
 
 class DataEdit(BaseModel):
@@ -226,8 +188,18 @@ class RolloutState(BaseModel):
     inventory: str
     status: Status = "running"
     target: ImageRef | None = None
+    #: ``--canary N``: replicas of each service in the canary (hosts, in a file without ``services``).
     canary: int = Field(default=1, ge=0)
+    #: The most hosts one batch holds (a file without ``services``: ``--max-unavailable``, in hosts).
     max_unavailable: int = Field(default=1, ge=1)
+    #: Per service, its replicas and bound; empty in a file written before per-service plans
+    #: (read as then: ``canary`` and ``max_unavailable`` counted in hosts).
+    services: dict[str, ServiceBound] = Field(default_factory=dict)
+    #: ``--canary-group``: the inventory group that is the canary, or ``None``.
+    canary_group: str | None = None
+    #: How many of the first batches are the canary (``None`` in an older file: derived from
+    #: ``canary`` and ``max_unavailable``, :meth:`canary_batch_count`).
+    canary_batches: int | None = Field(default=None, ge=0)
     batches: list[list[str]]
     hosts: dict[str, HostState]
     data_edit: DataEdit | None = None
@@ -263,7 +235,17 @@ class RolloutState(BaseModel):
                 seen[name] = i
                 if name not in self.hosts:
                     problems.append(f"batches[{i}][{j}]: {name!r}: no entry in hosts; every batched host has one")
+        replicas = {name: host.replicas for name, host in self.hosts.items()}
+        bounds = {name: bound.max_unavailable for name, bound in self.services.items()}
+        for i, batch in enumerate(self.batches if self.services else []):
+            for service, count in over_bound([h for h in batch if h in replicas], replicas, bounds).items():
+                problems.append(
+                    f"batches[{i}]: {count} replicas of {service!r}: at most its max_unavailable ({bounds[service]})"
+                )
         for name, host in self.hosts.items():
+            unknown = sorted(set(host.replicas) - set(self.services))
+            if unknown:
+                problems.append(f"hosts.{name}.replicas: {', '.join(unknown)}: not one of this rollout's services")
             if name not in seen:
                 problems.append(f"hosts.{name}: in no batch; every host is in one batch")
             elif host.batch != seen[name]:
@@ -282,6 +264,8 @@ class RolloutState(BaseModel):
             problems.append(f"soak: null: {soaking} are 'soaking', which a rollout without a soak never records")
         if self.soak is not None and self.kind == "restart":
             problems.append("soak: a restart changes no image, so it has no soak; must be null")
+        if self.canary_batches is not None and self.canary_batches > len(self.batches):
+            problems.append(f"canary_batches: {self.canary_batches}: more than the {len(self.batches)} batches")
         if self.kind == "rollout" and self.target is None:
             problems.append("target: null: a rollout records the image it rolls out (repository, tag, digest)")
         if self.kind == "restart" and self.target is not None:
@@ -294,6 +278,13 @@ class RolloutState(BaseModel):
         if problems:
             raise StateProblems(problems)
         return self
+
+    def canary_batch_count(self) -> int:
+        """How many of the first batches are the canary: ``canary_batches``, or in an older file
+        the ``canary`` hosts split by ``max_unavailable`` hosts."""
+        if self.canary_batches is not None:
+            return self.canary_batches
+        return min(len(self.batches), -(-self.canary // max(1, self.max_unavailable)))
 
     def touched(self) -> list[str]:
         """Hosts whose deploy started (they may run the new image): what a rollback returns."""

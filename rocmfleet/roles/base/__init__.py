@@ -8,11 +8,8 @@ from pyinfra.operations import apt, files
 from rocmfleet.config.hostsettings import HostSettings as DeploySettings
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations.deploys import deploy
-from rocmfleet.plan import hoststate
-from rocmfleet.plan.hoststate import WantedFile
-
-APT_PROXY_FILE = "/etc/apt/apt.conf.d/80rocmfleet-proxy"
-APT_LOCK_FILE = "/etc/apt/apt.conf.d/80rocmfleet-lock-timeout"
+from rocmfleet.plan import baseplan, hoststate
+from rocmfleet.plan.baseplan import APT_LOCK_FILE, APT_PROXY_FILE
 
 
 def query(settings: DeploySettings) -> dict[str, object]:
@@ -34,21 +31,20 @@ def apply(settings: DeploySettings, got: Gathered | None = None) -> None:
     not given. Each operation runs only where that state differs from what is wanted.
     """
     got = got if got is not None else host.get_fact(HostState, **query(settings))
-    lock = hoststate.render("templates/base/apt-lock.conf.j2", timeout_s=settings.apt_lock_timeout_s)
-    if not hoststate.file_ok(got, WantedFile(APT_LOCK_FILE, lock.encode(), "644")):
+    if not hoststate.file_ok(got, baseplan.lock_file(settings)):
         files.template(
             name="Make apt wait for a held dpkg lock",
-            src=hoststate.template_path("templates/base/apt-lock.conf.j2"),
+            src=hoststate.template_path(baseplan.LOCK_TEMPLATE),
             dest=APT_LOCK_FILE,
             mode="644",
             timeout_s=settings.apt_lock_timeout_s,
         )
-    if settings.apt_proxy:
-        proxy = hoststate.render("templates/base/apt-proxy.conf.j2", proxy=settings.apt_proxy)
-        if not hoststate.file_ok(got, WantedFile(APT_PROXY_FILE, proxy.encode(), "644")):
+    proxy = baseplan.proxy_file(settings)
+    if proxy is not None:
+        if not hoststate.file_ok(got, proxy):
             files.template(
                 name="Configure apt proxy",
-                src=hoststate.template_path("templates/base/apt-proxy.conf.j2"),
+                src=hoststate.template_path(baseplan.PROXY_TEMPLATE),
                 dest=APT_PROXY_FILE,
                 mode="644",
                 proxy=settings.apt_proxy,

@@ -1,0 +1,183 @@
+"""What a rollout or restart will do, from its hosts' services: the options checked before any
+connection (:func:`check_options`), the per-service bounds, the canary and the batches
+(:func:`plan`), and the lines that show them (:func:`lines`). Pure but for reading the targets'
+configurations; the rules are :mod:`rocmfleet.fleet.rollout.batches`'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from rocmfleet.fleet.rollout.batches import (
+    PlanError,
+    default_canary,
+    pack,
+    parse_max_unavailable,
+    plan_batches,
+    service_bounds,
+    totals,
+)
+from rocmfleet.fleet.target import Target
+from rocmfleet.plan import services
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Inventory groups a new rollout names.
+
+    Attributes:
+        canary: ``--canary-group``: its hosts are the canary (instead of ``--canary N``).
+        pin: ``--group`` (with ``--image``): the group whose file's image pin is rolled, on its
+            hosts only (a site that pins the image per group); the bounds stay those of the
+            whole fleet's replicas.
+    """
+
+    canary: str | None = None
+    pin: str | None = None
+
+
+def host_replicas(targets: Mapping[str, Target]) -> dict[str, dict[str, int]]:
+    """``{host: {service: replicas}}`` of ``targets``, in their order (:func:`rocmfleet.plan.services.replicas`)."""
+    found: dict[str, dict[str, int]] = {}
+    for name, target in targets.items():
+        counts: dict[str, int] = {}
+        for service, _instance in services.replicas(target.config):
+            counts[service] = counts.get(service, 0) + 1
+        found[name] = counts
+    return found
+
+
+def check_options(
+    replicas: Mapping[str, Mapping[str, int]], canary: int | None, canary_group: str | None, max_unavailable: str
+) -> None:
+    """Refuse, before any connection, counts that cannot be meant for these hosts' services.
+
+    Args:
+        replicas: every host the command covers (:func:`host_replicas`).
+        canary, canary_group: ``--canary`` and ``--canary-group`` (``None``: not given).
+        max_unavailable: ``--max-unavailable`` as given (``"1"`` by default).
+
+    Raises:
+        PlanError: both canary options; ``--canary`` < 0 or more than a service's replicas;
+            a ``--max-unavailable`` count over the replicas of every service (a typo: 100% takes all).
+    """
+    if canary is not None and canary_group is not None:
+        raise PlanError(f"--canary {canary} with --canary-group {canary_group}: give one of them")
+    if canary is not None and canary < 0:
+        raise PlanError(f"--canary {canary}: must be >= 0")
+    counts = totals(replicas)
+    short = {s: n for s, n in counts.items() if canary is not None and canary > n}
+    if short:
+        said = ", ".join(f"{s} has {n}" for s, n in short.items())
+        raise PlanError(f"--canary {canary}: replicas of each service in the canary, more than this covers ({said})")
+    bound = parse_max_unavailable(max_unavailable, 1)
+    if counts and not max_unavailable.strip().endswith("%") and bound > max(counts.values()):
+        raise PlanError(
+            f"--max-unavailable {max_unavailable}: replicas of each service out at once, more than any service has "
+            f"(the most: {max(counts.values())}; 100% takes them all)"
+        )
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A rollout's plan.
+
+    Attributes:
+        bounds: per service, the most replicas a batch holds (``--max-unavailable`` of it).
+        totals: per service, its replicas on every host the command covers (the percentages' base).
+        canary: the canary's hosts (in inventory order); batches: every host to switch, canary first.
+        canary_batches: how many of the first batches are the canary.
+        oversized: hosts that alone hold more replicas of a service than its bound (each in a batch of its own).
+    """
+
+    bounds: dict[str, int]
+    totals: dict[str, int]
+    canary: list[str]
+    batches: list[list[str]]
+    canary_batches: int
+    oversized: dict[str, dict[str, int]]
+
+
+def plan(
+    hosts: Sequence[str],
+    replicas: Mapping[str, Mapping[str, int]],
+    max_unavailable: str,
+    canary: int,
+    canary_hosts: Sequence[str] | None = None,
+) -> Planned:
+    """The batches of ``hosts`` (those to switch, in inventory order).
+
+    Args:
+        replicas: every host the command covers (the percentages are of each service's replicas there).
+        canary: ``--canary N``: N replicas of each service (:func:`~rocmfleet.fleet.rollout.batches.default_canary`).
+        canary_hosts: ``--canary-group``'s hosts, which replace ``canary``; ``None``: not given.
+
+    Raises:
+        PlanError: a bad ``--max-unavailable`` or ``--canary``.
+    """
+    bounds = service_bounds(max_unavailable, replicas)
+    switching = {h: dict(replicas.get(h, {})) for h in hosts}
+    chosen = [h for h in hosts if h in set(canary_hosts)] if canary_hosts is not None else None
+    head = chosen if chosen is not None else default_canary(switching, canary)
+    oversized: dict[str, dict[str, int]] = {}
+    for host, counts in switching.items():
+        over = {s: n for s, n in counts.items() if n > bounds.get(s, n)}
+        if over:
+            oversized[host] = over
+    return Planned(
+        bounds=bounds,
+        totals=totals(replicas),
+        canary=head,
+        batches=plan_batches(switching, bounds, head),
+        canary_batches=len(pack(head, switching, bounds)),
+        oversized=oversized,
+    )
+
+
+def lines(
+    planned: Planned, replicas: Mapping[str, Mapping[str, int]], canary: int = 1, canary_group: str | None = None
+) -> list[str]:
+    """The plan as printed: the services and their bounds, hosts over a bound, the batches.
+
+    ``services: A: 16 replica(s), at most 4 out of service at once; ...``, then
+    ``plan: batch 1 (canary): h1, h9; batch 2: ...`` (one line; each host's services in brackets
+    when the hosts serve more than one).
+    """
+    said = [
+        "services: "
+        + "; ".join(
+            f"{s}: {planned.totals[s]} replica(s), at most {planned.bounds[s]} out of service at once"
+            for s in planned.totals
+        )
+    ]
+    if planned.canary or canary_group:
+        where = f"group {canary_group}" if canary_group else f"{canary} replica(s) of each service"
+        said.append(f"canary: {where}: {', '.join(planned.canary) or 'no host to switch'}")
+    for host, over in planned.oversized.items():
+        what = ", ".join(f"{n} replicas of {s} (at most {planned.bounds[s]})" for s, n in over.items())
+        said.append(f"{host} holds {what}: a host switches whole, so it goes in a batch of its own")
+    several = len(planned.totals) > 1
+
+    def named(host: str) -> str:
+        if not several:
+            return host
+        return f"{host} [{', '.join(f'{s}' if n == 1 else f'{s} x{n}' for s, n in replicas.get(host, {}).items())}]"
+
+    batches = [
+        f"batch {i + 1}{' (canary)' if i < planned.canary_batches else ''}: {', '.join(named(h) for h in batch)}"
+        for i, batch in enumerate(planned.batches)
+    ]
+    if batches:
+        said.append("plan: " + "; ".join(batches))
+    return said
+
+
+def counted(planned: Planned, hosts: int) -> str:
+    """``24 host(s) in 8 batch(es), at most 4 of A, 2 of B out of service at once`` (one service:
+    ``at most 1 replica(s) out of service at once``)."""
+    if len(planned.bounds) == 1:
+        bound = f"at most {next(iter(planned.bounds.values()))} replica(s) out of service at once"
+    else:
+        bound = "at most " + ", ".join(f"{n} of {s}" for s, n in planned.bounds.items()) + " out of service at once"
+    return f"{hosts} host(s) in {len(planned.batches)} batch(es), {bound}"

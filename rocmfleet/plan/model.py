@@ -1,0 +1,293 @@
+"""The fleet plan as a value (pure data): what every host of a site should be, computed offline.
+
+:func:`rocmfleet.plan.build.plan_fleet` builds a :class:`FleetPlan`; :func:`to_json` gives its stable
+JSON (keys sorted, items in a fixed order: two runs on the same data give the same bytes).
+Secrets appear by name only: a :class:`FilePlan` of a secrets file holds its path, mode, owner and
+the names of its variables, never a value.
+
+A *service* is one served model (:func:`rocmfleet.plan.services.service_name`); each of its
+*replicas* is one vLLM instance today. A replica holds :class:`Rank` s, one per host process, so a
+replica that spans hosts (multi-node vLLM) is more ranks, not another shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: Which role of the deploy an item belongs to.
+Role = Literal["base", "rocm", "tuning", "exporter", "docker", "vllm"]
+
+
+@dataclass(frozen=True)
+class Rank:
+    """One process of a replica: on ``host``, the vLLM instance ``instance``, rank ``rank`` (0: the head)."""
+
+    host: str
+    instance: str
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """One replica of a service: ``id`` (``HOST/INSTANCE`` of its head) and its ranks, head first."""
+
+    service: str
+    id: str
+    ranks: tuple[Rank, ...]
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    """One served model: its name (what clients put in ``model``), profile, image reference and replicas
+    (in host then instance order)."""
+
+    name: str
+    profile: str
+    image: str
+    replicas: tuple[ReplicaPlan, ...]
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    """A file as the deploy leaves it.
+
+    Attributes:
+        path: absolute path on the host.
+        role: the role that writes it.
+        mode: octal digits; ``None``: left alone.
+        user, group: owner; ``None``: left alone.
+        content: its text; ``None`` when not known offline (see ``source``) or secret.
+        source: ``rendered`` (``content`` is what the deploy writes), ``secret`` (values never shown:
+            ``secret_names`` lists the variables) or where the deploy gets it (``fetched from URL``).
+        secret_names: names of the secret variables in a secrets file (sorted).
+    """
+
+    path: str
+    role: Role
+    mode: str | None
+    user: str | None
+    group: str | None
+    content: str | None
+    source: str = "rendered"
+    secret_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DirectoryPlan:
+    """A directory the deploy creates: path, mode and owner (``None``: left alone)."""
+
+    path: str
+    role: Role
+    mode: str | None
+    user: str | None
+    group: str | None
+
+
+@dataclass(frozen=True)
+class PackagePlan:
+    """A package the deploy installs: its version (``*``: any; a glob; or ``the version of URL``: what
+    that repository offers, known only on the host) and whether it is held (``apt-mark hold``)."""
+
+    name: str
+    role: Role
+    version: str
+    held: bool = False
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """A systemd unit as the deploy leaves it: ``running`` (``None``: left alone) and ``enabled``."""
+
+    unit: str
+    role: Role
+    running: bool | None
+    enabled: bool
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    """A container a unit runs: name, image reference and the instance it serves."""
+
+    name: str
+    image: str
+    instance: str
+
+
+@dataclass(frozen=True)
+class InstancePlan:
+    """One vLLM instance of a host, as placed on the plan's topology and rendered.
+
+    Attributes:
+        name, service: the instance and the service it is a replica of.
+        port, internal_ports: its API port and its internal port block (``start-end``).
+        gpus, render_nodes: KFD GPU indices and their ``/dev/dri/renderD*``.
+        cpuset_cpus, cpuset_mems: the CPU binding (``""``: none), from the GPUs' NUMA nodes.
+        unit, unit_path, container, env_file, secrets_file: names and paths on the host.
+        unit_text, env_text: the rendered unit and environment file (what the deploy writes).
+        serve_argv: ``vllm serve`` and its arguments.
+        notes: what placement says of it (a missing NUMA node, ...).
+    """
+
+    name: str
+    service: str
+    port: int
+    internal_ports: str
+    gpus: tuple[int, ...]
+    render_nodes: tuple[str, ...]
+    cpuset_cpus: str
+    cpuset_mems: str
+    unit: str
+    unit_path: str
+    container: str
+    env_file: str
+    secrets_file: str
+    unit_text: str
+    env_text: str
+    serve_argv: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A path the deploy removes (or keeps absent), the role and why."""
+
+    path: str
+    role: Role
+    why: str
+
+
+@dataclass(frozen=True)
+class ReadyTarget:
+    """What the deploy waits for after a start: ``GET /health`` then the profile's probe request on
+    ``port`` (``vllm-probe.sh ready PORT CONTAINER probe...``)."""
+
+    instance: str
+    port: int
+    container: str
+    probe: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """Everything the deploy leaves on one host, every role, in the deploy's role order.
+
+    Attributes:
+        name, groups: the host and its inventory groups (sorted).
+        topology_source: where its topology came from; ``assumed``: facts taken as defaults.
+        problem: why no instance is placed (``""``: all placed).
+        expect: the values the checks expect (``sysctl kernel.numa_balancing``, ``kernel cmdline``, ...).
+    """
+
+    name: str
+    groups: tuple[str, ...]
+    topology_source: str
+    assumed: tuple[str, ...]
+    problem: str
+    files: tuple[FilePlan, ...]
+    directories: tuple[DirectoryPlan, ...]
+    packages: tuple[PackagePlan, ...]
+    units: tuple[UnitPlan, ...]
+    containers: tuple[ContainerPlan, ...]
+    instances: tuple[InstancePlan, ...]
+    ports: tuple[int, ...]
+    removals: tuple[Removal, ...]
+    reboot_reasons: tuple[str, ...]
+    readiness: tuple[ReadyTarget, ...]
+    expect: tuple[tuple[str, str], ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """The services of a site (sorted by name) and the plan of each host (in inventory order)."""
+
+    services: tuple[ServicePlan, ...]
+    hosts: tuple[HostPlan, ...]
+
+
+#: Text fields held once in the JSON's ``contents`` (by SHA-256), named by ``<field>_sha256`` where they were.
+_SHARED_TEXT = {"content": "content_sha256", "unit_text": "unit_sha256", "env_text": "env_sha256"}
+#: Containers nested this deep or less get a line per item in the JSON; deeper ones (a file, a
+#: package, a replica) are one line each: a change shows as the lines of the items it changes.
+_EXPANDED_DEPTH = 3
+
+
+class _Plain:
+    """Converts a plan to JSON-ready data, once per shared part: hosts of one kind share their
+    items' tuples (:func:`rocmfleet.plan.build.plan_fleet`), converted and emitted once."""
+
+    def __init__(self) -> None:
+        self.contents: dict[str, str] = {}
+        self.memo: dict[int, tuple[object, object]] = {}  # id -> (the original, kept alive; its data)
+        self.emitted: dict[int, str] = {}
+
+    def data(self, value: object) -> object:
+        """``value`` as JSON-ready data: dataclasses as objects, tuples as lists, ``expect`` pairs as
+        an object, each shared text (:data:`_SHARED_TEXT`) moved into ``contents``."""
+        if isinstance(value, tuple) and value:
+            known = self.memo.get(id(value))
+            if known is not None and known[0] is value:
+                return known[1]
+            converted: object = [self.data(v) for v in value]
+            self.memo[id(value)] = (value, converted)
+            return converted
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            data: dict[str, object] = {}
+            for f in dataclasses.fields(value):
+                item = getattr(value, f.name)
+                if f.name in _SHARED_TEXT and isinstance(item, str):
+                    digest = hashlib.sha256(item.encode()).hexdigest()
+                    self.contents[digest] = item
+                    data[_SHARED_TEXT[f.name]] = digest
+                elif f.name == "expect":
+                    data[f.name] = dict(item)
+                else:
+                    data[f.name] = self.data(item)
+            return data
+        if isinstance(value, tuple | list):
+            return [self.data(v) for v in value]
+        return value
+
+    def emit(self, value: object, depth: int = 0) -> str:
+        """``value`` (JSON-ready) as JSON text at ``depth``: containers down to :data:`_EXPANDED_DEPTH`
+        one item per line (indent 1), deeper ones on one line; keys sorted."""
+        if depth > _EXPANDED_DEPTH or not isinstance(value, dict | list) or not value:
+            return json.dumps(value, sort_keys=True, ensure_ascii=False)
+        if (done := self.emitted.get(id(value))) is not None:
+            return done
+        pad = " " * (depth + 1)
+        if isinstance(value, dict):
+            items = [
+                f"{pad}{json.dumps(k, ensure_ascii=False)}: {self.emit(value[k], depth + 1)}" for k in sorted(value)
+            ]
+            text = "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
+        else:
+            text = "[\n" + ",\n".join(pad + self.emit(v, depth + 1) for v in value) + "\n" + " " * depth + "]"
+        if isinstance(value, list):  # the shared ones: a memoised tuple's list
+            self.emitted[id(value)] = text
+        return text
+
+
+def to_dict(plan: FleetPlan | HostPlan) -> dict[str, object]:
+    """``plan`` as JSON-ready data: its fields, and ``contents``: ``{SHA-256: text}`` of every file's
+    content and every instance's unit and environment file, each text once however many hosts hold
+    it (a file's ``content`` is its ``content_sha256`` there; ``None``: not known offline or secret).
+    A 2,000-host fleet of a few kinds of host holds a few dozen texts, and a change to one shows once."""
+    plain = _Plain()
+    data = plain.data(plan)
+    assert isinstance(data, dict)
+    data["contents"] = plain.contents
+    return data
+
+
+def to_json(plan: FleetPlan | HostPlan) -> str:
+    """The stable JSON of ``plan`` (:func:`to_dict`; keys sorted, a line per item down to a file,
+    package, unit or replica, each of those on one line; one trailing newline)."""
+    plain = _Plain()
+    data = plain.data(plan)
+    assert isinstance(data, dict)
+    data["contents"] = plain.contents
+    return plain.emit(data) + "\n"

@@ -1,0 +1,247 @@
+"""Rollouts planned from services, on the 24-host test site (tests/fixtures/sites/rack24: three
+racks, two services interleaved in inventory order, a ``canary`` group), through ``rocmfleet
+rollout --dry`` with every socket connect and name lookup refused: the registry and the hosts cannot
+be reached, the plan is printed anyway (exit 0) saying what it could not confirm."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rocmfleet import cli
+from rocmfleet.fleet.rollout import state as rstate
+
+SITE = Path(__file__).parents[1] / "fixtures" / "sites" / "rack24"
+IMAGE = "registry.example.invalid/vllm:0.34.0"
+QWEN, SCOUT = "qwen3-235b-a22b", "llama-4-scout"
+PIN = ("vllm_image_repository", "vllm_image_tag", "vllm_image_digest")
+
+
+@pytest.fixture
+def offline(monkeypatch) -> list[str]:
+    """Every socket connect and name lookup refused and recorded (as tests/unit/test_cli_offline.py's
+    ``no_network``; pyinfra's CLI swaps in gevent's socket on import, so it is imported first)."""
+    import socket
+
+    import pyinfra_cli  # noqa: F401
+
+    tried: list[str] = []
+
+    def refuse(what: str):
+        def call(*args, **_kwargs):
+            tried.append(what)
+            raise OSError(f"test: no network ({what})")
+
+        return call
+
+    for owner, name in ((socket.socket, "connect"), (socket.socket, "connect_ex"), (socket, "create_connection"),
+                        (socket, "getaddrinfo")):  # fmt: skip
+        monkeypatch.setattr(owner, name, refuse(name))
+    return tried
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A copy of the site (its group files may be edited by a command); the results root in tmp."""
+    copy = tmp_path / "rack24"
+    shutil.copytree(SITE, copy)
+    monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path / "results"))
+    monkeypatch.delenv(rstate.OWN_DEPLOY_ENV, raising=False)
+    return copy
+
+
+@pytest.fixture
+def fleet_wide(site):
+    """The site with one image pinned for the whole fleet (in all.yml), none per rack."""
+    for rack in "abc":
+        path = site / "group_vars" / f"rack_{rack}.yml"
+        path.write_text("".join(line for line in path.read_text().splitlines(True) if not line.startswith(PIN)))
+    pinned = (SITE / "group_vars" / "rack_a.yml").read_text().split("\n", 1)[1]
+    (site / "group_vars" / "all.yml").write_text("ssh_user: root\n" + pinned)
+    return site
+
+
+@pytest.fixture
+def dry(capsys):
+    """``rocmfleet rollout SITE --dry OPTIONS`` -> (exit status, stdout, stderr)."""
+
+    def run(site: Path, *options: str) -> tuple[int, str, str]:
+        code = cli.main(["rollout", str(site / "inventory.py"), "--dry", *options])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def batches(out: str) -> list[tuple[bool, list[tuple[str, str]]]]:
+    """The ``plan:`` line as ``[(canary?, [(host, service)])]``."""
+    line = next(line for line in out.splitlines() if line.startswith("plan: "))
+    found = []
+    for part in line.removeprefix("plan: ").split("; "):
+        head, hosts = part.split(": ", 1)
+        found.append(("(canary)" in head, [(h, s) for h, s in re.findall(r"(\S+) \[([^\]]+)\]", hosts)]))
+    return found
+
+
+SCOUTS = ("ra-07", "ra-08", "rb-01", "rb-02", "rb-03", "rb-04", "rc-07", "rc-08")
+SERVICE_OF = {f"r{r}-{i:02d}": QWEN for r in "abc" for i in range(1, 9)} | dict.fromkeys(SCOUTS, SCOUT)
+
+
+def test_batches_cut_in_inventory_order_would_take_six_of_one_service_at_once():
+    # the old rule: 25% of 24 hosts, 6 a batch, in inventory order
+    hosts = list(SERVICE_OF)
+    chunks = [Counter(SERVICE_OF[h] for h in hosts[i : i + 6]) for i in range(0, 24, 6)]
+    assert chunks[0][QWEN] == 6 and chunks[1][SCOUT] == 6  # over 25% of 16 (4) and of 8 (2)
+
+
+@pytest.mark.parametrize(
+    ("option", "bounds"),
+    [
+        ("1", {QWEN: 1, SCOUT: 1}),
+        ("3", {QWEN: 3, SCOUT: 3}),
+        ("25%", {QWEN: 4, SCOUT: 2}),
+        ("50%", {QWEN: 8, SCOUT: 4}),
+    ],
+)
+def test_no_batch_holds_more_than_max_unavailable_replicas_of_a_service(fleet_wide, offline, option, bounds, dry):
+    code, out, err = dry(fleet_wide, "--image", IMAGE, "--max-unavailable", option)
+    assert code == 0, err
+    planned = batches(out)
+    assert sorted(h for _c, b in planned for h, _s in b) == sorted(SERVICE_OF)  # every host once
+    for _canary, batch in planned:
+        counts = Counter(service for _h, service in batch)
+        assert all(counts[s] <= bounds[s] for s in counts), (option, batch)
+        assert all(SERVICE_OF[h] == s for h, s in batch)
+    # greedy: the batches are as large as the bound allows (16 and 8 replicas)
+    assert len(planned) == 1 + max(-(-15 // bounds[QWEN]), -(-7 // bounds[SCOUT])), planned
+    # the default canary: one replica of each service, first
+    assert planned[0][0] and Counter(s for _h, s in planned[0][1]) == {QWEN: 1, SCOUT: 1}
+    assert not any(c for c, _b in planned[1:])
+    said = f"{QWEN}: 16 replica(s), at most {bounds[QWEN]} out of service at once; {SCOUT}: 8 replica(s), at most"
+    assert said in out
+    assert f"--dry: digest of {IMAGE} not confirmed: registry unreachable (" in out
+    assert "--dry: what it runs not confirmed: ra-01: " in out
+    assert out.rstrip().endswith("nothing was changed")
+    assert (fleet_wide / "group_vars" / "all.yml").read_text().count("0.33.0-r1") == 1  # unchanged
+
+
+def test_canary_n_is_n_replicas_of_each_service(fleet_wide, offline, dry):
+    code, out, err = dry(fleet_wide, "--image", IMAGE, "--canary", "2", "--max-unavailable", "1")
+    assert code == 0, err
+    planned = batches(out)
+    canary = [b for c, b in planned if c]
+    assert len(canary) == 2 and all(Counter(s for _h, s in b) == {QWEN: 1, SCOUT: 1} for b in canary)
+
+
+def test_the_canary_group_is_the_canary(fleet_wide, offline, dry):
+    code, out, err = dry(fleet_wide, "--image", IMAGE, "--canary-group", "canary", "--max-unavailable", "25%")
+    assert code == 0, err
+    planned = batches(out)
+    assert planned[0] == (True, [("ra-01", QWEN), ("ra-07", SCOUT)])
+    assert "canary: group canary: ra-01, ra-07" in out
+
+
+def test_an_unknown_canary_group_is_refused_with_the_known_groups(fleet_wide, offline, dry):
+    code, out, err = dry(fleet_wide, "--image", IMAGE, "--canary-group", "canaries")
+    assert code == 2 and "Traceback" not in err
+    assert "--canary-group canaries: no host of" in err
+    assert "its groups: canary, inventory, qwen, rack_a, rack_b, rack_c, scout" in err
+    assert offline == []  # refused before any connection
+
+
+def test_canary_and_canary_group_together_are_refused(fleet_wide, offline, dry):
+    code, _out, err = dry(fleet_wide, "--canary", "1", "--canary-group", "canary")
+    assert code == 2 and "give one of them" in err and offline == []
+
+
+def test_a_per_rack_pin_rolls_one_group_bounded_over_the_whole_fleet(site, offline, dry):
+    before = {p.name: p.read_text() for p in (site / "group_vars").iterdir()}
+    code, out, err = dry(site, "--image", IMAGE, "--group", "rack_b", "--max-unavailable", "25%")
+    assert code == 0, err
+    planned = batches(out)
+    assert sorted(h for _c, b in planned for h, _s in b) == [f"rb-{i:02d}" for i in range(1, 9)]
+    for _canary, batch in planned:  # the bound is of the whole fleet's replicas: 4 of 16, 2 of 8
+        counts = Counter(s for _h, s in batch)
+        assert counts[QWEN] <= 4 and counts[SCOUT] <= 2
+    assert f"+++ {site / 'group_vars' / 'rack_b.yml'}" in out and '+vllm_image_tag: "0.34.0"' in out
+    assert "rack_a.yml" not in out
+    assert {p.name: p.read_text() for p in (site / "group_vars").iterdir()} == before  # --dry changed nothing
+    assert not list((site.parent / "results").rglob("rollout-state.json"))
+
+
+def test_per_group_pins_without_group_are_refused_naming_each_group_and_image(site, offline, dry):
+    code, out, err = dry(site, "--image", IMAGE)
+    assert code == 2 and "Traceback" not in err
+    assert "the image is pinned per group" in err and "--group NAME" in err
+    for rack, d in zip("abc", "123", strict=True):
+        assert f"rack_{rack} (" in err and f"0.33.0-r{d}@sha256:{d * 64}" in err
+    assert offline == []  # refused before the registry or a host is asked
+
+
+def test_a_group_that_pins_no_image_is_refused(site, offline, dry):
+    code, _out, err = dry(site, "--image", IMAGE, "--group", "qwen")
+    assert code == 2 and "--group qwen: no group file of it sets vllm_image_*" in err
+    code, _out, err = dry(site, "--image", IMAGE, "--group", "rack_z")
+    assert code == 2 and "--group rack_z: no host of" in err and "rack_a" in err
+    assert offline == []
+
+
+def test_a_canary_group_outside_the_rolled_group_is_refused(site, offline, dry):
+    code, _out, err = dry(site, "--image", IMAGE, "--group", "rack_b", "--canary-group", "canary")
+    assert code == 2 and "--canary-group canary: none of its hosts (ra-01, ra-07) is in this rollout" in err
+    assert offline == []
+
+
+# --- the rollout itself on stand-in hosts: the plan recorded, one rack's pin edited (or put back) ---
+
+
+@pytest.fixture
+def stand_ins(site, monkeypatch):
+    """The site's hosts, registry and preflight replaced (tests/unit/test_rollout_runner.py's CliSteps:
+    every host runs its pinned image until switched); the inventory and group files are real."""
+    from rocmfleet.fleet.check import compliance
+    from rocmfleet.fleet.rollout import fleetimage, hoststeps
+    from tests.unit.test_rollout_runner import CliSteps
+
+    new = rstate.ImageRef(repository="registry.example.invalid/vllm", tag="0.34.0", digest="sha256:" + "b" * 64)
+    steps = CliSteps()
+    monkeypatch.setattr(fleetimage, "resolve", lambda reference, targets: new)
+    monkeypatch.setattr(hoststeps, "HostSteps", lambda *args, **kwargs: steps)
+    monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s: [])
+    return steps, new
+
+
+def test_a_rack_rolls_with_its_plan_recorded_and_its_pin_edited(site, stand_ins, capsys):
+    steps, new = stand_ins
+    inventory = str(site / "inventory.py")
+    rack_a = (site / "group_vars" / "rack_a.yml").read_text()
+    code = cli.main(["rollout", inventory, "-y", "--image", IMAGE, "--group", "rack_b", "--max-unavailable", "25%"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    state = rstate.load_state(rstate.state_path(rstate.results_root(None, inventory), inventory))
+    assert state.status == "done" and sorted(state.hosts) == [f"rb-{i:02d}" for i in range(1, 9)]
+    assert {s: (b.replicas, b.max_unavailable) for s, b in state.services.items()} == {QWEN: (16, 4), SCOUT: (8, 2)}
+    assert state.canary_batches == 1 and state.batches[0] == ["rb-01", "rb-05"]  # one scout, one qwen
+    assert all(state.hosts[h].replicas == {SERVICE_OF[h]: 1} for h in state.hosts)
+    assert new.digest in (site / "group_vars" / "rack_b.yml").read_text()
+    assert (site / "group_vars" / "rack_a.yml").read_text() == rack_a
+    assert set(steps.running) == set(state.hosts)  # no host outside rack_b was touched
+    assert f"rollout {state.id}: 8 host(s) in {len(state.batches)} batch(es), at most 4 of {QWEN}, 2 of {SCOUT}" in out
+
+
+def test_a_failed_canary_puts_the_racks_pin_back(site, stand_ins, capsys):
+    steps, _new = stand_ins
+    inventory = str(site / "inventory.py")
+    rack_b = (site / "group_vars" / "rack_b.yml").read_text()
+    steps.fail = {("gate", "rb-05")}
+    code = cli.main(["rollout", inventory, "-y", "--image", IMAGE, "--group", "rack_b", "--canary-group", "rack_b"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    state = rstate.load_state(rstate.state_path(rstate.results_root(None, inventory), inventory))
+    # the whole rack as the canary, split by the default bound of 1 replica of each service
+    assert state.canary_batches == len(state.batches) == 4 and state.status == "rolled_back"
+    assert (site / "group_vars" / "rack_b.yml").read_text() == rack_b
