@@ -471,7 +471,7 @@ def test_cache_bake_write_refuses_a_file_it_cannot_edit_before_the_bake(tmp_path
     from rocmfleet.fleet.cache import cachebake
 
     monkeypatch.setattr(fleet, "load_fleet", lambda *a, **k: ["h"])
-    monkeypatch.setattr(cli, "_not_loaded", lambda path: None)  # the inventory loads it
+    monkeypatch.setattr(cli.cache, "_not_loaded", lambda path: None)  # the inventory loads it
     monkeypatch.setattr(cachebake, "bake", lambda *a, **k: pytest.fail("the bake ran"))
     assert cli.main(["cache", "bake", "inv.py", "--host", "h", "--write", str(target)]) == 2
     assert str(target) in capsys.readouterr().err

@@ -177,9 +177,10 @@ def test_a_closed_standard_input_is_no_terminal_not_a_traceback(no_network, tmp_
 
 
 def test_limit_and_exclude_items_are_trimmed_and_all_is_every_host():
+    from rocmfleet.cli.common import limit_list
     from rocmfleet.fleet.inventory import load_fleet
 
-    assert cli._limit(["mi300x-a01, mi300x-a02", " "]) == ["mi300x-a01", "mi300x-a02"]
+    assert limit_list(["mi300x-a01, mi300x-a02", " "]) == ["mi300x-a01", "mi300x-a02"]
     assert [t.name for t in load_fleet(PROD, ["all"], exclude=["mi300x-a02"])] == ["mi300x-a01", "mi300x-a03"]
 
 

@@ -173,10 +173,11 @@ def test_told_commands_tells_each_command_of_this_process_and_its_children(serve
 
 def test_v_tells_commands_before_or_after_the_command(monkeypatch):
     from rocmfleet import cli
+    from rocmfleet.cli import schema
 
     monkeypatch.delenv(connect.COMMAND_LOG_ENV, raising=False)
     seen = []
-    monkeypatch.setattr(cli, "_schema", lambda args: seen.append(os.environ.get(connect.COMMAND_LOG_ENV)) or 0)
+    monkeypatch.setattr(schema, "run", lambda args: seen.append(os.environ.get(connect.COMMAND_LOG_ENV)) or 0)
     for argv in (["schema"], ["-v", "schema"], ["schema", "-v"]):
         assert cli.main(argv) == 0
     assert seen[0] is None and seen[1] and seen[2]  # a log to tell from, only with -v

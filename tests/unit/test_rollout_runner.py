@@ -893,8 +893,10 @@ def test_ctrl_c_ends_with_what_was_left_and_exit_130_not_a_traceback(monkeypatch
     def interrupted(_args):
         raise KeyboardInterrupt
 
-    for name in ("_rollout", "_check", "_bench", "_status", "_cache_bake"):
-        monkeypatch.setattr(cli, name, interrupted)
+    from rocmfleet.cli import bench, cache, check, rollout, status
+
+    for module in (rollout, check, bench, status, cache):
+        monkeypatch.setattr(module, "run", interrupted)
     argv = [command, PROD] + (["--host", "h1"] if command == "cache" else [])
     if command == "cache":
         argv.insert(1, "bake")
