@@ -1,6 +1,6 @@
 """Whether the exporter role has anything to do on a host, from the deploy's one ``HostState`` read (pure).
 
-The role (``rocmfleet/roles/exporter``) keeps AMD's device-metrics-exporter as
+The role (``roles/exporter``) keeps AMD's device-metrics-exporter as
 :mod:`rocmfleet.domain.exporter` says: its apt source, ``amdgpu-exporter`` at the version its
 release's repository offers and held, ``/etc/metrics/config.json``, the drop-in, both units
 enabled and running. :func:`query` names what the read must hold (the files, the package, the

@@ -1,7 +1,7 @@
 """Where the lab keeps its files, and the addresses and ports it uses.
 
 Everything here is lab-only: the lab is a stand-in for a rack of MI300X servers and
-never leaks into ``rocmfleet/`` (its roles, templates and scripts included).
+never leaks into ``rocmfleet/``, ``roles/`` or ``templates/`` (the package, its roles and templates).
 """
 
 from __future__ import annotations

@@ -82,8 +82,8 @@ def test_version_init_validate_and_a_dry_deploy_from_the_wheel_alone(installed) 
 
 def test_the_package_carries_the_deploy_and_everything_it_reads(installed) -> None:
     probe = (
-        "import rocmfleet.project as p, rocmfleet.scripts as s, sys\n"
-        "assert 'site-packages' in str(p.PACKAGE), p.PACKAGE\n"
+        "import rocmfleet.project as p, rocmfleet.scripts as s, rocmfleet.roles.vllm as r, sys\n"
+        "assert 'site-packages' in str(p.PACKAGE) and 'site-packages' in r.__file__, (p.PACKAGE, r.__file__)\n"
         "need = [p.DEPLOY_FILE, p.TEMPLATES_DIR / 'vllm' / 'vllm.service.j2', p.PROFILES_DIR / 'llama-3.3-70b.yml',\n"
         "        p.PACKAGE / 'domain' / 'vllm_serve_flags.json', p.SKELETON_DIR / 'gitignore', *s.DIR.glob('*.sh')]\n"
         "missing = [str(x) for x in need if not x.is_file()]\n"
