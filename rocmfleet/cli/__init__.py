@@ -21,11 +21,12 @@ rocmfleet schema                      print the JSON Schema of host data (for ed
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
 from rocmfleet.cli import bench, cache, check, init, metrics, plan, rollout, schema, status, validate, vault
-from rocmfleet.cli.common import EXIT_INTERRUPTED, VERBOSE_HELP, commands, version
+from rocmfleet.cli.common import EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, VERBOSE_HELP, commands, version
 
 __all__ = ["build_parser", "commands", "main"]
 
@@ -69,6 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nrocmfleet: {args.command}: interrupted; {_INTERRUPTED.get(args.command, 'nothing more was done')}",
               file=sys.stderr)  # fmt: skip
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # standard output's reader went away (`rocmfleet plan ... | head -1`): what is still buffered
+        # goes nowhere, so that Python's own flush at exit raises nothing more (Python's documentation,
+        # "Note on SIGPIPE" in the signal module)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"rocmfleet: {args.command}: standard output was closed (its reader ended): output cut short",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_PIPE_CLOSED
 
 
 #: What an interrupted command left, said after Ctrl-C instead of a traceback.
