@@ -147,12 +147,12 @@ def plan_fleet(
 
     Returns:
         the :class:`FleetPlan`: services sorted by name, each with its replicas in host order
-        (one rank each today), and the hosts' plans in the order given.
+        (one rank each today, with its host's profile and image: a service's hosts may differ in
+        either, and the service lists each), and the hosts' plans in the order given.
     """
     default = default_facts()
     plans: list[HostPlan] = []
     by_service: dict[str, list[ReplicaPlan]] = {}
-    shape: dict[str, tuple[str, str]] = {}
     # Hosts of one kind (the same data, on the same facts) have the same plan but for their name
     # and groups: planned once per kind. ``repr`` of a configuration shows every value of it (a
     # secret as *MASKED*: the plan holds secret names only); a plan with a problem, whose text
@@ -168,10 +168,18 @@ def plan_fleet(
             if not plans[-1].problem:
                 planned[key] = plans[-1]
         for service, instance in services.replicas(config):
-            replica = ReplicaPlan(service, f"{name}/{instance}", (Rank(name, instance, 0),))
+            ranks = (Rank(name, instance, 0),)
+            replica = ReplicaPlan(service, f"{name}/{instance}", ranks, config.profile.name, config.image.reference)
             by_service.setdefault(service, []).append(replica)
-            shape.setdefault(service, (config.profile.name, config.image.reference))
     return FleetPlan(
-        services=tuple(ServicePlan(s, shape[s][0], shape[s][1], tuple(by_service[s])) for s in sorted(by_service)),
+        services=tuple(
+            ServicePlan(
+                s,
+                tuple(sorted({r.profile for r in by_service[s]})),
+                tuple(sorted({r.image for r in by_service[s]})),
+                tuple(by_service[s]),
+            )
+            for s in sorted(by_service)
+        ),
         hosts=tuple(plans),
     )

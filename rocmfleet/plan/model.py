@@ -33,21 +33,26 @@ class Rank:
 
 @dataclass(frozen=True)
 class ReplicaPlan:
-    """One replica of a service: ``id`` (``HOST/INSTANCE`` of its head) and its ranks, head first."""
+    """One replica of a service: ``id`` (``HOST/INSTANCE`` of its head), its ranks, head first, and
+    the profile and image reference its hosts run it with."""
 
     service: str
     id: str
     ranks: tuple[Rank, ...]
+    profile: str
+    image: str
 
 
 @dataclass(frozen=True)
 class ServicePlan:
-    """One served model: its name (what clients put in ``model``), profile, image reference and replicas
-    (in host then instance order)."""
+    """One served model: its name (what clients put in ``model``), the profiles and image references
+    its replicas run with (sorted, each once: more than one when hosts of one service differ, e.g. a
+    TP-2 profile beside a TP-1 one of the same ``served_model_name``, or a rack on its own image pin)
+    and its replicas (in host then instance order)."""
 
     name: str
-    profile: str
-    image: str
+    profiles: tuple[str, ...]
+    images: tuple[str, ...]
     replicas: tuple[ReplicaPlan, ...]
 
 

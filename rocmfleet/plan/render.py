@@ -88,10 +88,22 @@ def plan_text(plan: FleetPlan, files: bool = False) -> str:
     for service in plan.services:
         hosts = sorted({r.host for replica in service.replicas for r in replica.ranks})
         head = f"service {service.name}: {len(service.replicas)} replica(s) on {len(hosts)} host(s)"
-        parts.append(f"{head}\n  profile {service.profile}, image {service.image}\n")
-        parts.append("".join(f"  replica {r.id}\n" for r in service.replicas))
+        if len(service.profiles) == 1 and len(service.images) == 1:
+            parts.append(f"{head}\n  profile {service.profiles[0]}, image {service.images[0]}\n")
+            parts.append("".join(f"  replica {r.id}\n" for r in service.replicas))
+            continue
+        # replicas of one service that differ (a TP-2 profile beside a TP-1 one, a rack on its own
+        # pin): each replica says its own, so that the service line hides none
+        parts.append(f"{head}\n  replicas differ: {_counted('profile', [r.profile for r in service.replicas])}; "
+                     f"{_counted('image', [r.image for r in service.replicas])}\n")  # fmt: skip
+        parts.append("".join(f"  replica {r.id} (profile {r.profile}, image {r.image})\n" for r in service.replicas))
     parts += [host_text(host, files) for host in plan.hosts]
     return "".join(parts)
+
+
+def _counted(what: str, values: list[str]) -> str:
+    """``profile a (3), b (1)``: each distinct value of ``values``, sorted, with how many have it."""
+    return f"{what} " + ", ".join(f"{v} ({values.count(v)})" for v in sorted(set(values)))
 
 
 def summary(plan: FleetPlan) -> str:

@@ -4,9 +4,14 @@ files, every problem at once, a vault without its password."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from rocmfleet import cli
+from rocmfleet.project import PROFILES_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 RACK24 = ROOT / "tests" / "fixtures" / "sites" / "rack24" / "inventory.py"
@@ -33,3 +38,41 @@ def test_a_reader_that_stops_early_gets_no_traceback_and_exit_141():
     assert child.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err
     assert err.endswith("rocmfleet: plan: standard output was closed (its reader ended): output cut short\n"), err
+
+
+def rack24_copy(tmp_path: Path) -> Path:
+    """The 24-host site copied to ``tmp_path`` (``tmp_path/site/inventory.py``), to edit."""
+    site = tmp_path / "site"
+    shutil.copytree(RACK24.parent, site)
+    return site / "inventory.py"
+
+
+def test_a_service_whose_replicas_differ_in_profile_and_image_shows_each(tmp_path, monkeypatch, capsys):
+    # llama-4-scout runs on three racks, each on its own image pin, and rc-08 on a profile of its own
+    # (another name, the same served_model_name): the service line used to say the first host's only
+    inventory = rack24_copy(tmp_path)
+    profiles = inventory.parent / "group_vars" / "profiles"
+    profiles.mkdir()
+    scout = (PROFILES_DIR / "llama-4-scout.yml").read_text()
+    (profiles / "scout-b.yml").write_text(scout.replace("name: llama-4-scout\n", "name: scout-b\n", 1))
+    (inventory.parent / "group_vars" / "scout_b.yml").write_text("vllm_profile: scout-b\n")
+    text = inventory.read_text().replace("\n_check(", '\nscout_b = (["rc-08"], _load("scout_b"))\n\n_check(')
+    inventory.write_text(text)
+    monkeypatch.chdir(inventory.parent)
+    assert cli.main(["plan", "inventory.py", "--json"]) == 0
+    service = next(s for s in json.loads(capsys.readouterr().out)["services"] if s["name"] == "llama-4-scout")
+    assert service["profiles"] == ["llama-4-scout", "scout-b"]
+    assert [i.split(":")[1][:9] for i in service["images"]] == ["0.33.0-r1", "0.33.0-r2", "0.33.0-r3"]
+    assert {r["id"]: r["profile"] for r in service["replicas"]}["rc-08/scout-b-0"] == "scout-b"
+    assert cli.main(["plan", "inventory.py"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "  replicas differ: profile llama-4-scout (7), scout-b (1); image registry.example.invalid/vllm:0.33.0-r1@"
+        in out
+    )
+    assert (
+        "  replica rc-08/scout-b-0 (profile scout-b, image registry.example.invalid/vllm:0.33.0-r3@sha256:3333" in out
+    )
+    assert (
+        "service qwen3-235b-a22b: 16 replica(s) on 16 host(s)\n  replicas differ: profile qwen3-235b-a22b (16); " in out
+    )
