@@ -245,3 +245,23 @@ def test_a_failed_canary_puts_the_racks_pin_back(site, stand_ins, capsys):
     # the whole rack as the canary, split by the default bound of 1 replica of each service
     assert state.canary_batches == len(state.batches) == 4 and state.status == "rolled_back"
     assert (site / "group_vars" / "rack_b.yml").read_text() == rack_b
+
+
+def test_a_host_whose_image_another_group_pins_is_left_out_of_a_groups_rollout(site, offline, dry):
+    # ra-01 in rack_a and rack_b: rack_b's pin wins, so an edit of rack_a.yml leaves it as it is;
+    # rolling it with rack_a left it on an image its data did not say (the next deploy put it back)
+    inventory = site / "inventory.py"
+    text = inventory.read_text()
+    text = text.replace(
+        'rack_b = ([h for h in _HOSTS if h.startswith("rb-")]',
+        'rack_b = (["ra-01"] + [h for h in _HOSTS if h.startswith("rb-")]',
+    )
+    inventory.write_text(text)
+    code, out, err = dry(site, "--image", IMAGE, "--group", "rack_a")
+    assert code == 0, err
+    assert sorted(h for _c, b in batches(out) for h, _s in b) == [f"ra-{i:02d}" for i in range(2, 9)]
+    said = "ra-01: in rack_a, but its image is pinned elsewhere (a later group or its own data: "
+    assert f"{said}registry.example.invalid/vllm:0.33.0-r2@sha256:{'2' * 64}): left out" in out
+    code, out, err = dry(site, "--image", IMAGE, "--group", "rack_b")
+    assert code == 0, err
+    assert "ra-01" in {h for _c, b in batches(out) for h, _s in b} and "left out" not in out
