@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rocmfleet import cli
+from rocmfleet.plan import sources
 from rocmfleet.project import PROFILES_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,3 +79,20 @@ def test_a_service_whose_replicas_differ_in_profile_and_image_shows_each(tmp_pat
     assert (
         "service qwen3-235b-a22b: 16 replica(s) on 16 host(s)\n  replicas differ: profile qwen3-235b-a22b (16); " in out
     )
+
+
+def test_a_recorded_host_with_a_misspelt_key_is_refused_naming_the_allowed_ones(tmp_path):
+    # "device_gid" used to be ignored: the plan then took the default group id, said as assumed only
+    lines = sources.default_topology_lines()
+    (tmp_path / "host.json").write_text(json.dumps({"topology": lines, "device_gid": [44]}))
+    with pytest.raises(sources.SourceError) as refused:
+        sources.load(str(tmp_path / "host.json"))
+    assert str(refused.value) == (
+        f"--topology {tmp_path / 'host.json'}: unknown key(s) 'device_gid' of a recorded host; "
+        "allowed: 'topology', 'device_gids', 'os'"
+    )
+    (tmp_path / "os.json").write_text(json.dumps({"topology": lines, "os": {"id": "ubuntu", "version": "24.04"}}))
+    with pytest.raises(sources.SourceError, match=r"'os' is an object of strings \['codename', 'id', 'kernel', "):
+        sources.load(str(tmp_path / "os.json"))
+    (tmp_path / "ok.json").write_text(json.dumps({"topology": lines, "os": {"id": "ubuntu", "version_id": "24.04"}}))
+    assert sources.load(str(tmp_path / "ok.json")).os_version == "24.04"
