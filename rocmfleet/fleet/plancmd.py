@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from rocmfleet.config.groupvars import secrets_by_name
 from rocmfleet.config.validate import EXIT_INVALID, InventoryError, report, validate_inventory
 from rocmfleet.fleet.inventory import FleetError, select_hosts
 from rocmfleet.plan import render, sources
@@ -47,7 +48,8 @@ def run(
     out, err = out or sys.stdout, err or sys.stderr
     try:
         facts = sources.load(topology)
-        configs, problems, hosts = validate_inventory(inventory, with_hosts=True)
+        with secrets_by_name():  # shown by name only: no vault password needed
+            configs, problems, hosts = validate_inventory(inventory, with_hosts=True)
         if problems:
             raise FleetError(report(problems))
         chosen = select_hosts(hosts, inventory, limit, "--limit", exclude)

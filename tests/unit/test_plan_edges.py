@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rocmfleet import cli
+from rocmfleet.config import vault
 from rocmfleet.plan import sources
 from rocmfleet.project import PROFILES_DIR
 
@@ -62,12 +63,12 @@ def test_a_service_whose_replicas_differ_in_profile_and_image_shows_each(tmp_pat
     text = inventory.read_text().replace("\n_check(", '\nscout_b = (["rc-08"], _load("scout_b"))\n\n_check(')
     inventory.write_text(text)
     monkeypatch.chdir(inventory.parent)
-    assert cli.main(["plan", "inventory.py", "--json"]) == 0
+    assert cli.main(["plan", str(inventory), "--json"]) == 0
     service = next(s for s in json.loads(capsys.readouterr().out)["services"] if s["name"] == "llama-4-scout")
     assert service["profiles"] == ["llama-4-scout", "scout-b"]
     assert [i.split(":")[1][:9] for i in service["images"]] == ["0.33.0-r1", "0.33.0-r2", "0.33.0-r3"]
     assert {r["id"]: r["profile"] for r in service["replicas"]}["rc-08/scout-b-0"] == "scout-b"
-    assert cli.main(["plan", "inventory.py"]) == 0
+    assert cli.main(["plan", str(inventory)]) == 0
     out = capsys.readouterr().out
     assert (
         "  replicas differ: profile llama-4-scout (7), scout-b (1); image registry.example.invalid/vllm:0.33.0-r1@"
@@ -96,3 +97,22 @@ def test_a_recorded_host_with_a_misspelt_key_is_refused_naming_the_allowed_ones(
         sources.load(str(tmp_path / "os.json"))
     (tmp_path / "ok.json").write_text(json.dumps({"topology": lines, "os": {"id": "ubuntu", "version_id": "24.04"}}))
     assert sources.load(str(tmp_path / "ok.json")).os_version == "24.04"
+
+
+def test_plan_shows_inline_secrets_by_name_without_the_vault_password(tmp_path, monkeypatch, capsys):
+    # the plan shows a secret by its name only: it needs no vault password to say so
+    inventory = rack24_copy(tmp_path)
+    token = "hf_not_to_be_seen_0123456789"
+    secret = vault.inline(token, password=b"the vault password").replace("\n", "\n  ")
+    with (inventory.parent / "group_vars" / "all.yml").open("a") as f:
+        f.write(f"vllm_secret_env:\n  HF_TOKEN: {secret}\n")
+    for name in (*vault.PASSWORD_FILE_VARIABLES, "ANSIBLE_VAULT_IDENTITY_LIST", "ANSIBLE_VAULT_PASSWORD_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(inventory.parent)
+    assert cli.main(["plan", str(inventory), "--files", "--limit", "ra-01"]) == 0
+    out, err = capsys.readouterr()
+    assert "secret: HF_TOKEN (values not shown)" in out and token not in out + err
+    assert "--env HF_TOKEN" in out
+    # the commands that use the value still need the password
+    assert cli.main(["validate", str(inventory)]) == 2
+    assert "vllm_secret_env.HF_TOKEN: line 4: cannot decrypt (no vault password" in capsys.readouterr().err
