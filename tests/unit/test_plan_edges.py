@@ -116,3 +116,17 @@ def test_plan_shows_inline_secrets_by_name_without_the_vault_password(tmp_path, 
     # the commands that use the value still need the password
     assert cli.main(["validate", str(inventory)]) == 2
     assert "vllm_secret_env.HF_TOKEN: line 4: cannot decrypt (no vault password" in capsys.readouterr().err
+
+
+def test_a_group_file_that_is_not_yaml_hides_no_problem_of_the_hosts_outside_its_groups(tmp_path, capsys):
+    # every problem at once: rack_a's file cannot be read, so its hosts' data is unknown, but rack_b's
+    # unknown key was left unsaid until the YAML was mended
+    inventory = rack24_copy(tmp_path)
+    group_vars = inventory.parent / "group_vars"
+    (group_vars / "rack_a.yml").write_text("vllm_env: [unclosed\n")
+    (group_vars / "rack_b.yml").write_text((group_vars / "rack_b.yml").read_text() + "vllm_envv: {}\n")
+    assert cli.main(["plan", str(inventory)]) == 2
+    err = capsys.readouterr().err
+    assert "rack_a.yml: line 2: not valid YAML" in err, err
+    assert "rack_b.yml: vllm_envv: unknown key" in err and "[hosts: rb-01, rb-02," in err, err
+    assert "ra-01" not in err and err.endswith("rocmfleet plan: nothing planned (exit 2)\n")
