@@ -130,3 +130,11 @@ def test_a_group_file_that_is_not_yaml_hides_no_problem_of_the_hosts_outside_its
     assert "rack_a.yml: line 2: not valid YAML" in err, err
     assert "rack_b.yml: vllm_envv: unknown key" in err and "[hosts: rb-01, rb-02," in err, err
     assert "ra-01" not in err and err.endswith("rocmfleet plan: nothing planned (exit 2)\n")
+
+
+def test_json_and_files_together_are_refused(capsys):
+    # --files was ignored beside --json (whose contents hold every file already)
+    with pytest.raises(SystemExit) as ended:
+        cli.main(["plan", str(RACK24), "--json", "--files"])
+    assert ended.value.code == 2
+    assert "argument --files: not allowed with argument --json" in capsys.readouterr().err
