@@ -265,3 +265,14 @@ def test_a_host_whose_image_another_group_pins_is_left_out_of_a_groups_rollout(s
     code, out, err = dry(site, "--image", IMAGE, "--group", "rack_b")
     assert code == 0, err
     assert "ra-01" in {h for _c, b in batches(out) for h, _s in b} and "left out" not in out
+
+
+def test_a_host_without_instances_says_so_in_its_batch(site, offline, dry):
+    inventory = site / "inventory.py"
+    own = '{"ssh_hostname": f"{h}.example.invalid"}'
+    inventory.write_text(
+        inventory.read_text().replace(own, own[:-1] + ', **({"vllm_instances": []} if h == "ra-03" else {})}')
+    )
+    code, out, err = dry(site, "--image", IMAGE, "--group", "rack_a")
+    assert code == 0, err
+    assert "ra-03 [no instance]" in out and "[]" not in out

@@ -162,7 +162,8 @@ def lines(
     def named(host: str) -> str:
         if not several:
             return host
-        return f"{host} [{', '.join(f'{s}' if n == 1 else f'{s} x{n}' for s, n in replicas.get(host, {}).items())}]"
+        served = ", ".join(f"{s}" if n == 1 else f"{s} x{n}" for s, n in replicas.get(host, {}).items())
+        return f"{host} [{served or 'no instance'}]"
 
     batches = [
         f"batch {i + 1}{' (canary)' if i < planned.canary_batches else ''}: {', '.join(named(h) for h in batch)}"
