@@ -5,6 +5,7 @@ files, every problem at once, a vault without its password."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from rocmfleet import cli
 from rocmfleet.config import vault
+from rocmfleet.fleet.rollout import batches
 from rocmfleet.plan import sources
 from rocmfleet.project import PROFILES_DIR
 
@@ -138,3 +140,23 @@ def test_json_and_files_together_are_refused(capsys):
         cli.main(["plan", str(RACK24), "--json", "--files"])
     assert ended.value.code == 2
     assert "argument --files: not allowed with argument --json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["²", "١", "1e1%", "inf%", "0x10", "1.5", "0", "0%", "150%", "abc", "-1", ""])
+def test_max_unavailable_takes_ascii_counts_and_percentages_only(text):
+    # "²" passed str.isdigit() and then int() raised ValueError: "invalid literal for int() with base 10"
+    with pytest.raises(
+        batches.PlanError, match=rf"^--max-unavailable {re.escape(text)}: (expected a count|a percentage)"
+    ):
+        batches.parse_max_unavailable(text, 16)
+
+
+def test_max_unavailable_counts_and_percentages():
+    assert [batches.parse_max_unavailable(t, 16) for t in ("1", " 2 ", "25%", "12.5%", "1%", "100%")] == [
+        1,
+        2,
+        4,
+        2,
+        1,
+        16,
+    ]
