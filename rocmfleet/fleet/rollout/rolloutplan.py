@@ -70,7 +70,10 @@ def check_options(
     short = {s: n for s, n in counts.items() if canary is not None and canary > n}
     if short:
         said = ", ".join(f"{s} has {n}" for s, n in short.items())
-        raise PlanError(f"--canary {canary}: replicas of each service in the canary, more than this covers ({said})")
+        raise PlanError(
+            f"--canary {canary}: replicas of each service in the canary, more than a service has ({said}); "
+            f"give at most {min(counts.values())}, or --canary-group NAME"
+        )
     bound = parse_max_unavailable(max_unavailable, 1)
     if counts and not max_unavailable.strip().endswith("%") and bound > max(counts.values()):
         raise PlanError(
