@@ -8,7 +8,8 @@
   ``rocmfleet/plan/topologies/<name>.txt``, e.g. ``mi308x-8gpu-cpx``);
 - a file holding the GPU topology script's output (``rocmfleet.facts.topology.SCRIPT``, starting
   with ``@@rocmfleet-gpu-topology 1``), as the ``GpuTopology`` fact parses it;
-- a directory: a copy of ``/sys/class/kfd/kfd/topology`` (or its ``nodes``), no CPU/NUMA data;
+- a directory: a copy of ``/sys/class/kfd/kfd/topology`` (or its ``nodes``, or of
+  ``/sys/class/kfd/kfd`` itself), no CPU/NUMA data;
 - a JSON file, a *recorded host*: ``{"topology": [script output lines], "device_gids": [44, 992],
   "os": {"id": "debian", "version_id": "12", "codename": "bookworm", "kernel": "6.1.0-28-amd64"}}``
   (every key but ``topology`` optional; another key is refused).
@@ -136,8 +137,11 @@ def load(spec: str | None) -> HostFacts:
         return HostFacts(f"shipped {spec}", parse_fact_output((SHIPPED / f"{spec}.txt").read_text().splitlines()))
     path = Path(spec)
     try:
-        if path.is_dir():
-            return HostFacts(f"kfd tree {spec}", build_topology(read_kfd_tree(path)))
+        if path.is_dir():  # a copy of /sys/class/kfd/kfd holds the topology directory
+            tree = path / "topology" if (path / "topology" / "nodes").is_dir() else path
+            return HostFacts(f"kfd tree {spec}", build_topology(read_kfd_tree(tree)))
+        if path.exists() and not path.is_file():  # /dev/null, a pipe: nothing to read a topology from
+            raise SourceError(f"--topology {spec}: not a regular file or a directory; {allowed}")
         if not path.is_file():
             raise SourceError(f"--topology {spec}: no such file or directory; {allowed}")
         text = path.read_text()

@@ -160,3 +160,18 @@ def test_max_unavailable_counts_and_percentages():
         1,
         16,
     ]
+
+
+def test_topology_from_a_copy_of_the_kfd_directory_and_not_from_a_device(tmp_path):
+    # `cp -r /sys/class/kfd/kfd copy`: its topology/ holds the nodes (it was "no KFD node directories")
+    nodes = tmp_path / "kfd" / "topology" / "nodes"
+    gpu = "cpu_cores_count 0\nsimd_count 1216\nnum_xcc 8\ndevice_id 29857\ngfx_target_version 90402\n"
+    gpu += "location_id 1280\ndomain 0\n"
+    for node, properties in (("0", "cpu_cores_count 192\nsimd_count 0\n"), ("1", gpu + "drm_render_minor 128\n")):
+        (nodes / node).mkdir(parents=True)
+        (nodes / node / "properties").write_text(properties)
+    facts = sources.load(str(tmp_path / "kfd"))
+    assert facts.source == f"kfd tree {tmp_path / 'kfd'}"
+    assert facts.topology is not None and len(facts.topology.gpus) == 1
+    with pytest.raises(sources.SourceError, match=r"^--topology /dev/null: not a regular file or a directory; "):
+        sources.load("/dev/null")
