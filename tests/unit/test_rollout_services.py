@@ -276,3 +276,10 @@ def test_a_host_without_instances_says_so_in_its_batch(site, offline, dry):
     code, out, err = dry(site, "--image", IMAGE, "--group", "rack_a")
     assert code == 0, err
     assert "ra-03 [no instance]" in out and "[]" not in out
+
+
+def test_dry_says_how_many_hosts_the_preflight_could_not_check(site, offline, dry):
+    # "preflight: ... on 0 host(s)" read as if the fleet had been checked and found empty
+    code, out, err = dry(site, "--image", IMAGE, "--group", "rack_c")
+    assert code == 0, err
+    assert "preflight: rocmfleet check --select gpu,vllm on 0 host(s) (8 not reached: not checked)\n" in out

@@ -415,7 +415,8 @@ def _start(
             if not wanted_ref:
                 return 0
     checked = [n for n in hosts if n in before]
-    emit(f"preflight: rocmfleet check --select gpu,vllm on {len(checked)} host(s)")
+    unread = f" ({len(hosts) - len(checked)} not reached: not checked)" if len(checked) < len(hosts) else ""
+    emit(f"preflight: rocmfleet check --select gpu,vllm on {len(checked)} host(s){unread}")
     current = [fleetimage.with_image(targets[n], before[n]) for n in checked]
     results = compliance.run_fleet(current, list(compliance.GATE_MODULES), CHECK_TIMEOUT_S) if current else []
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
