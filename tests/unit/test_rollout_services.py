@@ -283,3 +283,16 @@ def test_dry_says_how_many_hosts_the_preflight_could_not_check(site, offline, dr
     code, out, err = dry(site, "--image", IMAGE, "--group", "rack_c")
     assert code == 0, err
     assert "preflight: rocmfleet check --select gpu,vllm on 0 host(s) (8 not reached: not checked)\n" in out
+
+
+def test_a_host_pinned_by_its_own_data_is_left_out_of_a_fleet_wide_rollout(fleet_wide, offline, dry):
+    inventory = fleet_wide / "inventory.py"
+    own = '{"ssh_hostname": f"{h}.example.invalid"}'
+    pin = '{"vllm_image_tag": "old", "vllm_image_digest": "sha256:" + "9" * 64}'
+    inventory.write_text(inventory.read_text().replace(own, own[:-1] + f", **({pin} if h == 'ra-02' else {{}})}}"))
+    code, out, err = dry(fleet_wide, "--image", IMAGE)
+    assert code == 0, err
+    rolled = {h for _c, b in batches(out) for h, _s in b}
+    assert "ra-02" not in rolled and len(rolled) == 23
+    said = "ra-02: its image is pinned elsewhere (a later group or its own data: registry.example.invalid/vllm:old@"
+    assert said in out and f"left out, an edit of {fleet_wide / 'group_vars' / 'all.yml'} does not change it" in out

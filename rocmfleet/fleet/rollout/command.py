@@ -352,7 +352,7 @@ def _start(
         prometheus_url(targets)  # one source for the soak, refused before any connection
     if groups.pin is not None and image is None:
         raise CommandError(f"--group {groups.pin} names the group whose image pin --image rolls; give --image too")
-    scope = fleetimage.pinned_hosts(groups.pin, targets, inventory, emit) if groups.pin else list(targets)
+    scope = fleetimage.pinned_hosts(groups.pin, targets, inventory, emit) if image else list(targets)
     if canary_hosts is not None and not set(canary_hosts) & set(scope):
         raise CommandError(
             f"--canary-group {groups.canary}: none of its hosts ({', '.join(canary_hosts)}) is in this {kind} "

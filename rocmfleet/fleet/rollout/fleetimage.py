@@ -167,23 +167,26 @@ def group_hosts(group: str, targets: Mapping[str, Target], option: str, inventor
     return hosts
 
 
-def pinned_hosts(group: str, targets: Mapping[str, Target], inventory: str, emit: Emit) -> list[str]:
-    """The hosts of ``group`` (``--group``) whose image its group file pins, and a line for each
-    other host of it: a host in two groups that both pin the image runs the later group's pin (or
-    its own data's), which an edit of ``group``'s file leaves as it is, so a rollout of ``group``
-    leaves that host alone (rolling it would leave it on an image its data does not say, which the
-    next deploy puts back). A host is told apart by the values it runs: one whose other pin is the
-    same as ``group``'s today cannot be, and is rolled.
+def pinned_hosts(group: str | None, targets: Mapping[str, Target], inventory: str, emit: Emit) -> list[str]:
+    """The hosts whose image the file :func:`pin_file` picks pins (``--image``, with ``--group``
+    or without), and a line for each other one: a host in two groups that both pin the image runs
+    the later group's pin, and one whose own data pins it runs that; an edit of the file leaves
+    either as it is, so the rollout leaves that host alone (rolling it would leave it on an image
+    its data does not say, which the next deploy puts back). A host is told apart by the values it
+    runs: one whose other pin is the same as the file's today cannot be, and is rolled.
+
+    Args:
+        group: ``--group`` (its hosts); ``None``: every host of ``targets`` (the fleet-wide pin).
 
     Returns:
-        the hosts in inventory order; ``emit`` is told ``HOST: in GROUP, but its image is pinned
-        elsewhere (REF): left out, ...`` for each host left out.
+        the hosts in inventory order; ``emit`` is told ``HOST: ... its image is pinned elsewhere
+        (REF): left out, ...`` for each host left out.
 
     Raises:
-        CommandError: as :func:`group_hosts` and :func:`pin_file`, or every host of ``group`` is
-            pinned elsewhere (nothing to roll).
+        CommandError: as :func:`group_hosts` and :func:`pin_file`, or every host is pinned
+            elsewhere (nothing to roll).
     """
-    hosts = group_hosts(group, targets, "--group", inventory)
+    hosts = group_hosts(group, targets, "--group", inventory) if group is not None else list(targets)
     path, text = pin_file(group)
     try:
         data = parse(text, str(path))
@@ -191,17 +194,18 @@ def pinned_hosts(group: str, targets: Mapping[str, Target], inventory: str, emit
         raise CommandError(str(exc)) from None
     fields = dict(zip(IMAGE_KEYS, ("repository", "tag", "digest"), strict=True))
     mine, lines = [], []
+    where = f"in {group}, but " if group is not None else ""
     for name in hosts:
         image = targets[name].config.image
         if all(str(data[key]) == str(getattr(image, field)) for key, field in fields.items() if key in data):
             mine.append(name)
         else:
             lines.append(
-                f"{name}: in {group}, but its image is pinned elsewhere (a later group or its own data: "
+                f"{name}: {where}its image is pinned elsewhere (a later group or its own data: "
                 f"{image.reference}): left out, an edit of {path} does not change it"
             )
     if not mine:
-        raise CommandError(f"--group {group}: " + "; ".join(lines) + ": no host of it runs its pin")
+        raise CommandError(f"{f'--group {group}: ' if group else ''}" + "; ".join(lines) + ": no host runs its pin")
     for line in lines:
         emit(line)
     return mine
