@@ -86,7 +86,9 @@ def _vllm_items(name: str, config: HostConfig, facts: HostFacts) -> tuple[Items,
     items.expect["image"] = config.image.reference
     if staged := vllmplan.staging(config):
         items.expect["model staged"] = f"{staged.model}@{staged.revision} in {staged.cache_dir}"
-    return items, instances, placed if isinstance(placed, str) else ""
+    if isinstance(placed, str):  # the deploy's own line, said of the topology the plan took
+        return items, instances, f"{placed.removeprefix('rocmfleet: ')} (on the topology {facts.source})"
+    return items, instances, ""
 
 
 def plan_host(name: str, config: HostConfig, facts: HostFacts | None = None, groups: Sequence[str] = ()) -> HostPlan:

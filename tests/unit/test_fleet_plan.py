@@ -259,5 +259,7 @@ def test_a_shipped_recording_by_name_and_a_placement_problem_said_in_the_text(no
     assert cli.main(["plan", PROD, "--limit", "mi300x-a01", "--topology", "mi308x-8gpu-cpx"]) == 1
     captured = capsys.readouterr()
     assert "  topology: shipped mi308x-8gpu-cpx\n  assumed: device_gids, os " in captured.out
-    assert "\n  problem: rocmfleet: placement: cannot place the instances:\n      - host mi300x-a01: " in captured.out
+    assert "\n  problem: placement: cannot place the instances:\n      - host mi300x-a01: " in captured.out
+    # said of the topology the plan took, which may not be the host's own
+    assert " (on the topology shipped mi308x-8gpu-cpx)\n" in captured.out
     assert "not placed or not supported: mi300x-a01;" in captured.err and no_network == []
