@@ -175,3 +175,18 @@ def test_topology_from_a_copy_of_the_kfd_directory_and_not_from_a_device(tmp_pat
     assert facts.topology is not None and len(facts.topology.gpus) == 1
     with pytest.raises(sources.SourceError, match=r"^--topology /dev/null: not a regular file or a directory; "):
         sources.load("/dev/null")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full (a Linux device)")
+def test_a_full_disk_under_standard_output_is_said_in_one_line_and_exit_1():
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from rocmfleet.entry import main; raise SystemExit(main())", "schema"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            check=False,
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "rocmfleet: schema: cannot write standard output: No space left on device; output cut short\n"
