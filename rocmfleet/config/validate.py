@@ -76,6 +76,8 @@ def _load(inventory: str, overrides: dict[str, Any] | None = None) -> tuple[Inve
         return loaded, raw
     except UnicodeDecodeError as exc:
         raise InventoryError(f"{inventory}: not UTF-8 text (byte offset {exc.start}): save the file as UTF-8") from None
+    except SystemExit as exc:  # the inventory's own sys.exit(): the command still ends with its summary
+        raise InventoryError(f"{inventory}: exited while loading (sys.exit({exc.code!r})); {INVENTORY_HINT}") from None
     except Exception as exc:  # noqa: BLE001 - pyinfra wraps errors in user code (UnexpectedExternalError)
         cause = getattr(exc, "exception", exc)
         raise InventoryError(

@@ -190,3 +190,12 @@ def test_a_full_disk_under_standard_output_is_said_in_one_line_and_exit_1():
         )
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr == "rocmfleet: schema: cannot write standard output: No space left on device; output cut short\n"
+
+
+def test_an_inventory_that_exits_while_loading_is_bad_input_with_a_summary(tmp_path, capsys):
+    # its sys.exit("boom") ended rocmfleet with exit 1 and "boom" alone, no summary
+    (tmp_path / "exits.py").write_text('all = (["a"], {})\nimport sys\nsys.exit("boom")\n')
+    assert cli.main(["plan", str(tmp_path / "exits.py")]) == 2
+    err = capsys.readouterr().err
+    assert f"rocmfleet: {tmp_path / 'exits.py'}: exited while loading (sys.exit('boom')); " in err
+    assert err.endswith("rocmfleet plan: nothing planned (exit 2)\n")
