@@ -296,3 +296,14 @@ def test_a_host_pinned_by_its_own_data_is_left_out_of_a_fleet_wide_rollout(fleet
     assert "ra-02" not in rolled and len(rolled) == 23
     said = "ra-02: its image is pinned elsewhere (a later group or its own data: registry.example.invalid/vllm:old@"
     assert said in out and f"left out, an edit of {fleet_wide / 'group_vars' / 'all.yml'} does not change it" in out
+
+
+def test_a_canary_group_whose_hosts_are_all_pinned_elsewhere_is_refused(fleet_wide, offline, dry):
+    inventory = fleet_wide / "inventory.py"
+    own = '{"ssh_hostname": f"{h}.example.invalid"}'
+    pin = '{"vllm_image_tag": "old", "vllm_image_digest": "sha256:" + "9" * 64}'
+    inventory.write_text(inventory.read_text().replace(own, own[:-1] + f", **({pin} if h in _CANARY else {{}})}}"))
+    inventory.write_text(inventory.read_text().replace("all = (", '_CANARY = ("ra-01", "ra-07")\nall = (', 1))
+    code, _out, err = dry(fleet_wide, "--image", IMAGE, "--canary-group", "canary")
+    assert code == 2
+    assert "--canary-group canary: none of its hosts (ra-01, ra-07) is in this rollout (each is left out above)" in err

@@ -354,12 +354,11 @@ def _start(
         raise CommandError(f"--group {groups.pin} names the group whose image pin --image rolls; give --image too")
     scope = fleetimage.pinned_hosts(groups.pin, targets, inventory, emit) if image else list(targets)
     if canary_hosts is not None and not set(canary_hosts) & set(scope):
+        outside = f"group {groups.pin}" if groups.pin else "each is left out above"
         raise CommandError(
             f"--canary-group {groups.canary}: none of its hosts ({', '.join(canary_hosts)}) is in this {kind} "
-            f"(group {groups.pin}); name a canary group among its hosts"
+            f"({outside}); name a canary group among its hosts"
         )
-    if image:
-        fleetimage.pin_file(groups.pin)  # which file takes the pin, refused before any connection
     unconfirmed: list[str] = []  # what --dry could not confirm
     wanted_ref = None
     if image:
