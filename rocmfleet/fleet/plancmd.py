@@ -13,7 +13,7 @@ import sys
 from typing import TextIO
 
 from rocmfleet.config.groupvars import secrets_by_name
-from rocmfleet.config.validate import EXIT_INVALID, InventoryError, report, validate_inventory
+from rocmfleet.config.validate import EXIT_INVALID, InventoryError, placeholder_warning, report, validate_inventory
 from rocmfleet.fleet.inventory import FleetError, select_hosts
 from rocmfleet.plan import render, sources
 from rocmfleet.plan.build import plan_fleet
@@ -60,5 +60,7 @@ def run(
     plan = plan_fleet([(h.name, configs[h.name], list(h.groups)) for h in chosen], facts)
     out.write(to_json(plan) if as_json else render.plan_text(plan, files))
     out.flush()
+    if warning := placeholder_warning({h.name: configs[h.name] for h in chosen}):  # as `rocmfleet validate` warns
+        print(f"rocmfleet: warning: {warning}", file=err)
     print(render.summary(plan), file=err)
     return 1 if any(h.problem for h in plan.hosts) else 0

@@ -143,7 +143,10 @@ def test_plan_of_prod_runs_with_every_socket_call_refused_and_prints_the_same_by
         assert cli.main(["plan", PROD, flag]) == 0
         captured = capsys.readouterr()
         assert "Traceback" not in captured.err
-        assert captured.err.startswith("rocmfleet plan: 3 host(s), 1 service(s), 24 replica(s);"), captured.err
+        # the example pins the shipped placeholder digest: said as `rocmfleet validate` says it, then the summary
+        warning, summary = captured.err.splitlines()
+        assert warning.startswith("rocmfleet: warning: llama-3.3-70b: the image digest is the placeholder ")
+        assert summary.startswith("rocmfleet plan: 3 host(s), 1 service(s), 24 replica(s);"), captured.err
         outputs.append(captured.out)
     assert outputs[0] == outputs[1] and outputs[0]
     assert no_network == []
