@@ -1,7 +1,8 @@
 """Every fact case of ``tests/facts/<module.Fact>/<case>.json`` (layout: ``tests/operations/README.md``).
 
 A case checks ``rocmfleet.facts.<module>.<Fact>``: ``command(**arg)`` is ``command`` (when the case
-gives one), and ``process`` of the ``output`` lines is ``fact`` (as JSON: :func:`tests.harness.jsonable`)
+gives one), and what pyinfra makes of the ``output`` lines (``process``, or the fact's ``default`` when
+there are none: :func:`tests.harness.process`) is ``fact`` (as JSON: :func:`tests.harness.jsonable`)
 or raises ``exception``.
 """
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import cases, fact_class, jsonable, load, output_lines
+from tests.harness import cases, fact_class, jsonable, load, output_lines, process
 
 
 @pytest.mark.parametrize("path", cases("facts"))
@@ -24,9 +25,9 @@ def test_fact(path: Path) -> None:
     if "exception" in case:
         expected = case["exception"]
         with pytest.raises(Exception) as raised:  # noqa: PT011 - the type is checked by name below
-            fact.process(output)
+            process(fact, output)
         assert type(raised.value).__name__ == expected["name"]
         if "message" in expected:
             assert str(raised.value) == expected["message"]
         return
-    assert jsonable(fact.process(output)) == case["fact"]
+    assert jsonable(process(fact, output)) == case["fact"]

@@ -15,15 +15,54 @@ from typing import Any
 
 import pytest
 
-from rocmfleet.config.settings import host_config
+from rocmfleet.config.settings import HostConfig, host_config
+from rocmfleet.config.vault import Secret
+from rocmfleet.domain import hfmodel, vllmfiles
+from rocmfleet.domain.lastgood import LastGoodFiles
+from rocmfleet.domain.readiness import ReadyProbe
+from rocmfleet.operations.vllm import Placed
+from rocmfleet.plan import instance as plan_instance
+from rocmfleet.plan.swap import WaitTarget
 from tests.harness import FakeHost, FakeState, as_pyinfra, cases, load, render_command
 
+
+def _config(data: dict[str, Any]) -> HostConfig:
+    """A host's HostConfig from its data (a vLLM profile added unless given)."""
+    return host_config({"vllm_profile": "llama-4-scout", **data})
+
+
+def _last_good_files(value: str | dict[str, Any]) -> LastGoodFiles:
+    """An instance's name: its files as the role has them (``plan.instance.last_good_of``); else the fields."""
+    return plan_instance.last_good_of(value) if isinstance(value, str) else LastGoodFiles(**value)
+
+
+def _wait_target(data: dict[str, Any]) -> WaitTarget:
+    """A WaitTarget from its fields; ``unit``, ``container`` and ``files`` default to the instance's own
+    (``domain.vllmfiles.layout`` of ``name``), ``ready_probe`` is the probe's fields."""
+    names = vllmfiles.layout(data["name"])
+    fields = {"unit": names.unit, "container": names.container, "files": data["name"], **data}
+    fields["files"] = _last_good_files(fields["files"])
+    if fields.get("ready_probe") is not None:
+        fields["ready_probe"] = ReadyProbe(**fields["ready_probe"])
+    return WaitTarget(**fields)
+
+
 #: Tagged arguments: ``{"$tag": value}`` in ``args``/``kwargs`` is ``ARGUMENTS[tag](value)``.
-ARGUMENTS = {
+ARGUMENTS: dict[str, Any] = {
     # a host's RocmSettings from its data (a vLLM profile added, as every host has one)
-    "rocm_settings": lambda data: host_config({"vllm_profile": "llama-4-scout", **data}).rocm,
+    "rocm_settings": lambda data: _config(data).rocm,
     # a host's HostConfig from its data (a vLLM profile added unless given)
-    "host_config": lambda data: host_config({"vllm_profile": "llama-4-scout", **data}),
+    "host_config": _config,
+    # the vllm role's Placed: {"config": host data, "planned": the line the host fails with, or null}
+    "placed": lambda data: Placed(_config(data["config"]), data.get("planned")),
+    # a decrypted secret (prints masked)
+    "secret": Secret,
+    # a model to stage: {"model", "revision", "cache_dir", "image"}
+    "staged": lambda data: hfmodel.Staged(**data),
+    # an instance's live and last good files: its name, or {"directory", "live"}
+    "last_good_files": _last_good_files,
+    # an instance the deploy waits for (see _wait_target)
+    "wait_target": _wait_target,
     # a tuple (JSON has lists only)
     "tuple": tuple,
 }
