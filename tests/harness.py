@@ -14,6 +14,7 @@ import dataclasses
 import importlib
 import inspect
 import json
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import Any
 import pytest
 from pyinfra.api.command import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.context import ctx_host, ctx_state
+
+from rocmfleet import scripts
 
 TESTS = Path(__file__).resolve().parent
 HOST_NAME = "gpu-1"
@@ -149,10 +152,25 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def script_texts() -> dict[str, str]:
+    """``{quoted text: "<rocmfleet/scripts/NAME>"}`` for every script under ``rocmfleet/scripts/``."""
+    names = sorted(p.name for p in (Path(scripts.__file__).parent).iterdir() if p.suffix in (".sh", ".py", ".awk"))
+    return {shlex.quote(scripts.text(name)): f"<rocmfleet/scripts/{name}>" for name in names if name != "__init__.py"}
+
+
+def render_text(text: str) -> str:
+    """A command's text with each rocmfleet script's quoted text (:func:`rocmfleet.scripts.command`)
+    shown as ``<rocmfleet/scripts/NAME>``: ``sh -c <rocmfleet/scripts/docker-restart.sh> docker-restart.sh 300``."""
+    for quoted, shown in script_texts().items():
+        text = text.replace(quoted, shown)
+    return text
+
+
 def render_command(command: Any) -> Any:
     """A yielded command as a case's ``commands`` lists it.
 
-    - a :class:`StringCommand` (or a plain string): its text, ``str(command)``;
+    - a :class:`StringCommand` (or a plain string): its text, ``str(command)``, with the text of a
+      rocmfleet script shown as ``<rocmfleet/scripts/NAME>`` (:func:`render_text`);
     - a :class:`FunctionCommand`: ``{"function": "module.name", "args": [...]}`` (plus ``"kwargs"``
       when it has any); :func:`rocmfleet.operations.fail.host_failure` is
       ``{"function": "rocmfleet.operations.fail._fail", "args": ["rocmfleet: ..."]}``;
@@ -174,7 +192,8 @@ def render_command(command: Any) -> Any:
         return {"upload": command.dest, "content": content.decode() if isinstance(content, bytes) else content}
     if isinstance(command, (str, StringCommand)):
         connector = getattr(command, "connector_arguments", None)
-        return {"command": str(command), "connector_arguments": jsonable(connector)} if connector else str(command)
+        text = render_text(str(command))
+        return {"command": text, "connector_arguments": jsonable(connector)} if connector else text
     return {"type": type(command).__name__, "repr": repr(command)}
 
 
