@@ -69,9 +69,12 @@ ARGUMENTS: dict[str, Any] = {
 
 
 def argument(value: Any) -> Any:
+    """``value`` with each tagged item (``{"$tag": ...}``, also inside a list) made its type."""
     if isinstance(value, dict) and len(value) == 1 and next(iter(value)).startswith("$"):
         ((tag, inner),) = value.items()
         return ARGUMENTS[tag.removeprefix("$")](inner)
+    if isinstance(value, list):
+        return [argument(v) for v in value]
     return value
 
 
