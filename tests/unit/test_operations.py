@@ -79,8 +79,26 @@ def argument(value: Any) -> Any:
 
 
 def operation(path: Path) -> Any:
-    module, _, name = path.parent.name.partition(".")
-    return getattr(importlib.import_module(f"rocmfleet.operations.{module}"), name)
+    """The operation of a case's folder ``<module>.<op>``."""
+    return operation_named(path.parent.name)
+
+
+def operation_named(name: str) -> Any:
+    """``rocmfleet.operations.<module>.<op>`` for ``<module>.<op>``."""
+    module, _, op = name.partition(".")
+    return getattr(importlib.import_module(f"rocmfleet.operations.{module}"), op)
+
+
+def run_earlier(earlier: list[dict[str, Any]], state: FakeState) -> None:
+    """Run a case's ``earlier``: operations of the same run on the same host before the one tested
+    (``{"operation": "<module>.<op>", "args", "kwargs", "facts"}``), each with its own facts and
+    the one ``state``, so what an operation keeps for the rest of a run (``docker.daemon_json``'s
+    planned restart) is there; their commands are not checked (their own cases do)."""
+    for before in earlier:
+        with as_pyinfra(FakeHost(before.get("facts", {})), state):
+            op = operation_named(before["operation"])
+            args = [argument(a) for a in before.get("args", [])]
+            list(op._inner(*args, **{k: argument(v) for k, v in before.get("kwargs", {}).items()}))
 
 
 @pytest.mark.parametrize("path", cases("operations"))
@@ -89,8 +107,9 @@ def test_operation(path: Path, caplog: pytest.LogCaptureFixture) -> None:
     op = operation(path)
     args = [argument(a) for a in case.get("args", [])]
     kwargs = {k: argument(v) for k, v in case.get("kwargs", {}).items()}
-    host = FakeHost(case.get("facts", {}))
-    with caplog.at_level(logging.WARNING, logger="pyinfra"), as_pyinfra(host, FakeState(case.get("executing", True))):
+    host, state = FakeHost(case.get("facts", {})), FakeState(case.get("executing", True))
+    run_earlier(case.get("earlier", []), state)
+    with caplog.at_level(logging.WARNING, logger="pyinfra"), as_pyinfra(host, state):
         if "exception" in case:
             expected = case["exception"]
             with pytest.raises(Exception) as raised:  # noqa: PT011 - the type is checked by name below
