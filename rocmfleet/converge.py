@@ -35,7 +35,7 @@ from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import gpuhealth, vllmfiles
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import fail
-from rocmfleet.plan import exporterplan, hoststate, rocmplan, targetsfile, vllmplan
+from rocmfleet.plan import exporterplan, hostdrift, hoststate, rocmplan, targetsfile, vllmplan
 from rocmfleet.roles import base, docker, exporter, rocm, tuning
 from rocmfleet.roles import vllm as vllm_role
 
@@ -101,8 +101,12 @@ def converge() -> None:
     except ConfigError as exc:
         fail.failed(name="Validate this host's data", message=f"rocmfleet: {host.name}: {exc}".replace("\n", "; "))
     else:
+        # Said while pyinfra prepares with its change detection (``--dry``, or a run that asks before
+        # executing), as the roles' own reasons are; never with ``-y`` (a no-op converge's cost).
+        dry = not state.is_executing and state.check_for_changes
         # One read of everything the roles manage (files, units, packages, sysctls, the image, whether
         # each instance is serving); each role calls operations only for what differs from its data.
+        # With ``dry`` the same read also asks every item of the host's plan (rocmfleet.plan.hostdrift).
         got = host.get_fact(
             HostState,
             **hoststate.merge_queries(
@@ -113,9 +117,13 @@ def converge() -> None:
                 docker.query(config.settings),
                 vllmplan.query(config),
                 {"runs": [(GPU_HEALTH, scripts.text("gpu-health.sh"))]},
+                hostdrift.read_query(config) if dry else {},
             ),
         )
         _report_gpu_health(config.settings.gpu_ecc_correctable_max, got)
+        if dry:  # every role's drift by the plan's one rule; the operations below are unchanged
+            for line in hostdrift.dry_lines(host.name, config, got):
+                logger.warning(f"{host.print_prefix}{line}")
         # What the rocm role would do (nothing, on a converged host: then none of its operations, its
         # reboot or its driver checks is called, and the host costs no command beyond the read).
         rocm_todo = rocmplan.differs(config.rocm, got)

@@ -41,7 +41,8 @@ from rocmfleet.domain.tuning import TuningSettings
 from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, state_args
 from rocmfleet.fleet.check.checkfile import FILE_ENV, ExpectationError, host_name
 from rocmfleet.fleet.check.checkfile import entry as _entry
-from rocmfleet.plan import exporterplan, hoststate, rocmplan
+from rocmfleet.plan import exporterplan, hostdrift, hoststate, rocmplan
+from rocmfleet.plan.model import HostPlan
 
 
 def host_expectations(ssh: SshSettings, config: HostConfig) -> dict[str, Any]:
@@ -313,6 +314,19 @@ def exporter_gathered(host: Any) -> tuple[MetricsSettings, Gathered]:
     config = host_config(host)
     settings = config.metrics if config else MetricsSettings()
     return settings, _read_state(host, "exporter-state", lambda: exporterplan.query(settings))
+
+
+def plan_read(host: Any, config: HostConfig) -> tuple[HostPlan, Gathered]:
+    """The host's plan on what its read shows and that read (:mod:`rocmfleet.plan.hostdrift`: every
+    item of the plan, the OS, the GPU topology, the device nodes), in one ``state.sh`` command of its
+    own, once per host and process (only the ``drift`` module asks for it).
+
+    Raises:
+        CannotCheck: the command failed or its output was cut short or unknown.
+    """
+    got = _read_state(host, "plan-state", lambda: hostdrift.read_query(config))
+    plan: HostPlan = once(host, "plan", lambda: hostdrift.host_plan(host_name(host), config, got))
+    return plan, got
 
 
 def path_state(host: Any, path: str) -> PathState:
