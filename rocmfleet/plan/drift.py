@@ -7,7 +7,8 @@ rather than pass on what it could not see.
 
 The same rule covers every item of a :class:`rocmfleet.plan.model.HostPlan` (files, directories,
 packages, units, paths kept absent): :func:`plan_wanted` turns a host's plan into wanted items,
-so ``status``, ``--dry`` and ``check`` can show every role's drift from the one plan.
+and :mod:`rocmfleet.plan.hostdrift` gives ``status``, ``--dry`` and ``check`` every role's drift
+from the one plan.
 """
 
 from __future__ import annotations

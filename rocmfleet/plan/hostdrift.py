@@ -15,7 +15,7 @@ Example::
 
     got = host.get_fact(HostState, **hoststate.merge_queries(..., read_query(config)))
     for line in lines(role_drift(host_plan(name, config, got), got)):
-        print(line)            # "tuning: /etc/sysctl.d/90-rocmfleet.conf: content 3a.., want 9f.."
+        print(line)            # "tuning: /etc/sysctl.d/60-rocmfleet-mi300x.conf: content 3a.., want 9f.."
 """
 
 from __future__ import annotations

@@ -41,8 +41,7 @@ from rocmfleet.domain.tuning import TuningSettings
 from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, state_args
 from rocmfleet.fleet.check.checkfile import FILE_ENV, ExpectationError, host_name
 from rocmfleet.fleet.check.checkfile import entry as _entry
-from rocmfleet.plan import exporterplan, hostdrift, hoststate, rocmplan
-from rocmfleet.plan.model import HostPlan
+from rocmfleet.plan import exporterplan, hoststate, rocmplan
 
 
 def host_expectations(ssh: SshSettings, config: HostConfig) -> dict[str, Any]:
@@ -251,7 +250,7 @@ def check_query(rocm_settings: RocmSettings, instances: list[Instance]) -> dict[
     }
 
 
-def _read_state(host: Any, key: str, query: Callable[[], dict[str, Any]]) -> Gathered:
+def read_state(host: Any, key: str, query: Callable[[], dict[str, Any]]) -> Gathered:
     """One ``state.sh`` command on ``host`` asking ``query()``'s items (:func:`state_args`'
     keyword arguments), parsed; run once per host and process under ``key`` (a failure too: one
     read per host, not one per check).
@@ -287,7 +286,7 @@ def gathered(host: Any) -> Gathered:
     Raises:
         CannotCheck: the command failed or its output was cut short or unknown.
     """
-    return _read_state(host, "state", lambda: check_query(rocm_settings(host), instances_of(host)))
+    return read_state(host, "state", lambda: check_query(rocm_settings(host), instances_of(host)))
 
 
 def rocm_gathered(host: Any) -> Gathered:
@@ -299,7 +298,7 @@ def rocm_gathered(host: Any) -> Gathered:
     Raises:
         CannotCheck: the command failed or its output was cut short or unknown.
     """
-    return _read_state(host, "rocm-state", lambda: rocmplan.query(rocm_settings(host)))
+    return read_state(host, "rocm-state", lambda: rocmplan.query(rocm_settings(host)))
 
 
 def exporter_gathered(host: Any) -> tuple[MetricsSettings, Gathered]:
@@ -313,20 +312,7 @@ def exporter_gathered(host: Any) -> tuple[MetricsSettings, Gathered]:
     """
     config = host_config(host)
     settings = config.metrics if config else MetricsSettings()
-    return settings, _read_state(host, "exporter-state", lambda: exporterplan.query(settings))
-
-
-def plan_read(host: Any, config: HostConfig) -> tuple[HostPlan, Gathered]:
-    """The host's plan on what its read shows and that read (:mod:`rocmfleet.plan.hostdrift`: every
-    item of the plan, the OS, the GPU topology, the device nodes), in one ``state.sh`` command of its
-    own, once per host and process (only the ``drift`` module asks for it).
-
-    Raises:
-        CannotCheck: the command failed or its output was cut short or unknown.
-    """
-    got = _read_state(host, "plan-state", lambda: hostdrift.read_query(config))
-    plan: HostPlan = once(host, "plan", lambda: hostdrift.host_plan(host_name(host), config, got))
-    return plan, got
+    return settings, read_state(host, "exporter-state", lambda: exporterplan.query(settings))
 
 
 def path_state(host: Any, path: str) -> PathState:

@@ -14,7 +14,8 @@ import pytest
 
 from rocmfleet.domain import tuning, vllmfiles
 from rocmfleet.domain.tooloutput import CannotCheck
-from rocmfleet.fleet.check import expect
+from rocmfleet.facts.state import Gathered
+from rocmfleet.fleet.check import checkfile, expect
 from rocmfleet.plan import hostdrift
 from rocmfleet.plan.drift import Drift
 from rocmfleet.plan.model import HostPlan, Role
@@ -45,6 +46,19 @@ def covered(config: HostConfig, role: Role) -> set[str]:
     return items
 
 
+def plan_read(host: Host, config: HostConfig) -> tuple[HostPlan, Gathered]:
+    """The host's plan on what its read shows and that read (:mod:`rocmfleet.plan.hostdrift`: every
+    item of the plan, the OS, the GPU topology, the device nodes), in one ``state.sh`` command of its
+    own, once per host and process (:func:`rocmfleet.fleet.check.expect.read_state`).
+
+    Raises:
+        CannotCheck: the command failed or its output was cut short or unknown.
+    """
+    got = expect.read_state(host, "plan-state", lambda: hostdrift.read_query(config))
+    plan: HostPlan = expect.once(host, "plan", lambda: hostdrift.host_plan(checkfile.host_name(host), config, got))
+    return plan, got
+
+
 def failure(plan: HostPlan, found: list[Drift], skip: set[str]) -> str | None:
     """The message of a role's check: its drift items but ``skip``'s, ``; ``-separated (``None``:
     as wanted); the plan's problem first when it has one.
@@ -67,7 +81,7 @@ def test_role_as_wanted(host: Host, config: HostConfig, role: Role) -> None:
     packages, versions and holds as dpkg has them; units; paths kept absent) are as the deploy
     leaves them: :func:`rocmfleet.plan.drift.drift` is empty. Items another check asserts are
     left to it (:data:`COVERED`). Each drifted item is named, ``; ``-separated."""
-    plan, got = expect.plan_read(host, config)
+    plan, got = plan_read(host, config)
     if plan.packages and not got.packages:  # dpkg-query failed: "not installed" would be a guess
         raise CannotCheck("dpkg-query reported none of the packages asked for")
     found = hostdrift.role_drift(hostdrift.role_items(plan, role), got)[role]
