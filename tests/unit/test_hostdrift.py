@@ -143,3 +143,18 @@ def test_the_check_fails_each_role_naming_its_items_but_those_another_check_asse
     unread = hostdrift.role_drift(plan, packages_only)["base"]
     with pytest.raises(CannotCheck, match="the read could not tell"):
         drift_check.failure(plan, unread, set())
+
+
+def test_the_deploys_one_read_asks_the_plans_items_only_for_dry():
+    """``pyinfra ... --dry`` merges the plan's query into the deploy's one read (no second fact, no
+    operation); under ``-y`` the read is the roles' alone (a no-op converge's cost unchanged)."""
+    from rocmfleet import converge
+
+    plain, dry = converge.read_query(CONFIG, False), converge.read_query(CONFIG, True)
+    asked = hostdrift.read_query(CONFIG)
+    assert set(dry) == set(plain) | set(asked)
+    for key in ("paths", "packages", "units", "globs", "runs"):
+        assert set(plain.get(key, [])) <= set(dry[key]) and set(asked[key]) <= set(dry[key])
+    assert [p for p in dry["paths"] if p in plain["paths"]] == plain["paths"]  # the roles' items first, in order
+    missing = set(asked["paths"]) - set(plain["paths"])
+    assert missing, "the roles' read already holds every plan item: merge nothing"
