@@ -233,7 +233,7 @@ def plan_wanted(host: HostPlan) -> list[Wanted]:
     return wanted
 
 
-def query(host: HostPlan) -> dict[str, object]:
+def query(host: HostPlan) -> dict[str, list[str]]:
     """``HostState`` arguments that read every item :func:`plan_wanted` gives for ``host``."""
     wanted = plan_wanted(host)
     paths = [w.path for w in wanted if not isinstance(w, (WantedUnit, WantedPackage))]

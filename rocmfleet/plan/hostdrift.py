@@ -58,14 +58,14 @@ def read_query(config: HostConfig) -> dict[str, object]:
     # No topology: the instances are not placed, but their files' paths and units are the same.
     shape = plan_host("", config, HostFacts("query", None, kernel="*"))
     asked = drift_rule.query(shape)
-    paths = list(asked["paths"])  # type: ignore[call-overload]
+    paths = list(asked["paths"])
     for instance in config.instances():
         names = vllmfiles.files_of(instance)
         paths += [p for p in (names.env_file, names.unit_path) if p not in paths]
     return {
         **asked,
         "paths": [*paths, vllm.KFD],
-        "packages": [*asked["packages"], *KERNEL_PATTERNS],  # type: ignore[misc]
+        "packages": [*asked["packages"], *KERNEL_PATTERNS],
         "globs": [vllmplan.DEVICE_GLOB],
         "os": True,
         "runs": [(vllmplan.TOPOLOGY_RUN, TOPOLOGY_SCRIPT)],
