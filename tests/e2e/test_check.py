@@ -143,9 +143,10 @@ def test_a_stopped_unit_a_stopped_docker_and_a_powered_off_host_each_fail_their_
     assert ssh_ok(lab, off_host, f"systemctl is-active {off_container}.service").strip() == "active"
 
 
-def changed_operations(report: dict) -> dict[str, int]:
-    """``{operation name: hosts it changed}`` of a ``pyinfra --json`` report (those that changed any)."""
-    return {op["name"]: op["success"] for op in report["results"]["operations"] if op["success"]}
+def changed_operations(report: dict) -> dict[str, list]:
+    """``{operation name: hosts it changed}`` of a ``pyinfra --json`` report, for those that changed
+    any; the name without its role's prefix (``docker | Write ...``: ``Write ...``)."""
+    return {op["name"].split(" | ", 1)[-1]: op["success"] for op in report["results"]["operations"] if op["success"]}
 
 
 def test_one_file_of_each_role_edited_by_hand_is_its_roles_drift_everywhere_and_one_converge_mends_it(lab, tmp_path):
@@ -154,11 +155,12 @@ def test_one_file_of_each_role_edited_by_hand_is_its_roles_drift_everywhere_and_
     converge changes exactly those (and what each change brings: apt's, udev's, Docker's, the
     exporter's and the instance's reloads and restarts), and a second one changes nothing. One host,
     ``--limit``: every edit is one a running host takes (comments, JSON whitespace dockerd accepts)."""
+    from rocmfleet.domain import vllmfiles
     from rocmfleet.plan.baseplan import APT_LOCK_FILE
 
     host, container, port = LAB_3
-    unit = f"{container}.service"
-    env_file = f"/etc/rocmfleet/vllm/{container.removeprefix('vllm-')}.env"
+    instance = container.removeprefix("vllm-")
+    unit, env_file = vllmfiles.layout(instance).unit, vllmfiles.layout(instance).env_file
     edited = {
         "base": (APT_LOCK_FILE, "echo '// edited by hand' >> {}"),
         "rocm": (rocm.UDEV_RULE, "echo '# edited by hand' >> {}"),
@@ -187,7 +189,6 @@ def test_one_file_of_each_role_edited_by_hand_is_its_roles_drift_everywhere_and_
         # check: one FAIL per role (the sysctl file and the env file are their own checks')
         rc, report, output = check(tmp_path, *limit)
         assert rc == 1, output[-4000:]
-        instance = container.removeprefix("vllm-")
         assert failures(report) == {
             (host, "drift::role_as_wanted[base]"),
             (host, "drift::role_as_wanted[rocm]"),
