@@ -69,12 +69,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _status_summary(rows: list[Any]) -> str:
-    """``3 host(s), 4 instance(s): 3 ready, 1 not ready; 0 host(s) unreadable``."""
+    """``3 host(s), 4 instance(s): 3 ready, 1 not ready; 1 host(s) with drift, 0 host(s) unreadable``
+    (with drift: a role's item not as its plan wants, :attr:`InstanceStatus.roles`)."""
     hosts = {r.host for r in rows}
     unreadable = {r.host for r in rows if r.image is None and r.error}
+    drifted = {r.host for r in rows if r.roles and any(why for _role, why in r.roles)}
     ready = sum(r.ready is True for r in rows)
     not_ready = sum(r.ready is False for r in rows)
     return (
         f"{len(hosts)} host(s), {len(rows)} instance(s): {ready} ready, {not_ready} not ready; "
-        f"{len(unreadable)} host(s) unreadable"
+        f"{len(drifted)} host(s) with drift, {len(unreadable)} host(s) unreadable"
     )

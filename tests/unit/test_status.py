@@ -249,4 +249,5 @@ def test_every_roles_drift_comes_from_the_same_one_read_per_host(fleet, capsys):
     assert cli.main(["status", "inventories/lab.py"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert "lab-2  base: /etc/apt/apt.conf.d/80rocmfleet-lock-timeout: not reported by the read" in out
+    assert out[-1].endswith("; 2 host(s) with drift, 1 host(s) unreadable"), out[-1]
     assert not any(line.startswith(("lab-3  ", "lab-4  ")) and ": not reported" in line for line in out)
