@@ -158,3 +158,18 @@ def test_the_deploys_one_read_asks_the_plans_items_only_for_dry():
     assert [p for p in dry["paths"] if p in plain["paths"]] == plain["paths"]  # the roles' items first, in order
     missing = set(asked["paths"]) - set(plain["paths"])
     assert missing, "the roles' read already holds every plan item: merge nothing"
+
+
+def test_the_rocm_roles_check_leaves_to_the_drift_check_what_it_says():
+    """``rocm::rocm_role_as_wanted`` keeps what the plan cannot say (versions from AMD's repositories,
+    the keyrings against AMD's keys, DKMS, reboots, the driver); the role's files, kernel headers and
+    the driver's holds are ``drift::role_as_wanted[rocm]``'s: one fault, one failed check."""
+    from rocmfleet.fleet.check.test_rocm import SAID_BY_DRIFT
+
+    said = [f"{rocm.UDEV_RULE} differs", "kernel headers missing", "amdgpu-dkms not held (apt-mark hold)"]
+    kept = [
+        f"{rocm.LEGACY_KEYRING} differs from the published key, or is not mode 644",
+        "amdgpu-dkms not at the version of https://repo.radeon.com/amdgpu/31.50/ubuntu",
+        "a reboot is owed: amdgpu driver 31.50 installed",
+    ]
+    assert [r for r in said + kept if not SAID_BY_DRIFT.match(r)] == kept
