@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import readiness, vllm, vllmfiles
-from rocmfleet.plan import services, vllmplan
+from rocmfleet.plan import services, vllmitems
 from rocmfleet.plan.instance import HostPlacement, instance_files, place_host, vllm_settings
 from rocmfleet.plan.model import (
     ContainerPlan,
@@ -43,9 +43,9 @@ def _vllm_items(name: str, config: HostConfig, facts: HostFacts) -> tuple[Items,
     """The vllm role's directories, scripts, secrets files and units; the placed instances; the
     placement's problem (``""``: placed)."""
     items = Items()
-    for path, mode, user, group in vllmplan.directories(config):
+    for path, mode, user, group in vllmitems.directories(config):
         items.directories.append(DirectoryPlan(path, "vllm", mode, user, group))
-    for script in vllmplan.script_files():
+    for script in vllmitems.script_files():
         items.file("vllm", script)
     service = services.service_name(config)
     settings = vllm_settings(config)
@@ -84,7 +84,7 @@ def _vllm_items(name: str, config: HostConfig, facts: HostFacts) -> tuple[Items,
         items.files.append(FilePlan(names.secrets_file, "vllm", "600", "root", "root", None, "secret", secret_names))
         items.units.append(UnitPlan(names.unit, "vllm", True, True))
     items.expect["image"] = config.image.reference
-    if staged := vllmplan.staging(config):
+    if staged := vllmitems.staging(config):
         items.expect["model staged"] = f"{staged.model}@{staged.revision} in {staged.cache_dir}"
     if isinstance(placed, str):  # the deploy's own line, said of the topology the plan took
         return items, instances, f"{placed.removeprefix('rocmfleet: ')} (on the topology {facts.source})"
