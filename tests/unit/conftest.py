@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +81,26 @@ def _forget_loaded_group_files():
     groupvars.reset()
     yield
     groupvars.reset()
+
+
+@pytest.fixture
+def no_network(monkeypatch) -> list[str]:
+    """Record (and fail) every TCP/UDP connect and DNS lookup the process tries. pyinfra's CLI
+    package swaps in gevent's socket on import (``monkey.patch_all``), so it is imported first and
+    the recorder goes on top of what the commands will use."""
+    import pyinfra_cli  # noqa: F401
+
+    tried: list[str] = []
+
+    def refuse(what: str):
+        def call(*args, **_kwargs):
+            tried.append(f"{what}{args[1:] if what.startswith('socket.') else args}")
+            raise OSError(f"test: no network ({what})")
+
+        return call
+
+    monkeypatch.setattr(socket.socket, "connect", refuse("socket.connect"))
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse("socket.connect_ex"))
+    monkeypatch.setattr(socket, "create_connection", refuse("create_connection"))
+    monkeypatch.setattr(socket, "getaddrinfo", refuse("getaddrinfo"))
+    return tried

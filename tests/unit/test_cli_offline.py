@@ -4,7 +4,6 @@ socket connect and name lookup of the process recorded, and must exit 2 having m
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -14,29 +13,6 @@ from rocmfleet.fleet.rollout import state as rstate
 
 ROOT = Path(__file__).resolve().parents[2]
 PROD = "inventories/prod.py"
-
-
-@pytest.fixture
-def no_network(monkeypatch) -> list[str]:
-    """Record (and fail) every TCP/UDP connect and DNS lookup the process tries. pyinfra's CLI
-    package swaps in gevent's socket on import (``monkey.patch_all``), so it is imported first and
-    the recorder goes on top of what the commands will use."""
-    import pyinfra_cli  # noqa: F401
-
-    tried: list[str] = []
-
-    def refuse(what: str):
-        def call(*args, **_kwargs):
-            tried.append(f"{what}{args[1:] if what.startswith('socket.') else args}")
-            raise OSError(f"test: no network ({what})")
-
-        return call
-
-    monkeypatch.setattr(socket.socket, "connect", refuse("socket.connect"))
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse("socket.connect_ex"))
-    monkeypatch.setattr(socket, "create_connection", refuse("create_connection"))
-    monkeypatch.setattr(socket, "getaddrinfo", refuse("getaddrinfo"))
-    return tried
 
 
 CASES = {

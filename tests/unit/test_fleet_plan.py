@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -109,28 +108,6 @@ def test_plan_host_reads_its_data_only_and_never_raises_for_an_unsupported_os(la
     facts = sources.HostFacts("test", sources.default_facts().topology, os_id="centos", os_version="9", assumed=())
     plan = plan_host("x", host_config(lab_data), facts)
     assert "centos" in plan.problem.lower() and plan.instances  # instances still placed
-
-
-@pytest.fixture
-def no_network(monkeypatch) -> list[str]:
-    """Refuse (and record) every connect and name lookup (pyinfra's CLI swaps in gevent's socket
-    on import: imported first, the refusal on top)."""
-    import pyinfra_cli  # noqa: F401
-
-    tried: list[str] = []
-
-    def refuse(what: str):
-        def call(*args, **_kwargs):
-            tried.append(what)
-            raise OSError(f"test: no network ({what})")
-
-        return call
-
-    monkeypatch.setattr(socket.socket, "connect", refuse("socket.connect"))
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse("socket.connect_ex"))
-    monkeypatch.setattr(socket, "create_connection", refuse("create_connection"))
-    monkeypatch.setattr(socket, "getaddrinfo", refuse("getaddrinfo"))
-    return tried
 
 
 @pytest.mark.parametrize("flag", ["--json", "--files"])
