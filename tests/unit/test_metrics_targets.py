@@ -18,7 +18,6 @@ from rocmfleet.config.settings import host_config
 from rocmfleet.plan import metricstargets as targets
 from rocmfleet.plan import targetsfile
 from tests.unit.conftest import DIGEST
-from tests.unit.test_cli_offline import no_network  # noqa: F401 - a fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 PROD = "inventories/prod.py"
