@@ -161,12 +161,20 @@ class HostSteps:
         try:
             held = self._held.get(host)
             if held is not None:
-                return held.run(command, timeout_s=timeout_s, stdin=stdin)
-            with Session.open(self.targets[host].ssh) as session:
-                return session.run(command, timeout_s=timeout_s, stdin=stdin)
+                result = held.run(command, timeout_s=timeout_s, stdin=stdin)
+            else:
+                with Session.open(self.targets[host].ssh) as session:
+                    result = session.run(command, timeout_s=timeout_s, stdin=stdin)
         except Exception as exc:  # noqa: BLE001 - unreachable, timed out, broken: this step failed
             # SSH, not the image: the gate could not run (inconclusive)
             raise StepError(gate, f"{host}: {type(exc).__name__}: {exc}", inconclusive=True) from None
+        if result.exit_status == -1:
+            # No exit status came: sshd's session ended under the command (a host powering off
+            # kills it by signal; paramiko's recv_exit_status gives -1 for "none sent"). The
+            # host, not the image: the gate could not run (inconclusive).
+            why = _tail(result.stderr)
+            raise StepError(gate, f"{host}: the session ended with no exit status: {why}", inconclusive=True)
+        return result
 
     def run(self, host: str, command: str, timeout_s: float, gate: str) -> Result:
         """``command`` on ``host`` (over the connection :meth:`connected` holds, if any); never
