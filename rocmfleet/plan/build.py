@@ -29,10 +29,7 @@ from rocmfleet.plan.model import (
     FleetPlan,
     HostPlan,
     InstancePlan,
-    Rank,
     ReadyTarget,
-    ReplicaPlan,
-    ServicePlan,
     UnitPlan,
 )
 from rocmfleet.plan.roleitems import Items, base_items, docker_items, exporter_items, rocm_items, tuning_items
@@ -147,12 +144,11 @@ def plan_fleet(
 
     Returns:
         the :class:`FleetPlan`: services sorted by name, each with its replicas in host order
-        (one rank each today), and the hosts' plans in the order given.
+        (one rank each today; :func:`rocmfleet.plan.services.plan_services`), and the hosts'
+        plans in the order given; no rollout (``rocmfleet plan --image`` adds it).
     """
     default = default_facts()
     plans: list[HostPlan] = []
-    by_service: dict[str, list[ReplicaPlan]] = {}
-    shape: dict[str, tuple[str, str]] = {}
     # Hosts of one kind (the same data, on the same facts) have the same plan but for their name
     # and groups: planned once per kind. ``repr`` of a configuration shows every value of it (a
     # secret as *MASKED*: the plan holds secret names only); a plan with a problem, whose text
@@ -167,11 +163,4 @@ def plan_fleet(
             plans.append(plan_host(name, config, facts, groups))
             if not plans[-1].problem:
                 planned[key] = plans[-1]
-        for service, instance in services.replicas(config):
-            replica = ReplicaPlan(service, f"{name}/{instance}", (Rank(name, instance, 0),))
-            by_service.setdefault(service, []).append(replica)
-            shape.setdefault(service, (config.profile.name, config.image.reference))
-    return FleetPlan(
-        services=tuple(ServicePlan(s, shape[s][0], shape[s][1], tuple(by_service[s])) for s in sorted(by_service)),
-        hosts=tuple(plans),
-    )
+    return FleetPlan(services=services.plan_services(hosts), hosts=tuple(plans))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 
-from rocmfleet.plan.model import FilePlan, FleetPlan, HostPlan
+from rocmfleet.plan.model import FilePlan, FleetPlan, HostPlan, RolloutPlan, ServicePlan
 
 #: The start of a file's header line under ``--files``.
 FILE_HEADER = "--- file "
@@ -82,14 +82,49 @@ def host_text(host: HostPlan, files: bool = False) -> str:
     return text
 
 
+def service_text(service: ServicePlan) -> str:
+    """One service's part of the text: its replicas and hosts, profile, images (per group during a
+    per-group pin: which hosts run which) and each replica with its hosts (head first)::
+
+        service qwen3-235b-a22b: 16 replica(s) on 16 host(s)
+          profile qwen3-235b-a22b
+          image registry.example/vllm:0.33.0-r1@sha256:... on 6 host(s) (group rack_a): ra-01, ...
+          replica ra-01/vllm0 on ra-01
+    """
+    hosts = list(dict.fromkeys(r.host for replica in service.replicas for r in replica.ranks))
+    lines = [
+        f"service {service.name}: {len(service.replicas)} replica(s) on {len(hosts)} host(s)",
+        f"  profile {service.profile}",
+    ]
+    for used in service.images:
+        if len(service.images) == 1:
+            lines.append(f"  image {used.image}")
+            continue
+        groups = f"group {', '.join(used.groups)}" if used.groups else "no group holds exactly these hosts"
+        lines.append(f"  image {used.image} on {len(used.hosts)} host(s) ({groups}): {', '.join(used.hosts)}")
+    lines += [f"  replica {r.id} on {', '.join(rank.host for rank in r.ranks)}" for r in service.replicas]
+    return "\n".join(lines) + "\n"
+
+
+def rollout_text(rollout: RolloutPlan) -> str:
+    """The rollout's part of the text (``rocmfleet plan --image``): the image and the file that
+    would pin it, then the plan's lines exactly as ``rollout --dry`` prints them."""
+    where = f"group {rollout.group}'s pin" if rollout.group else "the fleet-wide pin"
+    lines = [
+        f"rollout of {rollout.image} (digest {rollout.digest})",
+        f"  pins it in {rollout.pin_file} ({where}); {len(rollout.hosts)} host(s) switch "
+        "(what a host runs now is not known offline)",
+        *(f"  {line}" for line in rollout.lines),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def plan_text(plan: FleetPlan, files: bool = False) -> str:
-    """The whole text: services, then each host (:func:`host_text`)."""
-    parts = []
-    for service in plan.services:
-        hosts = sorted({r.host for replica in service.replicas for r in replica.ranks})
-        head = f"service {service.name}: {len(service.replicas)} replica(s) on {len(hosts)} host(s)"
-        parts.append(f"{head}\n  profile {service.profile}, image {service.image}\n")
-        parts.append("".join(f"  replica {r.id}\n" for r in service.replicas))
+    """The whole text: services (:func:`service_text`), the rollout when planned
+    (:func:`rollout_text`), then each host (:func:`host_text`)."""
+    parts = [service_text(service) for service in plan.services]
+    if plan.rollout is not None:
+        parts.append(rollout_text(plan.rollout))
     parts += [host_text(host, files) for host in plan.hosts]
     return "".join(parts)
 
@@ -99,6 +134,8 @@ def summary(plan: FleetPlan) -> str:
     replicas = sum(len(s.replicas) for s in plan.services)
     problems = [h.name for h in plan.hosts if h.problem]
     said = f"; not placed or not supported: {', '.join(problems)}" if problems else ""
+    if plan.rollout is not None:
+        said += f"; rollout of {plan.rollout.image} in {len(plan.rollout.batches)} batch(es)"
     return (
         f"rocmfleet plan: {len(plan.hosts)} host(s), {len(plan.services)} service(s), {replicas} replica(s){said}; "
         "planned offline (no host or registry was contacted)"

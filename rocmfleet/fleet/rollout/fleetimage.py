@@ -7,7 +7,7 @@ rollout's ``--image``, put back when it fails). :class:`CommandError`: a command
 from __future__ import annotations
 
 import urllib.error
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -152,15 +152,16 @@ def data_file(image: ImageRef, group: str | None = None) -> tuple[Path, str, str
         raise CommandError(str(exc)) from None
 
 
-def group_hosts(group: str, targets: Mapping[str, Target], option: str, inventory: str) -> list[str]:
-    """The hosts of inventory group ``group`` among ``targets``, in inventory order.
+def group_hosts(group: str, groups_of: Mapping[str, Collection[str]], option: str, inventory: str) -> list[str]:
+    """The hosts of inventory group ``group`` among ``groups_of`` (``{host: its groups}``, in
+    inventory order), in inventory order.
 
     Raises:
-        CommandError: no host of ``targets`` is in it: ``option``, the group and the groups there are.
+        CommandError: no host there is in it: ``option``, the group and the groups there are.
     """
-    hosts = [name for name, t in targets.items() if group in t.groups]
+    hosts = [name for name, groups in groups_of.items() if group in groups]
     if not hosts:
-        known = sorted({g for t in targets.values() for g in t.groups if g != "all"})
+        known = sorted({g for groups in groups_of.values() for g in groups if g != "all"})
         raise CommandError(
             f"{option} {group}: no host of {inventory} is in that group; its groups: {', '.join(known) or 'none'}"
         )

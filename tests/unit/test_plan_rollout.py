@@ -1,0 +1,171 @@
+"""``rocmfleet plan --image``: the rollout's batches offline, on the 24-host test site
+(tests/fixtures/sites/rack24), computed as ``rocmfleet rollout --dry`` computes them (the same
+lines, option for option), with every socket connect and name lookup refused."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rocmfleet import cli
+from tests.unit import test_rollout_services
+from tests.unit.test_rollout_services import (  # noqa: F401 - fixtures
+    IMAGE,
+    QWEN,
+    SCOUT,
+    SERVICE_OF,
+    dry,
+    fleet_wide,
+    offline,
+    site,
+)
+
+NOT_RESOLVED = "digest not resolved: rocmfleet plan does not connect"
+
+
+@pytest.fixture
+def plan(capsys):
+    """``rocmfleet plan SITE OPTIONS`` -> (exit status, stdout, stderr)."""
+
+    def run(where: Path, *options: str) -> tuple[int, str, str]:
+        code = cli.main(["plan", str(where / "inventory.py"), *options])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def batches(out: str) -> list[tuple[bool, list[tuple[str, str]]]]:
+    """The rollout part's ``plan:`` line as ``[(canary?, [(host, service)])]``."""
+    return test_rollout_services.batches("\n".join(line.strip() for line in out.splitlines()))
+
+
+def rollout_lines(out: str) -> list[str]:
+    """The lines ``rollout --dry`` prints of its plan: services, canary, batches."""
+    return [line.strip() for line in out.splitlines() if line.strip().startswith(("services: ", "canary: ", "plan: "))]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "options"),
+    [
+        ("fleet_wide", ["--max-unavailable", "25%"]),
+        ("fleet_wide", ["--max-unavailable", "1", "--canary", "2"]),
+        ("fleet_wide", ["--max-unavailable", "3", "--canary-group", "canary"]),
+        ("fleet_wide", ["--canary", "0", "--max-unavailable", "50%"]),
+        ("site", ["--group", "rack_a", "--max-unavailable", "25%"]),
+        ("site", ["--group", "rack_c", "--canary-group", "rack_c", "--max-unavailable", "2"]),
+    ],
+)
+def test_the_batches_are_rollout_dry_s(fixture, options, request, offline, plan, dry):  # noqa: F811
+    where = request.getfixturevalue(fixture)
+    code, out, err = plan(where, "--image", IMAGE, *options)
+    assert code == 0, err
+    dry_code, dry_out, dry_err = dry(where, "--image", IMAGE, *options)
+    assert dry_code == 0, dry_err
+    assert rollout_lines(out) == rollout_lines(dry_out) and rollout_lines(out)
+    assert f"rollout of {IMAGE} ({NOT_RESOLVED})" in out
+    assert "Traceback" not in err and f"rollout of {IMAGE} in " in err
+
+
+@pytest.mark.parametrize(("option", "bounds"), [("1", {QWEN: 1, SCOUT: 1}), ("25%", {QWEN: 4, SCOUT: 2})])
+def test_each_service_bound_holds_and_the_canary_is_one_replica_of_each(
+    fleet_wide,
+    offline,
+    plan,
+    option,
+    bounds,  # noqa: F811
+):
+    code, out, err = plan(fleet_wide, "--image", IMAGE, "--max-unavailable", option)
+    assert code == 0, err
+    planned = batches(out)
+    assert sorted(h for _c, b in planned for h, _s in b) == sorted(SERVICE_OF)  # every host once
+    for _canary, batch in planned:
+        counts = Counter(service for _h, service in batch)
+        assert all(counts[s] <= bounds[s] for s in counts), (option, batch)
+        assert all(SERVICE_OF[h] == s for h, s in batch)
+    assert planned[0][0] and Counter(s for _h, s in planned[0][1]) == {QWEN: 1, SCOUT: 1}
+    assert not any(c for c, _b in planned[1:])
+    assert offline == []
+
+
+def test_the_canary_group_is_honoured(fleet_wide, offline, plan):  # noqa: F811
+    code, out, err = plan(fleet_wide, "--image", IMAGE, "--canary-group", "canary", "--max-unavailable", "25%")
+    assert code == 0, err
+    assert batches(out)[0] == (True, [("ra-01", QWEN), ("ra-07", SCOUT)])
+    assert "canary: group canary: ra-01, ra-07" in out
+
+
+def test_a_racks_pin_rolls_that_rack_only(site, offline, plan):  # noqa: F811
+    before = {p.name: p.read_text() for p in (site / "group_vars").iterdir()}
+    code, out, err = plan(site, "--image", IMAGE, "--group", "rack_a", "--max-unavailable", "25%")
+    assert code == 0, err
+    planned = batches(out)
+    assert sorted(h for _c, b in planned for h, _s in b) == [f"ra-{i:02d}" for i in range(1, 9)]
+    assert planned[0] == (True, [("ra-01", QWEN), ("ra-07", SCOUT)])
+    assert "group_vars/rack_a.yml (group rack_a's pin); 8 host(s) switch" in out
+    assert {p.name: p.read_text() for p in (site / "group_vars").iterdir()} == before  # nothing written
+    # every host is still planned (the rollout covers rack_a's)
+    assert out.count("\nhost ") == 24 and offline == []
+
+
+def test_json_holds_the_batches_and_both_outputs_are_the_same_bytes_twice(site, offline, plan):  # noqa: F811
+    options = ("--image", IMAGE, "--group", "rack_b", "--max-unavailable", "25%")
+    texts = [plan(site, *options)[1] for _ in range(2)]
+    assert texts[0] == texts[1]
+    outputs = [plan(site, *options, "--json") for _ in range(2)]
+    assert outputs[0] == outputs[1] and outputs[0][0] == 0
+    rollout = json.loads(outputs[0][1])["rollout"]
+    assert rollout["batches"] == [["rb-01", "rb-05"], ["rb-02", "rb-03", "rb-06", "rb-07", "rb-08"], ["rb-04"]]
+    assert rollout["canary_batches"] == 1 and rollout["canary_hosts"] == ["rb-01", "rb-05"]
+    assert rollout["digest"] == NOT_RESOLVED.removeprefix("digest ") and rollout["group"] == "rack_b"
+    assert {s["service"]: (s["replicas"], s["max_unavailable"]) for s in rollout["services"]} == {
+        QWEN: (16, 4),
+        SCOUT: (8, 2),
+    }
+    assert offline == []
+
+
+def test_a_given_digest_is_shown_not_checked(fleet_wide, offline, plan):  # noqa: F811
+    digest = "sha256:" + "c" * 64
+    code, out, _err = plan(fleet_wide, "--image", f"{IMAGE}@{digest}")
+    assert code == 0 and f"rollout of {IMAGE}@{digest} (digest {digest})" in out and offline == []
+
+
+def test_without_image_there_is_no_rollout(fleet_wide, offline, plan):  # noqa: F811
+    code, out, err = plan(fleet_wide, "--json")
+    assert code == 0 and json.loads(out)["rollout"] is None and "rollout of" not in err
+
+
+@pytest.mark.parametrize(
+    ("fixture", "options", "said"),
+    [
+        ("site", ["--image", IMAGE], "the image is pinned per group"),
+        ("fleet_wide", ["--image", IMAGE, "--canary", "1", "--canary-group", "canary"], "give one of them"),
+        ("fleet_wide", ["--image", IMAGE, "--max-unavailable", "0"], "--max-unavailable 0: expected a count"),
+        ("fleet_wide", ["--image", IMAGE, "--max-unavailable", "20"], "more than any service has"),
+        ("fleet_wide", ["--image", IMAGE, "--canary", "9"], "--canary 9: replicas of each service in the canary"),
+        ("fleet_wide", ["--image", IMAGE, "--canary-group", "canaries"], "--canary-group canaries: no host of"),
+        ("site", ["--image", IMAGE, "--group", "qwen"], "--group qwen: no group file of it sets vllm_image_*"),
+        ("site", ["--image", IMAGE, "--group", "rack_b", "--canary-group", "canary"], "none of its hosts"),
+        ("fleet_wide", ["--image", IMAGE, "--limit", "rack_a"], "--image with --limit: "),
+        ("fleet_wide", ["--canary-group", "canary"], "--canary-group without --image"),
+        ("fleet_wide", ["--group", "rack_a", "--max-unavailable", "2"], "--group, --max-unavailable without --image"),
+    ],
+)
+def test_rollouts_refusals_exit_2_before_any_connection(fixture, options, said, request, offline, plan):  # noqa: F811
+    code, out, err = plan(request.getfixturevalue(fixture), *options)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert said in err, err
+    assert err.endswith("rocmfleet plan: nothing planned (exit 2)\n")
+    assert offline == []
+
+
+def test_a_malformed_image_is_refused_by_the_parser(fleet_wide, offline, capsys):  # noqa: F811
+    with pytest.raises(SystemExit) as exited:  # argparse's exit, as for rollout --image
+        cli.main(["plan", str(fleet_wide / "inventory.py"), "--image", "Registry/UPPER:tag"])
+    assert exited.value.code == 2 and "argument --image: repository 'Registry/UPPER': must be lower case" in (
+        capsys.readouterr().err
+    )
