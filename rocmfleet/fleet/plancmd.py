@@ -153,5 +153,5 @@ def run(
         plan = dataclasses.replace(plan, rollout=planned)
     out.write(to_json(plan) if as_json else render.plan_text(plan, files))
     out.flush()
-    print(render.summary(plan), file=err)
+    print(render.summary(plan, len(hosts)), file=err)
     return 1 if any(h.problem for h in plan.hosts) else 0

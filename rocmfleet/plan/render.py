@@ -3,14 +3,19 @@
 Deterministic: the same plan gives the same bytes, so ``diff`` of two checkouts' output reviews a
 change. With ``files``, each file is printed whole after a header line::
 
-    --- file lab-1 /etc/docker/daemon.json (mode 644, owner root:root, role docker, 123 bytes)
+    --- file lab-1 /etc/docker/daemon.json (mode 644, owner root:root, role docker, sha256 3f2a0c1d9e8b, 123 bytes)
 
 followed by exactly that many bytes of content and a newline: a reader can cut the output there.
+The file lines of the text and the headers name the content's SHA-256 (its first 12 hex digits),
+so a change of content shows in a ``diff`` of two outputs as the lines naming its host and file,
+even when its size stays (``diff -u -F '^host \\|^--- file '`` names them in each hunk of ``--files``).
 A secrets file shows its variables' names, never a value; a file the deploy fetches says from where.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import shlex
 
 from rocmfleet.plan.model import FilePlan, FleetPlan, HostPlan, RolloutPlan, ServicePlan
@@ -23,15 +28,25 @@ def _owner(item: FilePlan) -> str:
     return f"{item.user or '-'}:{item.group or '-'}"
 
 
+@functools.lru_cache(maxsize=4096)
+def short_sha256(content: str) -> str:
+    """The first 12 hex digits of the SHA-256 of ``content`` (UTF-8): what the text names a file's
+    content by (48 bits: a chance collision among a site's few dozen texts is negligible)."""
+    return hashlib.sha256(content.encode()).hexdigest()[:12]
+
+
 def file_header(host: str, item: FilePlan) -> str:
-    """The header line of ``item`` under ``--files`` (without the newline)."""
+    """The header line of ``item`` under ``--files`` (without the newline); its size comes last."""
     size = len(item.content.encode()) if item.content is not None else 0
-    what = f"mode {item.mode or '-'}, owner {_owner(item)}, role {item.role}, {size} bytes"
+    digest = f"sha256 {short_sha256(item.content)}, " if item.content is not None else ""
+    what = f"mode {item.mode or '-'}, owner {_owner(item)}, role {item.role}, {digest}{size} bytes"
     return f"{FILE_HEADER}{host} {item.path} ({what})"
 
 
 def _file_line(item: FilePlan) -> str:
-    what = {"rendered": f"{len((item.content or '').encode())} bytes", "secret": "secret"}.get(item.source, item.source)
+    content = item.content or ""
+    rendered = f"{len(content.encode())} bytes, sha256 {short_sha256(content)}"
+    what = {"rendered": rendered, "secret": "secret"}.get(item.source, item.source)
     names = f": {', '.join(item.secret_names) or '(no variable)'} (values not shown)" if item.source == "secret" else ""
     return f"    {item.path} (mode {item.mode or '-'}, owner {_owner(item)}, {item.role}; {what}{names})"
 
@@ -129,14 +144,18 @@ def plan_text(plan: FleetPlan, files: bool = False) -> str:
     return "".join(parts)
 
 
-def summary(plan: FleetPlan) -> str:
-    """The closing line: hosts, services, replicas, problems, and that nothing was connected to."""
+def summary(plan: FleetPlan, of_hosts: int | None = None) -> str:
+    """The closing line: hosts (``of_hosts``: of how many in the inventory, when ``--limit`` or
+    ``--exclude`` left fewer), services, replicas, problems, and that nothing was connected to."""
     replicas = sum(len(s.replicas) for s in plan.services)
+    hosts = f"{len(plan.hosts)} host(s)"
+    if of_hosts is not None and of_hosts != len(plan.hosts):
+        hosts = f"{len(plan.hosts)} of {of_hosts} host(s) (--limit/--exclude)"
     problems = [h.name for h in plan.hosts if h.problem]
     said = f"; not placed or not supported: {', '.join(problems)}" if problems else ""
     if plan.rollout is not None:
         said += f"; rollout of {plan.rollout.image} in {len(plan.rollout.batches)} batch(es)"
     return (
-        f"rocmfleet plan: {len(plan.hosts)} host(s), {len(plan.services)} service(s), {replicas} replica(s){said}; "
+        f"rocmfleet plan: {hosts}, {len(plan.services)} service(s), {replicas} replica(s){said}; "
         "planned offline (no host or registry was contacted)"
     )

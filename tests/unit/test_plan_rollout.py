@@ -12,15 +12,14 @@ import pytest
 
 from rocmfleet import cli
 from tests.unit import test_rollout_services
-from tests.unit.test_rollout_services import (  # noqa: F401 - fixtures
-    IMAGE,
-    QWEN,
-    SCOUT,
-    SERVICE_OF,
-    dry,
-    fleet_wide,
-    offline,
-    site,
+from tests.unit.test_rollout_services import IMAGE, QWEN, SCOUT, SERVICE_OF
+
+# the fixtures: every socket connect and name lookup refused; copies of the site; rollout --dry
+offline, site, fleet_wide, dry = (
+    test_rollout_services.offline,
+    test_rollout_services.site,
+    test_rollout_services.fleet_wide,
+    test_rollout_services.dry,
 )
 
 NOT_RESOLVED = "digest not resolved: rocmfleet plan does not connect"
@@ -59,7 +58,7 @@ def rollout_lines(out: str) -> list[str]:
         ("site", ["--group", "rack_c", "--canary-group", "rack_c", "--max-unavailable", "2"]),
     ],
 )
-def test_the_batches_are_rollout_dry_s(fixture, options, request, offline, plan, dry):  # noqa: F811
+def test_the_batches_are_rollout_dry_s(fixture, options, request, offline, plan, dry):
     where = request.getfixturevalue(fixture)
     code, out, err = plan(where, "--image", IMAGE, *options)
     assert code == 0, err
@@ -76,7 +75,7 @@ def test_each_service_bound_holds_and_the_canary_is_one_replica_of_each(
     offline,
     plan,
     option,
-    bounds,  # noqa: F811
+    bounds,
 ):
     code, out, err = plan(fleet_wide, "--image", IMAGE, "--max-unavailable", option)
     assert code == 0, err
@@ -91,14 +90,14 @@ def test_each_service_bound_holds_and_the_canary_is_one_replica_of_each(
     assert offline == []
 
 
-def test_the_canary_group_is_honoured(fleet_wide, offline, plan):  # noqa: F811
+def test_the_canary_group_is_honoured(fleet_wide, offline, plan):
     code, out, err = plan(fleet_wide, "--image", IMAGE, "--canary-group", "canary", "--max-unavailable", "25%")
     assert code == 0, err
     assert batches(out)[0] == (True, [("ra-01", QWEN), ("ra-07", SCOUT)])
     assert "canary: group canary: ra-01, ra-07" in out
 
 
-def test_a_racks_pin_rolls_that_rack_only(site, offline, plan):  # noqa: F811
+def test_a_racks_pin_rolls_that_rack_only(site, offline, plan):
     before = {p.name: p.read_text() for p in (site / "group_vars").iterdir()}
     code, out, err = plan(site, "--image", IMAGE, "--group", "rack_a", "--max-unavailable", "25%")
     assert code == 0, err
@@ -111,7 +110,7 @@ def test_a_racks_pin_rolls_that_rack_only(site, offline, plan):  # noqa: F811
     assert out.count("\nhost ") == 24 and offline == []
 
 
-def test_json_holds_the_batches_and_both_outputs_are_the_same_bytes_twice(site, offline, plan):  # noqa: F811
+def test_json_holds_the_batches_and_both_outputs_are_the_same_bytes_twice(site, offline, plan):
     options = ("--image", IMAGE, "--group", "rack_b", "--max-unavailable", "25%")
     texts = [plan(site, *options)[1] for _ in range(2)]
     assert texts[0] == texts[1]
@@ -128,13 +127,13 @@ def test_json_holds_the_batches_and_both_outputs_are_the_same_bytes_twice(site, 
     assert offline == []
 
 
-def test_a_given_digest_is_shown_not_checked(fleet_wide, offline, plan):  # noqa: F811
+def test_a_given_digest_is_shown_not_checked(fleet_wide, offline, plan):
     digest = "sha256:" + "c" * 64
     code, out, _err = plan(fleet_wide, "--image", f"{IMAGE}@{digest}")
     assert code == 0 and f"rollout of {IMAGE}@{digest} (digest {digest})" in out and offline == []
 
 
-def test_without_image_there_is_no_rollout(fleet_wide, offline, plan):  # noqa: F811
+def test_without_image_there_is_no_rollout(fleet_wide, offline, plan):
     code, out, err = plan(fleet_wide, "--json")
     assert code == 0 and json.loads(out)["rollout"] is None and "rollout of" not in err
 
@@ -155,7 +154,7 @@ def test_without_image_there_is_no_rollout(fleet_wide, offline, plan):  # noqa: 
         ("fleet_wide", ["--group", "rack_a", "--max-unavailable", "2"], "--group, --max-unavailable without --image"),
     ],
 )
-def test_rollouts_refusals_exit_2_before_any_connection(fixture, options, said, request, offline, plan):  # noqa: F811
+def test_rollouts_refusals_exit_2_before_any_connection(fixture, options, said, request, offline, plan):
     code, out, err = plan(request.getfixturevalue(fixture), *options)
     assert code == 2 and out == "" and "Traceback" not in err
     assert said in err, err
@@ -163,7 +162,7 @@ def test_rollouts_refusals_exit_2_before_any_connection(fixture, options, said, 
     assert offline == []
 
 
-def test_a_malformed_image_is_refused_by_the_parser(fleet_wide, offline, capsys):  # noqa: F811
+def test_a_malformed_image_is_refused_by_the_parser(fleet_wide, offline, capsys):
     with pytest.raises(SystemExit) as exited:  # argparse's exit, as for rollout --image
         cli.main(["plan", str(fleet_wide / "inventory.py"), "--image", "Registry/UPPER:tag"])
     assert exited.value.code == 2 and "argument --image: repository 'Registry/UPPER': must be lower case" in (
