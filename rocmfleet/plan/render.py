@@ -99,12 +99,13 @@ def host_text(host: HostPlan, files: bool = False) -> str:
 
 def service_text(service: ServicePlan) -> str:
     """One service's part of the text: its replicas and hosts, profile, images (per group during a
-    per-group pin: which hosts run which) and each replica with its hosts (head first)::
+    per-group pin: which hosts run which), a replica that spans hosts with its ranks (head first),
+    then a line per host with its one-host replicas (its instances)::
 
         service qwen3-235b-a22b: 16 replica(s) on 16 host(s)
           profile qwen3-235b-a22b
           image registry.example/vllm:0.33.0-r1@sha256:... on 6 host(s) (group rack_a): ra-01, ...
-          replica ra-01/vllm0 on ra-01
+          on ra-01: 1 replica(s): qwen3-235b-a22b-0
     """
     hosts = list(dict.fromkeys(r.host for replica in service.replicas for r in replica.ranks))
     lines = [
@@ -117,7 +118,14 @@ def service_text(service: ServicePlan) -> str:
             continue
         groups = f"group {', '.join(used.groups)}" if used.groups else "no group holds exactly these hosts"
         lines.append(f"  image {used.image} on {len(used.hosts)} host(s) ({groups}): {', '.join(used.hosts)}")
-    lines += [f"  replica {r.id} on {', '.join(rank.host for rank in r.ranks)}" for r in service.replicas]
+    on_host: dict[str, list[str]] = {}  # one-rank replicas by host: a line per host
+    for replica in service.replicas:
+        if len(replica.ranks) == 1:
+            on_host.setdefault(replica.ranks[0].host, []).append(replica.ranks[0].instance)
+        else:
+            ranks = ", ".join(f"{rank.host} (rank {rank.rank}, {rank.instance})" for rank in replica.ranks)
+            lines.append(f"  replica {replica.id} on {ranks}")
+    lines += [f"  on {host}: {len(names)} replica(s): {', '.join(names)}" for host, names in on_host.items()]
     return "\n".join(lines) + "\n"
 
 
