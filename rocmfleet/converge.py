@@ -30,12 +30,12 @@ from pyinfra.context import ctx_state, host, state
 from rocmfleet import scripts
 from rocmfleet.config import groupvars
 from rocmfleet.config.errors import ConfigError
-from rocmfleet.config.settings import host_config
+from rocmfleet.config.settings import HostConfig, host_config
 from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import gpuhealth, vllmfiles
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import fail
-from rocmfleet.plan import exporterplan, hoststate, rocmplan, targetsfile, vllmplan
+from rocmfleet.plan import exporterplan, hostdrift, hoststate, rocmplan, targetsfile, vllmplan
 from rocmfleet.roles import base, docker, exporter, rocm, tuning
 from rocmfleet.roles import vllm as vllm_role
 
@@ -74,6 +74,29 @@ def _report_gpu_health(correctable_max: int, got: Gathered) -> None:
         logger.warning(f"{host.name}: GPU health: {problem} (rocmfleet check --select gpu)")
 
 
+def read_query(config: HostConfig, dry: bool) -> dict[str, object]:
+    """The ``HostState`` arguments of the deploy's one read of a host: every role's items
+    (``roles/*.query``), the GPU health run, and with ``dry`` (``--dry``, or a run that asks before
+    executing) every item of the host's plan and the facts it is planned on
+    (:func:`rocmfleet.plan.hostdrift.read_query`), for the drift lines; without ``dry`` (``-y``) not
+    those: the read is what the roles need, a no-op converge's cost unchanged.
+
+    Args:
+        config: the host's validated configuration.
+        dry: whether pyinfra prepares with its change detection.
+    """
+    return hoststate.merge_queries(
+        base.query(config.settings),
+        rocm.query(config.rocm),
+        tuning.query(config.tuning),
+        exporter.query(config.metrics),
+        docker.query(config.settings),
+        vllmplan.query(config),
+        {"runs": [(GPU_HEALTH, scripts.text("gpu-health.sh"))]},
+        hostdrift.read_query(config) if dry else {},
+    )
+
+
 def converge() -> None:
     """Plan and apply every role for pyinfra's current host (call it from a deploy file).
 
@@ -101,21 +124,17 @@ def converge() -> None:
     except ConfigError as exc:
         fail.failed(name="Validate this host's data", message=f"rocmfleet: {host.name}: {exc}".replace("\n", "; "))
     else:
+        # Said while pyinfra prepares with its change detection (``--dry``, or a run that asks before
+        # executing), as the roles' own reasons are; never with ``-y`` (a no-op converge's cost).
+        dry = not state.is_executing and state.check_for_changes
         # One read of everything the roles manage (files, units, packages, sysctls, the image, whether
         # each instance is serving); each role calls operations only for what differs from its data.
-        got = host.get_fact(
-            HostState,
-            **hoststate.merge_queries(
-                base.query(config.settings),
-                rocm.query(config.rocm),
-                tuning.query(config.tuning),
-                exporter.query(config.metrics),
-                docker.query(config.settings),
-                vllmplan.query(config),
-                {"runs": [(GPU_HEALTH, scripts.text("gpu-health.sh"))]},
-            ),
-        )
+        # With ``dry`` the same read also asks every item of the host's plan (rocmfleet.plan.hostdrift).
+        got = host.get_fact(HostState, **read_query(config, dry))
         _report_gpu_health(config.settings.gpu_ecc_correctable_max, got)
+        if dry:  # every role's drift by the plan's one rule; the operations below are unchanged
+            for line in hostdrift.dry_lines(host.name, config, got):
+                logger.warning(f"{host.print_prefix}{line}")
         # What the rocm role would do (nothing, on a converged host: then none of its operations, its
         # reboot or its driver checks is called, and the host costs no command beyond the read).
         rocm_todo = rocmplan.differs(config.rocm, got)

@@ -14,14 +14,17 @@ import dataclasses
 import importlib
 import inspect
 import json
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyinfra.api.command import FunctionCommand, StringCommand
+from pyinfra.api.command import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.context import ctx_host, ctx_state
+
+from rocmfleet import scripts
 
 TESTS = Path(__file__).resolve().parent
 HOST_NAME = "gpu-1"
@@ -49,22 +52,31 @@ def fact_arguments(fact: type, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     """The arguments a fact is asked with, as a case's ``facts`` keys them: every argument of the
     fact's ``command`` (the defaults of those not given included) as ``name=value``, sorted by name,
     joined by ``,``; a string value as it is, any other as JSON: ``certificate=/x,key=null``,
-    ``packages=["docker.io"]``. Empty for a fact asked without arguments."""
+    ``packages=["docker.io"]``; a dataclass or pydantic model as its fields (:func:`jsonable`):
+    ``files={"directory": ..., "live": {...}}``. Empty for a fact asked without arguments."""
     if not args and not kwargs:
         return ""
     called = inspect.getcallargs(fact().command, *args, **kwargs)  # a wrong argument name raises
     called.pop("self", None)
     return ",".join(
-        f"{name}={value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)}"
+        f"{name}={value if isinstance(value, str) else json.dumps(jsonable(value), sort_keys=True, default=str)}"
         for name, value in sorted(called.items())
     )
 
 
+class FakeConfig:
+    """pyinfra's ``state.config``, as far as ``files.put`` reads it: no ``--diff``."""
+
+    DIFF = False
+
+
 class FakeState:
-    """pyinfra's ``state``, as far as the operations read it."""
+    """pyinfra's ``state``, as far as the operations (and pyinfra's ``files`` operations they call) read it."""
 
     def __init__(self, executing: bool) -> None:
         self.is_executing = executing
+        self.config = FakeConfig()
+        self.cwd = None
 
 
 class FakeHost:
@@ -73,16 +85,24 @@ class FakeHost:
     ``facts`` maps a fact's name (:func:`fact_name`) to its value; a fact asked with arguments
     maps instead to ``{arguments: value}`` (:func:`fact_arguments`). A value
     ``{"$output": [lines]}`` is what the fact's own ``process`` makes of those lines (for facts
-    whose value is no JSON, such as ``rocm.RocmOnHost``).
+    whose value is no JSON, such as ``rocm.RocmOnHost``); its items may be ``{"$file": path}``
+    (:func:`output_lines`), so a recorded machine output is read where it is.
     """
 
     name = HOST_NAME
     print_prefix = f"[{HOST_NAME}] "
+    #: pyinfra's global arguments of the operation running (``files.put`` reads ``_temp_dir``): none.
+    current_op_global_arguments: dict[str, Any] = {}
 
     def __init__(self, facts: dict[str, Any]) -> None:
         self.facts = facts
         self.asked: dict[str, set[str]] = {}
         self.noops: list[str] = []
+
+    def get_temp_filename(self, hash_key: str, temp_directory: str | None = None) -> str:  # noqa: ARG002
+        """A fixed name per ``hash_key`` (pyinfra's is a hash under ``_temp_dir``): uploads are
+        rendered without it (:func:`render_command`)."""
+        return f"/tmp/pyinfra-{hash_key}"
 
     def get_fact(self, fact: type, *args: Any, **kwargs: Any) -> Any:
         name, arguments = fact_name(fact), fact_arguments(fact, args, kwargs)
@@ -95,7 +115,7 @@ class FakeHost:
             value = value[arguments]
         self.asked.setdefault(name, set()).add(arguments)
         if isinstance(value, dict) and set(value) == {"$output"}:
-            return fact().process(value["$output"])
+            return process(fact(), output_lines(value["$output"]))
         return value
 
     def noop(self, message: str) -> None:
@@ -132,14 +152,31 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def script_texts() -> dict[str, str]:
+    """``{quoted text: "<rocmfleet/scripts/NAME>"}`` for every script under ``rocmfleet/scripts/``."""
+    names = sorted(p.name for p in (Path(scripts.__file__).parent).iterdir() if p.suffix in (".sh", ".py", ".awk"))
+    return {shlex.quote(scripts.text(name)): f"<rocmfleet/scripts/{name}>" for name in names if name != "__init__.py"}
+
+
+def render_text(text: str) -> str:
+    """A command's text with each rocmfleet script's quoted text (:func:`rocmfleet.scripts.command`)
+    shown as ``<rocmfleet/scripts/NAME>``: ``sh -c <rocmfleet/scripts/docker-restart.sh> docker-restart.sh 300``."""
+    for quoted, shown in script_texts().items():
+        text = text.replace(quoted, shown)
+    return text
+
+
 def render_command(command: Any) -> Any:
     """A yielded command as a case's ``commands`` lists it.
 
-    - a :class:`StringCommand` (or a plain string): its text, ``str(command)``;
+    - a :class:`StringCommand` (or a plain string): its text, ``str(command)``, with the text of a
+      rocmfleet script shown as ``<rocmfleet/scripts/NAME>`` (:func:`render_text`);
     - a :class:`FunctionCommand`: ``{"function": "module.name", "args": [...]}`` (plus ``"kwargs"``
       when it has any); :func:`rocmfleet.operations.fail.host_failure` is
       ``{"function": "rocmfleet.operations.fail._fail", "args": ["rocmfleet: ..."]}``;
     - a command with connector arguments (``_stdin``, ...): ``{"command": text, "connector_arguments": {...}}``;
+    - a :class:`FileUploadCommand` of an in-memory file (``files.put`` of a ``StringIO``, a secret's
+      ``BytesIO``): ``{"upload": dest, "content": text}``;
     - any other command: ``{"type": class name, "repr": repr(command)}``.
     """
     if isinstance(command, FunctionCommand):
@@ -150,9 +187,13 @@ def render_command(command: Any) -> Any:
         if command.kwargs:
             rendered["kwargs"] = jsonable(command.kwargs)
         return rendered
+    if isinstance(command, FileUploadCommand) and hasattr(command.src, "getvalue"):
+        content = command.src.getvalue()
+        return {"upload": command.dest, "content": content.decode() if isinstance(content, bytes) else content}
     if isinstance(command, (str, StringCommand)):
         connector = getattr(command, "connector_arguments", None)
-        return {"command": str(command), "connector_arguments": jsonable(connector)} if connector else str(command)
+        text = render_text(str(command))
+        return {"command": text, "connector_arguments": jsonable(connector)} if connector else text
     return {"type": type(command).__name__, "repr": repr(command)}
 
 
@@ -169,6 +210,12 @@ def cases(kind: str) -> list[Any]:
 def load(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
+
+
+def process(fact: Any, lines: list[str]) -> Any:
+    """What pyinfra makes of a fact's output lines: ``fact.process(lines)``, or ``fact.default()``
+    when there are none (``pyinfra/api/facts.py`` ``_get_fact``: ``process`` runs only on output)."""
+    return fact.process(lines) if lines else fact.default()
 
 
 def output_lines(output: list[Any]) -> list[str]:

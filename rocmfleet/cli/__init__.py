@@ -21,11 +21,13 @@ rocmfleet schema                      print the JSON Schema of host data (for ed
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 from collections.abc import Callable
 
 from rocmfleet.cli import bench, cache, check, init, metrics, plan, rollout, schema, status, validate, vault
-from rocmfleet.cli.common import EXIT_INTERRUPTED, VERBOSE_HELP, commands, version
+from rocmfleet.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, VERBOSE_HELP, commands, version
 
 __all__ = ["build_parser", "commands", "main"]
 
@@ -69,6 +71,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nrocmfleet: {args.command}: interrupted; {_INTERRUPTED.get(args.command, 'nothing more was done')}",
               file=sys.stderr)  # fmt: skip
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # standard output's reader went away (`rocmfleet plan ... | head -1`): what is still buffered
+        # goes nowhere, so that Python's own flush at exit raises nothing more (Python's documentation,
+        # "Note on SIGPIPE" in the signal module)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"rocmfleet: {args.command}: standard output was closed (its reader ended): output cut short",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_PIPE_CLOSED
+    except OSError as exc:
+        if exc.errno not in _FULL:
+            raise
+        # a full disk or quota (`rocmfleet plan --json > plan.json`): what is still buffered for
+        # standard output goes nowhere, as above, and the command says what it could not write
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        where = exc.filename or "standard output"
+        print(f"rocmfleet: {args.command}: cannot write {where}: {exc.strerror}; output cut short", file=sys.stderr)
+        return EXIT_FAILED
+
+
+#: ``errno`` of a write that found no room: the disk is full (ENOSPC), the user's quota is spent
+#: (EDQUOT) or the file is at its size limit (EFBIG); write(2).
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 #: What an interrupted command left, said after Ctrl-C instead of a traceback.

@@ -21,7 +21,8 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument(
         "--select",
         type=lambda v: v.split(","),
-        help="check modules, comma-separated: rocm, tuning, docker, gpu, vllm, cache, metrics, cvs (default: all)",
+        help="check modules, comma-separated: rocm, tuning, docker, gpu, vllm, drift, cache, metrics, cvs "
+        "(default: all)",
     )
     c.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="override data, as pyinfra's")
     c.add_argument(

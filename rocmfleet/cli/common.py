@@ -14,6 +14,9 @@ from typing import Any, TypeVar
 #: Exit statuses of every command: done; a host or check failed; nothing ran (bad input or options);
 #: paused (``rollout``: a gate could not judge the image); ended by Ctrl-C (128 + SIGINT, as a shell says).
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PAUSED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: Exit status when standard output's reader went away (``| head``): 128 + SIGPIPE, as a shell
+#: reports a command that pipe killed.
+EXIT_PIPE_CLOSED = 141
 
 INVENTORY_HELP = "pyinfra inventory file, e.g. inventories/prod.py"
 VERBOSE_HELP = "tell each command run on a host, once it ends, on standard error (host, seconds, exit status)"

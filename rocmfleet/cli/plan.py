@@ -26,8 +26,9 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the hosts' GPU topology: mi300x (default: 8x MI300X, SPX, NPS1) or mi308x-8gpu-cpx (recorded), "
         "the GPU topology script's output, a recorded host (JSON) or a KFD tree directory",
     )
-    pl.add_argument("--json", action="store_true", help="print the plan as JSON (stable: sorted keys)")
-    pl.add_argument("--files", action="store_true", help="print every file whole, after a header line")
+    shape = pl.add_mutually_exclusive_group()  # the JSON holds every file's text already (``contents``)
+    shape.add_argument("--json", action="store_true", help="print the plan as JSON (stable: sorted keys)")
+    shape.add_argument("--files", action="store_true", help="print every file whole, after a header line")
     pl.add_argument(
         "--image",
         metavar="REPO:TAG[@DIGEST]",

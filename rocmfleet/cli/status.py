@@ -13,7 +13,7 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command to ``sub``, the ``rocmfleet`` parser's subcommands."""
     st = sub.add_parser(
         "status",
-        help="per host and instance: unit state, image, ready, uptime, rollout step, drift",
+        help="per host and instance: unit state, image, ready, uptime, rollout step, drift; every role's drift",
         epilog="exit status: 0 every instance ready; 1 an instance not ready or a host unreadable; "
         "2 bad inventory or options",
     )
@@ -24,7 +24,7 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rocmfleet.fleet.rollout.fleetimage import CommandError
-    from rocmfleet.fleet.rollout.report import drift_cell, status_json
+    from rocmfleet.fleet.rollout.report import drift_cell, host_drift, host_drift_lines, status_json
     from rocmfleet.fleet.rollout.status import fleet_status
 
     try:
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(status_json([r.row() for r in rows], state), end="")
+        print(status_json([r.row() for r in rows], state, host_drift(rows)), end="")
     else:
         import rich.console
         import rich.table
@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         if not console.is_terminal:  # piped (`| grep`, `| cat`): whole cells, never `active/runn…`
             console = rich.console.Console(width=10_000)
         console.print(table)
+        for line in host_drift_lines(rows):  # every role's drift (rocmfleet.plan.hostdrift)
+            print(line)
         print(_status_summary(rows))
         if state is not None:
             what = state.target.reference if state.target else "same image"
@@ -67,12 +69,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _status_summary(rows: list[Any]) -> str:
-    """``3 host(s), 4 instance(s): 3 ready, 1 not ready; 0 host(s) unreadable``."""
+    """``3 host(s), 4 instance(s): 3 ready, 1 not ready; 1 host(s) with drift, 0 host(s) unreadable``
+    (with drift: a role's item not as its plan wants, :attr:`InstanceStatus.roles`)."""
     hosts = {r.host for r in rows}
     unreadable = {r.host for r in rows if r.image is None and r.error}
+    drifted = {r.host for r in rows if r.roles and any(why for _role, why in r.roles)}
     ready = sum(r.ready is True for r in rows)
     not_ready = sum(r.ready is False for r in rows)
     return (
         f"{len(hosts)} host(s), {len(rows)} instance(s): {ready} ready, {not_ready} not ready; "
-        f"{len(unreadable)} host(s) unreadable"
+        f"{len(drifted)} host(s) with drift, {len(unreadable)} host(s) unreadable"
     )

@@ -21,6 +21,8 @@ from __future__ import annotations
 import ast
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -62,6 +64,24 @@ class GroupFile:
 
 #: Every file :func:`load_group_vars` read since the last :func:`reset`, in order.
 LOADED: list[GroupFile] = []
+
+
+#: Whether inline ``!vault`` values are decrypted as a file is read (a deploy, check or rollout
+#: writes them); :func:`secrets_by_name` turns it off for ``rocmfleet plan``.
+_DECRYPT = [True]
+
+
+@contextmanager
+def secrets_by_name() -> Iterator[None]:
+    """Inline ``!vault`` values read in this block are not decrypted: each is a stand-in
+    :class:`~rocmfleet.config.vault.Secret` (its name is its key), so no vault password is needed.
+    For ``rocmfleet plan``, which shows secrets by name only; a file encrypted whole still needs
+    the password (its keys are unknown without it)."""
+    _DECRYPT.append(False)
+    try:
+        yield
+    finally:
+        _DECRYPT.pop()
 
 
 def reset() -> None:
@@ -153,6 +173,8 @@ def read_group_file(group: str, path: Path) -> GroupFile:
             return result
 
     def construct_vault(node: Any, key: str) -> vault.Secret:
+        if not _DECRYPT[-1]:
+            return vault.Secret("")  # by name only (secrets_by_name): never written anywhere
         try:
             return vault.Secret(vault.decrypt(str(node.value), name))
         except vault.VaultError as exc:

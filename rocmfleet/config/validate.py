@@ -76,6 +76,8 @@ def _load(inventory: str, overrides: dict[str, Any] | None = None) -> tuple[Inve
         return loaded, raw
     except UnicodeDecodeError as exc:
         raise InventoryError(f"{inventory}: not UTF-8 text (byte offset {exc.start}): save the file as UTF-8") from None
+    except SystemExit as exc:  # the inventory's own sys.exit(): the command still ends with its summary
+        raise InventoryError(f"{inventory}: exited while loading (sys.exit({exc.code!r})); {INVENTORY_HINT}") from None
     except Exception as exc:  # noqa: BLE001 - pyinfra wraps errors in user code (UnexpectedExternalError)
         cause = getattr(exc, "exception", exc)
         raise InventoryError(
@@ -146,6 +148,19 @@ def inventory_problems(raw: dict[str, Any], inventory: str) -> list[Problem]:
     return problems
 
 
+def _unreadable_groups() -> set[str] | None:
+    """The inventory groups whose group file could not be read at all (:attr:`GroupFile.fatal`);
+    ``None`` when such a file's groups are not known (loaded outside an assignment): every host's
+    data is then unknown."""
+    found: set[str] = set()
+    for loaded in groupvars.LOADED:
+        if loaded.fatal:
+            if not (names := groupvars.assigned_to(loaded)):
+                return None
+            found.update(names)
+    return found
+
+
 @overload
 def validate_inventory(
     inventory: str, with_hosts: Literal[False] = False, overrides: dict[str, Any] | None = None
@@ -163,7 +178,8 @@ def validate_inventory(
     given twice, a YAML 1.1 scalar, a vault value that does not decrypt, a missing file), the
     inventory's (a host listed twice, a name with white space), and each host's settings,
     profile, image and instances, each against the file and key it comes from. When a group
-    file cannot be read at all, the hosts are not validated further (their data is unknown).
+    file cannot be read at all, the hosts of its groups are not validated further (their data is
+    unknown); the other hosts are.
 
     Returns:
         The valid hosts' configurations by host name, and every problem, grouped across hosts;
@@ -192,7 +208,7 @@ def validate_inventory(
     hosts = list(inv)
     if not hosts:
         raise InventoryError(f"{inventory}: no hosts; {INVENTORY_HINT}")
-    unreadable = any(loaded.fatal for loaded in groupvars.LOADED)
+    unreadable = _unreadable_groups()
     for host in hosts:
         data = host.data.dict()
         if bad_name := _host_name_problem(host.name, data):
@@ -205,8 +221,8 @@ def validate_inventory(
             )
             add(Problem("(host)", why, "", inventory), host.name)
             continue
-        if unreadable:
-            continue
+        if unreadable is None or "all" in unreadable or unreadable & set(host.groups):
+            continue  # its data is unknown: a file of one of its groups cannot be read
         try:
             configs[host.name] = host_config(data, groupvars.profiles_dir())
             _VALIDATED[host.name] = (data, configs[host.name])

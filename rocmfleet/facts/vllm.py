@@ -60,6 +60,12 @@ class CacheProof(FactBase[cacheproof.Proof]):
         except ValueError as exc:
             return cacheproof.Proof(problem=str(exc))
 
+    @staticmethod
+    def default() -> cacheproof.Proof:
+        """No output (pyinfra gives the default instead of calling :meth:`process`): a problem, not
+        ``None``, so the deploy's proof says it could not read it rather than failing on ``None``."""
+        return cacheproof.Proof(problem="cache-proof.sh printed nothing")
+
 
 class PortOwner(FactBase[str]):
     """

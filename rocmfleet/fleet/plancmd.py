@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from rocmfleet.config.validate import EXIT_INVALID, InventoryError, report, validate_inventory
+from rocmfleet.config.groupvars import secrets_by_name
+from rocmfleet.config.profiles import Image
+from rocmfleet.config.validate import EXIT_INVALID, InventoryError, placeholder_warning, report, validate_inventory
 from rocmfleet.fleet.inventory import FleetError, select_hosts
 from rocmfleet.fleet.rollout import fleetimage, rolloutplan
 from rocmfleet.fleet.rollout.batches import PlanError
@@ -56,13 +58,20 @@ class RolloutOptions:
 
 
 def plan_rollout(
-    plan: FleetPlan, groups_of: Mapping[str, Collection[str]], inventory: str, options: RolloutOptions
+    plan: FleetPlan,
+    groups_of: Mapping[str, Collection[str]],
+    images: Mapping[str, Image],
+    inventory: str,
+    options: RolloutOptions,
 ) -> RolloutPlan:
-    """The rollout of ``options.image`` over ``plan``'s hosts, as ``rocmfleet rollout --dry`` plans it.
+    """The rollout of ``options.image`` over ``plan``'s hosts, as ``rocmfleet rollout --dry`` plans it:
+    a host whose image is pinned elsewhere than the file that takes the pin is left out, with the
+    line ``rollout`` says of it first among the rollout's lines.
 
     Args:
         plan: the fleet plan (its services' replicas are what the batches are cut from).
         groups_of: each host's inventory groups, in the plan's host order.
+        images: each host's image as its data pins it (``HostConfig.image``).
         inventory: the inventory file (named in refusals).
 
     Raises:
@@ -70,6 +79,7 @@ def plan_rollout(
             ``--max-unavailable``, an unknown group, per-group pins without ``--group``, ...
     """
     replicas = services.replica_counts(plan.services, [h.name for h in plan.hosts])
+    left_out: list[str] = []  # hosts pinned elsewhere, as rollout says them
     covered = rolloutplan.scope(
         "rollout",
         inventory,
@@ -79,6 +89,8 @@ def plan_rollout(
         options.canary,
         options.max_unavailable,
         options.groups,
+        images,
+        left_out.append,
     )
     ref = fleetimage.unconfirmed_ref(options.image)
     digest = ref.digest if "@" in options.image else NOT_RESOLVED
@@ -98,6 +110,7 @@ def plan_rollout(
         batches=tuple(tuple(batch) for batch in planned.batches),
         canary_batches=planned.canary_batches,
         lines=(
+            *left_out,
             *rolloutplan.lines(planned, replicas, covered.count, options.groups.canary),
             f"rollout of {rolloutplan.counted(planned, len(covered.hosts))}",
         ),
@@ -134,7 +147,8 @@ def run(
     out, err = out or sys.stdout, err or sys.stderr
     try:
         facts = sources.load(topology)
-        configs, problems, hosts = validate_inventory(inventory, with_hosts=True)
+        with secrets_by_name():  # shown by name only: no vault password needed
+            configs, problems, hosts = validate_inventory(inventory, with_hosts=True)
         if problems:
             raise FleetError(report(problems))
         chosen = select_hosts(hosts, inventory, limit, "--limit", exclude)
@@ -145,7 +159,8 @@ def run(
     plan = plan_fleet([(h.name, configs[h.name], list(h.groups)) for h in chosen], facts)
     if rollout is not None:
         try:
-            planned = plan_rollout(plan, {h.name: tuple(h.groups) for h in chosen}, inventory, rollout)
+            groups_of = {h.name: tuple(h.groups) for h in chosen}
+            planned = plan_rollout(plan, groups_of, {n: configs[n].image for n in groups_of}, inventory, rollout)
         except (PlanError, fleetimage.CommandError) as exc:
             print(f"rocmfleet: {exc}", file=err)
             print("rocmfleet plan: nothing planned (exit 2)", file=err)
@@ -153,5 +168,7 @@ def run(
         plan = dataclasses.replace(plan, rollout=planned)
     out.write(to_json(plan) if as_json else render.plan_text(plan, files))
     out.flush()
+    if warning := placeholder_warning({h.name: configs[h.name] for h in chosen}):  # as `rocmfleet validate` warns
+        print(f"rocmfleet: warning: {warning}", file=err)
     print(render.summary(plan, len(hosts)), file=err)
     return 1 if any(h.problem for h in plan.hosts) else 0

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import readiness, vllm, vllmfiles
-from rocmfleet.plan import services, vllmplan
+from rocmfleet.plan import services, vllmitems
 from rocmfleet.plan.instance import HostPlacement, instance_files, place_host, vllm_settings
 from rocmfleet.plan.model import (
     ContainerPlan,
@@ -40,9 +40,9 @@ def _vllm_items(name: str, config: HostConfig, facts: HostFacts) -> tuple[Items,
     """The vllm role's directories, scripts, secrets files and units; the placed instances; the
     placement's problem (``""``: placed)."""
     items = Items()
-    for path, mode, user, group in vllmplan.directories(config):
+    for path, mode, user, group in vllmitems.directories(config):
         items.directories.append(DirectoryPlan(path, "vllm", mode, user, group))
-    for script in vllmplan.script_files():
+    for script in vllmitems.script_files():
         items.file("vllm", script)
     service = services.service_name(config)
     settings = vllm_settings(config)
@@ -81,9 +81,11 @@ def _vllm_items(name: str, config: HostConfig, facts: HostFacts) -> tuple[Items,
         items.files.append(FilePlan(names.secrets_file, "vllm", "600", "root", "root", None, "secret", secret_names))
         items.units.append(UnitPlan(names.unit, "vllm", True, True))
     items.expect["image"] = config.image.reference
-    if staged := vllmplan.staging(config):
+    if staged := vllmitems.staging(config):
         items.expect["model staged"] = f"{staged.model}@{staged.revision} in {staged.cache_dir}"
-    return items, instances, placed if isinstance(placed, str) else ""
+    if isinstance(placed, str):  # the deploy's own line, said of the topology the plan took
+        return items, instances, f"{placed.removeprefix('rocmfleet: ')} (on the topology {facts.source})"
+    return items, instances, ""
 
 
 def plan_host(name: str, config: HostConfig, facts: HostFacts | None = None, groups: Sequence[str] = ()) -> HostPlan:
@@ -144,8 +146,9 @@ def plan_fleet(
 
     Returns:
         the :class:`FleetPlan`: services sorted by name, each with its replicas in host order
-        (one rank each today; :func:`rocmfleet.plan.services.plan_services`), and the hosts'
-        plans in the order given; no rollout (``rocmfleet plan --image`` adds it).
+        (one rank each today, with its host's profile and image: a service's hosts may differ in
+        either, and the service lists each; :func:`rocmfleet.plan.services.plan_services`), and the
+        hosts' plans in the order given; no rollout (``rocmfleet plan --image`` adds it).
     """
     default = default_facts()
     plans: list[HostPlan] = []

@@ -7,7 +7,8 @@ rather than pass on what it could not see.
 
 The same rule covers every item of a :class:`rocmfleet.plan.model.HostPlan` (files, directories,
 packages, units, paths kept absent): :func:`plan_wanted` turns a host's plan into wanted items,
-so ``status``, ``--dry`` and ``check`` can show every role's drift from the one plan.
+and :mod:`rocmfleet.plan.hostdrift` gives ``status``, ``--dry`` and ``check`` every role's drift
+from the one plan.
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ def plan_wanted(host: HostPlan) -> list[Wanted]:
     return wanted
 
 
-def query(host: HostPlan) -> dict[str, object]:
+def query(host: HostPlan) -> dict[str, list[str]]:
     """``HostState`` arguments that read every item :func:`plan_wanted` gives for ``host``."""
     wanted = plan_wanted(host)
     paths = [w.path for w in wanted if not isinstance(w, (WantedUnit, WantedPackage))]

@@ -8,7 +8,8 @@ units, and ``apt-cache madison amdgpu-exporter`` as a run); :func:`differs` says
 would act, by the one drift rule (:func:`rocmfleet.plan.drift.drift`) for the files and units and
 the driver's rule for the package (:func:`rocmfleet.plan.rocmplan.differs`). Empty: the role calls
 no operation, and a converged host costs no command beyond the read. ``rocmfleet check``
-asserts the same (``rocm::metrics_exporter_as_wanted``).
+asserts the package's version (``rocm::metrics_exporter_as_wanted``) and the files, units and hold
+by the plan's rule (``drift::role_as_wanted[exporter]``).
 
 With ``metrics_exporter: false`` the role leaves the exporter alone: nothing is read, nothing
 differs, nothing is removed (an operator who turns it off may run it by hand).

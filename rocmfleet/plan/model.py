@@ -33,11 +33,14 @@ class Rank:
 
 @dataclass(frozen=True)
 class ReplicaPlan:
-    """One replica of a service: ``id`` (``HOST/INSTANCE`` of its head) and its ranks, head first."""
+    """One replica of a service: ``id`` (``HOST/INSTANCE`` of its head), its ranks, head first, and
+    the profile and image reference its hosts run it with."""
 
     service: str
     id: str
     ranks: tuple[Rank, ...]
+    profile: str
+    image: str
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,15 @@ class ServiceImage:
 
 @dataclass(frozen=True)
 class ServicePlan:
-    """One served model: its name (what clients put in ``model``), profile, images (one, or one per
-    group during a per-group pin; in order of first host) and replicas (in host then instance order)."""
+    """One served model: its name (what clients put in ``model``), the profiles its replicas run
+    with (sorted, each once: more than one when hosts of one service differ, e.g. a TP-2 profile
+    beside a TP-1 one of the same ``served_model_name``), the images they run (one
+    :class:`ServiceImage` each, in order of first host: more than one during a per-group pin, each
+    naming its hosts and groups) and its replicas (in host then instance order; each
+    :class:`ReplicaPlan` names its own profile and image)."""
 
     name: str
-    profile: str
+    profiles: tuple[str, ...]
     images: tuple[ServiceImage, ...]
     replicas: tuple[ReplicaPlan, ...]
 
@@ -82,13 +89,14 @@ class RolloutPlan:
             (the plan does not connect to the registry).
         group, pin_file: ``--group`` (``None``: the fleet-wide pin) and the group data file the
             rollout would pin the image in.
-        hosts: the hosts that would switch (every host of the group or fleet: what a host runs is not
-            known offline), inventory order.
+        hosts: the hosts that would switch (every host of the group or fleet but those whose image
+            is pinned elsewhere: what a host runs is not known offline), inventory order.
         canary: how the canary is chosen (``1 replica(s) of each service``, ``group canary``);
             ``canary_hosts``: its hosts.
         services: each service's replicas and bound; ``batches``: the hosts of each batch, canary
             first; ``canary_batches``: how many of the first batches are the canary.
-        lines: the plan as ``rollout --dry`` prints it (the services, the canary, the batches).
+        lines: the plan as ``rollout --dry`` prints it (each host left out, pinned elsewhere; the
+            services, the canary, the batches).
     """
 
     image: str

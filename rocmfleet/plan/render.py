@@ -98,35 +98,48 @@ def host_text(host: HostPlan, files: bool = False) -> str:
 
 
 def service_text(service: ServicePlan) -> str:
-    """One service's part of the text: its replicas and hosts, profile, images (per group during a
-    per-group pin: which hosts run which), a replica that spans hosts with its ranks (head first),
-    then a line per host with its one-host replicas (its instances)::
+    """One service's part of the text: its replicas and hosts; its profile and image when every
+    replica runs the same, else a ``replicas differ`` line counting each profile and image; the
+    images per group when there are several (which hosts run which); a replica that spans hosts with
+    its ranks (head first); then a line per host with its one-host replicas (its instances), naming
+    their profile and image when the service's replicas differ::
 
         service qwen3-235b-a22b: 16 replica(s) on 16 host(s)
-          profile qwen3-235b-a22b
+          replicas differ: profile qwen3-235b-a22b (16); image registry.example/vllm:0.33.0-r1@sha256:... (6), ...
           image registry.example/vllm:0.33.0-r1@sha256:... on 6 host(s) (group rack_a): ra-01, ...
-          on ra-01: 1 replica(s): qwen3-235b-a22b-0
+          on ra-01: 1 replica(s): qwen3-235b-a22b-0 (profile qwen3-235b-a22b, image registry.example/...)
     """
     hosts = list(dict.fromkeys(r.host for replica in service.replicas for r in replica.ranks))
-    lines = [
-        f"service {service.name}: {len(service.replicas)} replica(s) on {len(hosts)} host(s)",
-        f"  profile {service.profile}",
-    ]
-    for used in service.images:
-        if len(service.images) == 1:
-            lines.append(f"  image {used.image}")
-            continue
-        groups = f"group {', '.join(used.groups)}" if used.groups else "no group holds exactly these hosts"
-        lines.append(f"  image {used.image} on {len(used.hosts)} host(s) ({groups}): {', '.join(used.hosts)}")
+    lines = [f"service {service.name}: {len(service.replicas)} replica(s) on {len(hosts)} host(s)"]
+    same = len(service.profiles) == 1 and len(service.images) == 1
+    if same:
+        lines.append(f"  profile {service.profiles[0]}, image {service.images[0].image}")
+    else:
+        # replicas of one service that differ (a TP-2 profile beside a TP-1 one, a rack on its own
+        # pin): each says its own, so that the service line hides none
+        lines.append(
+            f"  replicas differ: {_counted('profile', [r.profile for r in service.replicas])}; "
+            f"{_counted('image', [r.image for r in service.replicas])}"
+        )
+    if len(service.images) > 1:
+        for used in service.images:
+            groups = f"group {', '.join(used.groups)}" if used.groups else "no group holds exactly these hosts"
+            lines.append(f"  image {used.image} on {len(used.hosts)} host(s) ({groups}): {', '.join(used.hosts)}")
     on_host: dict[str, list[str]] = {}  # one-rank replicas by host: a line per host
     for replica in service.replicas:
+        own = "" if same else f" (profile {replica.profile}, image {replica.image})"
         if len(replica.ranks) == 1:
-            on_host.setdefault(replica.ranks[0].host, []).append(replica.ranks[0].instance)
+            on_host.setdefault(replica.ranks[0].host, []).append(replica.ranks[0].instance + own)
         else:
             ranks = ", ".join(f"{rank.host} (rank {rank.rank}, {rank.instance})" for rank in replica.ranks)
-            lines.append(f"  replica {replica.id} on {ranks}")
+            lines.append(f"  replica {replica.id}{own} on {ranks}")
     lines += [f"  on {host}: {len(names)} replica(s): {', '.join(names)}" for host, names in on_host.items()]
     return "\n".join(lines) + "\n"
+
+
+def _counted(what: str, values: list[str]) -> str:
+    """``profile a (3), b (1)``: each distinct value of ``values``, sorted, with how many have it."""
+    return f"{what} " + ", ".join(f"{v} ({values.count(v)})" for v in sorted(set(values)))
 
 
 def rollout_text(rollout: RolloutPlan) -> str:

@@ -51,24 +51,28 @@ def _images(hosts: Sequence[tuple[str, str, Sequence[str]]]) -> tuple[ServiceIma
 
 
 def plan_services(hosts: Sequence[tuple[str, HostConfig, Sequence[str]]]) -> tuple[ServicePlan, ...]:
-    """The services ``hosts`` serve, sorted by name: each with its profile (its first host's), its
-    images (:class:`~rocmfleet.plan.model.ServiceImage`) and its replicas in host then instance
-    order, one rank each (each instance is one replica, :func:`replicas`).
+    """The services ``hosts`` serve, sorted by name: each with its profiles (sorted, each once), its
+    images (:class:`~rocmfleet.plan.model.ServiceImage`, in order of first host) and its replicas in
+    host then instance order, one rank each, with their host's profile and image (each instance is
+    one replica, :func:`replicas`): a service's hosts may differ in either, and the service lists each.
 
     Args:
         hosts: ``(name, validated configuration, inventory groups)`` per host, in inventory order.
     """
     found: dict[str, list[ReplicaPlan]] = {}
-    profile: dict[str, str] = {}
     images: dict[str, list[tuple[str, str, Sequence[str]]]] = {}
     for name, config, groups in hosts:
+        profile, image = config.profile.name, config.image.reference
         for service, instance in replicas(config):
-            found.setdefault(service, []).append(ReplicaPlan(service, f"{name}/{instance}", (Rank(name, instance, 0),)))
-            profile.setdefault(service, config.profile.name)
+            ranks = (Rank(name, instance, 0),)
+            found.setdefault(service, []).append(ReplicaPlan(service, f"{name}/{instance}", ranks, profile, image))
             held = images.setdefault(service, [])
             if not held or held[-1][0] != name:
-                held.append((name, config.image.reference, groups))
-    return tuple(ServicePlan(s, profile[s], _images(images[s]), tuple(found[s])) for s in sorted(found))
+                held.append((name, image, groups))
+    return tuple(
+        ServicePlan(s, tuple(sorted({r.profile for r in found[s]})), _images(images[s]), tuple(found[s]))
+        for s in sorted(found)
+    )
 
 
 def replica_counts(services: Sequence[ServicePlan], order: Sequence[str]) -> dict[str, dict[str, int]]:

@@ -8,10 +8,11 @@
   ``rocmfleet/plan/topologies/<name>.txt``, e.g. ``mi308x-8gpu-cpx``);
 - a file holding the GPU topology script's output (``rocmfleet.facts.topology.SCRIPT``, starting
   with ``@@rocmfleet-gpu-topology 1``), as the ``GpuTopology`` fact parses it;
-- a directory: a copy of ``/sys/class/kfd/kfd/topology`` (or its ``nodes``), no CPU/NUMA data;
+- a directory: a copy of ``/sys/class/kfd/kfd/topology`` (or its ``nodes``, or of
+  ``/sys/class/kfd/kfd`` itself), no CPU/NUMA data;
 - a JSON file, a *recorded host*: ``{"topology": [script output lines], "device_gids": [44, 992],
   "os": {"id": "debian", "version_id": "12", "codename": "bookworm", "kernel": "6.1.0-28-amd64"}}``
-  (every key but ``topology`` optional).
+  (every key but ``topology`` optional; another key is refused).
 
 Facts a file does not carry take the documented defaults (:data:`DEFAULT_GIDS`,
 :data:`DEFAULT_OS`) and :attr:`HostFacts.assumed` names each, so the plan says what it assumed.
@@ -38,6 +39,10 @@ DEFAULT_GIDS: tuple[int, ...] = (992,)
 #: The OS assumed: Debian 12 (bookworm), the release the deploy falls back to when it cannot read one
 #: (``roles/rocm``: ``rocm.OS_TARGETS[("debian", "12")]``).
 DEFAULT_OS = {"id": "debian", "version_id": "12", "codename": "bookworm", "kernel": ""}
+
+
+#: The keys of a recorded host file (the module's text).
+RECORDED_KEYS = ("topology", "device_gids", "os")
 
 
 class SourceError(ValueError):
@@ -132,8 +137,11 @@ def load(spec: str | None) -> HostFacts:
         return HostFacts(f"shipped {spec}", parse_fact_output((SHIPPED / f"{spec}.txt").read_text().splitlines()))
     path = Path(spec)
     try:
-        if path.is_dir():
-            return HostFacts(f"kfd tree {spec}", build_topology(read_kfd_tree(path)))
+        if path.is_dir():  # a copy of /sys/class/kfd/kfd holds the topology directory
+            tree = path / "topology" if (path / "topology" / "nodes").is_dir() else path
+            return HostFacts(f"kfd tree {spec}", build_topology(read_kfd_tree(tree)))
+        if path.exists() and not path.is_file():  # /dev/null, a pipe: nothing to read a topology from
+            raise SourceError(f"--topology {spec}: not a regular file or a directory; {allowed}")
         if not path.is_file():
             raise SourceError(f"--topology {spec}: no such file or directory; {allowed}")
         text = path.read_text()
@@ -148,6 +156,12 @@ def _recorded_host(spec: str, data: object) -> HostFacts:
     """A recorded host file's facts (keys ``topology``, ``device_gids``, ``os``)."""
     if not isinstance(data, dict) or not isinstance(data.get("topology"), list):
         raise SourceError(f"--topology {spec}: a recorded host is a JSON object with 'topology': [lines]")
+    # a misspelt key ("device_gid") would otherwise be the default, said as assumed only
+    if unknown := sorted(set(data) - set(RECORDED_KEYS)):
+        raise SourceError(
+            f"--topology {spec}: unknown key(s) {', '.join(map(repr, unknown))} of a recorded host; "
+            f"allowed: {', '.join(map(repr, RECORDED_KEYS))}"
+        )
     assumed: list[str] = []
     gids = data.get("device_gids")
     if gids is None:
@@ -159,7 +173,11 @@ def _recorded_host(spec: str, data: object) -> HostFacts:
     if found is None:
         assumed.append("os")
         found = DEFAULT_OS
-    if not isinstance(found, dict) or not all(isinstance(found.get(k, ""), str) for k in DEFAULT_OS):
+    if (
+        not isinstance(found, dict)
+        or not all(isinstance(found.get(k, ""), str) for k in DEFAULT_OS)
+        or set(found) - set(DEFAULT_OS)
+    ):
         raise SourceError(f"--topology {spec}: 'os' is an object of strings {sorted(DEFAULT_OS)}, not {found!r}")
     return HostFacts(
         source=f"recorded host {spec}",

@@ -36,7 +36,9 @@ from rocmfleet.plan.instance import (
     secrets_content,
     serve_record,
 )
-from rocmfleet.scripts import DIR as SCRIPTS_DIR
+from rocmfleet.plan.vllmitems import directories as directories
+from rocmfleet.plan.vllmitems import script_files as script_files
+from rocmfleet.plan.vllmitems import staging as staging
 
 #: The glob of the vLLM units rocmfleet may have made (:func:`rocmfleet.domain.vllmfiles.layout`).
 UNIT_GLOB = vllmfiles.layout("*").unit_path
@@ -59,25 +61,6 @@ def topology_of(got: Gathered) -> Topology | None | Literal["unknown"]:
         return "unknown"
 
 
-def directories(config: HostConfig) -> list[tuple[str, str, str | None, str | None]]:
-    """``(path, mode, user, group)`` of the directories the role creates, in order."""
-    settings = config.settings
-    return [
-        (vllmfiles.CONFIG_DIR, "700", "root", "root"),
-        (settings.vllm_cache_dir, "755", None, None),
-        (settings.vllm_hf_cache_dir, "755", None, None),
-        (vllm.SCRIPT_DIR, "755", "root", "root"),
-    ]
-
-
-def script_files() -> list[WantedFile]:
-    """The scripts the units run, as ``files.put`` installs them (``rocmfleet.domain.vllm.UNIT_SCRIPTS``)."""
-    return [
-        WantedFile(f"{vllm.SCRIPT_DIR}/{name}", (SCRIPTS_DIR / name).read_bytes(), mode, "root", "root")
-        for name, mode in vllm.UNIT_SCRIPTS.items()
-    ]
-
-
 def device_gids(got: Gathered) -> list[int]:
     """The group ids owning ``/dev/kfd`` and the render nodes, from the ``HostState`` read (as ``DeviceGroupIds``)."""
     return hoststate.gids(got, [vllm.KFD, *(p for p in got.paths if p.startswith("/dev/dri/renderD"))])
@@ -90,14 +73,6 @@ def wanted_instance(config: HostConfig, instance: Instance, placed: HostPlacemen
     names = vllmfiles.files_of(instance)
     secrets = WantedFile(names.secrets_file, secrets_content(config).reveal().encode(), "600", "root", "root")
     return [*instance_files(config, instance, placed).files, secrets, WantedUnit(names.unit)]
-
-
-def staging(config: HostConfig) -> hfmodel.Staged | None:
-    """The model the host stages before its instances start (:mod:`rocmfleet.domain.hfmodel`): the
-    profile's hub model at its revision, into ``vllm_hf_cache_dir``, with the instances' image; ``None``
-    for a model given as a path in the container."""
-    profile = config.profile
-    return hfmodel.staged(profile.model, profile.revision, config.settings.vllm_hf_cache_dir, config.image.reference)
 
 
 def model_staged(staged: hfmodel.Staged | None, got: Gathered) -> bool:

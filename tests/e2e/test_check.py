@@ -10,12 +10,13 @@ runs lab-3 on the second image tag.)
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from rocmfleet.domain import readiness, tuning
-from tests.conftest import ROOT, lab_command, lab_ssh, rocmfleet_cli
+from rocmfleet.domain import exporter, readiness, rocm, tuning
+from tests.conftest import ROOT, lab_command, lab_ssh, pyinfra_json, rocmfleet_cli
 
 pytestmark = pytest.mark.lab
 
@@ -58,7 +59,10 @@ def test_every_lab_host_passes(lab, tmp_path):
         for name in ("container_image_digest", "container_arguments", "container_environment", "ready"):
             assert (host, f"vllm::{name}[{instance}]") in checks
     assert ("lab-1", "vllm::ready[tiny-llama-b]") in checks
-    assert "lab-1  PASS  docker::daemon_json_as_rendered" in output  # one line per host and check
+    assert "lab-1  PASS  drift::role_as_wanted[docker]" in output  # one line per host and check
+    # every role of every host as its plan wants it (rocmfleet.plan.hostdrift): no false drift
+    roles = ("base", "rocm", "tuning", "exporter", "docker", "vllm")
+    assert {(h, f"drift::role_as_wanted[{r}]") for h in lab.hosts for r in roles} <= checks
     suites = {s.get("name"): s for s in ET.parse(junit).getroot().iter("testsuite")}
     assert set(suites) == set(lab.hosts) and all(s.get("failures") == "0" for s in suites.values())
 
@@ -138,6 +142,99 @@ def test_a_stopped_unit_a_stopped_docker_and_a_powered_off_host_each_fail_their_
         wait_ready(lab, docker_host, docker_container, docker_port)
         wait_ready(lab, off_host, off_container, off_port)
     assert ssh_ok(lab, off_host, f"systemctl is-active {off_container}.service").strip() == "active"
+
+
+def changed_operations(report: dict) -> dict[str, list]:
+    """``{operation name: hosts it changed}`` of a ``pyinfra --json`` report, for those that changed
+    any; the name without its role's prefix (``docker | Write ...``: ``Write ...``)."""
+    return {op["name"].split(" | ", 1)[-1]: op["success"] for op in report["results"]["operations"] if op["success"]}
+
+
+def test_one_file_of_each_role_edited_by_hand_is_its_roles_drift_everywhere_and_one_converge_mends_it(lab, tmp_path):
+    """Issue 43: one file of each role edited by hand on one host shows as that role's drift in
+    ``rocmfleet status``, in ``pyinfra ... --dry`` and as a FAIL of ``rocmfleet check``; the next
+    converge changes exactly those (and what each change brings: apt's, udev's, Docker's, the
+    exporter's and the instance's reloads and restarts), and a second one changes nothing. One host,
+    ``--limit``: every edit is one a running host takes (comments, JSON whitespace dockerd accepts)."""
+    from rocmfleet.domain import vllmfiles
+    from rocmfleet.plan.baseplan import APT_LOCK_FILE
+
+    host, container, port = LAB_3
+    instance = container.removeprefix("vllm-")
+    unit, env_file = vllmfiles.layout(instance).unit, vllmfiles.layout(instance).env_file
+    edited = {
+        "base": (APT_LOCK_FILE, "echo '// edited by hand' >> {}"),
+        "rocm": (rocm.UDEV_RULE, "echo '# edited by hand' >> {}"),
+        "tuning": (tuning.SYSCTL_FILE, "echo '# edited by hand' >> {}"),
+        "exporter": (exporter.CONFIG_FILE, "sed -i '1s/^/ /' {}"),  # JSON with a leading space
+        "docker": ("/etc/docker/daemon.json", "sed -i '1s/^{{/{{ /' {}"),  # the same keys: dockerd reloads
+        "vllm": (env_file, "echo '# edited by hand' >> {}"),
+    }
+    limit = ("--limit", host)
+    mended = False
+    try:
+        for path, edit in edited.values():
+            ssh_ok(lab, host, edit.format(path))
+        # status: each role's drift names its file
+        proc = rocmfleet_cli("status", "inventories/lab.py", *limit, "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        drift = json.loads(proc.stdout)["hosts"][host]["drift"]
+        for role, (path, _) in edited.items():
+            assert any(line.startswith(f"{path}: content ") for line in drift[role]), (role, drift)
+        assert sum(len(lines) for lines in drift.values()) == len(edited), drift
+        # --dry: each role's drift, one line each, nothing changed
+        rc, _report, output = pyinfra_json("deploy.py", "--dry", *limit)
+        assert rc == 0, output[-4000:]
+        for role, (path, _) in edited.items():  # pyinfra pads "[HOST]" to the longest name's width
+            assert re.search(rf"\[{host}\] +drift {role}: {re.escape(path)}: content ", output), (role, output[-4000:])
+        # check: one FAIL per role (the sysctl file and the env file are their own checks')
+        rc, report, output = check(tmp_path, *limit)
+        assert rc == 1, output[-4000:]
+        assert failures(report) == {
+            (host, "drift::role_as_wanted[base]"),
+            (host, "drift::role_as_wanted[rocm]"),
+            (host, "tuning::numa_balancing_persisted"),
+            (host, "drift::role_as_wanted[exporter]"),
+            (host, "drift::role_as_wanted[docker]"),
+            (host, f"vllm::instance_files_as_wanted[{instance}]"),
+        }, output[-4000:]
+        # one converge mends exactly those
+        rc, report, output = pyinfra_json("deploy.py", "-y", *limit)
+        assert rc == 0, output[-4000:]
+        mended = True
+        changed = changed_operations(report)
+        writes = {
+            "Make apt wait for a held dpkg lock",
+            f"Render {rocm.UDEV_RULE}",
+            f"Render {tuning.SYSCTL_FILE}",
+            f"Render {exporter.CONFIG_FILE}",
+            "Write /etc/docker/daemon.json (validated by dockerd)",
+            f"Render {env_file} and {unit}",
+        }
+        # and what each brings (a check that runs a command reports a change: ``Check ...``)
+        brought = {
+            "Pull the vLLM image by digest",
+            "Reload udev rules",
+            "Apply kernel.numa_balancing=0 live",
+            f"Restart {exporter.EXPORTER_UNIT} for its new configuration",
+            "Restart Docker for the new daemon.json, a few hosts at a time",
+            "Reload systemd units",
+            f"Clear the start limit of {unit}",
+            f"Restart {unit} for its new image, unit or environment",
+            "Wait until every vLLM instance is ready; roll back each one that is not",
+            f"Keep the files of {unit} as its last good version",
+        }
+        unexpected = {name for name in changed if name not in writes | brought and not name.startswith("Check ")}
+        assert writes <= set(changed) and not unexpected, changed
+        rc, report, output = pyinfra_json("deploy.py", "-y", *limit)
+        assert rc == 0, output[-4000:]
+        assert changed_operations(report) == {}, "a second converge changed something"
+        proc = rocmfleet_cli("status", "inventories/lab.py", *limit, "--json")
+        assert json.loads(proc.stdout)["hosts"][host]["drift"] == {role: [] for role in edited}
+    finally:  # a converge mends every edit, whichever step failed
+        if not mended:
+            pyinfra_json("deploy.py", "-y", *limit)
+        wait_ready(lab, host, container, port)
 
 
 def test_a_bad_inventory_is_exit_2_before_any_connection(tmp_path):

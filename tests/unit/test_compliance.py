@@ -97,6 +97,7 @@ def test_report_plugin_records_each_check_once(tmp_path):
         "def test_unreadable():\n"
         "    from rocmfleet.domain.tooloutput import CannotCheck\n"
         "    raise CannotCheck('journal unreadable')\n"
+        "@pytest.mark.parametrize('role', ['base', 'docker'])\ndef test_role(role):\n    assert role == 'base', role\n"
     )
     out = tmp_path / "report.jsonl"
     subprocess.run(
@@ -114,6 +115,9 @@ def test_report_plugin_records_each_check_once(tmp_path):
     )
     entries = {e["nodeid"].split("::")[1]: e for e in map(json.loads, out.read_text().splitlines())}
     assert entries["test_ok"]["check"] == "sample::ok"
+    # a check per role is named by its role, as one per instance by its instance (drift::role_as_wanted[ROLE])
+    roles = {entries.pop(f"test_role[{r}]")["check"]: r for r in ("base", "docker")}
+    assert roles == {"sample::role[base]": "base", "sample::role[docker]": "docker"}
     assert {k: e["outcome"] for k, e in entries.items()} == {
         "test_ok": "passed",
         "test_bad": "failed",

@@ -54,3 +54,26 @@ def test_bad_data_fails_the_host_through_pyinfra_with_the_problem(tmp_path):
     assert "Traceback" not in output, output[-4000:]
     assert "[@fake/bad-1] rocmfleet: @fake/bad-1: invalid configuration:" in output
     assert "vllm_shm_size_gib" in output
+
+
+def test_dry_says_every_roles_drift_of_the_one_read_and_y_does_not(tmp_path):
+    """``--dry`` prints every role's drift by the plan's rule (``[HOST] drift ROLE: ITEM: why``) from
+    the deploy's one read: lab-1's recorded read with every plan item as wanted but one file of
+    each role edited by hand (``tests/unit/test_hostdrift.py``) says those six files and nothing
+    else of the plan; a bare host (no answer) says what it could not read; ``-y`` says none."""
+    from tests.unit.test_hostdrift import EDITED, FACTS, read
+
+    lab1 = {k: v for k, v in FACTS["data"].items() if not k.startswith("ssh_")}
+    lab1["fake_responses"] = {"' state.sh ": {"stdout": read(EDITED)}}
+    hosts = {"lab-1": lab1, "bare-1": {}}
+    proc = plan(tmp_path, hosts, "--dry")
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output and proc.returncode == 0, output[-4000:]
+    said = [line.split("] ", 1)[1].strip() for line in output.splitlines() if "[@fake/lab-1] " in line]
+    drift = [line.removeprefix("drift ").split(": content ")[0] for line in said if line.startswith("drift ")]
+    assert drift == [f"{role}: {path}" for role, path in EDITED.items()], said  # pyinfra pads the prefix
+    assert all(": content 000000000000..., want " in line for line in said if line.startswith("drift "))
+    bare = [line.split("] ", 1)[1].strip() for line in output.splitlines() if "[@fake/bare-1] drift " in line]
+    assert "drift base: /etc/apt/apt.conf.d/80rocmfleet-lock-timeout: not reported by the read" in bare
+    applied = plan(tmp_path, {"lab-1": lab1}, "--dry", "-y")  # -y: no change detection, no drift read
+    assert "Traceback" not in applied.stderr and "] drift " not in applied.stdout + applied.stderr

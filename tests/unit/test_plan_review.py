@@ -132,7 +132,9 @@ def test_the_service_section_names_each_racks_image_and_each_hosts_replicas(offl
     assert cli.main(["plan", "inventory.py"]) == 0
     out = capsys.readouterr().out
     section = out[: out.index("\nhost ")].splitlines()
-    assert section[:2] == ["service llama-4-scout: 8 replica(s) on 8 host(s)", "  profile llama-4-scout"]
+    assert section[0] == "service llama-4-scout: 8 replica(s) on 8 host(s)"
+    assert section[1].startswith("  replicas differ: profile llama-4-scout (8); image registry.example.invalid/vllm:")
+    assert [part.rsplit(" ", 1)[1] for part in section[1].split("; image ")[1].split(", ")] == ["(2)", "(4)", "(2)"]
     pins = [line for line in section[:6] if line.startswith("  image ")]
     assert [line.split(" on ", 1)[1] for line in pins] == [
         "2 host(s) (group rack_a): ra-07, ra-08",
@@ -140,7 +142,10 @@ def test_the_service_section_names_each_racks_image_and_each_hosts_replicas(offl
         "2 host(s) (group rack_c): rc-07, rc-08",
     ]
     assert pins[1].startswith("  image registry.example.invalid/vllm:0.33.0-r2@sha256:2222")
-    assert "  on rb-01: 1 replica(s): llama-4-scout-0" in section
+    assert (
+        "  on rb-01: 1 replica(s): llama-4-scout-0 (profile llama-4-scout, "
+        f"image registry.example.invalid/vllm:0.33.0-r2@sha256:{'2' * 64})" in section
+    )
 
 
 def test_a_replica_that_spans_hosts_is_one_line_with_its_ranks():
@@ -148,13 +153,11 @@ def test_a_replica_that_spans_hosts_is_one_line_with_its_ranks():
     from rocmfleet.plan.render import service_text
 
     ranks = (Rank("h1", "big-0", 0), Rank("h2", "big-0", 1))
-    service = ServicePlan(
-        "big", "big", (ServiceImage("r/i:1", ("h1", "h2")),), (ReplicaPlan("big", "h1/big-0", ranks),)
-    )
+    replica = ReplicaPlan("big", "h1/big-0", ranks, "big", "r/i:1")
+    service = ServicePlan("big", ("big",), (ServiceImage("r/i:1", ("h1", "h2")),), (replica,))
     assert service_text(service).splitlines() == [
         "service big: 1 replica(s) on 2 host(s)",
-        "  profile big",
-        "  image r/i:1",
+        "  profile big, image r/i:1",
         "  replica h1/big-0 on h1 (rank 0, big-0), h2 (rank 1, big-0)",
     ]
 
@@ -163,10 +166,10 @@ def test_replica_counts_take_a_spanning_replica_out_with_each_of_its_hosts():
     from rocmfleet.plan.model import Rank, ReplicaPlan, ServiceImage, ServicePlan
     from rocmfleet.plan.services import replica_counts
 
-    big = ReplicaPlan("big", "h1/big-0", (Rank("h1", "big-0", 0), Rank("h2", "big-0", 1)))
-    small = ReplicaPlan("small", "h1/small-0", (Rank("h1", "small-0", 0),))
+    big = ReplicaPlan("big", "h1/big-0", (Rank("h1", "big-0", 0), Rank("h2", "big-0", 1)), "big", "r/i:1")
+    small = ReplicaPlan("small", "h1/small-0", (Rank("h1", "small-0", 0),), "small", "r/i:1")
     services = (
-        ServicePlan("big", "big", (ServiceImage("r/i:1", ("h1", "h2")),), (big,)),
-        ServicePlan("small", "small", (ServiceImage("r/i:1", ("h1",)),), (small,)),
+        ServicePlan("big", ("big",), (ServiceImage("r/i:1", ("h1", "h2")),), (big,)),
+        ServicePlan("small", ("small",), (ServiceImage("r/i:1", ("h1",)),), (small,)),
     )
     assert replica_counts(services, ["h0", "h1", "h2"]) == {"h0": {}, "h1": {"big": 1, "small": 1}, "h2": {"big": 1}}

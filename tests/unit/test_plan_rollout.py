@@ -168,3 +168,41 @@ def test_a_malformed_image_is_refused_by_the_parser(fleet_wide, offline, capsys)
     assert exited.value.code == 2 and "argument --image: repository 'Registry/UPPER': must be lower case" in (
         capsys.readouterr().err
     )
+
+
+def test_a_host_whose_image_another_group_pins_is_left_out_as_by_rollout(site, offline, plan, dry):
+    # ra-01 in rack_a and rack_b: rack_b's pin wins, so an edit of rack_a.yml leaves it as it is;
+    # rollout leaves it out (rocmfleet.fleet.rollout.fleetimage.pinned_hosts), and so does the plan
+    inventory = site / "inventory.py"
+    inventory.write_text(
+        inventory.read_text().replace(
+            'rack_b = ([h for h in _HOSTS if h.startswith("rb-")]',
+            'rack_b = (["ra-01"] + [h for h in _HOSTS if h.startswith("rb-")]',
+        )
+    )
+    code, out, err = plan(site, "--image", IMAGE, "--group", "rack_a")
+    assert code == 0, err
+    assert sorted(h for _c, b in batches(out) for h, _s in b) == [f"ra-{i:02d}" for i in range(2, 9)]
+    said = "ra-01: in rack_a, but its image is pinned elsewhere (a later group or its own data: "
+    assert f"  {said}registry.example.invalid/vllm:0.33.0-r2@sha256:{'2' * 64}): left out" in out
+    assert "(group rack_a's pin); 7 host(s) switch" in out
+    code, as_json, err = plan(site, "--image", IMAGE, "--group", "rack_a", "--json")
+    assert code == 0, err
+    rollout = json.loads(as_json)["rollout"]
+    assert "ra-01" not in rollout["hosts"] and rollout["lines"][0].startswith(said)
+    assert offline == []  # the plan connects to nothing; rollout --dry tries (refused here)
+    dry_code, dry_out, dry_err = dry(site, "--image", IMAGE, "--group", "rack_a")
+    assert dry_code == 0, dry_err
+    assert rollout_lines(out) == rollout_lines(dry_out)
+
+
+def test_a_canary_group_whose_hosts_are_all_pinned_elsewhere_is_refused_as_by_rollout(fleet_wide, offline, plan):
+    inventory = fleet_wide / "inventory.py"
+    own = '{"ssh_hostname": f"{h}.example.invalid"}'
+    pin = '{"vllm_image_tag": "old", "vllm_image_digest": "sha256:" + "9" * 64}'
+    inventory.write_text(inventory.read_text().replace(own, own[:-1] + f", **({pin} if h in _CANARY else {{}})}}"))
+    inventory.write_text(inventory.read_text().replace("all = (", '_CANARY = ("ra-01", "ra-07")\nall = (', 1))
+    code, out, err = plan(fleet_wide, "--image", IMAGE, "--canary-group", "canary")
+    assert code == 2 and out == ""
+    assert "--canary-group canary: none of its hosts (ra-01, ra-07) is in this rollout (each is left out above)" in err
+    assert err.endswith("rocmfleet plan: nothing planned (exit 2)\n") and offline == []

@@ -859,7 +859,7 @@ def test_an_image_docker_would_refuse_is_refused_before_any_read(tmp_path, monke
 @pytest.mark.parametrize(
     ("options", "said"),
     [
-        (["--canary", "999"], "--canary 999: replicas of each service in the canary, more than this covers"),
+        (["--canary", "999"], "--canary 999: replicas of each service in the canary, more than a service has"),
         (["--max-unavailable", "999"], "--max-unavailable 999: replicas of each service out at once, more than any"),
         (["--limit", "mi300x-a01,mi300x-a20"], "--limit mi300x-a20: matches no host, group or glob of"),
         (["--exclude", "mi300x-a20"], "--exclude mi300x-a20: matches no host, group or glob of"),

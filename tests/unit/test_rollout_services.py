@@ -245,3 +245,65 @@ def test_a_failed_canary_puts_the_racks_pin_back(site, stand_ins, capsys):
     # the whole rack as the canary, split by the default bound of 1 replica of each service
     assert state.canary_batches == len(state.batches) == 4 and state.status == "rolled_back"
     assert (site / "group_vars" / "rack_b.yml").read_text() == rack_b
+
+
+def test_a_host_whose_image_another_group_pins_is_left_out_of_a_groups_rollout(site, offline, dry):
+    # ra-01 in rack_a and rack_b: rack_b's pin wins, so an edit of rack_a.yml leaves it as it is;
+    # rolling it with rack_a left it on an image its data did not say (the next deploy put it back)
+    inventory = site / "inventory.py"
+    text = inventory.read_text()
+    text = text.replace(
+        'rack_b = ([h for h in _HOSTS if h.startswith("rb-")]',
+        'rack_b = (["ra-01"] + [h for h in _HOSTS if h.startswith("rb-")]',
+    )
+    inventory.write_text(text)
+    code, out, err = dry(site, "--image", IMAGE, "--group", "rack_a")
+    assert code == 0, err
+    assert sorted(h for _c, b in batches(out) for h, _s in b) == [f"ra-{i:02d}" for i in range(2, 9)]
+    said = "ra-01: in rack_a, but its image is pinned elsewhere (a later group or its own data: "
+    assert f"{said}registry.example.invalid/vllm:0.33.0-r2@sha256:{'2' * 64}): left out" in out
+    code, out, err = dry(site, "--image", IMAGE, "--group", "rack_b")
+    assert code == 0, err
+    assert "ra-01" in {h for _c, b in batches(out) for h, _s in b} and "left out" not in out
+
+
+def test_a_host_without_instances_says_so_in_its_batch(site, offline, dry):
+    inventory = site / "inventory.py"
+    own = '{"ssh_hostname": f"{h}.example.invalid"}'
+    inventory.write_text(
+        inventory.read_text().replace(own, own[:-1] + ', **({"vllm_instances": []} if h == "ra-03" else {})}')
+    )
+    code, out, err = dry(site, "--image", IMAGE, "--group", "rack_a")
+    assert code == 0, err
+    assert "ra-03 [no instance]" in out and "[]" not in out
+
+
+def test_dry_says_how_many_hosts_the_preflight_could_not_check(site, offline, dry):
+    # "preflight: ... on 0 host(s)" read as if the fleet had been checked and found empty
+    code, out, err = dry(site, "--image", IMAGE, "--group", "rack_c")
+    assert code == 0, err
+    assert "preflight: rocmfleet check --select gpu,vllm on 0 host(s) (8 not reached: not checked)\n" in out
+
+
+def test_a_host_pinned_by_its_own_data_is_left_out_of_a_fleet_wide_rollout(fleet_wide, offline, dry):
+    inventory = fleet_wide / "inventory.py"
+    own = '{"ssh_hostname": f"{h}.example.invalid"}'
+    pin = '{"vllm_image_tag": "old", "vllm_image_digest": "sha256:" + "9" * 64}'
+    inventory.write_text(inventory.read_text().replace(own, own[:-1] + f", **({pin} if h == 'ra-02' else {{}})}}"))
+    code, out, err = dry(fleet_wide, "--image", IMAGE)
+    assert code == 0, err
+    rolled = {h for _c, b in batches(out) for h, _s in b}
+    assert "ra-02" not in rolled and len(rolled) == 23
+    said = "ra-02: its image is pinned elsewhere (a later group or its own data: registry.example.invalid/vllm:old@"
+    assert said in out and f"left out, an edit of {fleet_wide / 'group_vars' / 'all.yml'} does not change it" in out
+
+
+def test_a_canary_group_whose_hosts_are_all_pinned_elsewhere_is_refused(fleet_wide, offline, dry):
+    inventory = fleet_wide / "inventory.py"
+    own = '{"ssh_hostname": f"{h}.example.invalid"}'
+    pin = '{"vllm_image_tag": "old", "vllm_image_digest": "sha256:" + "9" * 64}'
+    inventory.write_text(inventory.read_text().replace(own, own[:-1] + f", **({pin} if h in _CANARY else {{}})}}"))
+    inventory.write_text(inventory.read_text().replace("all = (", '_CANARY = ("ra-01", "ra-07")\nall = (', 1))
+    code, _out, err = dry(fleet_wide, "--image", IMAGE, "--canary-group", "canary")
+    assert code == 2
+    assert "--canary-group canary: none of its hosts (ra-01, ra-07) is in this rollout (each is left out above)" in err

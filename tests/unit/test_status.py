@@ -227,3 +227,27 @@ def test_the_table_has_a_drift_column(fleet, capsys, monkeypatch):
     assert rows[("lab-4", "tiny-llama-a")] == "lab-4: state.sh exited 126: state.sh: stand-in"  # the drift read's
     assert IMAGE in next(line for line in lines if line.split()[:2] == ["lab-4", "tiny-llama-a"])  # the image stays
     assert drift_cell(None) == "-" and drift_cell([]) == "as wanted" and drift_cell(["x"]) == "1 to change"
+
+
+def test_every_roles_drift_comes_from_the_same_one_read_per_host(fleet, capsys):
+    """The host's plan (``rocmfleet.plan.hostdrift``) is read in the same ``state.sh`` command as the
+    instances' drift: lab-2's read holds the vllm role's items only, so every other role's items are
+    not reported (drift), in role order; unreachable and unreadable hosts have none (``null``)."""
+    from rocmfleet import cli
+    from rocmfleet.fleet.rollout.report import host_drift
+
+    rows, state = fleet_status("inventories/lab.py")
+    hosts = host_drift(rows)
+    lab2 = hosts["lab-2"]["drift"]
+    assert list(lab2) == ["base", "rocm", "tuning", "exporter", "docker", "vllm"]
+    assert "/etc/apt/apt.conf.d/80rocmfleet-lock-timeout: not reported by the read" in lab2["base"]
+    assert not any(line.startswith("/etc/rocmfleet/vllm/tiny-llama-a.env") for line in lab2["vllm"])
+    assert hosts["lab-3"]["drift"] is None and hosts["lab-4"]["drift"] is None
+    assert sorted(StandIn.opened) == [f"10.213.0.1{i}" for i in range(1, 5)]  # still one connection each
+    data = json.loads(status_json([r.row() for r in rows], state, hosts))
+    assert data["hosts"]["lab-2"]["drift"] == lab2 and all(set(row) == KEYS | {"drift"} for row in data["instances"])
+    assert cli.main(["status", "inventories/lab.py"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "lab-2  base: /etc/apt/apt.conf.d/80rocmfleet-lock-timeout: not reported by the read" in out
+    assert out[-1].endswith("; 2 host(s) with drift, 1 host(s) unreadable"), out[-1]
+    assert not any(line.startswith(("lab-3  ", "lab-4  ")) and ": not reported" in line for line in out)

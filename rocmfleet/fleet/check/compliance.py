@@ -49,7 +49,8 @@ from rocmfleet.fleet.target import Target
 #: Modules of the suite, in the order they run (``rocmfleet/fleet/check/test_<name>.py``); all by
 #: default. ``metrics`` (each instance's and the exporter's ``/metrics`` and their families) is one
 #: command per host: what Prometheus and the dashboard need is part of "is this host as deployed".
-MODULES = ("rocm", "tuning", "docker", "gpu", "vllm", "cache", "metrics", "cvs")
+#: ``drift`` asserts every role's items of the host's plan are as wanted (:mod:`rocmfleet.plan.hostdrift`).
+MODULES = ("rocm", "tuning", "docker", "gpu", "vllm", "drift", "cache", "metrics", "cvs")
 #: What a rollout checks before it starts and in each host's gate: a host whose GPUs fail their
 #: health is never undrained (issue 26). The gate adds :data:`BAKED_GATE_MODULES` for a baked image
 #: (:func:`gate_modules`).

@@ -250,7 +250,7 @@ def check_query(rocm_settings: RocmSettings, instances: list[Instance]) -> dict[
     }
 
 
-def _read_state(host: Any, key: str, query: Callable[[], dict[str, Any]]) -> Gathered:
+def read_state(host: Any, key: str, query: Callable[[], dict[str, Any]]) -> Gathered:
     """One ``state.sh`` command on ``host`` asking ``query()``'s items (:func:`state_args`'
     keyword arguments), parsed; run once per host and process under ``key`` (a failure too: one
     read per host, not one per check).
@@ -286,7 +286,7 @@ def gathered(host: Any) -> Gathered:
     Raises:
         CannotCheck: the command failed or its output was cut short or unknown.
     """
-    return _read_state(host, "state", lambda: check_query(rocm_settings(host), instances_of(host)))
+    return read_state(host, "state", lambda: check_query(rocm_settings(host), instances_of(host)))
 
 
 def rocm_gathered(host: Any) -> Gathered:
@@ -298,7 +298,7 @@ def rocm_gathered(host: Any) -> Gathered:
     Raises:
         CannotCheck: the command failed or its output was cut short or unknown.
     """
-    return _read_state(host, "rocm-state", lambda: rocmplan.query(rocm_settings(host)))
+    return read_state(host, "rocm-state", lambda: rocmplan.query(rocm_settings(host)))
 
 
 def exporter_gathered(host: Any) -> tuple[MetricsSettings, Gathered]:
@@ -312,7 +312,7 @@ def exporter_gathered(host: Any) -> tuple[MetricsSettings, Gathered]:
     """
     config = host_config(host)
     settings = config.metrics if config else MetricsSettings()
-    return settings, _read_state(host, "exporter-state", lambda: exporterplan.query(settings))
+    return settings, read_state(host, "exporter-state", lambda: exporterplan.query(settings))
 
 
 def path_state(host: Any, path: str) -> PathState:

@@ -62,14 +62,15 @@ def over_budget(budget_s: float) -> str:
 
 
 def check_name(item: pytest.Item) -> str:
-    """``<module>::<check>[<instance>]``: ``test_vllm.py::test_ready[a-ssh://h]`` → ``vllm::ready[a]``.
+    """``<module>::<check>[<instance>]``: ``test_vllm.py::test_ready[a-ssh://h]`` → ``vllm::ready[a]``;
+    a check per role (its parameter ``role``) the same way: ``drift::role_as_wanted[tuning]``.
 
     testinfra's host parameter is dropped: the host is its own column.
     """
     module = item.path.stem.removeprefix("test_")
     name = getattr(item, "originalname", item.name).removeprefix("test_")
     params = getattr(getattr(item, "callspec", None), "params", {})
-    instance = params.get("instance")
+    instance = params.get("instance", params.get("role"))
     label = getattr(instance, "name", instance)
     return f"{module}::{name}" + (f"[{label}]" if instance is not None else "")
 

@@ -1,17 +1,15 @@
-"""Compliance of the Docker role: the engine running, enabled, and configured as rendered."""
+"""Compliance of the Docker role: the engine running, enabled, answering, at its pinned version, live-restore on
+(its packages and ``daemon.json``: ``drift::role_as_wanted[docker]``)."""
 
 from __future__ import annotations
 
-import json
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 import pytest
 
 from rocmfleet.domain import docker
-from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet.check import expect
-from rocmfleet.plan import hoststate
 
 if TYPE_CHECKING:
     from testinfra.host import Host
@@ -29,39 +27,14 @@ def test_docker_running(host: Host) -> None:
 
 
 def test_docker_version_pinned_and_held(host: Host, config: HostConfig) -> None:
-    """The running server is the version group data pins (``docker_version``), and apt holds it."""
+    """The running server is the version group data pins (``docker_version``); the engine's packages
+    at that version and held (dpkg's ``hi``, the deploy's rule) are ``drift::role_as_wanted[docker]``'s,
+    as is ``daemon.json`` (content, mode, owner)."""
     version = config.settings.docker_version
     if not version:
         pytest.skip("docker_version is not set: Docker is not pinned")
     server, wanted = expect.docker_server(host)[0], docker.server_version_pattern(version)
     assert fnmatchcase(server, wanted), f"Docker server {server} running, docker_version pins {version} ({wanted})"
-    engine = docker.ENGINE_PACKAGES[config.settings.docker_source]
-    held = host.run("apt-mark showhold " + " ".join(engine))
-    if held.rc != 0:
-        raise CannotCheck(f"apt-mark showhold failed: {held.stderr.strip()[-300:]}")
-    unheld = sorted(set(engine) - set(held.stdout.split()))
-    assert not unheld, f"not held by apt: {', '.join(unheld)} (apt-mark hold keeps upgrades from moving Docker)"
-
-
-def test_daemon_json_as_rendered(host: Host, config: HostConfig) -> None:
-    """``daemon.json`` holds exactly what the deploy writes (its rule: the file's SHA-256), each
-    differing key named when the file parses."""
-    kind = expect.path_state(host, expect.DAEMON_JSON).type
-    assert kind == "file", f"{expect.DAEMON_JSON} is {kind}, not a regular file"
-    content = docker.daemon_json(config.settings)
-    if hoststate.sha256_is(expect.gathered(host), expect.DAEMON_JSON, content.encode()):
-        return
-    live = docker.parse_daemon_json(expect.text(host, expect.DAEMON_JSON) or "")  # None: unreadable, refused
-    wanted = json.loads(content)
-    differ = sorted(k for k in wanted.keys() | live.keys() if wanted.get(k) != live.get(k))
-    raise AssertionError(
-        "daemon.json differs from what the deploy writes"
-        + (
-            " in " + ", ".join(f"{k}: {live.get(k)!r}, want {wanted.get(k)!r}" for k in differ)
-            if differ
-            else " in its bytes (the same keys and values, written otherwise)"
-        )
-    )
 
 
 def test_live_restore_active(host: Host, docker_running: None) -> None:

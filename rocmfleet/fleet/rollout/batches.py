@@ -21,6 +21,7 @@ drain to its undrain, and the next starts only when it is back.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 #: ``{host: {service: replicas}}`` in inventory order: what a host takes out of service when it switches.
@@ -43,14 +44,12 @@ def parse_max_unavailable(text: str, replicas: int) -> int:
     """
     value = text.strip()
     if value.endswith("%"):
-        try:
-            percent = float(value[:-1])
-        except ValueError:
-            percent = math.nan
+        # ASCII digits only: float() also reads "1e1", "inf", "nan" and other scripts' digits
+        percent = float(value[:-1]) if re.fullmatch(r"[0-9]+(\.[0-9]+)?", value[:-1]) else math.nan
         if not 0 < percent <= 100:
-            raise PlanError(f"--max-unavailable {text}: a percentage must be in (0, 100]")
+            raise PlanError(f"--max-unavailable {text}: a percentage must be in (0, 100], like 25%")
         return max(1, math.floor(replicas * percent / 100))
-    if not value.isdigit() or int(value) < 1:
+    if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:  # str.isdigit() holds for "²", which int() refuses
         raise PlanError(
             f"--max-unavailable {text}: expected a count of replicas per service >= 1 or a percentage like 25%"
         )

@@ -342,8 +342,9 @@ def _start(
     replicas = rolloutplan.host_replicas(targets)
     # Counts no service can hold are typos (--canary 10 for 3 replicas); refused before any connection.
     covered = rolloutplan.scope(
-        kind, inventory, replicas, {n: t.groups for n, t in targets.items()}, image, canary, max_unavailable, groups
-    )
+        kind, inventory, replicas, {n: t.groups for n, t in targets.items()}, image, canary, max_unavailable, groups,
+        {n: t.config.image for n, t in targets.items()}, emit,
+    )  # fmt: skip
     scope, canary_hosts, count = covered.hosts, covered.canary_hosts, covered.count
     if soak is not None and count == 0 and not soak.every_batch:
         raise CommandError(_NO_CANARY)
@@ -404,7 +405,8 @@ def _start(
             if not wanted_ref:
                 return 0
     checked = [n for n in hosts if n in before]
-    emit(f"preflight: rocmfleet check --select gpu,vllm on {len(checked)} host(s)")
+    unread = f" ({len(hosts) - len(checked)} not reached: not checked)" if len(checked) < len(hosts) else ""
+    emit(f"preflight: rocmfleet check --select gpu,vllm on {len(checked)} host(s){unread}")
     current = [fleetimage.with_image(targets[n], before[n]) for n in checked]
     results = compliance.run_fleet(current, list(compliance.GATE_MODULES), CHECK_TIMEOUT_S) if current else []
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rocmfleet.config import groupvars
 from rocmfleet.config.groupdata_edit import IMAGE_KEYS, EditError, holders, parse, set_keys, unified_diff, unset_keys
+from rocmfleet.config.profiles import Image
 from rocmfleet.fleet.registry import RegistryError, docker_config_credentials, parse_image, resolve_digest
 from rocmfleet.fleet.rollout.progress import Emit, to_stderr
 from rocmfleet.fleet.rollout.state import DataEdit, ImageRef
@@ -166,6 +167,58 @@ def group_hosts(group: str, groups_of: Mapping[str, Collection[str]], option: st
             f"{option} {group}: no host of {inventory} is in that group; its groups: {', '.join(known) or 'none'}"
         )
     return hosts
+
+
+def pinned_hosts(
+    group: str | None,
+    groups_of: Mapping[str, Collection[str]],
+    images: Mapping[str, Image],
+    inventory: str,
+    emit: Emit,
+) -> list[str]:
+    """The hosts whose image the file :func:`pin_file` picks pins (``--image``, with ``--group``
+    or without), and a line for each other one: a host in two groups that both pin the image runs
+    the later group's pin, and one whose own data pins it runs that; an edit of the file leaves
+    either as it is, so the rollout leaves that host alone (rolling it would leave it on an image
+    its data does not say, which the next deploy puts back). A host is told apart by the values it
+    runs: one whose other pin is the same as the file's today cannot be, and is rolled.
+
+    Args:
+        group: ``--group`` (its hosts); ``None``: every host of ``groups_of`` (the fleet-wide pin).
+        groups_of: ``{host: its inventory groups}`` of the hosts the command covers, in inventory order.
+        images: each of those hosts' image as its data pins it (``HostConfig.image``).
+
+    Returns:
+        the hosts in inventory order; ``emit`` is told ``HOST: ... its image is pinned elsewhere
+        (REF): left out, ...`` for each host left out.
+
+    Raises:
+        CommandError: as :func:`group_hosts` and :func:`pin_file`, or every host is pinned
+            elsewhere (nothing to roll).
+    """
+    hosts = group_hosts(group, groups_of, "--group", inventory) if group is not None else list(groups_of)
+    path, text = pin_file(group)
+    try:
+        data = parse(text, str(path))
+    except EditError as exc:
+        raise CommandError(str(exc)) from None
+    fields = dict(zip(IMAGE_KEYS, ("repository", "tag", "digest"), strict=True))
+    mine, lines = [], []
+    where = f"in {group}, but " if group is not None else ""
+    for name in hosts:
+        image = images[name]
+        if all(str(data[key]) == str(getattr(image, field)) for key, field in fields.items() if key in data):
+            mine.append(name)
+        else:
+            lines.append(
+                f"{name}: {where}its image is pinned elsewhere (a later group or its own data: "
+                f"{image.reference}): left out, an edit of {path} does not change it"
+            )
+    if not mine:
+        raise CommandError(f"{f'--group {group}: ' if group else ''}" + "; ".join(lines) + ": no host runs its pin")
+    for line in lines:
+        emit(line)
+    return mine
 
 
 def revert_data(edit: DataEdit, emit: Emit, error: Emit = to_stderr) -> Callable[[], None]:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from rocmfleet.domain.soak import format_duration
 from rocmfleet.fleet.bench.bench import REGRESSION_METRICS
 from rocmfleet.fleet.metrics.figures import Figures, count
+from rocmfleet.fleet.rollout.instancestatus import InstanceStatus
 from rocmfleet.fleet.rollout.state import FAILED, TIMED, CaseNumbers, ImageRef, RolloutState, SoakResult
 
 
@@ -194,9 +195,39 @@ def drift_cell(drift: Sequence[str] | None) -> str:
     return f"{len(drift)} to change" if drift else "as wanted"
 
 
-def status_json(rows: Sequence[Mapping[str, object]], state: RolloutState | None) -> str:
+def host_drift(rows: Sequence[InstanceStatus]) -> dict[str, dict[str, object]]:
+    """Each host's drift per role, from its first row (:attr:`InstanceStatus.roles`), in row order:
+    ``{host: {"drift": {role: [reasons]} | null, "problem": str}}`` (``null``: not read)."""
+    hosts: dict[str, dict[str, object]] = {}
+    for r in rows:
+        if r.host not in hosts:
+            roles = None if r.roles is None else {role: list(why) for role, why in r.roles}
+            hosts[r.host] = {"drift": roles, "problem": r.problem}
+    return hosts
+
+
+def host_drift_lines(rows: Sequence[InstanceStatus]) -> list[str]:
+    """``rocmfleet status``'s lines under its table: ``HOST  ROLE: ITEM: why`` per drift item of each
+    host, in row then role order (``HOST  plan: PROBLEM`` first when its plan has one); none for a
+    host as wanted or not read."""
+    out: list[str] = []
+    for host, found in host_drift(rows).items():
+        if found["problem"]:
+            out.append(f"{host}  plan: {found['problem']}")
+        roles = found["drift"]
+        if isinstance(roles, dict):
+            out += [f"{host}  {role}: {why}" for role, reasons in roles.items() for why in reasons]
+    return out
+
+
+def status_json(
+    rows: Sequence[Mapping[str, object]],
+    state: RolloutState | None,
+    hosts: Mapping[str, Mapping[str, object]] | None = None,
+) -> str:
     """``rocmfleet status --json``: ``{"rollout": {...} | null, "instances": [...]}``; ``rows`` are
-    :meth:`rocmfleet.fleet.rollout.instancestatus.InstanceStatus.row`'s (``drift``: the reasons, or null)."""
+    :meth:`rocmfleet.fleet.rollout.instancestatus.InstanceStatus.row`'s (``drift``: the reasons, or null);
+    with ``hosts`` (:func:`host_drift`) also ``"hosts": {host: {"drift": {role: [reasons]}, "problem"}}``."""
     rollout = None
     if state is not None:
         rollout = {
@@ -221,4 +252,7 @@ def status_json(rows: Sequence[Mapping[str, object]], state: RolloutState | None
                 if h.bench
             },
         }
-    return json.dumps({"rollout": rollout, "instances": list(rows)}, indent=2) + "\n"
+    data: dict[str, object] = {"rollout": rollout, "instances": list(rows)}
+    if hosts is not None:
+        data["hosts"] = dict(hosts)
+    return json.dumps(data, indent=2) + "\n"

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmfleet.config.profiles import Image
 from rocmfleet.fleet.rollout.batches import (
     PlanError,
     default_canary,
@@ -22,7 +23,8 @@ from rocmfleet.fleet.rollout.batches import (
     service_bounds,
     totals,
 )
-from rocmfleet.fleet.rollout.fleetimage import CommandError, group_hosts, pin_file
+from rocmfleet.fleet.rollout.fleetimage import CommandError, group_hosts, pin_file, pinned_hosts
+from rocmfleet.fleet.rollout.progress import Emit
 from rocmfleet.fleet.target import Target
 from rocmfleet.plan import services
 
@@ -72,7 +74,10 @@ def check_options(
     short = {s: n for s, n in counts.items() if canary is not None and canary > n}
     if short:
         said = ", ".join(f"{s} has {n}" for s, n in short.items())
-        raise PlanError(f"--canary {canary}: replicas of each service in the canary, more than this covers ({said})")
+        raise PlanError(
+            f"--canary {canary}: replicas of each service in the canary, more than a service has ({said}); "
+            f"give at most {min(counts.values())}, or --canary-group NAME"
+        )
     bound = parse_max_unavailable(max_unavailable, 1)
     if counts and not max_unavailable.strip().endswith("%") and bound > max(counts.values()):
         raise PlanError(
@@ -86,7 +91,8 @@ class Scope:
     """What a new rollout or restart covers, once its options are checked (:func:`scope`).
 
     Attributes:
-        hosts: the hosts it covers (``--group``'s with ``--image``, else all), in inventory order.
+        hosts: the hosts it covers (``--group``'s with ``--image``, else all; with ``--image``, less
+            those whose image is pinned elsewhere), in inventory order.
         canary_hosts: ``--canary-group``'s hosts (``None``: not given; ``--canary N`` then).
         count: ``--canary N`` (1 when not given).
         pin: with an image, the group data file that takes its pin and the file's text now.
@@ -107,6 +113,8 @@ def scope(
     canary: int | None,
     max_unavailable: str,
     groups: Groups,
+    images: Mapping[str, Image],
+    emit: Emit,
 ) -> Scope:
     """Check a new rollout's options against its hosts and return what it covers; nothing connects.
 
@@ -115,11 +123,15 @@ def scope(
         replicas: every host the command covers (:func:`host_replicas`), ``groups_of``: their
             inventory groups, both in inventory order.
         image: ``--image`` (``None``: the pinned image); canary, max_unavailable, groups: the options.
+        images: each host's image as its data pins it: with ``image``, a host whose image is pinned
+            elsewhere than the file that takes the pin is left out
+            (:func:`rocmfleet.fleet.rollout.fleetimage.pinned_hosts`), ``emit`` told a line for each.
 
     Raises:
         PlanError: as :func:`check_options`.
         CommandError: an unknown ``--canary-group`` or ``--group``; ``--group`` without an image; a
-            canary group outside the rolled group; no group file (or several) to pin the image in
+            canary group outside the rolled group (or all of whose hosts are left out); every host
+            pinned elsewhere; no group file (or several) to pin the image in
             (:func:`rocmfleet.fleet.rollout.fleetimage.pin_file`).
     """
     check_options(replicas, canary, groups.canary, max_unavailable)
@@ -128,11 +140,12 @@ def scope(
         canary_hosts = group_hosts(groups.canary, groups_of, "--canary-group", inventory)
     if groups.pin is not None and image is None:
         raise CommandError(f"--group {groups.pin} names the group whose image pin --image rolls; give --image too")
-    hosts = group_hosts(groups.pin, groups_of, "--group", inventory) if groups.pin else list(groups_of)
+    hosts = pinned_hosts(groups.pin, groups_of, images, inventory, emit) if image else list(groups_of)
     if canary_hosts is not None and not set(canary_hosts) & set(hosts):
+        outside = f"group {groups.pin}" if groups.pin else "each is left out above"
         raise CommandError(
             f"--canary-group {groups.canary}: none of its hosts ({', '.join(canary_hosts)}) is in this {kind} "
-            f"(group {groups.pin}); name a canary group among its hosts"
+            f"({outside}); name a canary group among its hosts"
         )
     pin = pin_file(groups.pin) if image else None  # which file takes the pin, refused before any connection
     return Scope(hosts, canary_hosts, 1 if canary is None else canary, pin)
@@ -221,7 +234,8 @@ def lines(
     def named(host: str) -> str:
         if not several:
             return host
-        return f"{host} [{', '.join(f'{s}' if n == 1 else f'{s} x{n}' for s, n in replicas.get(host, {}).items())}]"
+        served = ", ".join(f"{s}" if n == 1 else f"{s} x{n}" for s, n in replicas.get(host, {}).items())
+        return f"{host} [{served or 'no instance'}]"
 
     batches = [
         f"batch {i + 1}{' (canary)' if i < planned.canary_batches else ''}: {', '.join(named(h) for h in batch)}"

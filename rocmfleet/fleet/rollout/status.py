@@ -15,42 +15,52 @@ from rocmfleet.fleet.rollout.instancestatus import InstanceStatus
 from rocmfleet.fleet.rollout.state import RolloutState, load_state, results_root, state_path
 from rocmfleet.fleet.rollout.steps import StepError, step_failure
 from rocmfleet.fleet.target import parallel
-from rocmfleet.plan import vllmplan
+from rocmfleet.plan import hostdrift, hoststate, vllmplan
 
 #: Seconds the ``HostState`` read of a host may take (its GPU topology script runs under ``timeout 20``).
 STATE_TIMEOUT_S = 120
 
 
-def read_drift(steps: hoststeps.HostSteps, host: str) -> dict[str, list[str]]:
-    """Per instance of ``host``, why the deploy would change it: the vllm role's own ``HostState``
-    read (:func:`rocmfleet.plan.vllmplan.query`, ``state.sh`` and its parser) over ``steps``'
-    connection, planned with :func:`rocmfleet.plan.vllmplan.instance_drift` from the host's
-    validated configuration (``steps.targets[host].config``).
+#: ``(role, reasons)`` per role of a host (:func:`rocmfleet.plan.hostdrift.role_drift`, said per item).
+RoleDrift = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def read_drift(steps: hoststeps.HostSteps, host: str) -> tuple[dict[str, list[str]], RoleDrift, str]:
+    """Per instance of ``host``, why the deploy would change it, and every role's drift: one
+    ``HostState`` read over ``steps``' connection asking the vllm role's items
+    (:func:`rocmfleet.plan.vllmplan.query`) and the host's plan's (:func:`rocmfleet.plan.hostdrift.read_query`),
+    planned from the host's validated configuration (``steps.targets[host].config``) on the
+    topology, device group ids and OS that read shows (:func:`rocmfleet.plan.hostdrift.host_plan`).
 
     Returns:
-        ``{instance: [reasons]}`` (an empty list: as wanted).
+        ``({instance: [reasons]}, ((role, (reasons...)), ...), plan problem)`` (an empty list or
+        tuple: as wanted; the problem ``""`` when the host's plan has none).
 
     Raises:
         StepError: ``drift``, when the read fails (the host cannot be reached, ``state.sh`` exits
             non-zero or prints what the parser refuses, the GPU topology cannot be read).
     """
     config = steps.targets[host].config
-    query: dict[str, Any] = vllmplan.query(config)  # state_args' keyword arguments
+    query: dict[str, Any] = hoststate.merge_queries(vllmplan.query(config), hostdrift.read_query(config))
     command = scripts.command("state.sh", *state_args(**query))
     result = steps.run(host, command, STATE_TIMEOUT_S, "drift")
     if result.exit_status != 0:
         raise StepError("drift", f"{host}: state.sh exited {result.exit_status}: {result.stderr.strip()[-300:]}")
     try:  # a file's stray byte is one U+FFFD in its own text, as in the check's read
         got = parse_state(result.stdout_bytes.decode("utf-8", "replace").splitlines())
-        return vllmplan.instance_drift(config, got, host)
+        instances = vllmplan.instance_drift(config, got, host)
     except ValueError as exc:
         raise StepError("drift", f"{host}: {exc}") from None
+    plan = hostdrift.host_plan(host, config, got)
+    roles = hostdrift.as_dict(hostdrift.role_drift(plan, got))
+    return instances, tuple((role, tuple(why)) for role, why in roles.items()), plan.problem
 
 
 def fleet_status(
     inventory: str, limit: list[str] | None = None, results_dir: str | None = None, exclude: list[str] | None = None
 ) -> tuple[list[InstanceStatus], RolloutState | None]:
-    """``rocmfleet status``: every instance of every host (unit, image, ready, uptime, drift) and any rollout recorded.
+    """``rocmfleet status``: every instance of every host (unit, image, ready, uptime, drift, its host's
+    drift per role: :attr:`InstanceStatus.roles`) and any rollout recorded.
 
     One connection per host carries its reads (:meth:`~rocmfleet.fleet.rollout.hoststeps.HostSteps.connected`).
     A host that cannot be read gets one row with ``error`` (nothing raised); a host whose
@@ -65,13 +75,15 @@ def fleet_status(
 
     def one(name: str) -> list[InstanceStatus]:
         drift: dict[str, list[str]] = {}
+        roles: RoleDrift | None = None
+        problem = ""
         failed: str | None = None
         try:
             with steps.connected(name):
                 _now, instances, _started = steps.observe(name)
                 ready = steps.ready(name)
                 try:
-                    drift = read_drift(steps, name)
+                    drift, roles, problem = read_drift(steps, name)
                 except Exception as exc:  # noqa: BLE001 - the rows stay, without their drift
                     failed = step_failure(exc)
         except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
@@ -83,6 +95,8 @@ def fleet_status(
                 not_ready=ready.get(i.instance),
                 error=i.error or failed,
                 drift=tuple(drift[i.instance]) if i.instance in drift else None,
+                roles=roles,
+                problem=problem,
             )
             for i in instances
         ]

@@ -1,0 +1,150 @@
+"""Every role's drift on one host: its :class:`~rocmfleet.plan.model.HostPlan`, planned on what the
+host's own read shows, against that read (pure).
+
+``rocmfleet status``, the deploy's ``--dry`` and ``rocmfleet check``'s ``drift`` module all use it:
+
+1. :func:`read_query`: the ``HostState`` items of the host's plan (:func:`rocmfleet.plan.drift.query`)
+   and the facts the plan needs (the OS and kernel, the GPU topology script, the device nodes), to
+   merge into the one read the command already makes;
+2. :func:`host_plan`: :func:`rocmfleet.plan.build.plan_host` on the facts that read holds
+   (:func:`read_facts`), not on an offline topology;
+3. :func:`role_drift`: :func:`rocmfleet.plan.drift.drift` of each role's items (empty: as wanted);
+   :func:`lines` says it, one line per item.
+
+Example::
+
+    got = host.get_fact(HostState, **hoststate.merge_queries(..., read_query(config)))
+    for line in lines(role_drift(host_plan(name, config, got), got)):
+        print(line)            # "tuning: /etc/sysctl.d/60-rocmfleet-mi300x.conf: content 3a.., want 9f.."
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import get_args
+
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.domain import vllm, vllmfiles
+from rocmfleet.facts.state import Gathered
+from rocmfleet.facts.topology import SCRIPT as TOPOLOGY_SCRIPT
+from rocmfleet.plan import drift as drift_rule
+from rocmfleet.plan import vllmplan
+from rocmfleet.plan.build import plan_host
+from rocmfleet.plan.model import HostPlan, Role
+from rocmfleet.plan.sources import DEFAULT_GIDS, HostFacts
+
+#: The roles in the deploy's order (``rocmfleet.plan.model.Role``).
+ROLES: tuple[Role, ...] = get_args(Role)
+#: ``HostFacts.source`` of a plan made on a host's read.
+READ_SOURCE = "read from the host"
+#: Packages named after the running kernel, asked for by pattern (the roles' own queries do the
+#: same: ``roles/rocm``'s ``linux-headers-*`` and ``linux-modules-extra-*``, ``roles/tuning``'s
+#: ``linux-tools-*``): the read's query is made before the kernel is known.
+KERNEL_PATTERNS = ("linux-modules-extra-*", "linux-tools-common", "linux-tools-*")
+
+
+def read_query(config: HostConfig) -> dict[str, object]:
+    """``HostState`` keyword arguments reading every item of the host's plan and the facts it is
+    planned on: the plan's paths, packages and units (:func:`rocmfleet.plan.drift.query` of a plan
+    whose kernel is ``*``, so kernel packages are asked for by pattern, with :data:`KERNEL_PATTERNS`),
+    the OS, the GPU topology script and the device nodes (``/dev/kfd``, ``/dev/dri/renderD*``).
+
+    Args:
+        config: the host's validated configuration.
+
+    Returns:
+        arguments for :func:`rocmfleet.plan.hoststate.merge_queries` and ``HostState``.
+    """
+    # No topology: the instances are not placed, but their files' paths and units are the same.
+    shape = plan_host("", config, HostFacts("query", None, kernel="*"))
+    asked = drift_rule.query(shape)
+    paths = list(asked["paths"])
+    for instance in config.instances():
+        names = vllmfiles.files_of(instance)
+        paths += [p for p in (names.env_file, names.unit_path) if p not in paths]
+    return {
+        **asked,
+        "paths": [*paths, vllm.KFD],
+        "packages": [*asked["packages"], *KERNEL_PATTERNS],
+        "globs": [vllmplan.DEVICE_GLOB],
+        "os": True,
+        "runs": [(vllmplan.TOPOLOGY_RUN, TOPOLOGY_SCRIPT)],
+    }
+
+
+def read_facts(got: Gathered) -> HostFacts:
+    """The :class:`HostFacts` a read with :func:`read_query`'s items shows: its GPU topology (``None``
+    when it holds none or one the parser refuses: no instance is then placed), the device nodes'
+    group ids (:data:`rocmfleet.plan.sources.DEFAULT_GIDS` and ``assumed`` when none exists), its
+    OS and running kernel (``os`` assumed when not read)."""
+    topology = vllmplan.topology_of(got)
+    gids = tuple(vllmplan.device_gids(got))
+    assumed = ([] if gids else ["device_gids"]) + ([] if got.os else ["os"])
+    facts = HostFacts(READ_SOURCE, None if topology == "unknown" else topology, gids or DEFAULT_GIDS)
+    if got.os is not None:
+        facts = dataclasses.replace(
+            facts, os_id=got.os.id, os_version=got.os.version_id, os_codename=got.os.codename, kernel=got.os.kernel
+        )
+    return dataclasses.replace(facts, assumed=tuple(assumed))
+
+
+def host_plan(name: str, config: HostConfig, got: Gathered) -> HostPlan:
+    """The plan of host ``name`` on what its read ``got`` shows (:func:`read_facts`); never raises
+    for a host's problem (``HostPlan.problem`` says it)."""
+    return plan_host(name, config, read_facts(got))
+
+
+def role_items(plan: HostPlan, role: Role) -> HostPlan:
+    """``plan`` with only ``role``'s files, directories, packages, units and removals."""
+    return dataclasses.replace(
+        plan,
+        files=tuple(f for f in plan.files if f.role == role),
+        directories=tuple(d for d in plan.directories if d.role == role),
+        packages=tuple(p for p in plan.packages if p.role == role),
+        units=tuple(u for u in plan.units if u.role == role),
+        removals=tuple(r for r in plan.removals if r.role == role),
+    )
+
+
+def role_drift(plan: HostPlan, got: Gathered) -> dict[Role, list[drift_rule.Drift]]:
+    """Per role (all of :data:`ROLES`, in order), how ``got`` differs from ``plan``'s items of that
+    role (:func:`rocmfleet.plan.drift.drift`; empty: as wanted).
+
+    Args:
+        plan: the host's plan (:func:`host_plan`).
+        got: a ``HostState`` read with (at least) :func:`read_query`'s items.
+    """
+    return {role: drift_rule.drift(drift_rule.plan_wanted(role_items(plan, role)), got) for role in ROLES}
+
+
+def said(item: drift_rule.Drift) -> str:
+    """One drift as people read it: a SHA-256 shortened to 12 digits (``content 3a1f..., want 9b2c...``)."""
+    if item.field == "content":
+        return f"{item.item}: content {item.found[:12] or '(none)'}..., want {item.want[:12]}..."
+    return str(item)
+
+
+def lines(drifts: dict[Role, list[drift_rule.Drift]], problem: str = "") -> list[str]:
+    """``ROLE: ITEM: why`` per drift item, in role order; first ``plan: PROBLEM`` when the plan has one
+    (an instance that cannot be placed, an OS AMD's repositories do not support)."""
+    out = [f"plan: {problem}"] if problem else []
+    return out + [f"{role}: {said(d)}" for role, found in drifts.items() for d in found]
+
+
+def as_dict(drifts: dict[Role, list[drift_rule.Drift]]) -> dict[str, list[str]]:
+    """``{role: [said(drift)...]}`` for JSON (every role; an empty list: as wanted)."""
+    return {role: [said(d) for d in found] for role, found in drifts.items()}
+
+
+def dry_lines(name: str, config: HostConfig, got: Gathered) -> list[str]:
+    """What the deploy's ``--dry`` prints of every role for host ``name`` (pyinfra's ``[name]``
+    prefix added by the deploy): ``drift ROLE: ITEM: why`` per drift item of its plan on ``got``
+    (:func:`host_plan`, :func:`role_drift`, :func:`lines`); none on a host as wanted.
+
+    Args:
+        name: the inventory's host name.
+        config: its validated configuration.
+        got: the deploy's ``HostState`` read, with :func:`read_query`'s items merged in.
+    """
+    plan = host_plan(name, config, got)
+    return [f"drift {line}" for line in lines(role_drift(plan, got), plan.problem)]
