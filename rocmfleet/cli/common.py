@@ -62,6 +62,30 @@ def limit_value(text: str) -> str:
     return text
 
 
+def image_value(text: str) -> str:
+    """One ``--image REPO:TAG[@DIGEST]`` (``rollout``, ``plan``), checked with Docker's reference
+    grammar before any connection or registry request; empty (an unset shell variable) is an
+    error, never "the pinned image"."""
+    from rocmfleet.fleet.registry import parse_image
+
+    try:
+        parse_image(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--image {text!r}: ")) from None
+    return text
+
+
+def image_narrowed(given: str, narrowed: str) -> str:
+    """Why ``--image`` (or ``--bake``, ``given``) is refused with ``--limit`` or ``--exclude``
+    (``narrowed``) by ``rollout`` and ``plan``."""
+    return (
+        f"{given} with {narrowed}: {given} rewrites the group data file that pins the image, for every "
+        f"host it applies to, so the hosts outside {narrowed} would switch at their next plain deploy, with no "
+        "canary, drain or gate; pin the new image in a group (or host) file of those hosts instead, then "
+        "`rocmfleet rollout INVENTORY --limit ...` without --image"
+    )
+
+
 def writable(path: str | None, option: str) -> None:
     """Refuse an output path whose directory does not exist, before the run rather than after it."""
     if path and not Path(path).resolve().parent.is_dir():

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from rocmfleet.cli.common import ask, cannot_ask, fleet_arguments, interactive, limit_list
+from rocmfleet.cli.common import ask, cannot_ask, fleet_arguments, image_narrowed, image_value, interactive, limit_list
 
 #: What an interrupted ``rollout`` or ``restart`` left, said after Ctrl-C instead of a traceback.
 INTERRUPTED_ROLLOUT = (
@@ -155,14 +155,7 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
 
     if (getattr(args, "image", None) or getattr(args, "bake", False)) and (args.limit or args.exclude):
         given = "--bake" if getattr(args, "bake", False) else "--image"
-        narrowed = "--limit" if args.limit else "--exclude"
-        print(
-            f"rocmfleet: {given} with {narrowed}: {given} rewrites the group data file that pins the image, for every "
-            f"host it applies to, so the hosts outside {narrowed} would switch at their next plain deploy, with no "
-            "canary, drain or gate; pin the new image in a group (or host) file of those hosts instead, then "
-            "`rocmfleet rollout INVENTORY --limit ...` without --image",
-            file=sys.stderr,
-        )
+        print(f"rocmfleet: {image_narrowed(given, '--limit' if args.limit else '--exclude')}", file=sys.stderr)
         return 2, None
     if args.dry and getattr(args, "bake", False):
         print("rocmfleet: --dry with --bake: the bake builds and pushes an image; plan the rollout with "
@@ -267,18 +260,6 @@ def _recorded(inventory: str) -> Any:
         return rstate.load_state(rstate.state_path(rstate.results_root(None, inventory), inventory))
     except (OSError, ValueError):
         return None
-
-
-def image_value(text: str) -> str:
-    """One ``--image REPO:TAG``, checked with Docker's reference grammar before any connection or
-    registry request; empty (an unset shell variable) is an error, never "the pinned image"."""
-    from rocmfleet.fleet.registry import parse_image
-
-    try:
-        parse_image(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--image {text!r}: ")) from None
-    return text
 
 
 def retries_value(text: str) -> int:

@@ -29,10 +29,7 @@ from rocmfleet.plan.model import (
     FleetPlan,
     HostPlan,
     InstancePlan,
-    Rank,
     ReadyTarget,
-    ReplicaPlan,
-    ServicePlan,
     UnitPlan,
 )
 from rocmfleet.plan.roleitems import Items, base_items, docker_items, exporter_items, rocm_items, tuning_items
@@ -150,11 +147,11 @@ def plan_fleet(
     Returns:
         the :class:`FleetPlan`: services sorted by name, each with its replicas in host order
         (one rank each today, with its host's profile and image: a service's hosts may differ in
-        either, and the service lists each), and the hosts' plans in the order given.
+        either, and the service lists each; :func:`rocmfleet.plan.services.plan_services`), and the
+        hosts' plans in the order given; no rollout (``rocmfleet plan --image`` adds it).
     """
     default = default_facts()
     plans: list[HostPlan] = []
-    by_service: dict[str, list[ReplicaPlan]] = {}
     # Hosts of one kind (the same data, on the same facts) have the same plan but for their name
     # and groups: planned once per kind. ``repr`` of a configuration shows every value of it (a
     # secret as *MASKED*: the plan holds secret names only); a plan with a problem, whose text
@@ -169,19 +166,4 @@ def plan_fleet(
             plans.append(plan_host(name, config, facts, groups))
             if not plans[-1].problem:
                 planned[key] = plans[-1]
-        for service, instance in services.replicas(config):
-            ranks = (Rank(name, instance, 0),)
-            replica = ReplicaPlan(service, f"{name}/{instance}", ranks, config.profile.name, config.image.reference)
-            by_service.setdefault(service, []).append(replica)
-    return FleetPlan(
-        services=tuple(
-            ServicePlan(
-                s,
-                tuple(sorted({r.profile for r in by_service[s]})),
-                tuple(sorted({r.image for r in by_service[s]})),
-                tuple(by_service[s]),
-            )
-            for s in sorted(by_service)
-        ),
-        hosts=tuple(plans),
-    )
+    return FleetPlan(services=services.plan_services(hosts), hosts=tuple(plans))

@@ -44,16 +44,72 @@ class ReplicaPlan:
 
 
 @dataclass(frozen=True)
+class ServiceImage:
+    """An image a service's replicas run: its reference, the hosts that run it (inventory order) and
+    the inventory groups that hold exactly those of the service's hosts (``rack_a`` on a site that
+    pins the image per rack; empty when one image serves the whole service)."""
+
+    image: str
+    hosts: tuple[str, ...]
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ServicePlan:
-    """One served model: its name (what clients put in ``model``), the profiles and image references
-    its replicas run with (sorted, each once: more than one when hosts of one service differ, e.g. a
-    TP-2 profile beside a TP-1 one of the same ``served_model_name``, or a rack on its own image pin)
-    and its replicas (in host then instance order)."""
+    """One served model: its name (what clients put in ``model``), the profiles its replicas run
+    with (sorted, each once: more than one when hosts of one service differ, e.g. a TP-2 profile
+    beside a TP-1 one of the same ``served_model_name``), the images they run (one
+    :class:`ServiceImage` each, in order of first host: more than one during a per-group pin, each
+    naming its hosts and groups) and its replicas (in host then instance order; each
+    :class:`ReplicaPlan` names its own profile and image)."""
 
     name: str
     profiles: tuple[str, ...]
-    images: tuple[str, ...]
+    images: tuple[ServiceImage, ...]
     replicas: tuple[ReplicaPlan, ...]
+
+
+@dataclass(frozen=True)
+class ServiceBound:
+    """A service in a rollout: its replicas on the hosts the rollout covers and the most of them out
+    of service at once (``--max-unavailable`` of it)."""
+
+    service: str
+    replicas: int
+    max_unavailable: int
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """The batches a rollout of ``image`` would run (``rocmfleet plan --image``), computed as
+    ``rocmfleet rollout --dry`` computes them (:func:`rocmfleet.fleet.rollout.rolloutplan.plan`).
+
+    Attributes:
+        image: ``--image`` as given; ``digest``: its digest when given in it, else what says why not
+            (the plan does not connect to the registry).
+        group, pin_file: ``--group`` (``None``: the fleet-wide pin) and the group data file the
+            rollout would pin the image in.
+        hosts: the hosts that would switch (every host of the group or fleet but those whose image
+            is pinned elsewhere: what a host runs is not known offline), inventory order.
+        canary: how the canary is chosen (``1 replica(s) of each service``, ``group canary``);
+            ``canary_hosts``: its hosts.
+        services: each service's replicas and bound; ``batches``: the hosts of each batch, canary
+            first; ``canary_batches``: how many of the first batches are the canary.
+        lines: the plan as ``rollout --dry`` prints it (each host left out, pinned elsewhere; the
+            services, the canary, the batches).
+    """
+
+    image: str
+    digest: str
+    group: str | None
+    pin_file: str
+    hosts: tuple[str, ...]
+    canary: str
+    canary_hosts: tuple[str, ...]
+    services: tuple[ServiceBound, ...]
+    batches: tuple[tuple[str, ...], ...]
+    canary_batches: int
+    lines: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -207,10 +263,12 @@ class HostPlan:
 
 @dataclass(frozen=True)
 class FleetPlan:
-    """The services of a site (sorted by name) and the plan of each host (in inventory order)."""
+    """The services of a site (sorted by name), the plan of each host (in inventory order) and, with
+    ``rocmfleet plan --image``, the rollout's batches (``None``: no rollout planned)."""
 
     services: tuple[ServicePlan, ...]
     hosts: tuple[HostPlan, ...]
+    rollout: RolloutPlan | None = None
 
 
 #: Text fields held once in the JSON's ``contents`` (by SHA-256), named by ``<field>_sha256`` where they were.

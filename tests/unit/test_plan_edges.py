@@ -68,7 +68,12 @@ def test_a_service_whose_replicas_differ_in_profile_and_image_shows_each(tmp_pat
     assert cli.main(["plan", str(inventory), "--json"]) == 0
     service = next(s for s in json.loads(capsys.readouterr().out)["services"] if s["name"] == "llama-4-scout")
     assert service["profiles"] == ["llama-4-scout", "scout-b"]
-    assert [i.split(":")[1][:9] for i in service["images"]] == ["0.33.0-r1", "0.33.0-r2", "0.33.0-r3"]
+    assert [i["image"].split(":")[1][:9] for i in service["images"]] == ["0.33.0-r1", "0.33.0-r2", "0.33.0-r3"]
+    assert [(i["groups"], i["hosts"][-1]) for i in service["images"]] == [
+        (["rack_a"], "ra-08"),
+        (["rack_b"], "rb-04"),
+        (["rack_c"], "rc-08"),
+    ]
     assert {r["id"]: r["profile"] for r in service["replicas"]}["rc-08/scout-b-0"] == "scout-b"
     assert cli.main(["plan", str(inventory)]) == 0
     out = capsys.readouterr().out
@@ -77,7 +82,8 @@ def test_a_service_whose_replicas_differ_in_profile_and_image_shows_each(tmp_pat
         in out
     )
     assert (
-        "  replica rc-08/scout-b-0 (profile scout-b, image registry.example.invalid/vllm:0.33.0-r3@sha256:3333" in out
+        "  on rc-08: 1 replica(s): scout-b-0 (profile scout-b, image registry.example.invalid/vllm:0.33.0-r3@"
+        f"sha256:{'3' * 64})" in out
     )
     assert (
         "service qwen3-235b-a22b: 16 replica(s) on 16 host(s)\n  replicas differ: profile qwen3-235b-a22b (16); " in out

@@ -96,7 +96,11 @@ def bake_and_roll(
             parse_max_unavailable(rollout_options["max_unavailable"], 1)
         group = groups.canary or groups.pin
         option = "--canary-group" if groups.canary else "--group"
-        host = group_hosts(group, targets, option, inventory)[0] if group else next(iter(targets))
+        host = (
+            group_hosts(group, {n: t.groups for n, t in targets.items()}, option, inventory)[0]
+            if group
+            else next(iter(targets))
+        )
         target = targets[host]
         if image is not None:
             base = steps.resolve(image, targets)

@@ -341,24 +341,15 @@ def _start(
     targets = fleet_inventory.load_targets(inventory, limit)
     replicas = rolloutplan.host_replicas(targets)
     # Counts no service can hold are typos (--canary 10 for 3 replicas); refused before any connection.
-    rolloutplan.check_options(replicas, canary, groups.canary, max_unavailable)
-    canary_hosts = None
-    if groups.canary is not None:
-        canary_hosts = fleetimage.group_hosts(groups.canary, targets, "--canary-group", inventory)
-    count = 1 if canary is None else canary
+    covered = rolloutplan.scope(
+        kind, inventory, replicas, {n: t.groups for n, t in targets.items()}, image, canary, max_unavailable, groups,
+        {n: t.config.image for n, t in targets.items()}, emit,
+    )  # fmt: skip
+    scope, canary_hosts, count = covered.hosts, covered.canary_hosts, covered.count
     if soak is not None and count == 0 and not soak.every_batch:
         raise CommandError(_NO_CANARY)
     if soak is not None:
         prometheus_url(targets)  # one source for the soak, refused before any connection
-    if groups.pin is not None and image is None:
-        raise CommandError(f"--group {groups.pin} names the group whose image pin --image rolls; give --image too")
-    scope = fleetimage.pinned_hosts(groups.pin, targets, inventory, emit) if image else list(targets)
-    if canary_hosts is not None and not set(canary_hosts) & set(scope):
-        outside = f"group {groups.pin}" if groups.pin else "each is left out above"
-        raise CommandError(
-            f"--canary-group {groups.canary}: none of its hosts ({', '.join(canary_hosts)}) is in this {kind} "
-            f"({outside}); name a canary group among its hosts"
-        )
     unconfirmed: list[str] = []  # what --dry could not confirm
     wanted_ref = None
     if image:

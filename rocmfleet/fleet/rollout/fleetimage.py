@@ -7,12 +7,13 @@ rollout's ``--image``, put back when it fails). :class:`CommandError`: a command
 from __future__ import annotations
 
 import urllib.error
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from rocmfleet.config import groupvars
 from rocmfleet.config.groupdata_edit import IMAGE_KEYS, EditError, holders, parse, set_keys, unified_diff, unset_keys
+from rocmfleet.config.profiles import Image
 from rocmfleet.fleet.registry import RegistryError, docker_config_credentials, parse_image, resolve_digest
 from rocmfleet.fleet.rollout.progress import Emit, to_stderr
 from rocmfleet.fleet.rollout.state import DataEdit, ImageRef
@@ -152,22 +153,29 @@ def data_file(image: ImageRef, group: str | None = None) -> tuple[Path, str, str
         raise CommandError(str(exc)) from None
 
 
-def group_hosts(group: str, targets: Mapping[str, Target], option: str, inventory: str) -> list[str]:
-    """The hosts of inventory group ``group`` among ``targets``, in inventory order.
+def group_hosts(group: str, groups_of: Mapping[str, Collection[str]], option: str, inventory: str) -> list[str]:
+    """The hosts of inventory group ``group`` among ``groups_of`` (``{host: its groups}``, in
+    inventory order), in inventory order.
 
     Raises:
-        CommandError: no host of ``targets`` is in it: ``option``, the group and the groups there are.
+        CommandError: no host there is in it: ``option``, the group and the groups there are.
     """
-    hosts = [name for name, t in targets.items() if group in t.groups]
+    hosts = [name for name, groups in groups_of.items() if group in groups]
     if not hosts:
-        known = sorted({g for t in targets.values() for g in t.groups if g != "all"})
+        known = sorted({g for groups in groups_of.values() for g in groups if g != "all"})
         raise CommandError(
             f"{option} {group}: no host of {inventory} is in that group; its groups: {', '.join(known) or 'none'}"
         )
     return hosts
 
 
-def pinned_hosts(group: str | None, targets: Mapping[str, Target], inventory: str, emit: Emit) -> list[str]:
+def pinned_hosts(
+    group: str | None,
+    groups_of: Mapping[str, Collection[str]],
+    images: Mapping[str, Image],
+    inventory: str,
+    emit: Emit,
+) -> list[str]:
     """The hosts whose image the file :func:`pin_file` picks pins (``--image``, with ``--group``
     or without), and a line for each other one: a host in two groups that both pin the image runs
     the later group's pin, and one whose own data pins it runs that; an edit of the file leaves
@@ -176,7 +184,9 @@ def pinned_hosts(group: str | None, targets: Mapping[str, Target], inventory: st
     runs: one whose other pin is the same as the file's today cannot be, and is rolled.
 
     Args:
-        group: ``--group`` (its hosts); ``None``: every host of ``targets`` (the fleet-wide pin).
+        group: ``--group`` (its hosts); ``None``: every host of ``groups_of`` (the fleet-wide pin).
+        groups_of: ``{host: its inventory groups}`` of the hosts the command covers, in inventory order.
+        images: each of those hosts' image as its data pins it (``HostConfig.image``).
 
     Returns:
         the hosts in inventory order; ``emit`` is told ``HOST: ... its image is pinned elsewhere
@@ -186,7 +196,7 @@ def pinned_hosts(group: str | None, targets: Mapping[str, Target], inventory: st
         CommandError: as :func:`group_hosts` and :func:`pin_file`, or every host is pinned
             elsewhere (nothing to roll).
     """
-    hosts = group_hosts(group, targets, "--group", inventory) if group is not None else list(targets)
+    hosts = group_hosts(group, groups_of, "--group", inventory) if group is not None else list(groups_of)
     path, text = pin_file(group)
     try:
         data = parse(text, str(path))
@@ -196,7 +206,7 @@ def pinned_hosts(group: str | None, targets: Mapping[str, Target], inventory: st
     mine, lines = [], []
     where = f"in {group}, but " if group is not None else ""
     for name in hosts:
-        image = targets[name].config.image
+        image = images[name]
         if all(str(data[key]) == str(getattr(image, field)) for key, field in fields.items() if key in data):
             mine.append(name)
         else:

@@ -1,14 +1,19 @@
 """What a rollout or restart will do, from its hosts' services: the options checked before any
-connection (:func:`check_options`), the per-service bounds, the canary and the batches
-(:func:`plan`), and the lines that show them (:func:`lines`). Pure but for reading the targets'
-configurations; the rules are :mod:`rocmfleet.fleet.rollout.batches`'.
+connection and the hosts they cover (:func:`scope`, :func:`check_options`), the per-service
+bounds, the canary and the batches (:func:`plan`), and the lines that show them (:func:`lines`).
+Pure but for reading the group data files the inventory loaded; the rules are
+:mod:`rocmfleet.fleet.rollout.batches`'. ``rocmfleet rollout``/``restart`` and ``rocmfleet plan
+--image`` both plan through :func:`scope` and :func:`plan`, on the replicas of
+:func:`rocmfleet.plan.services.replica_counts`: the same options give the same batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from rocmfleet.config.profiles import Image
 from rocmfleet.fleet.rollout.batches import (
     PlanError,
     default_canary,
@@ -18,6 +23,8 @@ from rocmfleet.fleet.rollout.batches import (
     service_bounds,
     totals,
 )
+from rocmfleet.fleet.rollout.fleetimage import CommandError, group_hosts, pin_file, pinned_hosts
+from rocmfleet.fleet.rollout.progress import Emit
 from rocmfleet.fleet.target import Target
 from rocmfleet.plan import services
 
@@ -38,14 +45,11 @@ class Groups:
 
 
 def host_replicas(targets: Mapping[str, Target]) -> dict[str, dict[str, int]]:
-    """``{host: {service: replicas}}`` of ``targets``, in their order (:func:`rocmfleet.plan.services.replicas`)."""
-    found: dict[str, dict[str, int]] = {}
-    for name, target in targets.items():
-        counts: dict[str, int] = {}
-        for service, _instance in services.replicas(target.config):
-            counts[service] = counts.get(service, 0) + 1
-        found[name] = counts
-    return found
+    """``{host: {service: replicas}}`` of ``targets``, in their order: the replicas of their services
+    as the fleet plan holds them (:func:`rocmfleet.plan.services.plan_services`,
+    :func:`~rocmfleet.plan.services.replica_counts`)."""
+    planned = services.plan_services([(name, t.config, t.groups) for name, t in targets.items()])
+    return services.replica_counts(planned, list(targets))
 
 
 def check_options(
@@ -80,6 +84,71 @@ def check_options(
             f"--max-unavailable {max_unavailable}: replicas of each service out at once, more than any service has "
             f"(the most: {max(counts.values())}; 100% takes them all)"
         )
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a new rollout or restart covers, once its options are checked (:func:`scope`).
+
+    Attributes:
+        hosts: the hosts it covers (``--group``'s with ``--image``, else all; with ``--image``, less
+            those whose image is pinned elsewhere), in inventory order.
+        canary_hosts: ``--canary-group``'s hosts (``None``: not given; ``--canary N`` then).
+        count: ``--canary N`` (1 when not given).
+        pin: with an image, the group data file that takes its pin and the file's text now.
+    """
+
+    hosts: list[str]
+    canary_hosts: list[str] | None
+    count: int
+    pin: tuple[Path, str] | None
+
+
+def scope(
+    kind: str,
+    inventory: str,
+    replicas: Mapping[str, Mapping[str, int]],
+    groups_of: Mapping[str, Collection[str]],
+    image: str | None,
+    canary: int | None,
+    max_unavailable: str,
+    groups: Groups,
+    images: Mapping[str, Image],
+    emit: Emit,
+) -> Scope:
+    """Check a new rollout's options against its hosts and return what it covers; nothing connects.
+
+    Args:
+        kind: ``rollout`` or ``restart`` (said in a refusal); ``inventory``: the inventory file (ditto).
+        replicas: every host the command covers (:func:`host_replicas`), ``groups_of``: their
+            inventory groups, both in inventory order.
+        image: ``--image`` (``None``: the pinned image); canary, max_unavailable, groups: the options.
+        images: each host's image as its data pins it: with ``image``, a host whose image is pinned
+            elsewhere than the file that takes the pin is left out
+            (:func:`rocmfleet.fleet.rollout.fleetimage.pinned_hosts`), ``emit`` told a line for each.
+
+    Raises:
+        PlanError: as :func:`check_options`.
+        CommandError: an unknown ``--canary-group`` or ``--group``; ``--group`` without an image; a
+            canary group outside the rolled group (or all of whose hosts are left out); every host
+            pinned elsewhere; no group file (or several) to pin the image in
+            (:func:`rocmfleet.fleet.rollout.fleetimage.pin_file`).
+    """
+    check_options(replicas, canary, groups.canary, max_unavailable)
+    canary_hosts = None
+    if groups.canary is not None:
+        canary_hosts = group_hosts(groups.canary, groups_of, "--canary-group", inventory)
+    if groups.pin is not None and image is None:
+        raise CommandError(f"--group {groups.pin} names the group whose image pin --image rolls; give --image too")
+    hosts = pinned_hosts(groups.pin, groups_of, images, inventory, emit) if image else list(groups_of)
+    if canary_hosts is not None and not set(canary_hosts) & set(hosts):
+        outside = f"group {groups.pin}" if groups.pin else "each is left out above"
+        raise CommandError(
+            f"--canary-group {groups.canary}: none of its hosts ({', '.join(canary_hosts)}) is in this {kind} "
+            f"({outside}); name a canary group among its hosts"
+        )
+    pin = pin_file(groups.pin) if image else None  # which file takes the pin, refused before any connection
+    return Scope(hosts, canary_hosts, 1 if canary is None else canary, pin)
 
 
 @dataclass(frozen=True)
