@@ -128,8 +128,11 @@ def run_rollout(
     checked: Kind = "rollout" if kind == "rollout" else "restart"
     root = results_root(results_dir, inventory)
     path = state_path(root, inventory)
+    # A new rollout's --dry changes nothing: it takes no lock (which would leave the results
+    # directory and the lock file behind); a recorded one's --resume/--rollback always does.
+    dry_only = start.dry and not (resume or rollback)
     try:
-        with run_lock(path):
+        with contextlib.nullcontext() if dry_only else run_lock(path):
             return _run_rollout(
                 inventory, checked, image, canary, max_unavailable, force, resume, rollback, limit, root, path,
                 emit, progress_factory, say_error, start, RETRIES if retries is None else retries, soak, groups,
