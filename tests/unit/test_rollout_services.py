@@ -135,6 +135,16 @@ def test_canary_n_is_n_replicas_of_each_service(fleet_wide, offline, dry):
     planned = batches(out)
     canary = [b for c, b in planned if c]
     assert len(canary) == 2 and all(Counter(s for _h, s in b) == {QWEN: 1, SCOUT: 1} for b in canary)
+    # the headline names each canary host's replicas and why those hosts
+    hosts = f"ra-01 (1 replica of {QWEN}), ra-02 (1 replica of {QWEN}), ra-07 (1 replica of {SCOUT}), ra-08"
+    assert f"canary (batches 1-2): {hosts}" in out
+    assert "why: --canary 2: the fewest hosts, in inventory order, holding 2 replica(s) of each service" in out
+
+
+def test_a_dry_run_leaves_no_lock_and_no_results_directory(fleet_wide, offline, dry, tmp_path):
+    code, _out, err = dry(fleet_wide, "--image", IMAGE)
+    assert code == 0, err
+    assert not (tmp_path / "results").exists()  # no state directory, no .lock in it
 
 
 def test_the_canary_group_is_the_canary(fleet_wide, offline, dry):
@@ -142,7 +152,8 @@ def test_the_canary_group_is_the_canary(fleet_wide, offline, dry):
     assert code == 0, err
     planned = batches(out)
     assert planned[0] == (True, [("ra-01", QWEN), ("ra-07", SCOUT)])
-    assert "canary: group canary: ra-01, ra-07" in out
+    said = f"canary (batch 1): ra-01 (1 replica of {QWEN}), ra-07 (1 replica of {SCOUT}); why: the hosts of group canary"
+    assert said in out
 
 
 def test_an_unknown_canary_group_is_refused_with_the_known_groups(fleet_wide, offline, dry):

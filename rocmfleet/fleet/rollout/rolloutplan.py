@@ -224,8 +224,7 @@ def lines(
         )
     ]
     if planned.canary or canary_group:
-        where = f"group {canary_group}" if canary_group else f"{canary} replica(s) of each service"
-        said.append(f"canary: {where}: {', '.join(planned.canary) or 'no host to switch'}")
+        said.append(canary_line(planned, replicas, canary, canary_group))
     for host, over in planned.oversized.items():
         what = ", ".join(f"{n} replicas of {s} (at most {planned.bounds[s]})" for s, n in over.items())
         said.append(f"{host} holds {what}: a host switches whole, so it goes in a batch of its own")
@@ -244,6 +243,46 @@ def lines(
     if batches:
         said.append("plan: " + "; ".join(batches))
     return said
+
+
+def canary_line(
+    planned: Planned, replicas: Mapping[str, Mapping[str, int]], canary: int = 1, canary_group: str | None = None
+) -> str:
+    """The canary as printed: which replicas of which services, on which hosts, and why those.
+
+    ``canary (batch 1): ra-01 (1 replica of qwen), ra-07 (1 replica of scout); why: --canary 1
+    (the default): the fewest hosts, in inventory order, holding 1 replica of each service``;
+    ``--canary-group canary`` says ``why: the hosts of group canary (--canary-group)``. A host
+    switches whole, so it brings every replica it holds; a service with no replica there is named
+    (``none of scout: its first replicas switch after the canary``).
+    """
+    if not planned.canary:
+        return f"canary: group {canary_group}: no host of it to switch" if canary_group else "canary: none"
+    batches = planned.canary_batches
+    where = "batch 1" if batches == 1 else f"batches 1-{batches}"
+
+    def held(host: str) -> str:
+        counts = replicas.get(host, {})
+        if not counts:
+            return f"{host} (no instance)"
+        return f"{host} ({', '.join(f'{n} replica{_plural(n)} of {s}' for s, n in counts.items())})"
+
+    if canary_group:
+        why = f"the hosts of group {canary_group} (--canary-group {canary_group}) that switch"
+    else:
+        default = " (the default)" if canary == 1 else ""
+        why = (
+            f"--canary {canary}{default}: the fewest hosts, in inventory order, holding {canary} "
+            "replica(s) of each service (a host switches whole, with every replica it holds)"
+        )
+    covered = {s for h in planned.canary for s in replicas.get(h, {})}
+    missing = [s for s in planned.totals if s not in covered]
+    none = f"; none of {', '.join(missing)}: its replicas first switch after the canary" if missing else ""
+    return f"canary ({where}): {', '.join(held(h) for h in planned.canary)}; why: {why}{none}"
+
+
+def _plural(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 def counted(planned: Planned, hosts: int) -> str:
