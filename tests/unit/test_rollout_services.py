@@ -318,3 +318,51 @@ def test_a_canary_group_whose_hosts_are_all_pinned_elsewhere_is_refused(fleet_wi
     code, _out, err = dry(fleet_wide, "--image", IMAGE, "--canary-group", "canary")
     assert code == 2
     assert "--canary-group canary: none of its hosts (ra-01, ra-07) is in this rollout (each is left out above)" in err
+
+
+def test_a_dry_run_without_image_names_the_image_and_the_file_pinning_it(site, offline, dry):
+    code, out, err = dry(site, "--limit", "rack_b")
+    assert code == 0, err
+    ref = "registry.example.invalid/vllm:0.33.0-r2@sha256:" + "2" * 64
+    assert f"image: {ref} on 8 host(s), pinned by " in out
+    assert "group_vars/rack_b.yml (rack_b) (no --image: the image the group data pins)" in out
+    assert "warning" not in err
+
+
+def test_per_group_pins_without_image_are_refused_naming_each_image_and_its_file(site, offline, dry):
+    code, _out, err = dry(site)
+    assert code == 2
+    assert err.count(" on 8 host(s), pinned by ") == 3
+    for rack in "abc":
+        assert f"group_vars/rack_{rack}.yml (rack_{rack})" in err
+
+
+def test_a_dry_run_of_a_placeholder_digest_warns(fleet_wide, offline, dry):
+    from rocmfleet.config.validate import PLACEHOLDER_DIGEST
+
+    path = fleet_wide / "group_vars" / "all.yml"
+    path.write_text(path.read_text().replace("sha256:" + "1" * 64, PLACEHOLDER_DIGEST))
+    code, out, err = dry(fleet_wide)
+    assert code == 0, err
+    assert f"image: registry.example.invalid/vllm:0.33.0-r1@{PLACEHOLDER_DIGEST} on 24 host(s)" in out
+    assert "rocmfleet: warning: " in err and "the image digest is the placeholder" in err
+
+
+def test_dry_json_prints_the_plan_as_plan_image_json_does(fleet_wide, offline, capsys):
+    import json
+
+    inventory = str(fleet_wide / "inventory.py")
+    options = ["--image", IMAGE + "@sha256:" + "4" * 64, "--max-unavailable", "25%", "--canary-group", "canary"]
+    code = cli.main(["rollout", inventory, "--dry", "--json", *options])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rollout = json.loads(out)["rollout"]
+    assert rollout["canary_hosts"] == ["ra-01", "ra-07"] and rollout["canary_batches"] == 1
+    assert {s["service"]: s["max_unavailable"] for s in rollout["services"]} == {QWEN: 4, SCOUT: 2}
+    assert rollout["digest"] == "sha256:" + "4" * 64
+    assert rollout["batches"][0] == ["ra-01", "ra-07"] and sum(map(len, rollout["batches"])) == 24
+    assert cli.main(["plan", inventory, "--json", *options]) == 0
+    planned = json.loads(capsys.readouterr().out)["rollout"]
+    assert set(planned) == set(rollout)
+    for key in ("image", "digest", "hosts", "canary", "canary_hosts", "services", "batches", "canary_batches"):
+        assert planned[key] == rollout[key], key

@@ -84,6 +84,37 @@ def _names(loaded: groupvars.GroupFile) -> list[str]:
     return list(groupvars.assigned_to(loaded)) or [loaded.group]
 
 
+def pinned_by(groups: Collection[str]) -> list[str]:
+    """The group data files (as loaded, in load order) that set ``vllm_image_*`` for any of
+    ``groups`` (inventory groups; ``all``'s file for any), each as ``FILE (GROUP, ...)``: where a
+    host of those groups has its image from, unless its own data or the inventory file pins it."""
+    loaded = [g for g in groupvars.LOADED if not g.fatal]
+    files = {str(g.path): g.path.read_text() for g in loaded}
+    found = holders(files)
+    return [
+        f"{groupvars.display(g.path)} ({', '.join(_names(g))})"
+        for g in loaded
+        if str(g.path) in found and set(_names(g)) & {*groups, "all"}  # every host is in group all
+    ]
+
+
+def image_lines(wanted: Mapping[str, ImageRef], groups_of: Mapping[str, Collection[str]]) -> list[str]:
+    """Which image(s) a rollout without ``--image`` rolls: one ``image: REF on N host(s), pinned by
+    FILE (GROUPS)`` line per distinct image of ``wanted`` (``{host: the image its data pins}``, in
+    inventory order), its files from :func:`pinned_by` over those hosts' groups (``host data or the
+    inventory file`` when no group file does)."""
+    by_image: dict[str, list[str]] = {}
+    for name, ref in wanted.items():
+        by_image.setdefault(ref.reference, []).append(name)
+    said = []
+    for reference, names in by_image.items():
+        files = pinned_by({g for n in names for g in groups_of.get(n, ())})
+        said.append(
+            f"image: {reference} on {len(names)} host(s), pinned by {'; '.join(files) or 'host data or the inventory'}"
+        )
+    return said
+
+
 def unconfirmed_ref(reference: str) -> ImageRef:
     """``REPO:TAG[@DIGEST]`` as ``rollout --dry`` shows it when the registry did not confirm the
     digest: the given digest, or ``<not confirmed>`` in its place (never recorded or written).

@@ -27,6 +27,7 @@ from rocmfleet.fleet.rollout.fleetimage import CommandError, group_hosts, pin_fi
 from rocmfleet.fleet.rollout.progress import Emit
 from rocmfleet.fleet.target import Target
 from rocmfleet.plan import services
+from rocmfleet.plan.model import RolloutPlan, ServiceBound
 
 
 @dataclass(frozen=True)
@@ -293,3 +294,35 @@ def counted(planned: Planned, hosts: int) -> str:
     else:
         bound = "at most " + ", ".join(f"{n} of {s}" for s, n in planned.bounds.items()) + " out of service at once"
     return f"{hosts} host(s) in {len(planned.batches)} batch(es), {bound}"
+
+
+def as_plan(
+    planned: Planned,
+    hosts: Sequence[str],
+    image: tuple[str, str],
+    groups: Groups,
+    pin: str,
+    canary: int,
+    shown: Sequence[str],
+) -> RolloutPlan:
+    """``planned`` as the :class:`~rocmfleet.plan.model.RolloutPlan` that ``rocmfleet plan --image
+    --json`` prints (``rollout --dry --json`` prints the same object).
+
+    Args:
+        hosts: the hosts that switch, inventory order; ``image``: (the reference rolled, its digest
+            or why it is not known); ``pin``: the group data file that pins it (``""``: none edited).
+        canary: ``--canary N`` (said when no ``--canary-group``); ``shown``: the plan's lines as printed.
+    """
+    return RolloutPlan(
+        image=image[0],
+        digest=image[1],
+        group=groups.pin,
+        pin_file=pin,
+        hosts=tuple(hosts),
+        canary=f"group {groups.canary}" if groups.canary else f"{canary} replica(s) of each service",
+        canary_hosts=tuple(planned.canary),
+        services=tuple(ServiceBound(s, planned.totals[s], n) for s, n in planned.bounds.items()),
+        batches=tuple(tuple(batch) for batch in planned.batches),
+        canary_batches=planned.canary_batches,
+        lines=tuple(shown),
+    )
