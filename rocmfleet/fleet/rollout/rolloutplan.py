@@ -148,7 +148,9 @@ def scope(
             f"--canary-group {groups.canary}: none of its hosts ({', '.join(canary_hosts)}) is in this {kind} "
             f"({outside}); name a canary group among its hosts"
         )
-    pin = pin_file(groups.pin) if image else None  # which file takes the pin, refused before any connection
+    pin = (
+        pin_file(groups.pin, groups_of, images) if image else None
+    )  # which file takes the pin, refused before any connection
     return Scope(hosts, canary_hosts, 1 if canary is None else canary, pin)
 
 
