@@ -147,6 +147,10 @@ def test_plan_shows_inline_secrets_by_name_without_the_vault_password(tmp_path, 
     out, err = capsys.readouterr()
     assert "secret: HF_TOKEN (values not shown)" in out and token not in out + err
     assert "--env HF_TOKEN" in out
+    # nor do the scrape targets, which hold no secret (new-user trial: it asked for the password)
+    assert cli.main(["metrics", "targets", str(inventory)]) == 0
+    out, err = capsys.readouterr()
+    assert '"rocmfleet_instance": "qwen3-235b-a22b-0"' in out and token not in out + err
     # the commands that use the value still need the password
     assert cli.main(["validate", str(inventory)]) == 2
     assert "vllm_secret_env.HF_TOKEN: line 4: cannot decrypt (no vault password" in capsys.readouterr().err
