@@ -30,14 +30,16 @@ def whole_writes() -> None:
     the part it took instead of ``EPIPE``, and the rest is dropped with no error: the command ended
     0, as if it had written it all. A ``BufferedWriter`` writes the rest and meets ``EPIPE``
     (``BrokenPipeError``: exit 141, :data:`EXIT_PIPE_CLOSED`). Line buffering keeps what ``-u``
-    is for: each line is written when it is complete. A stream already buffered (the default, or a
-    test's capture) is left as it is.
+    is for: each line is written when it is complete. The new stream writes to the same descriptor
+    and never closes it (``closefd=False``). A stream already buffered (the default), or one that is
+    not the process's own standard output (a test's capture), is left as it is.
     """
     stream = sys.stdout
     raw = getattr(stream, "buffer", None)
-    if isinstance(stream, io.TextIOWrapper) and isinstance(raw, io.RawIOBase):
-        sys.stdout = io.TextIOWrapper(
-            io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors, line_buffering=True
+    if stream is sys.__stdout__ and isinstance(stream, io.TextIOWrapper) and isinstance(raw, io.RawIOBase):
+        stream.flush()
+        sys.stdout = open(  # noqa: SIM115 - standard output for the rest of the process
+            stream.fileno(), "w", buffering=1, encoding=stream.encoding, errors=stream.errors, closefd=False
         )
 
 
