@@ -21,7 +21,7 @@ GRUB = ["GRUB_DEFAULT=0", 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"', 'GRUB_CMDLINE_LI
 
 
 def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None, dry: bool = False) -> list[dict]:
-    """Run ``call`` (e.g. ``roles.base.apply(config.settings)``) on the fake host ``gpu-1``;
+    """Run ``call`` (e.g. ``roles.base.apply(hostdrift.role_items(plan, 'base'))``) on the fake host ``gpu-1``;
     the JSON report's operations (``dry``: the plan's, with pyinfra's ``--dry``)."""
     inventory, deploy = tmp_path / "inventory.py", tmp_path / "deploy.py"
     host = ("@fake/gpu-1", {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": responses})
@@ -34,7 +34,10 @@ def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None, dr
             import rocmfleet.roles.base, rocmfleet.roles.rocm, rocmfleet.roles.tuning
             from rocmfleet import roles
             from rocmfleet.config.settings import host_config
+            from rocmfleet.plan import hostdrift
+            from rocmfleet.plan.build import plan_host
             config = host_config({{**{DATA!r}, **{data or {}!r}}})
+            plan = plan_host("", config)
             {call}
             """
         )
@@ -86,17 +89,17 @@ def names(operations: list[dict]) -> list[str]:
 
 
 def test_base_on_a_converged_host_calls_no_operation(tmp_path):
-    assert run(tmp_path, "roles.base.apply(config.settings)", base_state()) == []
+    assert run(tmp_path, "roles.base.apply(hostdrift.role_items(plan, 'base'))", base_state()) == []
 
 
 def test_base_rewrites_a_changed_proxy_file_and_installs_a_missing_package(tmp_path):
     responses = base_state(proxy='Acquire::http::Proxy "http://old:3128";\n', installed=("curl",))
-    operations = run(tmp_path, "roles.base.apply(config.settings)", responses)
+    operations = run(tmp_path, "roles.base.apply(hostdrift.role_items(plan, 'base'))", responses)
     assert names(operations) == ["Configure apt proxy", "Install base packages"]
 
 
 def test_base_removes_the_proxy_file_only_when_it_is_there(tmp_path):
-    call = "roles.base.apply(config.settings)"
+    call = "roles.base.apply(hostdrift.role_items(plan, 'base'))"
     assert names(run(tmp_path, call, base_state(), data={"apt_proxy": None})) == ["Remove apt proxy"]
     gone = base_state(proxy=None)
     gone["' state.sh "][1] = path("/etc/apt/apt.conf.d/80rocmfleet-proxy", None)
@@ -104,7 +107,7 @@ def test_base_removes_the_proxy_file_only_when_it_is_there(tmp_path):
 
 
 def test_base_without_a_read_state_runs_every_operation(tmp_path):
-    operations = run(tmp_path, "roles.base.apply(config.settings)", {})
+    operations = run(tmp_path, "roles.base.apply(hostdrift.role_items(plan, 'base'))", {})
     assert names(operations) == ["Make apt wait for a held dpkg lock", "Configure apt proxy", "Install base packages"]
 
 
