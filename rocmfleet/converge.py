@@ -35,7 +35,7 @@ from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import gpuhealth, vllmfiles
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import fail
-from rocmfleet.plan import drift, exporterplan, hostdrift, hoststate, rocmplan, targetsfile, vllmplan
+from rocmfleet.plan import drift, hostdrift, hoststate, rocmplan, targetsfile, vllmplan
 from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.model import HostPlan, Role
 from rocmfleet.plan.sources import HostFacts
@@ -78,7 +78,7 @@ def _report_gpu_health(correctable_max: int, got: Gathered) -> None:
 
 
 #: The roles that apply their items of the host's plan (the others still compute theirs from settings).
-PLANNED_ROLES: tuple[Role, ...] = ("base", "docker")
+PLANNED_ROLES: tuple[Role, ...] = ("base", "exporter", "docker")
 #: Plans of this run by kind of host (``repr`` of its configuration, and the facts planned on): hosts
 #: of one kind are planned once (a no-op converge's control CPU, issue 43).
 _PLANS: dict[tuple[str, HostFacts], HostPlan] = {}
@@ -191,7 +191,7 @@ def converge() -> None:
         tuning_reboot = tuning.apply(config.tuning, got=got)
         settled = not rocm_todo and not tuning_reboot and tuning.cmdline_settled(config.tuning, got)
         rebooted = rocm.reboot(config.rocm, predicted=tuning_reboot, got=got, found=found, settled=settled)
-        exporter.apply(config.metrics, got=got, todo=exporterplan.differs(config.metrics, got))
+        exporter.apply(config.metrics, hostdrift.role_items(plan, "exporter"), got)
         instances = [(vllmfiles.files_of(i).container, i.port) for i in config.instances()]
         docker.apply(config.settings, hostdrift.role_items(plan, "docker"), got=got, instances=instances)
         vllm_role.apply(config, rebooted=rebooted, got=got)
