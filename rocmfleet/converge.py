@@ -78,7 +78,7 @@ def _report_gpu_health(correctable_max: int, got: Gathered) -> None:
 
 
 #: The roles that apply their items of the host's plan (the others still compute theirs from settings).
-PLANNED_ROLES: tuple[Role, ...] = ("base", "exporter", "docker")
+PLANNED_ROLES: tuple[Role, ...] = ("base", "tuning", "exporter", "docker")
 #: Plans of this run by kind of host (``repr`` of its configuration, and the facts planned on): hosts
 #: of one kind are planned once (a no-op converge's control CPU, issue 43).
 _PLANS: dict[tuple[str, HostFacts], HostPlan] = {}
@@ -188,7 +188,7 @@ def converge() -> None:
         found = rocm.preflight(config.rocm, got=got, todo=rocm_todo)
         base.apply(hostdrift.role_items(plan, "base"), got=got)
         rocm.apply(config.rocm, got=got, found=found, todo=rocm_todo)
-        tuning_reboot = tuning.apply(config.tuning, got=got)
+        tuning_reboot = tuning.apply(config.tuning, hostdrift.role_items(plan, "tuning"), got)
         settled = not rocm_todo and not tuning_reboot and tuning.cmdline_settled(config.tuning, got)
         rebooted = rocm.reboot(config.rocm, predicted=tuning_reboot, got=got, found=found, settled=settled)
         exporter.apply(config.metrics, hostdrift.role_items(plan, "exporter"), got)

@@ -38,6 +38,12 @@ def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None, dr
             from rocmfleet.plan.build import plan_host
             config = host_config({{**{DATA!r}, **{data or {}!r}}})
             plan = plan_host("", config)
+            from pyinfra.context import host
+            from rocmfleet.facts.state import HostState
+            from rocmfleet.plan import drift, hoststate
+            def read(role, extra):
+                items = hostdrift.role_items(plan, role)
+                return items, host.get_fact(HostState, **hoststate.merge_queries(drift.query(items), extra))
             {call}
             """
         )
@@ -137,7 +143,8 @@ def tuning_state(numa: str = "0", writable: bool = True, enabled: str = "enabled
     }
 
 
-TUNE = "assert roles.tuning.apply(config.tuning) == []"
+TUNED = "roles.tuning.apply(config.tuning, *read('tuning', roles.tuning.query(config.tuning)))"
+TUNE = f"assert {TUNED} == []"
 
 
 def test_tuning_on_a_converged_host_calls_no_operation(tmp_path):
@@ -154,7 +161,7 @@ def test_tuning_enables_a_disabled_unit_and_edits_grub_that_lacks_the_parameters
         **tuning_state(enabled="disabled"),
         "( test -e /etc/default/grub": GRUB[:2] + ['GRUB_CMDLINE_LINUX=""'],
     }
-    said = "assert roles.tuning.apply(config.tuning) == ['kernel command line gets iommu=pt pci=realloc=off']"
+    said = f"assert {TUNED} == ['kernel command line gets iommu=pt pci=realloc=off']"
     assert names(run(tmp_path, said, responses)) == [
         "Set the kernel command line in /etc/default/grub",
         "Regenerate the GRUB configuration",
@@ -176,7 +183,7 @@ def with_grub(lines: list[str]) -> dict[str, list[str]]:
 
 def test_tuning_reads_grub_from_the_one_read(tmp_path):
     assert run(tmp_path, TUNE, with_grub(GRUB)) == []
-    said = "assert roles.tuning.apply(config.tuning) == ['kernel command line gets iommu=pt pci=realloc=off']"
+    said = f"assert {TUNED} == ['kernel command line gets iommu=pt pci=realloc=off']"
     old = [*GRUB[:2], 'GRUB_CMDLINE_LINUX=""']
     # the operation reads the file itself when it executes
     operations = run(tmp_path, said, {**with_grub(old), "( test -e /etc/default/grub": old})
@@ -265,3 +272,17 @@ def test_rocm_renders_a_changed_repository_file_and_updates_apt(tmp_path):
     operations = run(tmp_path, "roles.rocm.apply(config.rocm)", rocm_state(amdgpu_list="deb old\n"), dry=True)
     assert "Render /etc/apt/sources.list.d/amdgpu.list" in names(operations)
     assert "Update apt lists for AMD's repositories" in names(operations)
+
+
+def test_tuning_renders_a_changed_unit_and_sysctl_file_from_its_plan_items(tmp_path):
+    responses = tuning_state()
+    lines = responses["' state.sh "]
+    lines[0] = path(tuning.SYSCTL_FILE, "# edited by hand\n")
+    lines[1] = path(tuning.CPU_UNIT_PATH, "[Unit]\n")
+    assert names(run(tmp_path, TUNE, responses)) == [
+        f"Render {tuning.SYSCTL_FILE}",
+        f"Render {tuning.CPU_UNIT}",
+        "Reload systemd units",
+        f"Enable {tuning.CPU_UNIT}",
+        f"Run {tuning.CPU_UNIT} now",
+    ]
