@@ -26,6 +26,7 @@ import types
 
 from pyinfra import logger
 from pyinfra.context import ctx_state, host, state
+from pyinfra.facts.server import LinuxDistribution, OsVersion
 
 from rocmfleet import scripts
 from rocmfleet.config import groupvars
@@ -35,7 +36,7 @@ from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import gpuhealth, vllmfiles
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import fail
-from rocmfleet.plan import drift, hostdrift, hoststate, rocmplan, targetsfile, vllmplan
+from rocmfleet.plan import drift, hostdrift, hoststate, targetsfile, vllmplan
 from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.model import HostPlan, Role
 from rocmfleet.plan.sources import HostFacts
@@ -78,7 +79,7 @@ def _report_gpu_health(correctable_max: int, got: Gathered) -> None:
 
 
 #: The roles that apply their items of the host's plan (the others still compute theirs from settings).
-PLANNED_ROLES: tuple[Role, ...] = ("base", "tuning", "exporter", "docker")
+PLANNED_ROLES: tuple[Role, ...] = ("base", "rocm", "tuning", "exporter", "docker")
 #: Plans of this run by kind of host (``repr`` of its configuration, and the facts planned on): hosts
 #: of one kind are planned once (a no-op converge's control CPU, issue 43).
 _PLANS: dict[tuple[str, HostFacts], HostPlan] = {}
@@ -102,14 +103,20 @@ def read_plan(kind: str, config: HostConfig, got: Gathered) -> HostPlan:
     Args:
         kind: ``repr(config)`` (hosts of one kind share the plan).
         config: the host's validated configuration.
-        got: the deploy's ``HostState`` read (with ``os``).
+        got: the deploy's ``HostState`` read (with ``os``; without, pyinfra's ``LinuxDistribution``
+            and ``OsVersion`` are read, as the roles did before).
     """
-    facts = HostFacts(hostdrift.READ_SOURCE, None)
     if got.os is not None:
-        facts = HostFacts(
-            hostdrift.READ_SOURCE, None, os_id=got.os.id, os_version=got.os.version_id,
-            os_codename=got.os.codename, kernel=got.os.kernel, assumed=("device_gids",),
-        )  # fmt: skip
+        release = (got.os.id, got.os.version_id, got.os.codename, got.os.kernel)
+    else:  # the read could not tell (it always asks): pyinfra's own facts, one more command
+        meta = host.get_fact(LinuxDistribution).get("release_meta", {})
+        release = (meta.get("ID", ""), str(meta.get("VERSION_ID", "")), meta.get("VERSION_CODENAME", ""), "")
+        release = (*release[:3], host.get_fact(OsVersion))
+    os_id, version, codename, kernel = release
+    facts = HostFacts(
+        hostdrift.READ_SOURCE, None, os_id=os_id, os_version=version, os_codename=codename, kernel=kernel,
+        assumed=("device_gids",),
+    )  # fmt: skip
     return _plan(kind, config, facts)
 
 
@@ -184,13 +191,17 @@ def converge() -> None:
                 logger.warning(f"{host.print_prefix}{line}")
         # What the rocm role would do (nothing, on a converged host: then none of its operations, its
         # reboot or its driver checks is called, and the host costs no command beyond the read).
-        rocm_todo = rocmplan.differs(config.rocm, got)
+        rocm_items = hostdrift.role_items(plan, "rocm")
+        rocm_todo = rocm.reasons(config.rocm, rocm_items, got)
         found = rocm.preflight(config.rocm, got=got, todo=rocm_todo)
         base.apply(hostdrift.role_items(plan, "base"), got=got)
-        rocm.apply(config.rocm, got=got, found=found, todo=rocm_todo)
+        rocm.apply(config.rocm, rocm_items, got, found=found, todo=rocm_todo)
         tuning_reboot = tuning.apply(config.tuning, hostdrift.role_items(plan, "tuning"), got)
         settled = not rocm_todo and not tuning_reboot and tuning.cmdline_settled(config.tuning, got)
-        rebooted = rocm.reboot(config.rocm, predicted=tuning_reboot, got=got, found=found, settled=settled)
+        drifted = set() if settled else drift.drifted(rocm_items, got)
+        rebooted = rocm.reboot(
+            config.rocm, predicted=tuning_reboot, got=got, found=found, settled=settled, drifted=drifted
+        )
         exporter.apply(config.metrics, hostdrift.role_items(plan, "exporter"), got)
         instances = [(vllmfiles.files_of(i).container, i.port) for i in config.instances()]
         docker.apply(config.settings, hostdrift.role_items(plan, "docker"), got=got, instances=instances)

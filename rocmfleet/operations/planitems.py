@@ -24,7 +24,7 @@ from pyinfra.operations import apt, files, systemd
 
 from rocmfleet.operations import Commands
 from rocmfleet.operations import packages as package_ops
-from rocmfleet.plan.model import FilePlan, PackagePlan, Removal, UnitPlan
+from rocmfleet.plan.model import DirectoryPlan, FilePlan, PackagePlan, Removal, UnitPlan
 
 #: ``apt.packages``' ``cache_time`` (seconds): the lists are updated before an install unless updated
 #: within the hour (what the base and docker roles always used).
@@ -52,6 +52,22 @@ def file(item: FilePlan) -> Commands:
     yield from files.put._inner(
         src=StringIO(item.content), dest=item.path, mode=item.mode, user=item.user, group=item.group
     )
+
+
+@operation()
+def directory(item: DirectoryPlan) -> Commands:
+    """
+    Create a plan's directory with its mode and owner (``None``: left alone), as ``files.directory``.
+
+    + item: a :class:`rocmfleet.plan.model.DirectoryPlan`
+
+    **Example:**
+
+    .. code:: python
+
+        planitems.directory(name="Create /etc/apt/keyrings", item=plan.directories[0])
+    """
+    yield from files.directory._inner(path=item.path, mode=item.mode, user=item.user, group=item.group)
 
 
 @operation()

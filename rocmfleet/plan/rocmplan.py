@@ -10,6 +10,10 @@ costs the deploy no command beyond the read (issue 24, "Cost per host"). Anythin
 not tell (a run that failed or timed out, output a parser refuses) counts as a difference: the
 operations then read and decide at execution as before.
 
+The deploy takes :func:`live_reasons` (what only the host can tell) and the drift of the role's
+items of the host plan (files, keyring directory, kernel headers: :func:`rocmfleet.plan.drift.drift`);
+``rocmfleet check`` takes :func:`differs`, both in one.
+
 Example::
 
     got = host.get_fact(HostState, **rocmplan.query(settings))
@@ -26,6 +30,7 @@ from rocmfleet.domain import rocm, rocmhost, rocmtools
 from rocmfleet.facts import rocm as facts
 from rocmfleet.facts.state import Gathered
 from rocmfleet.plan import hoststate
+from rocmfleet.plan.drift import Wanted, WantedAbsent, WantedDir, WantedPackage, drift
 from rocmfleet.plan.hoststate import WantedFile
 
 #: Names of the role's runs in the ``HostState`` read.
@@ -139,7 +144,8 @@ def streams(got: Gathered) -> rocmhost.HostRocm | None:
 
 def differs(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
     """Why the rocm role would act on this host: empty when every one of its operations, its
-    reboot and its driver checks would be a no-op.
+    reboot and its driver checks would be a no-op (``rocmfleet check``'s rule: the deploy takes
+    :func:`live_reasons` and its plan items' drift instead).
 
     Args:
         settings: the host's ROCm settings.
@@ -149,6 +155,23 @@ def differs(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
         one short reason per difference (the first problems only where one hides the others: an
         unsupported host, or a fact the read could not tell).
     """
+    return _reasons(settings, got, files=True)
+
+
+def live_reasons(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
+    """:func:`differs` but for the role's files, keyring directory and kernel headers, which are
+    items of the host's plan (the deploy takes their drift, :func:`rocmfleet.plan.drift.drift`):
+    what only the host can tell (Secure Boot, the streams, the keyrings against AMD's published
+    keys, the versions apt offers, DKMS, a reboot owed, the driver loaded).
+
+    Args:
+        settings: the host's ROCm settings.
+        got: a ``HostState`` read with :func:`query`'s items.
+    """
+    return _reasons(settings, got, files=False)
+
+
+def _reasons(settings: rocm.RocmSettings, got: Gathered, files: bool) -> list[str]:
     if got.os is None:
         return ["OS not read"]
     try:
@@ -186,14 +209,16 @@ def differs(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
         reasons.append("the other ROCm stream is installed")
     if rocmhost.userspace_removal(settings, found) is not None:
         reasons.append("the ROCm userspace is installed and not wanted")
-    reasons += _files(settings, target, got)
+    if files:
+        reasons += _files(settings, target, got)
     for dest in _keyrings(settings):
         found_key = ran(got, RUN_KEYRING + dest, lambda lines: lines[-1].strip())
         if found_key is None:  # the download failed or timed out: the keyring could not be compared
             reasons.insert(0, f"not read: {RUN_KEYRING}{dest} (the key could not be downloaded)")
         elif found_key != "same":
             reasons.append(f"{dest} differs from the published key, or is not mode 644")
-    if not hoststate.packages_installed(got, rocm.header_packages(target, got.os.kernel)):
+    headers = [WantedPackage(p) for p in rocm.header_packages(target, got.os.kernel)]
+    if files and drift(headers, got):
         reasons.append("kernel headers missing")
     wanted = {p: settings.driver_repo for p in settings.rocm_driver_packages}
     if settings.rocm_userspace:
@@ -215,19 +240,16 @@ def differs(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
 
 
 def _files(settings: rocm.RocmSettings, target: rocm.OsTarget, got: Gathered) -> list[str]:
-    """The role's files that differ: the keyring directory, AMD's apt files, the DKMS signing
-    configuration, the udev rule (``udev`` access) or its absence (``groups``)."""
+    """The role's files that differ by the plan's rule (:func:`rocmfleet.plan.drift.drift`): the
+    keyring directory, AMD's apt files, the DKMS signing configuration, the udev rule (``udev``
+    access) or its absence (``groups``)."""
     texts = repo_file_texts(settings, target)
     texts[rocm.DKMS_SIGNING_CONF] = signing_text(settings)
     texts[rocm.UDEV_RULE] = udev_text() if settings.rocm_device_access == "udev" else None
     if not (settings.rocm_stream == "current" and settings.rocm_userspace):
         texts[rocm.CURRENT_KEYRING] = None
-    differ = [] if hoststate.dir_ok(got, rocm.KEYRING_DIR, "755") else [rocm.KEYRING_DIR]
+    wanted: list[Wanted] = [WantedDir(rocm.KEYRING_DIR, "755")]
     for path, text in texts.items():
-        if text is None:
-            ok = hoststate.absent(got, path)
-        else:
-            ok = hoststate.file_ok(got, WantedFile(path, text.encode(), "644"))
-        if not ok:
-            differ.append(path)
+        wanted.append(WantedAbsent(path) if text is None else WantedFile(path, text.encode(), "644"))
+    differ = list(dict.fromkeys(d.item for d in drift(wanted, got)))
     return [f"{path} differs" for path in differ]

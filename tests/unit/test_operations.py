@@ -67,6 +67,7 @@ ARGUMENTS: dict[str, Any] = {
     # the host plan's items (rocmfleet.plan.model), their fields by name
     "file_plan": lambda data: model.FilePlan(**data),
     "removal": lambda data: model.Removal(**data),
+    "directory_plan": lambda data: model.DirectoryPlan(**data),
     "package_plan": lambda data: model.PackagePlan(**data),
     "unit_plan": lambda data: model.UnitPlan(**data),
     # a tuple (JSON has lists only)

@@ -41,9 +41,11 @@ def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None, dr
             from pyinfra.context import host
             from rocmfleet.facts.state import HostState
             from rocmfleet.plan import drift, hoststate
-            def read(role, extra):
+            from rocmfleet.converge import read_plan
+            def read(role, extra):  # as converge reads and plans: the role's items on the read's OS and kernel
                 items = hostdrift.role_items(plan, role)
-                return items, host.get_fact(HostState, **hoststate.merge_queries(drift.query(items), extra))
+                got = host.get_fact(HostState, **hoststate.merge_queries(drift.query(items), extra, {{"os": True}}))
+                return hostdrift.role_items(read_plan(repr(config), config, got), role), got
             {call}
             """
         )
@@ -198,7 +200,11 @@ def rocm_state(amdgpu_list: str | None = "as-rendered", runs: tuple[str, ...] | 
     settings = host_config(DATA).rocm
     target = rocm.OS_TARGETS[("debian", "12")]
     what = f"ROCm {settings.rocm_version} ({settings.rocm_stream} stream), {target.name}"
-    lines = [path(rocm.KEYRING_DIR, "", "755", kind="dir"), path(rocm.CURRENT_KEYRING, None)]
+    lines = [
+        path(rocm.KEYRING_DIR, "", "755", kind="dir"),
+        path(rocm.LEGACY_KEYRING, "the key"),
+        path(rocm.CURRENT_KEYRING, None),
+    ]
     for p, body in rocm.repo_files(settings, target).items():
         if body is None:
             lines.append(path(p, None))
@@ -253,13 +259,16 @@ def converged_runs() -> list[str]:
     return lines
 
 
+ROCM = "roles.rocm.apply(config.rocm, *read('rocm', roles.rocm.query(config.rocm)))"
+
+
 def test_rocm_on_a_converged_host_calls_no_operation(tmp_path):
-    assert run(tmp_path, "roles.rocm.apply(config.rocm)", rocm_state(runs=converged_runs()), dry=True) == []
+    assert run(tmp_path, ROCM, rocm_state(runs=converged_runs()), dry=True) == []
 
 
 def test_rocm_whose_facts_the_read_could_not_tell_runs_its_operations_and_checks(tmp_path):
     # --dry: the checks' own facts are not faked here, only which operations the role calls
-    operations = run(tmp_path, "roles.rocm.apply(config.rocm)", rocm_state(), dry=True)
+    operations = run(tmp_path, ROCM, rocm_state(), dry=True)
     assert names(operations) == [
         "AMD's repo.radeon.com key",
         "Update apt lists for AMD's repositories",  # only if the key changed (_if): no command otherwise
@@ -269,7 +278,7 @@ def test_rocm_whose_facts_the_read_could_not_tell_runs_its_operations_and_checks
 
 
 def test_rocm_renders_a_changed_repository_file_and_updates_apt(tmp_path):
-    operations = run(tmp_path, "roles.rocm.apply(config.rocm)", rocm_state(amdgpu_list="deb old\n"), dry=True)
+    operations = run(tmp_path, ROCM, rocm_state(amdgpu_list="deb old\n"), dry=True)
     assert "Render /etc/apt/sources.list.d/amdgpu.list" in names(operations)
     assert "Update apt lists for AMD's repositories" in names(operations)
 
