@@ -123,11 +123,12 @@ def read_plan(kind: str, config: HostConfig, got: Gathered) -> HostPlan:
 def read_query(config: HostConfig, dry: bool, kind: str | None = None) -> dict[str, object]:
     """The ``HostState`` arguments of the deploy's one read of a host: every item of the roles of
     :data:`PLANNED_ROLES` (:func:`rocmfleet.plan.drift.query` of their items, planned before the read
-    with kernel packages by pattern) and the OS, the other roles' items (``roles/*.query``), the GPU
-    health run, and with ``dry`` (``--dry``, or a run that asks before
-    executing) every item of the host's plan and the facts it is planned on
-    (:func:`rocmfleet.plan.hostdrift.read_query`), for the drift lines; without ``dry`` (``-y``) not
-    those: the read is what the roles need, a no-op converge's cost unchanged.
+    with kernel packages by pattern) and the OS; what each role reads besides its items
+    (``roles/*.query``: the rocm role's facts as runs, the GRUB defaults and live sysctl, what apt
+    offers of the exporter, Docker's owed restart); the vllm role's items (``vllmplan.query``); the
+    GPU health run; and with ``dry`` (``--dry``, or a run that asks before executing) the facts the
+    whole plan is planned on (:func:`rocmfleet.plan.hostdrift.read_query`: the GPU topology, the
+    device nodes), for the drift lines.
 
     Args:
         config: the host's validated configuration.
@@ -179,14 +180,15 @@ def converge() -> None:
         # Said while pyinfra prepares with its change detection (``--dry``, or a run that asks before
         # executing), as the roles' own reasons are; never with ``-y`` (a no-op converge's cost).
         dry = not state.is_executing and state.check_for_changes
-        # One read of everything the roles manage (files, units, packages, sysctls, the image, whether
-        # each instance is serving); each role calls operations only for what differs from its data.
-        # With ``dry`` the same read also asks every item of the host's plan (rocmfleet.plan.hostdrift).
+        # One read of everything the roles manage (every item of the host's plan, sysctls, the image,
+        # whether each instance is serving); the plan of the host's kind on the OS and kernel it shows;
+        # each role calls an operation per item of its own that drifted (rocmfleet.plan.drift).
+        # With ``dry`` the same read also asks the topology the whole plan is planned on (hostdrift).
         kind = repr(config)
         got = host.get_fact(HostState, **read_query(config, dry, kind))
         plan = read_plan(kind, config, got)
         _report_gpu_health(config.settings.gpu_ecc_correctable_max, got)
-        if dry:  # every role's drift by the plan's one rule; the operations below are unchanged
+        if dry:  # every role's drift by the plan's one rule, the one the roles below apply
             for line in hostdrift.dry_lines(host.name, config, got):
                 logger.warning(f"{host.print_prefix}{line}")
         # What the rocm role would do (nothing, on a converged host: then none of its operations, its

@@ -78,7 +78,7 @@ def preflight(
     an enrolled signing key, or a downgrade within the stream that the data does not allow.
 
     ``got``: the host's ``HostState`` read, whose OS, running kernel and ROCm streams the check
-    takes. ``todo``: :func:`rocmfleet.plan.rocmplan.differs` of that read; empty (nothing differs,
+    takes. ``todo``: :func:`reasons` of that read; empty (nothing differs,
     so none of these problems either) calls no operation. Returns what the host has of the two
     ROCm streams (``RocmOnHost``, from the read or read here, for :func:`apply` and :func:`reboot`)."""
     release = (got.os.id, got.os.version_id, got.os.kernel) if got is not None and got.os is not None else None
@@ -289,7 +289,7 @@ def reboot(
     the driver. Secure Boot is checked by :func:`preflight`, before any package changes.
 
     ``settled``: the deploy's read showed nothing for the rocm role to do
-    (:func:`rocmfleet.plan.rocmplan.differs` empty: no reboot owed, DKMS and the driver up) and
+    (:func:`reasons` empty: no reboot owed, DKMS and the driver up) and
     nothing else of the run can ask for a reboot (the kernel command line is as wanted): no
     operation at all. ``drifted``: as for :func:`predicted_reboot`.
 
