@@ -3,7 +3,8 @@
 :class:`WantedFile` and :func:`render` (file contents rendered locally, as ``files.template``
 renders them) for the plan's items, and :func:`merge_queries` for the one read. The roles compare
 through the plan's one rule (:func:`rocmfleet.plan.drift.drift`); the yes/no predicates left here
-serve the vllm role's own plan (:mod:`rocmfleet.plan.vllmplan`) and ``rocmfleet check``. An item
+serve the vllm role's own plan (:mod:`rocmfleet.plan.vllmplan`) and ``rocmfleet check``
+(:func:`rocmfleet.plan.rocmplan.differs`). An item
 the fact could not read counts as differing: the operation then reads it itself and decides, so a
 skipped operation is one that would have changed nothing.
 """
@@ -87,6 +88,12 @@ def dir_ok(
         and _same_mode(item.mode, mode)
         and _same_owner(item.user, item.group, user, group)
     )
+
+
+def absent(got: Gathered, path: str) -> bool:
+    """``path`` does not exist (``files.file(present=False)`` would do nothing)."""
+    item = got.paths.get(path)
+    return item is not None and item.type == "missing"
 
 
 def same_content(got: Gathered, a: str, b: str) -> bool:
