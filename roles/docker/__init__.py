@@ -53,8 +53,8 @@ def apply(settings: DeploySettings, items: HostPlan, got: Gathered, instances: S
         )
     found = drift.drift(drift.plan_wanted(items), got)
     drifted = {d.item for d in found}
-    held = [p for p in items.packages if p.held and p.name in drifted]
-    if held:
+    held = [p for p in items.packages if p.held]  # the engine's packages, released together: all or none
+    if any(p.name in drifted for p in held):
         planitems.packages(name=f"Install Docker {held[0].version} and hold it", items=held)
     plain = [p for p in items.packages if not p.held and p.name in drifted]
     if plain:
