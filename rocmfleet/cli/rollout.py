@@ -183,11 +183,11 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
             return 2, None
         from rocmfleet.fleet import inventory
         from rocmfleet.fleet.cache import cachebake
-        from rocmfleet.fleet.rollout import bake, fleetimage
+        from rocmfleet.fleet.rollout import bake, targetimage
 
         # looked up here, when called: tests replace them in their modules
         steps = bake.BakeSteps(
-            inventory.load_targets, fleetimage.resolve, fleetimage.with_image, cachebake.bake, command.run_rollout
+            inventory.load_targets, targetimage.resolve, targetimage.with_image, cachebake.bake, command.run_rollout
         )
         baked = bake.bake_and_roll(
             args.inventory,

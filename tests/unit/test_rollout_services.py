@@ -204,12 +204,12 @@ def stand_ins(site, monkeypatch):
     """The site's hosts, registry and preflight replaced (tests/unit/test_rollout_runner.py's CliSteps:
     every host runs its pinned image until switched); the inventory and group files are real."""
     from rocmfleet.fleet.check import compliance
-    from rocmfleet.fleet.rollout import fleetimage, hoststeps
+    from rocmfleet.fleet.rollout import hoststeps, targetimage
     from tests.unit.test_rollout_runner import CliSteps
 
     new = rstate.ImageRef(repository="registry.example.invalid/vllm", tag="0.34.0", digest="sha256:" + "b" * 64)
     steps = CliSteps()
-    monkeypatch.setattr(fleetimage, "resolve", lambda reference, targets: new)
+    monkeypatch.setattr(targetimage, "resolve", lambda reference, targets: new)
     monkeypatch.setattr(hoststeps, "HostSteps", lambda *args, **kwargs: steps)
     monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s: [])
     return steps, new

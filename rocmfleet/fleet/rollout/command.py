@@ -21,7 +21,7 @@ from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.bench import benchrun
 from rocmfleet.fleet.bench.runs import new_run_id
 from rocmfleet.fleet.check import compliance
-from rocmfleet.fleet.rollout import fleetimage, hoststeps, rolloutplan
+from rocmfleet.fleet.rollout import fleetimage, hoststeps, rolloutplan, targetimage
 from rocmfleet.fleet.rollout.batches import PlanError
 from rocmfleet.fleet.rollout.fleetimage import CommandError
 from rocmfleet.fleet.rollout.hoststeps import CHECK_TIMEOUT_S
@@ -312,7 +312,7 @@ def _continue(
         raise CommandError(f"hosts of rollout {state.id} are no longer in {inventory}: {', '.join(missing)}")
     targets = {name: targets[name] for name in state.hosts}
     if state.kind == "rollout" and state.target is not None and not rollback:
-        targets = {name: fleetimage.with_image(t, state.target) for name, t in targets.items()}
+        targets = {name: targetimage.with_image(t, state.target) for name, t in targets.items()}
     runner, progress = _runner(state, path, targets, inventory, emit, progress_factory, error, retries)
     if rollback:
         code = _drive(progress, lambda: runner.roll_back(None))
@@ -354,7 +354,7 @@ def _start(
     wanted_ref = None
     if image:
         try:
-            wanted_ref = fleetimage.resolve(image, targets)
+            wanted_ref = targetimage.resolve(image, targets)
             emit(f"{image} is {wanted_ref.digest} (resolved once; every host gets this digest)")
         except fleetimage.Unconfirmed as exc:
             if not start.dry:
@@ -407,7 +407,7 @@ def _start(
     checked = [n for n in hosts if n in before]
     unread = f" ({len(hosts) - len(checked)} not reached: not checked)" if len(checked) < len(hosts) else ""
     emit(f"preflight: rocmfleet check --select gpu,vllm on {len(checked)} host(s){unread}")
-    current = [fleetimage.with_image(targets[n], before[n]) for n in checked]
+    current = [targetimage.with_image(targets[n], before[n]) for n in checked]
     results = compliance.run_fleet(current, list(compliance.GATE_MODULES), CHECK_TIMEOUT_S) if current else []
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
     if failing:
