@@ -194,17 +194,27 @@ def converge() -> None:
         # What the rocm role would do (nothing, on a converged host: then none of its operations, its
         # reboot or its driver checks is called, and the host costs no command beyond the read).
         rocm_items = hostdrift.role_items(plan, "rocm")
+        # A role with nothing to do is not entered: each ``@deploy`` call costs pyinfra's argument
+        # handling even when the role then calls no operation (``roles/*.idle``).
         rocm_todo = rocm.reasons(config.rocm, rocm_items, got)
-        found = rocm.preflight(config.rocm, got=got, todo=rocm_todo)
-        base.apply(hostdrift.role_items(plan, "base"), got=got)
-        rocm.apply(config.rocm, rocm_items, got, found=found, todo=rocm_todo)
-        tuning_reboot = tuning.apply(config.tuning, hostdrift.role_items(plan, "tuning"), got)
+        rocm_idle = rocm.idle(config.rocm, rocm_todo)
+        found = rocm.found_on(got) if rocm_idle else rocm.preflight(config.rocm, got=got, todo=rocm_todo)
+        if not base.idle(items := hostdrift.role_items(plan, "base"), got):
+            base.apply(items, got=got)
+        if not rocm_idle:
+            rocm.apply(config.rocm, rocm_items, got, found=found, todo=rocm_todo)
+        tuning_reboot: list[str] = []
+        if not tuning.idle(config.tuning, items := hostdrift.role_items(plan, "tuning"), got):
+            tuning_reboot = tuning.apply(config.tuning, items, got)
         settled = not rocm_todo and not tuning_reboot and tuning.cmdline_settled(config.tuning, got)
-        drifted = set() if settled else drift.drifted(rocm_items, got)
-        rebooted = rocm.reboot(
-            config.rocm, predicted=tuning_reboot, got=got, found=found, settled=settled, drifted=drifted
-        )
-        exporter.apply(config.metrics, hostdrift.role_items(plan, "exporter"), got)
-        instances = [(vllmfiles.files_of(i).container, i.port) for i in config.instances()]
-        docker.apply(config.settings, hostdrift.role_items(plan, "docker"), got=got, instances=instances)
+        rebooted = None
+        if not settled:
+            rebooted = rocm.reboot(
+                config.rocm, predicted=tuning_reboot, got=got, found=found, drifted=drift.drifted(rocm_items, got)
+            )
+        if not exporter.idle(config.metrics, items := hostdrift.role_items(plan, "exporter"), got):
+            exporter.apply(config.metrics, items, got)
+        if not docker.idle(config.settings, items := hostdrift.role_items(plan, "docker"), got):
+            instances = [(vllmfiles.files_of(i).container, i.port) for i in config.instances()]
+            docker.apply(config.settings, items, got=got, instances=instances)
         vllm_role.apply(config, rebooted=rebooted, got=got)

@@ -26,6 +26,19 @@ def query(settings: DeploySettings) -> dict[str, object]:
     return {"paths": [docker_ops.PENDING], "os": settings.docker_source == "docker"}
 
 
+def idle(settings: DeploySettings, items: HostPlan, got: Gathered) -> bool:
+    """:func:`apply` would call no operation on ``got`` (the deploy then does not enter it): Docker
+    from Debian's packages (Docker's repository is asserted every run), no item drifted and no
+    restart owed by an earlier run."""
+    pending = got.paths.get(docker_ops.PENDING)
+    return (
+        settings.docker_source != "docker"
+        and not drift.drifted(items, got)
+        and pending is not None
+        and pending.type == "missing"
+    )
+
+
 @deploy("docker")
 def apply(settings: DeploySettings, items: HostPlan, got: Gathered, instances: Sequence[tuple[str, int]] = ()) -> None:
     """Install Docker per ``docker_source``, write ``daemon.json``, keep ``docker`` running, and restart

@@ -41,6 +41,14 @@ def query(settings: MetricsSettings) -> dict[str, object]:
     return {"runs": exporterplan.query(settings)["runs"]} if settings.metrics_exporter else {}
 
 
+def idle(settings: MetricsSettings, items: HostPlan, got: Gathered) -> bool:
+    """:func:`apply` would call no operation on ``got`` (the deploy then does not enter it): the
+    exporter is off, or none of its items drifted and its package has no problem."""
+    if not settings.metrics_exporter:
+        return True
+    return not drift.drifted(items, got) and exporterplan.package_problem(settings, got) is None
+
+
 @deploy("exporter")
 def apply(settings: MetricsSettings, items: HostPlan, got: Gathered) -> None:
     """The exporter's source, package (held), config, drop-in and units: an operation per item of

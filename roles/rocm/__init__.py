@@ -70,6 +70,19 @@ def reasons(settings: rocm.RocmSettings, items: HostPlan, got: Gathered) -> list
     return rocmplan.live_reasons(settings, got) + [str(d) for d in found if not _by_repository(d.item, items)]
 
 
+def found_on(got: Gathered | None) -> rocmhost.HostRocm:
+    """What the host has of the two ROCm streams: from the ``HostState`` read, else the
+    ``RocmOnHost`` fact (read here)."""
+    return (rocmplan.streams(got) if got is not None else None) or host.get_fact(RocmOnHost)
+
+
+def idle(settings: rocm.RocmSettings, todo: list[str]) -> bool:
+    """:func:`preflight` and :func:`apply` would call no operation: :func:`reasons` found nothing
+    (``todo`` empty) and device access is by udev rule (the groups' way asserts pyinfra's own
+    group, user and line operations every run). The deploy then enters neither."""
+    return not todo and settings.rocm_device_access == "udev"
+
+
 @deploy("rocm preflight")
 def preflight(
     settings: rocm.RocmSettings, got: Gathered | None = None, todo: list[str] | None = None
@@ -82,7 +95,7 @@ def preflight(
     so none of these problems either) calls no operation. Returns what the host has of the two
     ROCm streams (``RocmOnHost``, from the read or read here, for :func:`apply` and :func:`reboot`)."""
     release = (got.os.id, got.os.version_id, got.os.kernel) if got is not None and got.os is not None else None
-    found = (rocmplan.streams(got) if got is not None else None) or host.get_fact(RocmOnHost)
+    found = found_on(got)
     if todo == []:
         return found
     rocm_ops.preflight(

@@ -40,6 +40,18 @@ def query(settings: tuning.TuningSettings) -> dict[str, object]:
     }
 
 
+def idle(settings: tuning.TuningSettings, items: HostPlan, got: Gathered) -> bool:
+    """:func:`apply` would call no operation on ``got`` (the deploy then does not enter it, and no
+    reboot is predicted): no item drifted, ``kernel.numa_balancing`` is settled where the role
+    manages it, and ``/etc/default/grub`` already holds the kernel command line."""
+    sysctl = any(f.path == tuning.SYSCTL_FILE for f in items.files)
+    return (
+        not drift.drifted(items, got)
+        and (not sysctl or _sysctl_settled(got, NUMA_BALANCING, "0"))
+        and cmdline_settled(settings, got)
+    )
+
+
 @deploy("tuning")
 def apply(settings: tuning.TuningSettings, items: HostPlan, got: Gathered) -> list[str]:
     """Apply every switched-on setting; a switched-off one is removed again: an operation per item of

@@ -56,6 +56,7 @@ def run_role(
             query = hoststate.merge_queries(drift.query(items), roles.docker.query(config.settings))
             got = host.get_fact(HostState, **query)
             instances = [(f"vllm-{{i.name}}", i.port) for i in config.instances()]
+            print(f"idle: {{roles.docker.idle(config.settings, items, got)}}", file=sys.stderr)
             roles.docker.apply(config.settings, items, got, instances=instances)
             """
         )
@@ -198,6 +199,7 @@ def test_a_converged_host_gets_no_operation_at_all(tmp_path):
     operations, stderr, rc = run_role(tmp_path, {"gpu-1": converged_state()})
     assert rc == 0, stderr[-3000:]
     assert operations == []
+    assert "idle: True" in stderr  # converge does not enter the role (roles.docker.idle)
 
 
 def test_a_restart_owed_by_an_earlier_run_is_still_made(tmp_path):
@@ -205,3 +207,4 @@ def test_a_restart_owed_by_an_earlier_run_is_still_made(tmp_path):
     assert rc == 0, stderr[-3000:]
     assert [o["name"].removeprefix("docker | ") for o in operations] == [RESTART]
     assert op(operations, RESTART)["success"] == ["@fake/gpu-1"]
+    assert "idle: False" in stderr

@@ -193,8 +193,14 @@ ROLE = (
 )
 
 
+IDLE = ROLE.replace(" r.apply(config.metrics, items, got)", " assert r.idle(config.metrics, items, got) is {}")
+
+
 def test_the_role_on_a_converged_host_calls_no_operation(tmp_path):
     assert run(tmp_path, ROLE, {"' state.sh ": converged()}, dry=True) == []
+    assert run(tmp_path, IDLE.format(True), {"' state.sh ": converged()}, dry=True) == []  # converge skips it
+    assert run(tmp_path, IDLE.format(False), {"' state.sh ": converged(status="ii ")}, dry=True) == []
+    assert run(tmp_path, IDLE.format(False), {"' state.sh ": converged(active="inactive")}, dry=True) == []
 
 
 def test_the_role_renders_a_changed_config_restarts_the_exporter_and_starts_a_stopped_unit(tmp_path):

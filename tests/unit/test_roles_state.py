@@ -295,3 +295,21 @@ def test_tuning_renders_a_changed_unit_and_sysctl_file_from_its_plan_items(tmp_p
         f"Enable {tuning.CPU_UNIT}",
         f"Run {tuning.CPU_UNIT} now",
     ]
+
+
+def idle_is(role: str, args: str, expected: bool) -> str:
+    """A deploy call asserting ``roles.ROLE.idle`` on the read (converge does not enter an idle role)."""
+    query = {"base": "{}", "tuning": "roles.tuning.query(config.tuning)"}[role]
+    return f"items, got = read({role!r}, {query}); assert roles.{role}.idle({args}items, got) is {expected}"
+
+
+def test_an_idle_role_is_one_whose_apply_calls_no_operation(tmp_path):
+    """converge skips a role whose ``idle`` holds (no ``@deploy`` call on a no-op converge): idle
+    exactly where the role has nothing to do, not idle where it would act."""
+    assert run(tmp_path, idle_is("base", "", True), base_state()) == []
+    assert run(tmp_path, idle_is("base", "", False), base_state(installed=("curl",))) == []
+    assert run(tmp_path, idle_is("tuning", "config.tuning, ", True), with_grub(GRUB)) == []
+    assert run(tmp_path, idle_is("tuning", "config.tuning, ", False), with_grub(GRUB[:2])) == []
+    unsettled = with_grub(GRUB)
+    unsettled["' state.sh "] = [line.replace('"value": "0"', '"value": "1"') for line in unsettled["' state.sh "]]
+    assert run(tmp_path, idle_is("tuning", "config.tuning, ", False), unsettled) == []
