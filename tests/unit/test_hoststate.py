@@ -315,3 +315,38 @@ def test_text_lines_lose_control_characters_nul_included_and_keep_tabs_and_stray
 def test_a_newline_in_a_run_name_is_dropped_not_a_broken_line():
     got = parse_state(run_script(*state_args(runs=[("two\nlines", "echo x")])))
     assert got.runs == {"twolines": (0, ["x"])}  # its output lines and its status under one key
+
+
+def test_a_changed_secret_value_makes_every_instance_dirty_though_the_plan_holds_names_only():
+    from rocmfleet.config.vault import Secret
+
+    topology = parse_fact_output(TOPOLOGY)
+    config = host_config({**DATA, "vllm_secret_env": {"HF_TOKEN": Secret("hf_before")}})
+    lines = converged_output(config, topology)
+    assert hostdrift.vllm_plan("", config, topology, parse_state(lines)).clean
+    other = host_config({**DATA, "vllm_secret_env": {"HF_TOKEN": Secret("hf_changed")}})
+    todo = hostdrift.vllm_plan("", other, topology, parse_state(lines))
+    assert todo.dirty == ["a", "b"]
+    before = hashlib.sha256(secrets_content(config).reveal().encode()).hexdigest()
+    assert [r.split(",")[0] for r in todo.why["a"]] == [
+        f"/etc/rocmfleet/vllm/a.secrets: content {before}",
+        "last good copies differ from the live files",
+    ]
+    assert "hf_changed" not in str(todo.why)
+
+
+def test_the_roles_directories_and_scripts_are_its_plan_items_that_drift():
+    config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
+    script = f"{vllm.SCRIPT_DIR}/vllm-unit.sh"
+    lines = [
+        line.replace('"mode": "755"', '"mode": "700"', 1) if f'"{vllm.SCRIPT_DIR}"' in line or f'"{script}"' in line
+        else line
+        for line in converged_output(config, topology)
+    ]  # fmt: skip
+    todo = hostdrift.vllm_plan("", config, topology, parse_state(lines))
+    assert [(d.path, d.role, d.mode) for d in todo.directories] == [(vllm.SCRIPT_DIR, "vllm", "755")]
+    assert [(f.path, f.mode) for f in todo.scripts] == [(script, "755")]
+    assert todo.dirty == [] and not todo.clean
+    assert vllmplan.dry_lines(todo, config.image.reference)[-1] == (
+        f"would create or fix {vllm.SCRIPT_DIR}, {script} (vllm role)"
+    )
