@@ -78,7 +78,9 @@ def _report_gpu_health(correctable_max: int, got: Gathered) -> None:
         logger.warning(f"{host.name}: GPU health: {problem} (rocmfleet check --select gpu)")
 
 
-#: The roles that apply their items of the host's plan (the others still compute theirs from settings).
+#: The roles whose items of the host's plan are planned on the OS and kernel the deploy's read shows,
+#: before the read (:func:`read_query`). The vllm role's items are planned on the GPU topology, which
+#: it reads when it runs (after the rocm role's reboot): ``roles/vllm`` plans them through :func:`_plan`.
 PLANNED_ROLES: tuple[Role, ...] = ("base", "rocm", "tuning", "exporter", "docker")
 #: Plans of this run by kind of host (``repr`` of its configuration, and the facts planned on): hosts
 #: of one kind are planned once (a no-op converge's control CPU, issue 43).
@@ -98,7 +100,7 @@ def _plan(kind: str, config: HostConfig, facts: HostFacts) -> HostPlan:
 def read_plan(kind: str, config: HostConfig, got: Gathered) -> HostPlan:
     """The host's plan for the roles of :data:`PLANNED_ROLES`, on the OS and kernel its read shows
     (their items do not depend on the GPU topology: none is read for them, and no instance is
-    placed in this plan; the vllm role plans its own at execution time).
+    placed in this plan; the vllm role's are planned on the topology it reads, ``roles/vllm``).
 
     Args:
         kind: ``repr(config)`` (hosts of one kind share the plan).
@@ -217,4 +219,6 @@ def converge() -> None:
         if not docker.idle(config.settings, items := hostdrift.role_items(plan, "docker"), got):
             instances = [(vllmfiles.files_of(i).container, i.port) for i in config.instances()]
             docker.apply(config.settings, items, got=got, instances=instances)
-        vllm_role.apply(config, rebooted=rebooted, got=got)
+        # The vllm role's items: the plan of the host's kind on the topology the role reads (hosts of
+        # one kind on one topology are planned once).
+        vllm_role.apply(config, rebooted=rebooted, got=got, planner=lambda facts: _plan(kind, config, facts))

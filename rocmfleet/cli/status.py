@@ -79,15 +79,15 @@ def drift_rule() -> DriftRule:
     """The plan's rules for the status's one ``HostState`` read of a host: it asks the vllm role's
     items (:func:`rocmfleet.plan.vllmplan.query`) and the host's plan's
     (:func:`rocmfleet.plan.hostdrift.read_query`); each instance's drift is
-    :func:`rocmfleet.plan.vllmplan.instance_drift`'s, every role's is the host's plan
+    :func:`rocmfleet.plan.hostdrift.instance_drift`'s, every role's is the host's plan
     (:func:`rocmfleet.plan.hostdrift.host_plan`) against the read (:func:`rocmfleet.plan.hostdrift.role_drift`).
 
     The command passes it to :func:`rocmfleet.fleet.rollout.status.fleet_status`, which makes the read.
     """
     from rocmfleet.fleet.rollout.status import DriftRule
-    from rocmfleet.plan import vllmplan
+    from rocmfleet.plan import hostdrift
 
-    return DriftRule(query=_query, instances=vllmplan.instance_drift, roles=_roles)
+    return DriftRule(query=_query, instances=hostdrift.instance_drift, roles=_roles)
 
 
 def _query(config: HostConfig) -> dict[str, Any]:

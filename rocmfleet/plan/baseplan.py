@@ -4,7 +4,7 @@ writes them where the ``HostState`` read differs, and ``rocmfleet plan``, which 
 Example::
 
     wanted = baseplan.lock_file(settings)   # /etc/apt/apt.conf.d/80rocmfleet-lock-timeout, 644
-    hoststate.file_ok(got, wanted)
+    drift.drift([wanted], got)   # [] when the host holds it (rocmfleet.plan.drift)
 """
 
 from __future__ import annotations

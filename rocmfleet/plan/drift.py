@@ -13,14 +13,15 @@ from the one plan.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
 from rocmfleet.facts.state import Gathered
-from rocmfleet.plan.hoststate import WantedFile
-from rocmfleet.plan.model import HostPlan
+from rocmfleet.plan.model import FilePlan, HostPlan, Role
+from rocmfleet.plan.wantedfile import WantedFile
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class WantedMode:
 
     Attributes:
         path: absolute path on the host.
-        mode, user, group: as for :class:`rocmfleet.plan.hoststate.WantedFile`.
+        mode, user, group: as for :class:`rocmfleet.plan.wantedfile.WantedFile`.
     """
 
     path: str
@@ -208,6 +209,28 @@ def drift(wanted: Iterable[Wanted], observed: Gathered) -> list[Drift]:
     return found
 
 
+def file_wanted(item: FilePlan) -> WantedFile | WantedMode:
+    """A plan's file as :func:`drift` takes it: by content, mode and owner when the plan holds its
+    content (rendered), by mode and owner only when not (fetched, or secret: its role compares the
+    content it fills in, ``rocmfleet.plan.vllmplan``)."""
+    if item.content is None:
+        return WantedMode(item.path, item.mode, item.user, item.group)
+    return WantedFile(item.path, item.content.encode(), item.mode, item.user, item.group)
+
+
+def role_items(plan: HostPlan, role: Role) -> HostPlan:
+    """``plan`` with only ``role``'s files, directories, packages, units and removals (what that
+    role applies: ``roles/*`` take their items so, through :mod:`rocmfleet.plan.hostdrift`)."""
+    return dataclasses.replace(
+        plan,
+        files=tuple(f for f in plan.files if f.role == role),
+        directories=tuple(d for d in plan.directories if d.role == role),
+        packages=tuple(p for p in plan.packages if p.role == role),
+        units=tuple(u for u in plan.units if u.role == role),
+        removals=tuple(r for r in plan.removals if r.role == role),
+    )
+
+
 def plan_wanted(host: HostPlan) -> list[Wanted]:
     """Every item of ``host`` as :func:`drift` takes it, in the plan's order: files (a rendered
     one by content, mode and owner; a secret or fetched one by mode and owner only), directories,
@@ -218,12 +241,7 @@ def plan_wanted(host: HostPlan) -> list[Wanted]:
 
         problems = drift(plan_wanted(fleet_plan.hosts[0]), got)   # got: a HostState read of them
     """
-    wanted: list[Wanted] = []
-    for f in host.files:
-        if f.content is None:
-            wanted.append(WantedMode(f.path, f.mode, f.user, f.group))
-        else:
-            wanted.append(WantedFile(f.path, f.content.encode(), f.mode, f.user, f.group))
+    wanted: list[Wanted] = [file_wanted(f) for f in host.files]
     wanted += [WantedDir(d.path, d.mode, d.user, d.group) for d in host.directories]
     for p in host.packages:
         version = None if p.version == "*" or p.version.startswith("the version of ") else p.version

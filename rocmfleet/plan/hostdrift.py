@@ -25,6 +25,7 @@ from typing import get_args
 
 from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import vllm, vllmfiles
+from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.state import Gathered
 from rocmfleet.facts.topology import SCRIPT as TOPOLOGY_SCRIPT
 from rocmfleet.plan import drift as drift_rule
@@ -36,7 +37,7 @@ from rocmfleet.plan.sources import DEFAULT_GIDS, HostFacts
 #: The roles in the deploy's order (``rocmfleet.plan.model.Role``).
 ROLES: tuple[Role, ...] = get_args(Role)
 #: ``HostFacts.source`` of a plan made on a host's read.
-READ_SOURCE = "read from the host"
+READ_SOURCE = vllmplan.READ_SOURCE
 #: Packages named after the running kernel, asked for by pattern (the roles' own queries do the
 #: same: ``roles/rocm``'s ``linux-headers-*`` and ``linux-modules-extra-*``, ``roles/tuning``'s
 #: ``linux-tools-*``): the read's query is made before the kernel is known.
@@ -94,16 +95,52 @@ def host_plan(name: str, config: HostConfig, got: Gathered) -> HostPlan:
     return plan_host(name, config, read_facts(got))
 
 
-def role_items(plan: HostPlan, role: Role) -> HostPlan:
-    """``plan`` with only ``role``'s files, directories, packages, units and removals."""
-    return dataclasses.replace(
-        plan,
-        files=tuple(f for f in plan.files if f.role == role),
-        directories=tuple(d for d in plan.directories if d.role == role),
-        packages=tuple(p for p in plan.packages if p.role == role),
-        units=tuple(u for u in plan.units if u.role == role),
-        removals=tuple(r for r in plan.removals if r.role == role),
-    )
+def vllm_plan(name: str, config: HostConfig, topology: Topology | None, got: Gathered) -> vllmplan.VllmPlan:
+    """What the vllm role would do on host ``name``: its items of the host's plan on ``topology``
+    and ``got``'s device nodes (:func:`rocmfleet.plan.vllmplan.read_facts`) against ``got``
+    (:func:`rocmfleet.plan.vllmplan.plan`), as the role decides when it runs (``roles/vllm``).
+
+    Args:
+        name: the inventory's host name (placement messages).
+        config: its validated configuration.
+        topology: its GPU topology (``None``: no KFD).
+        got: a ``HostState`` read with (at least) :func:`rocmfleet.plan.vllmplan.query`'s items.
+    """
+    items = role_items(plan_host(name, config, vllmplan.read_facts(topology, got)), "vllm")
+    return vllmplan.plan(config, items, topology, got, name)
+
+
+def instance_drift(config: HostConfig, got: Gathered, host_name: str = "") -> dict[str, list[str]]:
+    """Per instance of ``config``, why it is not as wanted: :func:`vllm_plan`'s reasons (``VllmPlan.why``)
+    from ``got`` and the GPU topology it holds (``rocmfleet status``'s ``drift``).
+
+    Args:
+        config: the host's validated configuration.
+        got: a ``HostState`` read with (at least) :func:`rocmfleet.plan.vllmplan.query`'s items.
+        host_name: for placement messages.
+
+    Returns:
+        ``{instance: [reasons]}`` for every instance of ``config``, in its order; an empty list:
+        as wanted.
+
+    Raises:
+        ValueError: the read holds no usable GPU topology (:func:`rocmfleet.plan.vllmplan.topology_of`
+            is ``"unknown"``: the topology script did not run, failed, or printed what the parser refuses).
+    """
+    topology = vllmplan.topology_of(got)
+    if topology == "unknown":
+        ran = got.runs.get(vllmplan.TOPOLOGY_RUN)
+        if ran is None:
+            raise ValueError("the read holds no run of the GPU topology script")
+        if ran[0] != 0:
+            raise ValueError(f"the GPU topology script exited {ran[0]}")
+        raise ValueError("the GPU topology script printed what the GpuTopology parser refuses")
+    todo = vllm_plan(host_name, config, topology, got)
+    return {i.name: list(todo.why.get(i.name, [])) for i in config.instances()}
+
+
+#: ``plan`` with only one role's items (:func:`rocmfleet.plan.drift.role_items`).
+role_items = drift_rule.role_items
 
 
 def role_drift(plan: HostPlan, got: Gathered) -> dict[Role, list[drift_rule.Drift]]:

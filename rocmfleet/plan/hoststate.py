@@ -1,48 +1,25 @@
 """Wanted state against gathered state (:class:`rocmfleet.facts.state.HostState`): pure functions.
 
-:class:`WantedFile` and :func:`render` (file contents rendered locally, as ``files.template``
-renders them) for the plan's items, and :func:`merge_queries` for the one read. The roles compare
-through the plan's one rule (:func:`rocmfleet.plan.drift.drift`); the yes/no predicates left here
-serve the vllm role's own plan (:mod:`rocmfleet.plan.vllmplan`) and ``rocmfleet check``
-(:func:`rocmfleet.plan.rocmplan.differs`). An item
-the fact could not read counts as differing: the operation then reads it itself and decides, so a
-skipped operation is one that would have changed nothing.
+:class:`WantedFile` (:mod:`rocmfleet.plan.wantedfile`) and :func:`render` (file contents rendered
+locally, as ``files.template`` renders them) for the plan's items, :func:`gids` (the device nodes'
+group ids) and :func:`merge_queries` for the one read. Every role compares through the plan's one
+rule (:func:`rocmfleet.plan.drift.drift`); the yes/no predicates left here (:func:`file_ok`,
+:func:`packages_installed`, :func:`unit_enabled`) serve ``rocmfleet check`` until it reads the plan.
+An item the fact could not read counts as differing: the operation then reads it itself and
+decides, so a skipped operation is one that would have changed nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from pyinfra.api.util import get_template
 
 from rocmfleet import project
 from rocmfleet.facts.state import Gathered
+from rocmfleet.plan.wantedfile import WantedFile as WantedFile
 
 ROOT = project.PACKAGE
-
-
-@dataclass(frozen=True)
-class WantedFile:
-    """A regular file as an operation would leave it.
-
-    Attributes:
-        path: absolute path on the host.
-        content: its bytes.
-        mode: octal digits (``"644"``), or ``None`` when the operation leaves the mode alone.
-        user, group: owner names, or ``None`` when the operation leaves them alone.
-    """
-
-    path: str
-    content: bytes
-    mode: str | None = None
-    user: str | None = None
-    group: str | None = None
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.content).hexdigest()
 
 
 def render(src: str, **data: object) -> str:
@@ -75,37 +52,6 @@ def file_ok(got: Gathered, want: WantedFile) -> bool:
         and _same_mode(item.mode, want.mode)
         and _same_owner(item.user, item.group, want.user, want.group)
     )
-
-
-def dir_ok(
-    got: Gathered, path: str, mode: str | None = None, user: str | None = None, group: str | None = None
-) -> bool:
-    """``path`` is a directory with this mode and owner (what ``files.directory`` would leave)."""
-    item = got.paths.get(path)
-    return (
-        item is not None
-        and item.type == "dir"
-        and _same_mode(item.mode, mode)
-        and _same_owner(item.user, item.group, user, group)
-    )
-
-
-def absent(got: Gathered, path: str) -> bool:
-    """``path`` does not exist (``files.file(present=False)`` would do nothing)."""
-    item = got.paths.get(path)
-    return item is not None and item.type == "missing"
-
-
-def same_content(got: Gathered, a: str, b: str) -> bool:
-    """Both paths are regular files with the same SHA-256."""
-    x, y = got.paths.get(a), got.paths.get(b)
-    return x is not None and y is not None and x.type == y.type == "file" and bool(x.sha256) and x.sha256 == y.sha256
-
-
-def sha256_is(got: Gathered, path: str, content: bytes) -> bool:
-    """``path`` is a regular file holding exactly ``content``."""
-    item = got.paths.get(path)
-    return item is not None and item.type == "file" and item.sha256 == hashlib.sha256(content).hexdigest()
 
 
 def unit_enabled(got: Gathered, unit: str) -> bool:

@@ -30,7 +30,8 @@ from rocmfleet.domain import rocm, rocmhost, rocmtools
 from rocmfleet.facts import rocm as facts
 from rocmfleet.facts.state import Gathered
 from rocmfleet.plan import hoststate
-from rocmfleet.plan.hoststate import WantedFile
+from rocmfleet.plan.drift import Wanted, WantedAbsent, WantedDir, WantedPackage, drift
+from rocmfleet.plan.wantedfile import WantedFile
 
 #: Names of the role's runs in the ``HostState`` read.
 RUN_STREAMS = "rocm-streams"
@@ -216,7 +217,8 @@ def _reasons(settings: rocm.RocmSettings, got: Gathered, files: bool) -> list[st
             reasons.insert(0, f"not read: {RUN_KEYRING}{dest} (the key could not be downloaded)")
         elif found_key != "same":
             reasons.append(f"{dest} differs from the published key, or is not mode 644")
-    if files and not hoststate.packages_installed(got, rocm.header_packages(target, got.os.kernel)):
+    headers = [WantedPackage(p) for p in rocm.header_packages(target, got.os.kernel)]
+    if files and drift(headers, got):
         reasons.append("kernel headers missing")
     wanted = {p: settings.driver_repo for p in settings.rocm_driver_packages}
     if settings.rocm_userspace:
@@ -239,18 +241,15 @@ def _reasons(settings: rocm.RocmSettings, got: Gathered, files: bool) -> list[st
 
 def _files(settings: rocm.RocmSettings, target: rocm.OsTarget, got: Gathered) -> list[str]:
     """The role's files that differ: the keyring directory, AMD's apt files, the DKMS signing
-    configuration, the udev rule (``udev`` access) or its absence (``groups``)."""
+    configuration, the udev rule (``udev`` access) or its absence (``groups``), by the plan's rule
+    (:func:`rocmfleet.plan.drift.drift`)."""
     texts = repo_file_texts(settings, target)
     texts[rocm.DKMS_SIGNING_CONF] = signing_text(settings)
     texts[rocm.UDEV_RULE] = udev_text() if settings.rocm_device_access == "udev" else None
     if not (settings.rocm_stream == "current" and settings.rocm_userspace):
         texts[rocm.CURRENT_KEYRING] = None
-    differ = [] if hoststate.dir_ok(got, rocm.KEYRING_DIR, "755") else [rocm.KEYRING_DIR]
+    wanted: list[Wanted] = [WantedDir(rocm.KEYRING_DIR, "755")]
     for path, text in texts.items():
-        if text is None:
-            ok = hoststate.absent(got, path)
-        else:
-            ok = hoststate.file_ok(got, WantedFile(path, text.encode(), "644"))
-        if not ok:
-            differ.append(path)
+        wanted.append(WantedAbsent(path) if text is None else WantedFile(path, text.encode(), "644"))
+    differ = list(dict.fromkeys(d.item for d in drift(wanted, got)))
     return [f"{path} differs" for path in differ]

@@ -1,10 +1,10 @@
 """The tuning role's files as the deploy writes them (pure): one definition for the role, which
-writes them where the ``HostState`` read differs, and ``rocmfleet check``, which asserts it does not.
+writes them where they drift from the ``HostState`` read, and ``rocmfleet check``, which asserts they do not.
 
 Example::
 
     wanted = tuningplan.sysctl_file(settings)   # None: tuning_numa_balancing_off is false, no file
-    hoststate.file_ok(got, wanted)
+    drift.drift([wanted], got)   # [] when the host holds it (rocmfleet.plan.drift)
 """
 
 from __future__ import annotations

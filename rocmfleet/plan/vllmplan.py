@@ -1,13 +1,16 @@
 """What the vllm role has to do on a host, from one ``HostState`` read (pure; ``roles/vllm`` acts on it).
 
 The role reads the GPU topology and then, in one command, every file, unit, image and readiness
-probe it manages (:func:`query`); :func:`plan` says which of them differ from what the host's
-data wants. An instance is *clean* when its environment file, unit, secrets file, last good copies
-and ``serve.json`` hold what this run would write, its unit is active and enabled and it is
-serving (``vllm-probe.sh live``: its container holds the port and ``/health`` answers 200; the
-known answer is asked after a change, not at every converge:
-:func:`rocmfleet.domain.readiness.live_args`): the role then calls no operation for it. An instance that
-is not serving goes through the operations, whose wait asks the full ready probe.
+probe it manages (:func:`query`). Its items are those of the host's plan planned on that topology
+(:func:`read_facts`; :func:`rocmfleet.plan.build.plan_host`, the vllm role's part:
+directories, scripts, each instance's environment file, unit, secrets file and unit state), and
+:func:`plan` says which drift from the read by the plan's one rule (:func:`rocmfleet.plan.drift.drift`;
+a secrets file, which the plan knows by name, is compared with the content the deploy fills in).
+An instance is *clean* when those items do not drift, its last good copies and ``serve.json``
+hold what this run would keep, and it is serving (``vllm-probe.sh live``: its container holds the
+port and ``/health`` answers 200; the known answer is asked after a change, not at every converge:
+:func:`rocmfleet.domain.readiness.live_args`): the role then calls no operation for it. An instance
+that is not serving goes through the operations, whose wait asks the full ready probe.
 Anything not proven clean (no topology yet, a placement that fails, an item the read could not
 see) goes through the role's operations, which read and decide at execution as before.
 """
@@ -26,8 +29,7 @@ from rocmfleet.facts.state import Gathered
 from rocmfleet.facts.topology import parse_fact_output
 from rocmfleet.facts.vllm import UNIT_MARKER
 from rocmfleet.plan import hoststate
-from rocmfleet.plan.drift import Wanted, WantedUnit, drift
-from rocmfleet.plan.hoststate import WantedFile
+from rocmfleet.plan.drift import Wanted, WantedDir, WantedUnit, drift, file_wanted
 from rocmfleet.plan.instance import (
     HostPlacement,
     instance_files,
@@ -36,9 +38,12 @@ from rocmfleet.plan.instance import (
     secrets_content,
     serve_record,
 )
+from rocmfleet.plan.model import DirectoryPlan, FilePlan, HostPlan, UnitPlan
+from rocmfleet.plan.sources import HostFacts
 from rocmfleet.plan.vllmitems import directories as directories
 from rocmfleet.plan.vllmitems import script_files as script_files
 from rocmfleet.plan.vllmitems import staging as staging
+from rocmfleet.plan.wantedfile import WantedFile
 
 #: The glob of the vLLM units rocmfleet may have made (:func:`rocmfleet.domain.vllmfiles.layout`).
 UNIT_GLOB = vllmfiles.layout("*").unit_path
@@ -46,6 +51,10 @@ UNIT_GLOB = vllmfiles.layout("*").unit_path
 DEVICE_GLOB = "/dev/dri/renderD*"
 #: Name of the GPU topology script's run in the ``HostState`` read (``rocmfleet.facts.topology.SCRIPT``).
 TOPOLOGY_RUN = "gpu-topology"
+#: ``HostFacts.source`` of a plan made on a host's read (``rocmfleet.plan.hostdrift`` says the same).
+READ_SOURCE = "read from the host"
+#: Where the role installs the scripts its units run (``rocmfleet.domain.vllm.UNIT_SCRIPTS``).
+SCRIPT_PATHS = tuple(f"{vllm.SCRIPT_DIR}/{name}" for name in vllm.UNIT_SCRIPTS)
 
 
 def topology_of(got: Gathered) -> Topology | None | Literal["unknown"]:
@@ -110,8 +119,8 @@ class VllmPlan:
     """What differs.
 
     Attributes:
-        directories: ``(path, mode, user, group)`` to create or fix.
-        scripts: unit scripts (``WantedFile``) to install.
+        directories: the role's directories (plan items) to create or fix.
+        scripts: the unit scripts (plan items, their content known) to install.
         orphans: instance names of rocmfleet's units the data no longer lists.
         dirty: instance names not clean (their operations run); all of them when the host has no
             usable placement yet.
@@ -122,8 +131,8 @@ class VllmPlan:
         why: ``{instance: [reasons]}`` (for tests and debugging).
     """
 
-    directories: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
-    scripts: list[WantedFile] = field(default_factory=list)
+    directories: list[DirectoryPlan] = field(default_factory=list)
+    scripts: list[FilePlan] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
     dirty: list[str] = field(default_factory=list)
     image_missing: bool = True
@@ -139,62 +148,52 @@ class VllmPlan:
         )
 
 
-def plan(config: HostConfig, topology: Topology | None, got: Gathered, host_name: str = "") -> VllmPlan:
-    """Compare what ``config`` wants with ``got`` (the read :func:`query` describes).
+def read_facts(topology: Topology | None, got: Gathered) -> HostFacts:
+    """What the vllm role's items are planned on: ``topology`` (the one the role reads when it runs,
+    after any reboot; ``None``: no KFD) and the device nodes' group ids in ``got`` (the placement's
+    ``DeviceGroupIds``; the OS is not read: no vllm item depends on it)."""
+    return HostFacts(READ_SOURCE, topology, tuple(device_gids(got)), assumed=("os",))
+
+
+def plan(
+    config: HostConfig, items: HostPlan, topology: Topology | None, got: Gathered, host_name: str = ""
+) -> VllmPlan:
+    """Compare the vllm role's items of the host's plan with ``got`` by the plan's rule
+    (:func:`rocmfleet.plan.drift.drift`).
 
     Args:
         config: the host's validated configuration.
-        topology: the ``GpuTopology`` fact (``None``: no KFD yet, e.g. before the driver's reboot).
+        items: the vllm role's items (``drift.role_items(plan_host(..., read_facts(topology, got)), "vllm")``):
+            directories, scripts, each placed instance's environment file and unit, secrets files
+            (known by name: their content is filled in here from ``config``) and units.
+        topology: the ``GpuTopology`` fact ``items`` were planned on (``None``: no KFD yet, e.g.
+            before the driver's reboot): the placement the operations take.
         got: the ``HostState`` fact read with :func:`query`'s arguments.
         host_name: for placement messages.
     """
+    drifted = {d.item for d in drift([WantedDir(d.path, d.mode, d.user, d.group) for d in items.directories], got)}
+    scripts = set(SCRIPT_PATHS)
     result = VllmPlan(
-        directories=[d for d in directories(config) if not hoststate.dir_ok(got, *d)],
-        scripts=[f for f in script_files() if not hoststate.file_ok(got, f)],
+        directories=[d for d in items.directories if d.path in drifted],
         image_missing=got.images.get(config.image.reference) is None,
         model_missing=not model_staged(staging(config), got),
     )
+    result.scripts = [f for f in items.files if f.path in scripts and drift([file_wanted(f)], got)]
     keep = {i.name for i in config.instances()}
     managed = {vllmfiles.instance_of_unit(p) for p in got.marked.get(UNIT_GLOB, [])}
     result.orphans = sorted(managed - keep)
     if topology is not None:
         result.placed = place_host(config, topology, device_gids(got), host_name)
     placed = result.placed if isinstance(result.placed, HostPlacement) else None
+    files = {f.path: f for f in items.files}
+    units = {u.unit: u for u in items.units}
+    secret = secrets_content(config).reveal().encode()
     for instance in config.instances():
-        reasons = _instance_differs(config, instance, placed, got)
+        reasons = _instance_differs(config, instance, placed, files, units, secret, got)
         if reasons:
             result.dirty.append(instance.name)
             result.why[instance.name] = reasons
     return result
-
-
-def instance_drift(config: HostConfig, got: Gathered, host_name: str = "") -> dict[str, list[str]]:
-    """Per instance of ``config``, why it is not as wanted: :func:`plan`'s reasons (``VllmPlan.why``)
-    from ``got`` and the GPU topology it holds (``rocmfleet status``'s ``drift``).
-
-    Args:
-        config: the host's validated configuration.
-        got: a ``HostState`` read with (at least) :func:`query`'s items.
-        host_name: for placement messages.
-
-    Returns:
-        ``{instance: [reasons]}`` for every instance of ``config``, in its order; an empty list:
-        as wanted.
-
-    Raises:
-        ValueError: the read holds no usable GPU topology (:func:`topology_of` is ``"unknown"``:
-            the topology script did not run, failed, or printed what the parser refuses).
-    """
-    topology = topology_of(got)
-    if topology == "unknown":
-        ran = got.runs.get(TOPOLOGY_RUN)
-        if ran is None:
-            raise ValueError("the read holds no run of the GPU topology script")
-        if ran[0] != 0:
-            raise ValueError(f"the GPU topology script exited {ran[0]}")
-        raise ValueError("the GPU topology script printed what the GpuTopology parser refuses")
-    todo = plan(config, topology, got, host_name)
-    return {i.name: list(todo.why.get(i.name, [])) for i in config.instances()}
 
 
 def dry_lines(todo: VllmPlan, image: str, staged: hfmodel.Staged | None = None) -> list[str]:
@@ -217,22 +216,46 @@ def dry_lines(todo: VllmPlan, image: str, staged: hfmodel.Staged | None = None) 
         lines.append(f"would pull vllm image {image} (not on the host)")
     if todo.model_missing and staged is not None:
         lines.append(f"would stage model {staged.model}@{staged.revision} into {staged.cache_dir} (not staged)")
-    paths = [d[0] for d in todo.directories] + [f.path for f in todo.scripts]
+    paths = [d.path for d in todo.directories] + [f.path for f in todo.scripts]
     if paths:
         lines.append(f"would create or fix {', '.join(paths)} (vllm role)")
     return lines
 
 
-def _instance_differs(config: HostConfig, instance: Instance, placed: HostPlacement | None, got: Gathered) -> list[str]:
-    """Why ``instance`` is not clean (empty: clean)."""
-    if placed is None:
+def _instance_differs(
+    config: HostConfig,
+    instance: Instance,
+    placed: HostPlacement | None,
+    files: dict[str, FilePlan],
+    units: dict[str, UnitPlan],
+    secret: bytes,
+    got: Gathered,
+) -> list[str]:
+    """Why ``instance`` is not clean (empty: clean), by the plan's rule: its environment file and
+    unit as planned, its secrets file holding ``secret``, its unit's state as planned, its last good
+    copies holding what the live files should and its ``serve.json`` what it runs; then whether it
+    serves (a live read)."""
+    names = vllmfiles.files_of(instance)
+    env, unit = files.get(names.env_file), files.get(names.unit_path)
+    if placed is None or env is None or unit is None or env.content is None or unit.content is None:
         return ["no placement before execution"]
-    reasons = [str(d) for d in drift(wanted_instance(config, instance, placed), got)]
-    files = last_good_of(instance.name)
-    if not all(hoststate.same_content(got, live, files.saved(n)) for n, live in files.live.items()):
+    secrets = files[names.secrets_file]
+    live: dict[str, WantedFile] = {
+        "env": WantedFile(env.path, env.content.encode(), env.mode, env.user, env.group),
+        "unit": WantedFile(unit.path, unit.content.encode(), unit.mode, unit.user, unit.group),
+        "secrets": WantedFile(secrets.path, secret, secrets.mode, secrets.user, secrets.group),
+    }
+    wanted: list[Wanted] = [live["env"], live["unit"], live["secrets"]]
+    if (state := units.get(names.unit)) is not None:
+        wanted.append(WantedUnit(state.unit, state.running, state.enabled))
+    reasons = [str(d) for d in drift(wanted, got)]
+    copies = last_good_of(instance.name)
+    # The last good copies hold what the live files should (rocmfleet.domain.lastgood: byte copies).
+    saved = [WantedFile(copies.saved(n), live[n].content) for n in copies.live if n in live]
+    if drift(saved, got):
         reasons.append("last good copies differ from the live files")
     record = serve_record(config, instance, placed.placements[instance.name])
-    if not hoststate.sha256_is(got, files.serve_json, record.encode()):
+    if drift([WantedFile(copies.serve_json, record.encode())], got):
         reasons.append("serve.json differs")
     if got.ready.get(instance.name) != 0:
         reasons.append(f"not serving (vllm-probe.sh live exit {got.ready.get(instance.name)})")
@@ -290,7 +313,7 @@ def plan_dict(config: HostConfig, todo: VllmPlan) -> dict[str, object]:
     return {
         "placed": placement,
         "instances": instances,
-        "directories": [list(d) for d in todo.directories],
+        "directories": [[d.path, d.mode, d.user, d.group] for d in todo.directories],
         "scripts": [f.path for f in todo.scripts],
         "orphans": todo.orphans,
         "image_missing": todo.image_missing,

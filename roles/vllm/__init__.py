@@ -6,10 +6,16 @@ reboot (:class:`rocmfleet.operations.vllm.Placed`, with the planner's own
 :func:`rocmfleet.plan.instance.place_host`): a bare host gets its driver, reboots and is placed in
 the same run. A converged host costs no command of its own: the deploy's one
 ``HostState`` read holds the topology and everything the role manages (:mod:`rocmfleet.plan.vllmplan`).
+
+What the role manages are its items of the host's plan (:func:`rocmfleet.plan.build.plan_host`,
+planned on the topology read here): directories and scripts (applied with
+:mod:`rocmfleet.operations.planitems`), each instance's environment file, unit, secrets file and
+unit state; an operation runs only where they drift (:func:`rocmfleet.plan.drift.drift`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pyinfra import logger
@@ -19,7 +25,6 @@ from pyinfra.context import host, state
 from pyinfra.operations import docker, files, systemd
 from pyinfra.operations.util import any_changed
 
-from rocmfleet import scripts
 from rocmfleet.config.hostsettings import HostSettings
 from rocmfleet.config.instances import Instance
 from rocmfleet.config.settings import HostConfig
@@ -27,12 +32,14 @@ from rocmfleet.domain import cachedirs, hfmodel, vllmfiles
 from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.facts.topology import GpuTopology
-from rocmfleet.operations import secrets
+from rocmfleet.operations import planitems, secrets
 from rocmfleet.operations import vllm as vllm_ops
 from rocmfleet.operations.deploys import deploy
+from rocmfleet.plan import build, drift, vllmplan
 from rocmfleet.plan import swap as rollout
-from rocmfleet.plan import vllmplan
 from rocmfleet.plan.instance import last_good_of, secrets_content, stage_env_content
+from rocmfleet.plan.model import HostPlan
+from rocmfleet.plan.sources import HostFacts
 
 #: A restored version waits at least the default readiness deadline (``vllm_ready_timeout_s``):
 #: a short deadline set to fail a new version fast must not cut short the wait for the old one.
@@ -51,8 +58,18 @@ def _topology(got: Gathered) -> Topology | None:
         return None
 
 
+def _plan_here(config: HostConfig) -> Callable[[HostFacts], HostPlan]:
+    """The host's plan on given facts (``plan_host`` for pyinfra's current host)."""
+    return lambda facts: build.plan_host(host.name, config, facts)
+
+
 @deploy("vllm")
-def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gathered | None = None) -> None:
+def apply(
+    config: HostConfig,
+    rebooted: OperationMeta | None = None,
+    got: Gathered | None = None,
+    planner: Callable[[HostFacts], HostPlan] | None = None,
+) -> None:
     """Place the instances, remove orphans, pull the image, check the new arguments with it, render
     each instance's files, (re)start what changed, wait until ready, roll back what is not, keep
     what is ready as the last good version.
@@ -62,12 +79,19 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
     files, unit, last good version and readiness are all as wanted gets none. ``rebooted``: the
     rocm role's reboot operation; when it reboots the host, the instances are waited for again.
     ``got``: the host's ``HostState`` read with (at least) ``vllmplan.query``'s items; read here
-    when not given. ``--dry`` says what differs, one line per instance to change or remove
-    (:func:`rocmfleet.plan.vllmplan.dry_lines`).
+    when not given. ``planner``: the host's plan on given facts (``converge`` plans hosts of one kind
+    once); ``plan_host`` when not given. ``--dry`` says what differs, one line per instance to change
+    or remove (:func:`rocmfleet.plan.vllmplan.dry_lines`).
+
+    The role's items are those of the host's plan (:func:`rocmfleet.plan.build.plan_host`) planned
+    on the topology read here, after any reboot; what differs is their drift
+    (:func:`rocmfleet.plan.vllmplan.plan`, the plan's rule :func:`rocmfleet.plan.drift.drift`).
     """
     got = got if got is not None else host.get_fact(HostState, **vllmplan.query(config))
     topology = _topology(got)
-    todo = vllmplan.plan(config, topology, got, host.name)
+    plan_on = planner if planner is not None else _plan_here(config)
+    items = drift.role_items(plan_on(vllmplan.read_facts(topology, got)), "vllm")
+    todo = vllmplan.plan(config, items, topology, got, host.name)
     # Said as the rocm role's operations say what they would do: while pyinfra prepares with its
     # change detection (``--dry``, or a run that asks before executing), not with ``-y``.
     if not state.is_executing and state.check_for_changes:
@@ -79,23 +103,16 @@ def apply(config: HostConfig, rebooted: OperationMeta | None = None, got: Gather
                 config, list(config.instances()), vllm_ops.Placed(config, todo.placed), _if=rebooted.did_change
             )
         return
-    for path, mode, user, group in host.loop(todo.directories):
-        files.directory(name=f"Create {path}", path=path, user=user, group=group, mode=mode)
+    for directory in host.loop(todo.directories):
+        planitems.directory(name=f"Create {directory.path}", item=directory)
     # A host without GPUs, or whose instances do not fit them, fails here, before any change.
     placed = vllm_ops.Placed(config, todo.placed)
     vllm_ops.place(name="Place the vLLM instances on this host's GPUs", config=config, placed=placed)
     # What the units run: the follower of the detached container and the GPU memory check.
     # A running unit keeps the script it started with (files.put replaces the file, it does not
     # rewrite it in place); the next start of each unit runs the new one.
-    for wanted in host.loop(todo.scripts):
-        files.put(
-            name=f"Install {wanted.path}",
-            src=str(scripts.DIR / wanted.path.rsplit("/", 1)[-1]),
-            dest=wanted.path,
-            user=wanted.user,
-            group=wanted.group,
-            mode=wanted.mode,
-        )
+    for script in host.loop(todo.scripts):
+        planitems.file(name=f"Install {script.path}", item=script)
     # A renamed or removed instance frees its GPUs and port before the new ones start.
     if todo.orphans:
         vllm_ops.remove_orphans(

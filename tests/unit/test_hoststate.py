@@ -15,7 +15,7 @@ from rocmfleet.config.settings import host_config
 from rocmfleet.domain import lastgood, vllm, vllmfiles
 from rocmfleet.facts.state import HostState, parse_state, state_args
 from rocmfleet.facts.topology import parse_fact_output
-from rocmfleet.plan import drift, hoststate, vllmplan
+from rocmfleet.plan import drift, hostdrift, hoststate, vllmplan
 from rocmfleet.plan.drift import WantedAbsent
 from rocmfleet.plan.hoststate import WantedFile
 from rocmfleet.plan.instance import (
@@ -105,8 +105,10 @@ def test_the_script_reads_files_directories_and_marked_files(tmp_path):
     assert hoststate.file_ok(got, WantedFile(str(conf), b"hello\n", "640"))
     assert not hoststate.file_ok(got, WantedFile(str(conf), b"hello\n", "644"))
     assert not hoststate.file_ok(got, WantedFile(str(conf), b"bye\n", "640"))
-    assert hoststate.dir_ok(got, str(tmp_path / "d"), "700")
-    assert not hoststate.dir_ok(got, str(tmp_path / "d"), "755")
+    assert drift.drift([drift.WantedDir(str(tmp_path / "d"), "700")], got) == []
+    assert drift.drift([drift.WantedDir(str(tmp_path / "d"), "755")], got) == [
+        drift.Drift(str(tmp_path / "d"), "mode", "700", "755")
+    ]
     assert drift.drift([WantedAbsent(str(tmp_path / "nope"))], got) == []
     assert drift.drift([WantedAbsent(str(conf))], got) == [drift.Drift(str(conf), "type", "file", "missing")]
     assert got.sysctls["no.such.key"].value is None
@@ -142,7 +144,7 @@ def test_an_unknown_unit_or_package_is_unknown_not_clean():
     got = parse_state(['{"kind":"end"}'])
     assert drift.drift([drift.WantedUnit("docker.service")], got) == [drift.Drift("docker.service", "not read")]
     assert not hoststate.file_ok(got, WantedFile("/etc/x", b""))
-    assert not hoststate.dir_ok(got, "/etc")
+    assert drift.drift([drift.WantedDir("/etc")], got) == [drift.Drift("/etc", "not read")]
     assert drift.drift([WantedAbsent("/etc/x")], got) == [drift.Drift("/etc/x", "not read")]
 
 
@@ -204,20 +206,20 @@ def converged_output(config, topology, *, skip: str = "", ready: int = 0) -> lis
 
 def test_a_converged_host_needs_nothing():
     config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
-    todo = vllmplan.plan(config, topology, parse_state(converged_output(config, topology)))
+    todo = hostdrift.vllm_plan("", config, topology, parse_state(converged_output(config, topology)))
     assert todo.why == {}
     assert todo.clean
 
 
 def test_one_changed_file_makes_only_its_instance_dirty():
     config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
-    todo = vllmplan.plan(
-        config, topology, parse_state(converged_output(config, topology, skip="/etc/rocmfleet/vllm/b.env"))
+    todo = hostdrift.vllm_plan(
+        "", config, topology, parse_state(converged_output(config, topology, skip="/etc/rocmfleet/vllm/b.env"))
     )
     assert todo.dirty == ["b"]
+    # (its last good copy still holds what the file should: not a reason of its own)
     assert todo.why["b"] == [
         "/etc/rocmfleet/vllm/b.env: not reported by the read",
-        "last good copies differ from the live files",
     ]
     assert not todo.clean
 
@@ -228,14 +230,14 @@ def test_an_instance_not_ready_is_dirty_and_an_orphan_is_found():
     lines.insert(
         0, json.dumps({"kind": "marked", "glob": vllmplan.UNIT_GLOB, "path": "/etc/systemd/system/vllm-old.service"})
     )
-    todo = vllmplan.plan(config, topology, parse_state(lines))
+    todo = hostdrift.vllm_plan("", config, topology, parse_state(lines))
     assert todo.dirty == ["a", "b"]
     assert todo.orphans == ["old"]
 
 
 def test_without_topology_every_instance_goes_through_the_operations():
     config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
-    todo = vllmplan.plan(config, None, parse_state(converged_output(config, topology)))
+    todo = hostdrift.vllm_plan("", config, None, parse_state(converged_output(config, topology)))
     assert todo.dirty == ["a", "b"]
     assert todo.placed is None
 
@@ -244,7 +246,7 @@ def test_a_changed_image_makes_every_instance_dirty():
     config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
     lines = converged_output(config, topology)
     newer = host_config({**DATA, "vllm_image_digest": "sha256:" + "ef" * 32})
-    todo = vllmplan.plan(newer, topology, parse_state(lines))
+    todo = hostdrift.vllm_plan("", newer, topology, parse_state(lines))
     assert todo.dirty == ["a", "b"]
     assert todo.image_missing
 
@@ -313,3 +315,38 @@ def test_text_lines_lose_control_characters_nul_included_and_keep_tabs_and_stray
 def test_a_newline_in_a_run_name_is_dropped_not_a_broken_line():
     got = parse_state(run_script(*state_args(runs=[("two\nlines", "echo x")])))
     assert got.runs == {"twolines": (0, ["x"])}  # its output lines and its status under one key
+
+
+def test_a_changed_secret_value_makes_every_instance_dirty_though_the_plan_holds_names_only():
+    from rocmfleet.config.vault import Secret
+
+    topology = parse_fact_output(TOPOLOGY)
+    config = host_config({**DATA, "vllm_secret_env": {"HF_TOKEN": Secret("hf_before")}})
+    lines = converged_output(config, topology)
+    assert hostdrift.vllm_plan("", config, topology, parse_state(lines)).clean
+    other = host_config({**DATA, "vllm_secret_env": {"HF_TOKEN": Secret("hf_changed")}})
+    todo = hostdrift.vllm_plan("", other, topology, parse_state(lines))
+    assert todo.dirty == ["a", "b"]
+    before = hashlib.sha256(secrets_content(config).reveal().encode()).hexdigest()
+    assert [r.split(",")[0] for r in todo.why["a"]] == [
+        f"/etc/rocmfleet/vllm/a.secrets: content {before}",
+        "last good copies differ from the live files",
+    ]
+    assert "hf_changed" not in str(todo.why)
+
+
+def test_the_roles_directories_and_scripts_are_its_plan_items_that_drift():
+    config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
+    script = f"{vllm.SCRIPT_DIR}/vllm-unit.sh"
+    lines = [
+        line.replace('"mode": "755"', '"mode": "700"', 1) if f'"{vllm.SCRIPT_DIR}"' in line or f'"{script}"' in line
+        else line
+        for line in converged_output(config, topology)
+    ]  # fmt: skip
+    todo = hostdrift.vllm_plan("", config, topology, parse_state(lines))
+    assert [(d.path, d.role, d.mode) for d in todo.directories] == [(vllm.SCRIPT_DIR, "vllm", "755")]
+    assert [(f.path, f.mode) for f in todo.scripts] == [(script, "755")]
+    assert todo.dirty == [] and not todo.clean
+    assert vllmplan.dry_lines(todo, config.image.reference)[-1] == (
+        f"would create or fix {vllm.SCRIPT_DIR}, {script} (vllm role)"
+    )

@@ -17,7 +17,7 @@ import pytest
 
 from rocmfleet.config.settings import HostConfig, host_config
 from rocmfleet.facts.state import parse_state
-from rocmfleet.plan import vllmplan
+from rocmfleet.plan import hostdrift, vllmplan
 from rocmfleet.plan.drift import drift
 from rocmfleet.plan.instance import HostPlacement, place_host, vllm_settings
 
@@ -34,7 +34,7 @@ def planned(case: str) -> tuple[dict[str, object], vllmplan.VllmPlan, object]:
     got = parse_state(facts["state"])
     topology = vllmplan.topology_of(got)
     assert topology != "unknown", f"{case}: the recorded topology does not parse"
-    todo = vllmplan.plan(config, topology, got, facts["host"])
+    todo = hostdrift.vllm_plan(facts["host"], config, topology, got)
     return vllmplan.plan_dict(config, todo), todo, config
 
 
@@ -159,10 +159,10 @@ def test_instance_drift_is_the_plans_reasons_per_instance_and_refuses_a_read_wit
     _, todo, config = planned("lab-1")
     assert isinstance(config, HostConfig)
     facts = json.loads((PLANS / "lab-1" / "facts.json").read_text())
-    assert vllmplan.instance_drift(config, parse_state(facts["state"]), "lab-1") == todo.why
+    assert hostdrift.instance_drift(config, parse_state(facts["state"]), "lab-1") == todo.why
     failed = [line.replace('"rc": 0', '"rc": 124') if '"ran"' in line else line for line in facts["state"]]
     with pytest.raises(ValueError, match="the GPU topology script exited 124"):
-        vllmplan.instance_drift(config, parse_state(failed), "lab-1")
+        hostdrift.instance_drift(config, parse_state(failed), "lab-1")
 
 
 def test_a_renamed_neighbour_leaves_an_instance_s_files_as_they_were():
@@ -180,7 +180,9 @@ def test_a_renamed_neighbour_leaves_an_instance_s_files_as_they_were():
             ],
         }
         config = host_config(data)
-        todo = vllmplan.plan(config, vllmplan.topology_of(got), got, facts["host"])
+        topology = vllmplan.topology_of(got)
+        assert topology != "unknown"
+        todo = hostdrift.vllm_plan(facts["host"], config, topology, got)
         return vllmplan.plan_dict(config, todo)["instances"]["tiny-llama-a"]["files"]  # type: ignore[index]
 
     assert files_of_a("tiny-llama-b") == files_of_a("tiny-llama-c")

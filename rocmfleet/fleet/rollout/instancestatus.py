@@ -14,7 +14,7 @@ from rocmfleet.fleet.rollout.state import ImageRef
 class InstanceStatus:
     """One vLLM instance now: its unit's state, image, readiness (``not_ready``: why not, one line)
     and uptime, and its drift: why the deploy would change it
-    (``rocmfleet.plan.vllmplan.instance_drift``; empty: as wanted, ``None``: not read), and its
+    (``rocmfleet.plan.hostdrift.instance_drift``; empty: as wanted, ``None``: not read), and its
     host's: ``roles``, ``(role, reasons)`` per role of the deploy (``rocmfleet.plan.hostdrift``;
     ``None``: not read), and ``problem``, what the host's plan says it cannot do (``""``: none)."""
 
