@@ -233,6 +233,78 @@ class ReadyTarget:
 
 
 @dataclass(frozen=True)
+class CheckInstance:
+    """One vLLM instance of a host as ``rocmfleet check`` looks at it, placed or not (its checks run
+    either way: an instance that cannot be placed fails ``vllm::instance_files_as_wanted``).
+
+    Attributes:
+        name, port, internal_ports: the instance, its API port and its internal port block (``start-end``).
+        unit, container, env_file, unit_path, secrets_file: its names and paths on the host.
+    """
+
+    name: str
+    port: int
+    internal_ports: str
+    unit: str
+    container: str
+    env_file: str
+    unit_path: str
+    secrets_file: str
+
+
+@dataclass(frozen=True)
+class CheckValues:
+    """What ``rocmfleet check`` compares a host's live answers with, beyond the plan's items: each a
+    value of the host's data, so that the check process needs the plan only (never the configuration).
+
+    Attributes:
+        instances: every vLLM instance of the host (:class:`CheckInstance`), placed or not.
+        gpu_count: GPUs the host must show (``vllm_gpu_count``).
+        ecc_correctable_max: correctable ECC errors per GPU since boot a GPU may have (``gpu_ecc_correctable_max``).
+        docker_version: ``docker_version`` (``None``: Docker is not pinned).
+        image: the image's reference; ``image_pinned``: ``repository@digest``, what the containers run.
+        baked: the image's tag names a cache key (``rocmfleet cache bake``).
+        cache_key: for a baked image, the key its instances compile with on the plan's GPUs (canonical
+            JSON, :class:`rocmfleet.domain.cachekey.CacheKey`, whose image facts, read from the image's
+            label, are empty here); ``None``: not baked, or the plan's GPUs have no one architecture.
+        cache_arch: the GPU architecture ``cache_key`` was made for (``""``: none).
+        profile, served_model, vllm_version: the profile's name, served model name and vLLM version.
+        compute_partition, memory_partition, tp_on_one_gpu: the profile's partition policy.
+        ready_probe: the profile's known-answer request (``ReadyProbe`` fields; ``None``: none).
+        numa_balancing_off, disable_c2, transparent_hugepage, cpu_governor, kernel_params: the tuning
+            role's settings the live checks compare with (``tuning_*``).
+        rocm: the rocm role's settings (``rocm_*``, as JSON), which its live rule
+            (:func:`rocmfleet.plan.rocmplan.differs`: AMD's keys, the repositories' versions, DKMS) takes.
+        metrics: the exporter role's settings (``metrics_*``, as JSON), for its package's rule
+            (:func:`rocmfleet.plan.exporterplan.package_problem`) and the exporter's port.
+    """
+
+    instances: tuple[CheckInstance, ...]
+    gpu_count: int
+    ecc_correctable_max: int
+    docker_version: str | None
+    image: str
+    image_pinned: str
+    baked: bool
+    cache_key: str | None
+    cache_arch: str
+    profile: str
+    served_model: str
+    vllm_version: str
+    compute_partition: str
+    memory_partition: str
+    tp_on_one_gpu: bool
+    ready_probe: dict[str, object] | None
+    numa_balancing_off: bool
+    disable_c2: bool
+    transparent_hugepage: str | None
+    cpu_governor: str | None
+    kernel_params: tuple[str, ...]
+    rocm: dict[str, object]
+    metrics: dict[str, object]
+
+
+@dataclass(frozen=True)
 class HostPlan:
     """Everything the deploy leaves on one host, every role, in the deploy's role order.
 
@@ -241,6 +313,8 @@ class HostPlan:
         topology_source: where its topology came from; ``assumed``: facts taken as defaults.
         problem: why no instance is placed (``""``: all placed).
         expect: the values the checks expect (``sysctl kernel.numa_balancing``, ``kernel cmdline``, ...).
+        checks: what ``rocmfleet check``'s live checks compare with (:class:`CheckValues`; ``None``:
+            a plan made without them).
     """
 
     name: str
@@ -259,6 +333,7 @@ class HostPlan:
     reboot_reasons: tuple[str, ...]
     readiness: tuple[ReadyTarget, ...]
     expect: tuple[tuple[str, str], ...] = field(default=())
+    checks: CheckValues | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True)
@@ -378,6 +453,8 @@ def _loaded(kind: type, data: object, contents: dict[str, str], where: str) -> o
             values[name] = contents[value]
         elif name == "expect":
             values[name] = tuple((str(k), str(v)) for k, v in sorted(dict(value).items()))
+        elif name in _SINGLE.get(kind, {}) and value is not None:
+            values[name] = _loaded(_SINGLE[kind][name], value, contents, f"{where}.{key}")
         elif name in _NESTED.get(kind, {}):
             inner = _NESTED[kind][name]
             values[name] = tuple(
@@ -405,7 +482,10 @@ _NESTED: dict[type, dict[str, type]] = {
         "removals": Removal,
         "readiness": ReadyTarget,
     },
+    CheckValues: {"instances": CheckInstance},
 }
+#: The fields that are one dataclass.
+_SINGLE: dict[type, dict[str, type]] = {HostPlan: {"checks": CheckValues}}
 
 
 def host_from_dict(data: object, where: str = "plan") -> HostPlan:
