@@ -21,7 +21,9 @@ def _cache_key(config: HostConfig, facts: HostFacts) -> tuple[str | None, str]:
     if not cachedirs.is_baked(config) or len(archs) != 1:
         return None, ""
     arch = archs.pop()
-    image = cachekey.ImageFacts.model_construct(base_digest="", rocm_version="", vllm_version=config.profile.vllm_version)
+    image = cachekey.ImageFacts.model_construct(
+        base_digest="", rocm_version="", vllm_version=config.profile.vllm_version
+    )
     return cachekey.instance_key(config, arch, image).canonical(), arch
 
 
