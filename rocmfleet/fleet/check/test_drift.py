@@ -2,8 +2,8 @@
 
 One check per role, ``drift::role_as_wanted[ROLE]``: the role's files, directories, packages, units
 and removed paths of the host's plan (the parent's, planned on the topology, device group ids and OS
-read from the host: :mod:`rocmfleet.fleet.check.hostplan`) have no drift. Items another check already asserts by the same rule are left to it, so that
-one fault fails one check (:data:`COVERED`).
+read from the host: :mod:`rocmfleet.fleet.check.hostplan`) have no drift. Items another check
+already asserts by the same rule are left to it, so that one fault fails one check (:data:`COVERED`).
 """
 
 from __future__ import annotations
