@@ -300,11 +300,13 @@ from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 
 
 def test_sees_its_expectations(host):
-    config = expect.host_config(host)
-    assert config.profile.name == "lab-tiny-llama"
-    assert [i.name for i in config.instances()] == ["tiny-llama-a", "tiny-llama-b"]
-    assert list(config.settings.vllm_secret_env) == ["HF_TOKEN"]
-    assert config.settings.vllm_secret_env["HF_TOKEN"].reveal() == ""  # names only, never the value
+    plan = expect.host_plan(host)
+    assert plan.checks.profile == "lab-tiny-llama"
+    assert [i.name for i in expect.instances_of(host)] == ["tiny-llama-a", "tiny-llama-b"]
+    secrets = {f.secret_names for f in plan.files if f.source == "secret"}
+    assert secrets == {("HF_TOKEN",)}  # names only, never the value
+    # planned on the facts read over the reachability probe's connection (this machine has no KFD)
+    assert plan.topology_source == "read from the host" and not plan.instances and "kfd" in plan.problem.lower()
 
 
 def test_runs_on_the_host(host):
@@ -392,13 +394,13 @@ def test_process(host):
     pytest.skip(f"pid {os.getpid()}")
 
 
-def test_own_expectations(host, config):
+def test_own_expectations(host, checks):
     wanted = {"root": ["tiny-llama-a", "tiny-llama-b"], "svc": ["solo"]}[checkfile.ssh_settings(host).user]
-    assert [i.name for i in config.instances()] == wanted
+    assert [i.name for i in checks.instances] == wanted
 
 
-def test_instance_belongs(host, config, instance):
-    assert instance in config.instances()
+def test_instance_belongs(host, checks, instance):
+    assert instance in checks.instances
 
 
 def test_slow_on_the_first(host):
