@@ -38,7 +38,7 @@ from rocmfleet.fleet.check.checkfile import FILE_ENV, ExpectationError, host_nam
 from rocmfleet.fleet.check.checkfile import entry as _entry
 from rocmfleet.plan import exporterplan, rocmplan
 from rocmfleet.plan.drift import WantedPackage, drift
-from rocmfleet.plan.model import CheckInstance, CheckValues, HostPlan, InstancePlan, host_from_dict
+from rocmfleet.plan.model import CheckInstance, CheckValues, HostPlan, host_from_dict
 
 
 @functools.cache
@@ -79,13 +79,6 @@ def instances_of(host: Any) -> list[CheckInstance]:
     """The vLLM instances ``host`` runs, placed or not (:attr:`CheckValues.instances`); none without a file."""
     values = check_values(host)
     return list(values.instances) if values else []
-
-
-def placed(host: Any, name: str) -> InstancePlan | None:
-    """The plan of instance ``name`` of ``host`` as placed on the topology read from it (``None``:
-    not placed: the plan's ``problem`` says why)."""
-    plan = host_plan(host)
-    return next((i for i in plan.instances if i.name == name), None) if plan else None
 
 
 def rocm_settings(host: Any) -> RocmSettings:
