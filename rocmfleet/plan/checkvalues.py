@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import cachedirs, cachekey, vllmfiles
-from rocmfleet.plan.model import CheckInstance, CheckValues
+from rocmfleet.plan.checkmodel import CheckInstance, CheckValues
 from rocmfleet.plan.sources import HostFacts
 
 

@@ -261,3 +261,24 @@ def test_a_host_plan_that_is_not_one_is_refused_naming_the_key():
     plan["contents"] = {}
     with pytest.raises(ValueError, match=r"plan\.files\[\d+\]\.content_sha256: \w+ is not in the plan's contents"):
         host_from_dict(plan)
+
+
+def test_facts_from_a_hosts_read_name_the_deploys_read_items():
+    """``rocmfleet check``'s parent plans a host on the facts of its own read (``sources.from_read``,
+    which ``status`` and ``--dry`` take too through ``hostdrift.read_facts``): the read's names are
+    the deploy's, and the lab's recorded read gives its topology, group ids, OS and kernel."""
+    from rocmfleet.domain import vllm
+    from rocmfleet.facts.state import parse_state
+    from rocmfleet.plan import hostdrift, vllmplan
+
+    assert (sources.TOPOLOGY_RUN, sources.RENDER_GLOB, sources.KFD) == (
+        vllmplan.TOPOLOGY_RUN,
+        vllmplan.DEVICE_GLOB,
+        vllm.KFD,
+    )
+    got = parse_state(json.loads((ROOT / "tests" / "fixtures" / "plans" / "lab-1" / "facts.json").read_text())["state"])
+    facts = sources.from_read(got)
+    assert facts == hostdrift.read_facts(got) and facts.source == "read from the host" and facts.assumed == ("os",)
+    assert facts.topology is not None and facts.device_gids == (992,)
+    bare = parse_state(['{"kind":"end"}'])
+    assert sources.from_read(bare) == sources.HostFacts("read from the host", None, assumed=("device_gids", "os"))

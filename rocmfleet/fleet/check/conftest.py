@@ -19,7 +19,8 @@ from rocmfleet.fleet.check import checkfile, expect
 if TYPE_CHECKING:
     from testinfra.host import Host
 
-    from rocmfleet.plan.model import CheckInstance, CheckValues, HostPlan
+    from rocmfleet.plan.checkmodel import CheckInstance, CheckValues
+    from rocmfleet.plan.model import HostPlan
 
 
 def instance_names(per_host: dict[str, list[str]]) -> list[str]:

@@ -37,8 +37,9 @@ from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, s
 from rocmfleet.fleet.check.checkfile import FILE_ENV, ExpectationError, host_name
 from rocmfleet.fleet.check.checkfile import entry as _entry
 from rocmfleet.plan import exporterplan, rocmplan
+from rocmfleet.plan.checkmodel import CheckInstance, CheckValues
 from rocmfleet.plan.drift import WantedPackage, drift
-from rocmfleet.plan.model import CheckInstance, CheckValues, HostPlan, host_from_dict
+from rocmfleet.plan.model import HostPlan, host_from_dict
 
 
 @functools.cache

@@ -17,26 +17,25 @@ from collections.abc import Mapping
 
 from rocmfleet import scripts
 from rocmfleet.config.connection import SshSettings
-from rocmfleet.domain import vllm
 from rocmfleet.facts.state import parse_state, state_args
 from rocmfleet.facts.topology import SCRIPT as TOPOLOGY_SCRIPT
 from rocmfleet.fleet.check.checkfile import UNREAD
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session
 from rocmfleet.fleet.target import Target
-from rocmfleet.plan import hostdrift, vllmplan
+from rocmfleet.plan import sources
 from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.model import HostPlan, to_dict
 from rocmfleet.plan.sources import HostFacts
 
 
 def facts_command() -> str:
-    """What the plan is made on, read in one ``state.sh`` command (:func:`rocmfleet.plan.hostdrift.read_facts`
-    reads it): the OS and kernel, ``/dev/kfd`` and the render nodes (their group ids), the GPU topology
-    script (the ``GpuTopology`` fact's, as the deploy places instances)."""
-    args = state_args(
-        os=True, paths=[vllm.KFD], globs=[vllmplan.DEVICE_GLOB], runs=[(vllmplan.TOPOLOGY_RUN, TOPOLOGY_SCRIPT)]
+    """What the plan is made on, read in one ``state.sh`` command (:func:`rocmfleet.plan.sources.from_read`
+    reads it): the OS and kernel, ``/dev/kfd`` and the render nodes for their group ids, the GPU
+    topology script (the ``GpuTopology`` fact's, as the deploy places instances)."""
+    runs = [(sources.TOPOLOGY_RUN, TOPOLOGY_SCRIPT)]
+    return scripts.command(
+        "state.sh", *state_args(os=True, paths=[sources.KFD], globs=[sources.RENDER_GLOB], runs=runs)
     )
-    return scripts.command("state.sh", *args)
 
 
 #: Seconds the facts' read may take (the topology script reads sysfs: well under a second on a
@@ -63,7 +62,7 @@ def read_facts(session: Session, timeout_s: float = FACTS_TIMEOUT_S) -> HostFact
         got = parse_state(result.stdout_bytes.decode("utf-8", "replace").splitlines())
     except ValueError as exc:
         return unread(str(exc))
-    return hostdrift.read_facts(got)
+    return sources.from_read(got)
 
 
 def reach_and_read(settings: SshSettings, timeout_s: float) -> tuple[str | None, HostFacts]:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from testinfra.host import Host
 
     from rocmfleet.domain.topology import Topology
-    from rocmfleet.plan.model import CheckValues
+    from rocmfleet.plan.checkmodel import CheckValues
 
 
 def refusal(checks: CheckValues, labels: Mapping[str, str] | None, gpu_arch: str) -> list[str]:

@@ -14,7 +14,7 @@ from rocmfleet.fleet.check import expect
 if TYPE_CHECKING:
     from testinfra.host import Host
 
-    from rocmfleet.plan.model import CheckValues
+    from rocmfleet.plan.checkmodel import CheckValues
 
 
 def test_docker_running(host: Host) -> None:

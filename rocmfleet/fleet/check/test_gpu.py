@@ -13,7 +13,7 @@ from rocmfleet.domain import gpuhealth, parts
 from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.domain.topology import Topology
 from rocmfleet.fleet.check import expect
-from rocmfleet.plan.model import CheckValues
+from rocmfleet.plan.checkmodel import CheckValues
 
 if TYPE_CHECKING:
     from testinfra.host import Host

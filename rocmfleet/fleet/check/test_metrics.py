@@ -18,7 +18,7 @@ from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet.check import expect
 from rocmfleet.fleet.metrics import read
-from rocmfleet.plan.model import CheckInstance, CheckValues
+from rocmfleet.plan.checkmodel import CheckInstance, CheckValues
 
 
 def _ports(checks: CheckValues) -> list[int]:

@@ -23,7 +23,8 @@ from rocmfleet.plan.hostdrift import role_items
 if TYPE_CHECKING:
     from testinfra.host import Host
 
-    from rocmfleet.plan.model import CheckValues, FilePlan, HostPlan
+    from rocmfleet.plan.checkmodel import CheckValues
+    from rocmfleet.plan.model import FilePlan, HostPlan
 
 
 def planned_file(plan: HostPlan, path: str) -> FilePlan | None:

@@ -19,8 +19,9 @@ from rocmfleet.domain.partitionmodes import PartitionPolicy
 from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.domain.topology import Topology
 from rocmfleet.fleet.check import checkfile, expect
+from rocmfleet.plan.checkmodel import CheckInstance, CheckValues
 from rocmfleet.plan.drift import Drift, WantedMode, WantedUnit, drift, plan_wanted
-from rocmfleet.plan.model import CheckInstance, CheckValues, HostPlan, InstancePlan
+from rocmfleet.plan.model import HostPlan, InstancePlan
 
 
 @pytest.fixture
