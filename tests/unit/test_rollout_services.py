@@ -211,7 +211,7 @@ def stand_ins(site, monkeypatch):
     steps = CliSteps()
     monkeypatch.setattr(fleetimage, "resolve", lambda reference, targets: new)
     monkeypatch.setattr(hoststeps, "HostSteps", lambda *args, **kwargs: steps)
-    monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s: [])
+    monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s, planner: [])
     return steps, new
 
 

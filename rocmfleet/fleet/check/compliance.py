@@ -6,7 +6,8 @@ at all (``--parallel`` hosts at a time): an unreachable host is one failed check
 ``host::reachable``, not a page of connection errors. The same connection reads the facts the
 host's plan is made on (its GPU topology, device group ids, OS:
 :func:`rocmfleet.fleet.check.hostplan.reach_and_read`), and the host is planned here
-(:func:`rocmfleet.fleet.check.hostplan.host_plan`). The reachable hosts are then dealt, in
+(the caller's :data:`~rocmfleet.fleet.check.hostplan.Planner`,
+:func:`rocmfleet.fleet.check.planner.plan_target`). The reachable hosts are then dealt, in
 inventory order, into at most ``--parallel`` ``pytest`` processes (:func:`groups`), run at once:
 one process checks its hosts in turn (testinfra's ``--hosts``, one module-scoped parameter per
 host), so the cost of starting pytest and importing the suite is paid once per process, not once
@@ -203,6 +204,8 @@ def run_group(
     timeout_s: float,
     on_host: Callable[[str, list[CheckResult]], None] | None = None,
     facts: Mapping[str, HostFacts] | None = None,
+    *,
+    planner: hostplan.Planner,
 ) -> list[CheckResult]:
     """Run the suite on ``targets`` (reachable hosts) in one pytest process, which gets each host's
     plan (:func:`rocmfleet.fleet.check.hostplan.check_input`), never its configuration.
@@ -215,6 +218,7 @@ def run_group(
         on_host: called with ``(host, results)`` of each host as soon as its last check ends.
         facts: what each host's plan is made on, by name, as the reachability probe read them;
             a host without them is read here (:func:`rocmfleet.fleet.check.hostplan.facts_of`).
+        planner: plans a host on its facts (:func:`rocmfleet.fleet.check.planner.plan_target`).
 
     Returns:
         Every check's result, host by host in the order of ``targets``. A process cut off by its
@@ -233,10 +237,7 @@ def run_group(
     with tempfile.TemporaryDirectory(prefix="rocmfleet-check-") as tmp:  # mode 0700
         report_file, data = Path(tmp, "report.jsonl"), Path(tmp, "expect.json")
         with os.fdopen(os.open(data, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as out:
-            plans = {
-                t.name: (t.ssh, hostplan.host_plan(t, (facts or {}).get(t.name) or hostplan.facts_of(t)))
-                for t in targets
-            }
+            plans = {t.name: (t.ssh, planner(t, (facts or {}).get(t.name) or hostplan.facts_of(t))) for t in targets}
             out.write(hostplan.check_input(plans))
         report_file.touch(0o600)
         env = {**os.environ, checkfile.FILE_ENV: str(data), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -282,8 +283,9 @@ def run_group(
     return [r for t in targets for r in finished.get(t.name, [])]
 
 
-def run_host(target: Target, paths: list[str], timeout_s: float) -> list[CheckResult]:
-    """Check one host: reachability, then the suite (:func:`run_group`), ``timeout_s`` seconds its deadline.
+def run_host(target: Target, paths: list[str], timeout_s: float, *, planner: hostplan.Planner) -> list[CheckResult]:
+    """Check one host: reachability, then the suite (:func:`run_group`, its plan by ``planner``),
+    ``timeout_s`` seconds its deadline.
 
     Returns:
         ``host::reachable`` and, when it passed, every check's result.
@@ -291,7 +293,7 @@ def run_host(target: Target, paths: list[str], timeout_s: float) -> list[CheckRe
     reach, facts = _reachable(target)
     if reach.outcome != "passed":
         return [reach]
-    return [reach, *run_group([target], paths, timeout_s, facts={target.name: facts})]
+    return [reach, *run_group([target], paths, timeout_s, facts={target.name: facts}, planner=planner)]
 
 
 def gate_modules(config: HostConfig) -> tuple[str, ...]:
@@ -300,7 +302,7 @@ def gate_modules(config: HostConfig) -> tuple[str, ...]:
     return GATE_MODULES + (BAKED_GATE_MODULES if cachedirs.is_baked(config) else ())
 
 
-def vllm_failures(target: Target, timeout_s: float) -> list[str]:
+def vllm_failures(target: Target, timeout_s: float, *, planner: hostplan.Planner) -> list[str]:
     """``rocmfleet check --select gpu,vllm`` on one host (:func:`run_host`), with ``cache`` when its
     image is baked (:func:`gate_modules`), as a rollout's gate reads it: one ``check: outcome: message``
     line per check that neither passed nor was skipped; empty: it passes.
@@ -309,7 +311,7 @@ def vllm_failures(target: Target, timeout_s: float) -> list[str]:
         target: the host, with the image it runs now (the one the gate judges).
         timeout_s: the host's deadline, seconds.
     """
-    results = run_host(target, module_paths(list(gate_modules(target.config))), timeout_s)
+    results = run_host(target, module_paths(list(gate_modules(target.config))), timeout_s, planner=planner)
     return [f"{r.check}: {r.outcome}: {r.message}" for r in results if r.outcome not in ("passed", "skipped")]
 
 
@@ -323,6 +325,8 @@ def run_fleet(
     timeout_s: float = 300,
     parallel: int = 10,
     on_host: Callable[[list[CheckResult]], None] | None = None,
+    *,
+    planner: hostplan.Planner,
 ) -> list[CheckResult]:
     """Check every target: reachability ``parallel`` hosts at a time, then the suite in at most
     ``parallel`` pytest processes at once (:func:`groups`); results in inventory order.
@@ -333,6 +337,8 @@ def run_fleet(
         timeout_s: each host's deadline, in seconds of command time.
         parallel: reachability probes and pytest processes at once.
         on_host: called with each host's results (reachability first) as the host finishes.
+        planner: plans a host on the facts its reachability probe read
+            (:func:`rocmfleet.fleet.check.planner.plan_target`).
     """
     paths = module_paths(select)
     lock = threading.Lock()  # one host's lines together
@@ -353,7 +359,8 @@ def run_fleet(
                 if on_host is not None:  # host_done is passed only then
                     on_host([reach[name], *results])
 
-        for result in run_group(group, paths, timeout_s, on_host=host_done if on_host else None, facts=facts):
+        done = host_done if on_host else None
+        for result in run_group(group, paths, timeout_s, on_host=done, facts=facts, planner=planner):
             checked.setdefault(result.host, []).append(result)
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:

@@ -1,8 +1,9 @@
-"""The control side of ``rocmfleet check``: each host's plan, made here, and the check processes' input.
+"""The control side of ``rocmfleet check``: the facts each host's plan is made on, and the check processes' input.
 
 A check process never reads or rebuilds a host's configuration: ``rocmfleet check`` plans each host
-here (:func:`rocmfleet.plan.build.plan_host`, the one reader of a host's validated configuration)
-on the facts read from the host itself (:func:`read_facts`: its GPU topology, the device nodes'
+in its own process (:data:`Planner`, :func:`rocmfleet.fleet.check.planner.plan_target`:
+:func:`rocmfleet.plan.build.plan_host`, the one reader of a host's validated configuration) on the
+facts read from the host itself (:func:`read_facts`: its GPU topology, the device nodes'
 group ids, its OS and kernel, in one ``state.sh`` command over the connection that proves it
 reachable), and gives each process one JSON file (:func:`check_input`) holding, per host, its SSH
 settings and its :class:`~rocmfleet.plan.model.HostPlan` (``to_dict``: files by SHA-256 under
@@ -13,7 +14,7 @@ read it back with :func:`rocmfleet.plan.model.host_from_dict` (:mod:`rocmfleet.f
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from rocmfleet import scripts
 from rocmfleet.config.connection import SshSettings
@@ -23,7 +24,6 @@ from rocmfleet.fleet.check.checkfile import UNREAD
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session
 from rocmfleet.fleet.target import Target
 from rocmfleet.plan import sources
-from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.model import HostPlan, to_dict
 from rocmfleet.plan.sources import HostFacts
 
@@ -82,15 +82,16 @@ def reach_and_read(settings: SshSettings, timeout_s: float) -> tuple[str | None,
         return why, unread(why)
 
 
+#: How the caller plans a host on its facts (:func:`rocmfleet.fleet.check.planner.plan_target`):
+#: given to :mod:`rocmfleet.fleet.check.compliance`, which then needs no import of the planning
+#: (``plan.build`` sits deep in the import graph; ``docs/layout.md``'s chain of at most 8).
+Planner = Callable[[Target, HostFacts], HostPlan]
+
+
 def facts_of(target: Target) -> HostFacts:
     """The facts of ``target`` read over a connection of its own (:func:`reach_and_read`), for a
     check run without the reachability probe that reads them."""
     return reach_and_read(target.ssh, FACTS_TIMEOUT_S)[1]
-
-
-def host_plan(target: Target, facts: HostFacts) -> HostPlan:
-    """``target``'s plan on ``facts`` (:func:`rocmfleet.plan.build.plan_host`; never raises for the host)."""
-    return plan_host(target.name, target.config, facts)
 
 
 def check_input(hosts: Mapping[str, tuple[SshSettings, HostPlan]]) -> str:

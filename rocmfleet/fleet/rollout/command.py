@@ -10,6 +10,7 @@ returns an exit status; nothing a host does raises out of it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.bench import benchrun
 from rocmfleet.fleet.bench.runs import new_run_id
 from rocmfleet.fleet.check import compliance
+from rocmfleet.fleet.check.planner import plan_target
 from rocmfleet.fleet.rollout import fleetimage, hoststeps, rolloutplan
 from rocmfleet.fleet.rollout.batches import PlanError
 from rocmfleet.fleet.rollout.fleetimage import CommandError
@@ -272,7 +274,7 @@ def _runner(
 
     steps = hoststeps.HostSteps(
         inventory, targets, path.parent / state.id, state.id, emit=to_log,
-        check=compliance.vllm_failures, bench=benchrun.gate_results,
+        check=functools.partial(compliance.vllm_failures, planner=plan_target), bench=benchrun.gate_results,
     )  # fmt: skip
     revert = fleetimage.revert_data(state.data_edit, emit, error) if state.data_edit else None
     progress = progress_factory(len(state.hosts)) if progress_factory else LineProgress(emit)
@@ -408,7 +410,8 @@ def _start(
     unread = f" ({len(hosts) - len(checked)} not reached: not checked)" if len(checked) < len(hosts) else ""
     emit(f"preflight: rocmfleet check --select gpu,vllm on {len(checked)} host(s){unread}")
     current = [fleetimage.with_image(targets[n], before[n]) for n in checked]
-    results = compliance.run_fleet(current, list(compliance.GATE_MODULES), CHECK_TIMEOUT_S) if current else []
+    modules = list(compliance.GATE_MODULES)
+    results = compliance.run_fleet(current, modules, CHECK_TIMEOUT_S, planner=plan_target) if current else []
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
     if failing:
         for line in failing:
