@@ -9,8 +9,8 @@ of each, so that load from other work on the machine falls on both alike::
 
 Prints the median wall time and control CPU per host (user + system of pyinfra and its children,
 from ``getrusage``) of each, their spread (min..max: the noise), and the ratios converge/plain,
-against the issue's targets (CPU at most 1.5x, wall at most 2.5x); writes
-``measure/results/side-by-side-LABEL.json``. ``--profile PATH`` adds one converge under cProfile.
+against issue 43's targets (CPU at most 1.0x, wall at most 2.0x); writes
+``measure/results/side-by-side-LABEL.json``.
 """
 
 from __future__ import annotations

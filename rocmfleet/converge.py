@@ -26,6 +26,7 @@ import types
 
 from pyinfra import logger
 from pyinfra.context import ctx_state, host, state
+from pyinfra.facts.server import LinuxDistribution, OsVersion
 
 from rocmfleet import scripts
 from rocmfleet.config import groupvars
@@ -35,7 +36,10 @@ from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import gpuhealth, vllmfiles
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import fail
-from rocmfleet.plan import exporterplan, hostdrift, hoststate, rocmplan, targetsfile, vllmplan
+from rocmfleet.plan import drift, hostdrift, hoststate, targetsfile, vllmplan
+from rocmfleet.plan.build import plan_host
+from rocmfleet.plan.model import HostPlan, Role
+from rocmfleet.plan.sources import HostFacts
 from rocmfleet.roles import base, docker, exporter, rocm, tuning
 from rocmfleet.roles import vllm as vllm_role
 
@@ -74,19 +78,68 @@ def _report_gpu_health(correctable_max: int, got: Gathered) -> None:
         logger.warning(f"{host.name}: GPU health: {problem} (rocmfleet check --select gpu)")
 
 
-def read_query(config: HostConfig, dry: bool) -> dict[str, object]:
-    """The ``HostState`` arguments of the deploy's one read of a host: every role's items
-    (``roles/*.query``), the GPU health run, and with ``dry`` (``--dry``, or a run that asks before
-    executing) every item of the host's plan and the facts it is planned on
-    (:func:`rocmfleet.plan.hostdrift.read_query`), for the drift lines; without ``dry`` (``-y``) not
-    those: the read is what the roles need, a no-op converge's cost unchanged.
+#: The roles that apply their items of the host's plan (the others still compute theirs from settings).
+PLANNED_ROLES: tuple[Role, ...] = ("base", "rocm", "tuning", "exporter", "docker")
+#: Plans of this run by kind of host (``repr`` of its configuration, and the facts planned on): hosts
+#: of one kind are planned once (a no-op converge's control CPU, issue 43).
+_PLANS: dict[tuple[str, HostFacts], HostPlan] = {}
+#: What the plan is made on before the read (the items' paths and names; kernel packages by pattern).
+_SHAPE_FACTS = HostFacts("the deploy's query", None, kernel="*")
+
+
+def _plan(kind: str, config: HostConfig, facts: HostFacts) -> HostPlan:
+    """``plan_host`` of ``config`` on ``facts``, once per ``(kind, facts)`` in this process."""
+    plan = _PLANS.get((kind, facts))
+    if plan is None:
+        plan = _PLANS[(kind, facts)] = plan_host("", config, facts)
+    return plan
+
+
+def read_plan(kind: str, config: HostConfig, got: Gathered) -> HostPlan:
+    """The host's plan for the roles of :data:`PLANNED_ROLES`, on the OS and kernel its read shows
+    (their items do not depend on the GPU topology: none is read for them, and no instance is
+    placed in this plan; the vllm role plans its own at execution time).
+
+    Args:
+        kind: ``repr(config)`` (hosts of one kind share the plan).
+        config: the host's validated configuration.
+        got: the deploy's ``HostState`` read (with ``os``; without, pyinfra's ``LinuxDistribution``
+            and ``OsVersion`` are read, as the roles did before).
+    """
+    if got.os is not None:
+        release = (got.os.id, got.os.version_id, got.os.codename, got.os.kernel)
+    else:  # the read could not tell (it always asks): pyinfra's own facts, one more command
+        meta = host.get_fact(LinuxDistribution).get("release_meta", {})
+        release = (meta.get("ID", ""), str(meta.get("VERSION_ID", "")), meta.get("VERSION_CODENAME", ""), "")
+        release = (*release[:3], host.get_fact(OsVersion))
+    os_id, version, codename, kernel = release
+    facts = HostFacts(
+        hostdrift.READ_SOURCE, None, os_id=os_id, os_version=version, os_codename=codename, kernel=kernel,
+        assumed=("device_gids",),
+    )  # fmt: skip
+    return _plan(kind, config, facts)
+
+
+def read_query(config: HostConfig, dry: bool, kind: str | None = None) -> dict[str, object]:
+    """The ``HostState`` arguments of the deploy's one read of a host: every item of the roles of
+    :data:`PLANNED_ROLES` (:func:`rocmfleet.plan.drift.query` of their items, planned before the read
+    with kernel packages by pattern) and the OS; what each role reads besides its items
+    (``roles/*.query``: the rocm role's facts as runs, the GRUB defaults and live sysctl, what apt
+    offers of the exporter, Docker's owed restart); the vllm role's items (``vllmplan.query``); the
+    GPU health run; and with ``dry`` (``--dry``, or a run that asks before executing) the facts the
+    whole plan is planned on (:func:`rocmfleet.plan.hostdrift.read_query`: the GPU topology, the
+    device nodes), for the drift lines.
 
     Args:
         config: the host's validated configuration.
         dry: whether pyinfra prepares with its change detection.
+        kind: ``repr(config)`` when already made (hosts of one kind are planned once).
     """
+    shape = _plan(kind if kind is not None else repr(config), config, _SHAPE_FACTS)
+    planned = [drift.query(hostdrift.role_items(shape, role)) for role in PLANNED_ROLES]
     return hoststate.merge_queries(
-        base.query(config.settings),
+        *planned,
+        {"os": True},
         rocm.query(config.rocm),
         tuning.query(config.tuning),
         exporter.query(config.metrics),
@@ -127,24 +180,31 @@ def converge() -> None:
         # Said while pyinfra prepares with its change detection (``--dry``, or a run that asks before
         # executing), as the roles' own reasons are; never with ``-y`` (a no-op converge's cost).
         dry = not state.is_executing and state.check_for_changes
-        # One read of everything the roles manage (files, units, packages, sysctls, the image, whether
-        # each instance is serving); each role calls operations only for what differs from its data.
-        # With ``dry`` the same read also asks every item of the host's plan (rocmfleet.plan.hostdrift).
-        got = host.get_fact(HostState, **read_query(config, dry))
+        # One read of everything the roles manage (every item of the host's plan, sysctls, the image,
+        # whether each instance is serving); the plan of the host's kind on the OS and kernel it shows;
+        # each role calls an operation per item of its own that drifted (rocmfleet.plan.drift).
+        # With ``dry`` the same read also asks the topology the whole plan is planned on (hostdrift).
+        kind = repr(config)
+        got = host.get_fact(HostState, **read_query(config, dry, kind))
+        plan = read_plan(kind, config, got)
         _report_gpu_health(config.settings.gpu_ecc_correctable_max, got)
-        if dry:  # every role's drift by the plan's one rule; the operations below are unchanged
+        if dry:  # every role's drift by the plan's one rule, the one the roles below apply
             for line in hostdrift.dry_lines(host.name, config, got):
                 logger.warning(f"{host.print_prefix}{line}")
         # What the rocm role would do (nothing, on a converged host: then none of its operations, its
         # reboot or its driver checks is called, and the host costs no command beyond the read).
-        rocm_todo = rocmplan.differs(config.rocm, got)
+        rocm_items = hostdrift.role_items(plan, "rocm")
+        rocm_todo = rocm.reasons(config.rocm, rocm_items, got)
         found = rocm.preflight(config.rocm, got=got, todo=rocm_todo)
-        base.apply(config.settings, got=got)
-        rocm.apply(config.rocm, got=got, found=found, todo=rocm_todo)
-        tuning_reboot = tuning.apply(config.tuning, got=got)
+        base.apply(hostdrift.role_items(plan, "base"), got=got)
+        rocm.apply(config.rocm, rocm_items, got, found=found, todo=rocm_todo)
+        tuning_reboot = tuning.apply(config.tuning, hostdrift.role_items(plan, "tuning"), got)
         settled = not rocm_todo and not tuning_reboot and tuning.cmdline_settled(config.tuning, got)
-        rebooted = rocm.reboot(config.rocm, predicted=tuning_reboot, got=got, found=found, settled=settled)
-        exporter.apply(config.metrics, got=got, todo=exporterplan.differs(config.metrics, got))
+        drifted = set() if settled else drift.drifted(rocm_items, got)
+        rebooted = rocm.reboot(
+            config.rocm, predicted=tuning_reboot, got=got, found=found, settled=settled, drifted=drifted
+        )
+        exporter.apply(config.metrics, hostdrift.role_items(plan, "exporter"), got)
         instances = [(vllmfiles.files_of(i).container, i.port) for i in config.instances()]
-        docker.apply(config.settings, instances=instances, got=got)
+        docker.apply(config.settings, hostdrift.role_items(plan, "docker"), got=got, instances=instances)
         vllm_role.apply(config, rebooted=rebooted, got=got)

@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from rocmfleet.cli import bench, cache, check, init, metrics, plan, rollout, schema, status, validate, vault
+from rocmfleet.cli import bench, cache, check, common, init, metrics, plan, rollout, schema, status, validate, vault
 from rocmfleet.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, VERBOSE_HELP, commands, version
 
 __all__ = ["build_parser", "commands", "main"]
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     argcomplete.autocomplete(parser)  # answers a shell's completion request and exits; else nothing
     args = parser.parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.func
+    common.whole_writes()  # under PYTHONUNBUFFERED a pipe closed mid-write would drop the rest silently
     try:
         if args.verbose:
             from rocmfleet.fleet.commandlog import told_commands

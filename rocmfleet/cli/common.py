@@ -5,6 +5,7 @@ the exit statuses and the walk over the parser's commands."""
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import sys
 from collections.abc import Callable
@@ -17,6 +18,30 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_PAUSED, EXIT_INTERRUPTED = 0, 1, 2, 3
 #: Exit status when standard output's reader went away (``| head``): 128 + SIGPIPE, as a shell
 #: reports a command that pipe killed.
 EXIT_PIPE_CLOSED = 141
+
+
+def whole_writes() -> None:
+    """Give standard output a buffered layer when it has none, so that every write is whole or raises.
+
+    Under ``PYTHONUNBUFFERED=1`` (``python -u``; many container images and CI runners set it)
+    ``sys.stdout``'s binary layer is the raw file: ``TextIOWrapper.write`` hands it the whole text in
+    one ``write(2)`` and ignores a short count. When the reader of a pipe goes away in the middle
+    (``rocmfleet plan --files | head -c 100`` of a plan over the pipe's 64 KiB), the kernel returns
+    the part it took instead of ``EPIPE``, and the rest is dropped with no error: the command ended
+    0, as if it had written it all. A ``BufferedWriter`` writes the rest and meets ``EPIPE``
+    (``BrokenPipeError``: exit 141, :data:`EXIT_PIPE_CLOSED`). Line buffering keeps what ``-u``
+    is for: each line is written when it is complete. The new stream writes to the same descriptor
+    and never closes it (``closefd=False``). A stream already buffered (the default), or one that is
+    not the process's own standard output (a test's capture), is left as it is.
+    """
+    stream = sys.stdout
+    raw = getattr(stream, "buffer", None)
+    if stream is sys.__stdout__ and isinstance(stream, io.TextIOWrapper) and isinstance(raw, io.RawIOBase):
+        stream.flush()
+        sys.stdout = open(  # noqa: SIM115 - standard output for the rest of the process
+            stream.fileno(), "w", buffering=1, encoding=stream.encoding, errors=stream.errors, closefd=False
+        )
+
 
 INVENTORY_HELP = "pyinfra inventory file, e.g. inventories/prod.py"
 VERBOSE_HELP = "tell each command run on a host, once it ends, on standard error (host, seconds, exit status)"

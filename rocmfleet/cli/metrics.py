@@ -16,8 +16,9 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="print (or write) Prometheus file_sd JSON: every vLLM instance (job vllm) and AMD exporter "
         "(job amd-device-metrics) of an inventory, labelled host, rocmfleet_instance, model, served_model_name, "
         "image_digest, gpus, vllm_version",
-        epilog="no host is contacted. exit status: 0 printed or written; 2 nothing written (bad inventory or data, "
-        "each problem said, or a file it cannot write)",
+        epilog="no host is contacted; no vault password is asked for (inline !vault values are read by name; a "
+        "group file encrypted whole still needs it). exit status: 0 printed or written; 2 nothing written (bad "
+        "inventory or data, each problem said, or a file it cannot write)",
     )
     mt.add_argument("inventory", help=INVENTORY_HELP)
     mt.add_argument(

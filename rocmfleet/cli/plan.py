@@ -17,7 +17,10 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "a rollout's batches, offline",
         epilog="exit status: 0 planned; 1 a host's instances cannot be placed on the topology or its OS is "
         "not supported (the others are planned); 2 a bad inventory, data or option (the rollout options as "
-        "the rollout command refuses them). Nothing is connected to: the digest of --image is not resolved",
+        "the rollout command refuses them). Nothing is connected to: the digest of --image is not resolved. "
+        "In the text, owner -:- (a - for the user or the group) and mode - say that the deploy sets no owner "
+        "(or mode) there: it leaves the file's or directory's as they are (a file it creates gets the "
+        "connecting user's, root under sudo)",
     )
     fleet_arguments(pl)
     pl.add_argument(

@@ -4,6 +4,7 @@ gated batches, rollback), or restart it with the same machinery and image; every
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -127,7 +128,9 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "--json",
             action="store_true",
             help="print {exit_status, rollout: the record this run left, or null} on standard output at the end "
-            "(the plan and progress to standard error)",
+            "(the plan and progress to standard error); with --dry, rollout is the plan (image, digest, hosts, "
+            "canary, the max-unavailable of each service, batches: as the rollout of rocmfleet plan --image --json), "
+            "null when refused",
         )
         ro.set_defaults(func=run)
 
@@ -183,11 +186,11 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
             return 2, None
         from rocmfleet.fleet import inventory
         from rocmfleet.fleet.cache import cachebake
-        from rocmfleet.fleet.rollout import bake, fleetimage
+        from rocmfleet.fleet.rollout import bake, targetimage
 
         # looked up here, when called: tests replace them in their modules
         steps = bake.BakeSteps(
-            inventory.load_targets, fleetimage.resolve, fleetimage.with_image, cachebake.bake, command.run_rollout
+            inventory.load_targets, targetimage.resolve, targetimage.with_image, cachebake.bake, command.run_rollout
         )
         baked = bake.bake_and_roll(
             args.inventory,
@@ -225,6 +228,7 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
             print(f"rocmfleet: {exc}", file=sys.stderr)
             return 2, None
     confirm = None if args.yes or args.dry else ask if interactive() else cannot_ask
+    planned: list[Any] = []  # --dry --json: the plan, as `rocmfleet plan --image --json`'s rollout
     said = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the record alone
     before = _recorded(args.inventory) if args.json else None
     code = command.run_rollout(
@@ -240,11 +244,13 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
         emit=lambda line: print(line, flush=True, file=said),
         error=rollout_progress.to_stderr,
         progress_factory=progress,
-        start=command.StartOptions(dry=args.dry, confirm=confirm),
+        start=command.StartOptions(dry=args.dry, confirm=confirm, on_plan=planned.append),
         retries=args.retries,
         soak=soak,
         groups=command.Groups(canary=args.canary_group, pin=getattr(args, "group", None)),
     )
+    if args.dry:
+        return code, dataclasses.asdict(planned[0]) if planned and code == 0 else None
     after = _recorded(args.inventory) if args.json else None
     if code == 2 or after is None:  # 2: nothing was started (or resumed, or rolled back)
         return code, None

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocmfleet.cli.common import fleet_arguments, limit_list
+
+if TYPE_CHECKING:
+    from rocmfleet.config.settings import HostConfig
+    from rocmfleet.facts.state import Gathered
+    from rocmfleet.fleet.rollout.status import DriftRule, RoleDrift
 
 
 def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,7 +33,9 @@ def run(args: argparse.Namespace) -> int:
     from rocmfleet.fleet.rollout.status import fleet_status
 
     try:
-        rows, state = fleet_status(args.inventory, limit_list(args.limit), exclude=limit_list(args.exclude))
+        rows, state = fleet_status(
+            args.inventory, drift_rule(), limit_list(args.limit), exclude=limit_list(args.exclude)
+        )
     except (CommandError, ValueError) as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2
@@ -66,6 +73,37 @@ def run(args: argparse.Namespace) -> int:
             print(f"{state.kind} {state.id} ({what}): {state.status}")
     bad = any(r.error or r.ready is False for r in rows)
     return 1 if bad else 0
+
+
+def drift_rule() -> DriftRule:
+    """The plan's rules for the status's one ``HostState`` read of a host: it asks the vllm role's
+    items (:func:`rocmfleet.plan.vllmplan.query`) and the host's plan's
+    (:func:`rocmfleet.plan.hostdrift.read_query`); each instance's drift is
+    :func:`rocmfleet.plan.vllmplan.instance_drift`'s, every role's is the host's plan
+    (:func:`rocmfleet.plan.hostdrift.host_plan`) against the read (:func:`rocmfleet.plan.hostdrift.role_drift`).
+
+    The command passes it to :func:`rocmfleet.fleet.rollout.status.fleet_status`, which makes the read.
+    """
+    from rocmfleet.fleet.rollout.status import DriftRule
+    from rocmfleet.plan import vllmplan
+
+    return DriftRule(query=_query, instances=vllmplan.instance_drift, roles=_roles)
+
+
+def _query(config: HostConfig) -> dict[str, Any]:
+    """The ``state_args`` keywords of the status's read: the vllm role's and the host's plan's, merged."""
+    from rocmfleet.plan import hostdrift, hoststate, vllmplan
+
+    return hoststate.merge_queries(vllmplan.query(config), hostdrift.read_query(config))
+
+
+def _roles(host: str, config: HostConfig, got: Gathered) -> tuple[RoleDrift, str]:
+    """Every role's drift of ``host`` (``((role, (reasons...)), ...)``) and its plan's problem (``""``: none)."""
+    from rocmfleet.plan import hostdrift
+
+    plan = hostdrift.host_plan(host, config, got)
+    roles = hostdrift.as_dict(hostdrift.role_drift(plan, got))
+    return tuple((role, tuple(why)) for role, why in roles.items()), plan.problem
 
 
 def _status_summary(rows: list[Any]) -> str:

@@ -28,7 +28,7 @@ from pydantic.functional_validators import AfterValidator, PlainValidator
 
 from rocmfleet.config.values import ImageDigest, ImageName, ImageTag
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import hfmodel, ports
+from rocmfleet.domain import baseurl, ports
 from rocmfleet.domain.docker import DockerDaemon
 from rocmfleet.domain.watchdog import WatchdogSettings
 
@@ -62,7 +62,7 @@ def _host_path(value: str) -> str:
 
 
 def _hub_endpoint(value: str) -> str:
-    problem = hfmodel.endpoint_problem(value)
+    problem = baseurl.hub_endpoint_problem(value)
     if problem:
         raise ValueError(problem)
     return value

@@ -29,8 +29,8 @@ from rocmfleet.config.keys import did_you_mean, model_keys
 from rocmfleet.config.values import ImageDigest, ImageName, ImageTag, checked
 from rocmfleet.domain import envpolicy, hfmodel, memfit, names
 from rocmfleet.domain.benchshape import BenchSettings, served_problems
-from rocmfleet.domain.flagrender import Rendered, parse_version, render
-from rocmfleet.domain.flags import FlagError, ServingSettings
+from rocmfleet.domain.flagrender import parse_version, render
+from rocmfleet.domain.flags import FlagError, Rendered, ServingSettings
 from rocmfleet.domain.memfit import ModelMemory
 from rocmfleet.domain.partitionmodes import (
     MI300X_MEMORY_GIB,

@@ -36,7 +36,7 @@ from rocmfleet.config.profiles import (
     profile_of,
 )
 from rocmfleet.config.vault import Secret
-from rocmfleet.domain import docker, envpolicy
+from rocmfleet.domain import docker, hostenv
 from rocmfleet.domain.metrics import PREFIX as METRICS_PREFIX
 from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.domain.rocm import PREFIX as ROCM_PREFIX
@@ -195,7 +195,7 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
         problems += instance_problems(instances, profile, settings.vllm_gpu_count, key)
         problems += port_problems(instances, settings, key, validated["metrics"])
     if settings is not None and profile is not None:
-        problems += [Problem(*p) for p in envpolicy.host_problems(profile, settings.vllm_env)]
+        problems += [Problem(*p) for p in hostenv.host_problems(profile, settings.vllm_env)]
     if settings is not None:
         problems += [Problem(*p) for p in docker.daemon_problems(settings)]
     if problems:

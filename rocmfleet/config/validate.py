@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from rocmfleet.config import groupvars
 from rocmfleet.config.connection import address_problem
 from rocmfleet.config.errors import ConfigError, Problem
+from rocmfleet.config.profiles import profile_path
 from rocmfleet.config.settings import HostConfig, host_config
 from rocmfleet.domain import names
 
@@ -238,7 +239,7 @@ def validate_inventory(
                 add(Problem(problem.key, message, problem.value, file), host.name)
     for problem in shared_address_problems(hosts, inventory):
         add(problem)
-    for problem in targets_file_problems(configs, inventory):
+    for problem in targets_file_problems(configs, inventory) + service_name_problems(configs):
         add(problem)
     if with_hosts:
         return configs, list(grouped.values()), hosts
@@ -308,6 +309,36 @@ def targets_file_problems(configs: dict[str, HostConfig], inventory: str) -> lis
     )
     problem.hosts.extend(configs)  # inventory order
     return [problem]
+
+
+def service_name_problems(configs: dict[str, HostConfig]) -> list[Problem]:
+    """Profiles of different models that give one ``served_model_name`` (or whose empty one falls back
+    to the same ``model``, vLLM's default), across every host: the fleet's services are named by it
+    (``rocmfleet.plan.services``), so two models would be one service and a client asking for that
+    name would get either. Profiles of one model may share it (a TP-2 profile beside a TP-1 one).
+    One problem per name, naming each profile's file, its model and its hosts."""
+    served: dict[str, dict[str, dict[str, list[str]]]] = {}  # name -> model -> profile -> hosts
+    for host, config in configs.items():
+        profile = config.profile
+        name = profile.served_model_name or profile.model
+        served.setdefault(name, {}).setdefault(profile.model, {}).setdefault(profile.name, []).append(host)
+    problems = []
+    for name, models in served.items():
+        if len(models) < 2:
+            continue
+        profiles = {p: (model, hosts) for model, named in models.items() for p, hosts in named.items()}
+        files = [groupvars.display(profile_path(p, groupvars.profiles_dir())) for p in profiles]
+        said = "; ".join(f"profile {p} serves {model} (hosts {', '.join(h)})" for p, (model, h) in profiles.items())
+        problem = Problem(
+            "served_model_name",
+            f"{len(models)} models are served under one name, so they would be one service: {said}; give each "
+            "model its own served_model_name (profiles may share one only when they serve the same model)",
+            name,
+            ", ".join(dict.fromkeys(files)),
+        )
+        problem.hosts.extend(h for _model, hosts in profiles.values() for h in hosts)
+        problems.append(problem)
+    return problems
 
 
 def unloaded_problems(raw: dict[str, Any], inventory: str) -> list[Problem]:

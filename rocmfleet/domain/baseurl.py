@@ -45,3 +45,17 @@ def problem(value: str, example: str, credentials: str, appended: str) -> str | 
     if parts.query or parts.fragment or value.endswith(("?", "#")):
         return f"must not hold a query or fragment ({appended}); {allowed}"
     return None
+
+
+def hub_endpoint_problem(value: str) -> str | None:
+    """Why ``value`` is not a Hub endpoint for ``HF_ENDPOINT`` (``vllm_hf_endpoint``), or ``None``:
+    ``http(s)://host[:port][/path]``. Credentials (``user:password@``) are refused: the setting is
+    plain text (host data, ``--dry`` lines); the token goes in ``vllm_secret_env`` ``HF_TOKEN``.
+    A query or fragment is refused too: huggingface_hub appends ``/api/...`` and ``/<repo>/resolve/...``
+    to the endpoint (``huggingface_hub/constants.py`` ``HUGGINGFACE_CO_URL_TEMPLATE``)."""
+    return problem(
+        value,
+        "https://hf-mirror.example.com",
+        "this setting is plain text; give the Hub token as vllm_secret_env HF_TOKEN (a vault value)",
+        "huggingface_hub appends paths to it",
+    )

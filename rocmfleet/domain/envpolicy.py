@@ -19,7 +19,7 @@ Sources, in the order they are merged (:func:`container_env`):
    ports (:mod:`rocmfleet.domain.ports`).
 
 Rules, the same for ``extra_env`` and ``vllm_env`` (:func:`profile_problems`,
-:func:`host_problems`; both run when ``rocmfleet validate`` or an inventory loads):
+:func:`rocmfleet.domain.hostenv.host_problems`; both run when ``rocmfleet validate`` or an inventory loads):
 
 - visibility variables (:data:`VISIBILITY`) belong to placement: refused elsewhere;
 - ``VLLM_ENGINE_READY_TIMEOUT_S`` belongs to ``vllm_ready_timeout_s``: refused elsewhere;
@@ -52,7 +52,7 @@ from typing import Protocol
 from packaging.version import Version
 
 from rocmfleet.domain import hfmodel, ports
-from rocmfleet.domain.flagrender import Rendered, env_passthrough_problems
+from rocmfleet.domain.flags import Rendered
 
 
 class PlacedEnv(Protocol):
@@ -299,7 +299,7 @@ def arch_problems(profile: EnvProfile, vllm_env: Mapping[str, str], arch: str | 
     return problems
 
 
-def _owned(profile: EnvProfile, name: str, value: str, where: str) -> str | None:
+def owned_problem(profile: EnvProfile, name: str, value: str, where: str) -> str | None:
     """Why ``name=value`` from ``where`` is refused by the policy's own rules, or ``None``."""
     if name in VISIBILITY:
         return (
@@ -356,33 +356,10 @@ def profile_problems(profile: EnvProfile) -> list[str]:
     if problems:
         return problems
     for name, value in profile.extra_env.items():
-        if why := _owned(profile, name, value, "extra_env"):
+        if why := owned_problem(profile, name, value, "extra_env"):
             problems.append(why)
         elif is_secret(name, value):
             problems.append(
                 f"extra_env {name}: looks like a secret; put it in host data's vllm_secret_env (a vault value)"
             )
-    return problems
-
-
-def host_problems(profile: EnvProfile, vllm_env: Mapping[str, str]) -> list[tuple[str, str, str]]:
-    """Every rule ``vllm_env`` breaks, as ``(key, message, value)`` with key ``vllm_env.<NAME>``;
-    a secret's value is shown as ``*MASKED*``."""
-    problems: list[tuple[str, str, str]] = []
-    table = {
-        line.split(":", 1)[0].split()[-1]: line
-        for line in env_passthrough_problems(list(vllm_env), profile.vllm_version, "vllm_env")
-    }
-    for name, value in vllm_env.items():
-        key = f"vllm_env.{name}"
-        if is_secret(name, value):
-            problems.append(
-                (
-                    key,
-                    "looks like a secret: put it in vllm_secret_env as a vault value (rocmfleet vault encrypt-string)",
-                    "*MASKED*",
-                )
-            )
-        elif why := _owned(profile, name, value, "vllm_env") or table.get(name):
-            problems.append((key, why.split(": ", 1)[1], repr(value)))
     return problems

@@ -5,7 +5,6 @@ what that version cannot take; :func:`env_passthrough_problems` checks an enviro
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -23,18 +22,11 @@ from rocmfleet.domain.flags import (
     SERVE_OWNED,
     Flag,
     FlagError,
+    Rendered,
     ServingSettings,
     compact_json,
 )
 from rocmfleet.domain.serveflags import serve_flags, unknown_flag_problem
-
-
-@dataclass(frozen=True)
-class Rendered:
-    """Container environment and ``vllm serve`` arguments (model, host and port not included)."""
-
-    env: dict[str, str]
-    args: list[str]
 
 
 def parse_version(vllm_version: str) -> Version:

@@ -57,6 +57,15 @@ AttentionBackend = Literal[
 CudagraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 
 
+@dataclass(frozen=True)
+class Rendered:
+    """Container environment and ``vllm serve`` arguments (model, host and port not included): what
+    :func:`rocmfleet.domain.flagrender.render` makes of :class:`ServingSettings`."""
+
+    env: dict[str, str]
+    args: list[str]
+
+
 class FlagError(ValueError):
     """Settings that cannot be rendered for a vLLM version; one line per problem in ``problems``."""
 

@@ -29,8 +29,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rocmfleet.domain.baseurl import problem as base_url_problem
-
 #: A model repository commit: 40 lowercase hex (a git SHA-1, as the hub's ``X-Repo-Commit`` and the
 #: snapshot folders name it).
 REVISION_PATTERN = r"^[0-9a-f]{40}$"
@@ -105,20 +103,6 @@ def hub_id_problem(model: str) -> str | None:
             "characters; or an absolute path inside the container (/opt/models/x)"
         )
     return None
-
-
-def endpoint_problem(value: str) -> str | None:
-    """Why ``value`` is not a Hub endpoint for ``HF_ENDPOINT`` (``vllm_hf_endpoint``), or ``None``:
-    ``http(s)://host[:port][/path]``. Credentials (``user:password@``) are refused: the setting is
-    plain text (host data, ``--dry`` lines); the token goes in ``vllm_secret_env`` ``HF_TOKEN``.
-    A query or fragment is refused too: huggingface_hub appends ``/api/...`` and ``/<repo>/resolve/...``
-    to the endpoint (``huggingface_hub/constants.py`` ``HUGGINGFACE_CO_URL_TEMPLATE``)."""
-    return base_url_problem(
-        value,
-        "https://hf-mirror.example.com",
-        "this setting is plain text; give the Hub token as vllm_secret_env HF_TOKEN (a vault value)",
-        "huggingface_hub appends paths to it",
-    )
 
 
 def is_revision(value: str) -> bool:

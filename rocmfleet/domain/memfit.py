@@ -21,7 +21,7 @@ Per GPU, in GiB (2**30 bytes):
   float32, 2 otherwise, including ``auto`` for BF16/FP16 checkpoints);
 - budget: GPU memory × ``gpu_memory_utilization`` (vLLM's default 0.9, vllm/config/cache.py),
   where GPU memory is, on a host of a known part, the part's memory divided by its partitions in
-  the profile's compute partition mode (:mod:`rocmfleet.domain.parts`: 24 GiB per MI300X CPX
+  the profile's compute partition mode (:mod:`rocmfleet.domain.parttable`: 24 GiB per MI300X CPX
   partition, 48 per MI308X one); in validation, which knows no host, the profile's
   ``gpu_memory_gib`` divided by the fewest partitions any known part has in that mode.
 
@@ -39,7 +39,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rocmfleet.domain.partitionmodes import ComputePartition
-from rocmfleet.domain.parts import PARTS, fewest_partitions
+from rocmfleet.domain.parttable import PARTS, fewest_partitions
 
 GIB = 2**30
 #: vLLM's default ``gpu_memory_utilization`` (vllm-0.33.0 vllm/config/cache.py; 0.9 since 0.9.x).
@@ -157,7 +157,7 @@ def fit(profile: FitSettings, tp: int | None = None, device_gib: float | None = 
         profile: the profile.
         tp: the TP size to try.
         device_gib: memory of one ROCm device, GiB, when the host's part is known
-            (:func:`rocmfleet.domain.parts.device_gib`); default: the profile's ``gpu_memory_gib``
+            (:func:`rocmfleet.domain.parttable.device_gib`); default: the profile's ``gpu_memory_gib``
             over the fewest partitions a known part has in its compute partition mode.
     """
     mem = profile.model_memory

@@ -3,7 +3,7 @@ policy a profile asks for and the mode combinations AMD supports.
 
 A leaf of the domain layer (no imports): a profile's validation (:mod:`rocmfleet.config.profiles`)
 checks its policy here, :mod:`rocmfleet.domain.partitions` checks hosts against these modes,
-:mod:`rocmfleet.domain.parts` has the devices each mode gives per part.
+:mod:`rocmfleet.domain.parttable` has the devices each mode gives per part.
 """
 
 from __future__ import annotations

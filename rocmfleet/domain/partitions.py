@@ -28,7 +28,7 @@ from typing import Literal, get_args
 
 from rocmfleet.domain import exporterunits as exporter
 from rocmfleet.domain.partitionmodes import ComputePartition, MemoryPartition, PartitionPolicy, policy_problems
-from rocmfleet.domain.parts import Part
+from rocmfleet.domain.parttable import Part
 from rocmfleet.domain.topology import Gpu, Topology, format_id_list
 
 #: Physical GPUs by (partition kind, mode found) where the mode is not the profile's.
@@ -51,7 +51,7 @@ def mode_problems(
         policy: the profile's modes.
         host: host name for the message (``""``: none).
         profile: profile name for the message.
-        part: the host's part (:mod:`rocmfleet.domain.parts`); the profile is offered only a mode
+        part: the host's part (:mod:`rocmfleet.domain.parttable`); the profile is offered only a mode
             a profile may name (``get_args`` of the mode types) and the part has.
 
     Returns:

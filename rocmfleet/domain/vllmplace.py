@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import get_args
 
-from rocmfleet.domain import envpolicy, memfit, partitions, parts
+from rocmfleet.domain import envpolicy, memfit, partitions, parts, parttable
 from rocmfleet.domain.partitionmodes import ComputePartition, PartitionPolicy
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.topology import Gpu, Topology
@@ -74,7 +74,7 @@ def placements(service: VllmSettings, topology: Topology, host: str = "") -> dic
     return {p.name: p for p in placed}
 
 
-def hardware_problems(service: VllmSettings, topology: Topology, part: parts.Part | None) -> list[str]:
+def hardware_problems(service: VllmSettings, topology: Topology, part: parttable.Part | None) -> list[str]:
     """What the host's hardware refuses before any instance is placed (:mod:`rocmfleet.domain.parts`).
 
     - devices, KFD nodes and partition modes that disagree, or another number of GPUs than
@@ -98,7 +98,7 @@ def hardware_problems(service: VllmSettings, topology: Topology, part: parts.Par
     env = service.env_profile
     problems += envpolicy.arch_problems(env, service.vllm_env, archs.pop() if len(archs) == 1 else None)
     fit = service.fit_profile
-    device_gib = parts.device_gib(part, mode, fit.gpu_memory_gib)
+    device_gib = parttable.device_gib(part, mode, fit.gpu_memory_gib)
     if device_gib is None:
         assert part is not None  # every profile mode has MI300X's count
         named = [m for m in part.modes().split(", ") if m in get_args(ComputePartition)]
@@ -111,7 +111,7 @@ def hardware_problems(service: VllmSettings, topology: Topology, part: parts.Par
         device = f"one {mode} partition of {what}" if mode != "SPX" else ("" if part is None else part.name)
         problems += memfit.problems(fit, device_gib, device)
     if part is not None:
-        problems += parts.support_problems(part, env.vllm_version, service.rocm_version)
+        problems += parttable.support_problems(part, env.vllm_version, service.rocm_version)
     return problems
 
 

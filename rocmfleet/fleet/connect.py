@@ -16,7 +16,9 @@ What rocmfleet adds or decides, once:
 
 * **Never asks**: ``ssh_strict_host_key_checking: ask`` is taken as ``yes`` (a fleet command has
   nobody to answer; the deploy would prompt). Unset is pyinfra's default, ``accept-new``: a host
-  missing from known_hosts is accepted and its key appended to the file, as the deploy does.
+  missing from known_hosts is accepted and its key appended to the file, as the deploy does; a
+  known_hosts file that does not exist yet is no warning (pyinfra's ``Failed to load host keys``
+  line is dropped for it: :class:`_MissingKnownHosts`).
 * **Sudo**: with ``_sudo`` every command runs as ``sudo -H -n [-u USER] sh -c 'COMMAND'``
   (pyinfra's own form, ``pyinfra/connectors/util.py``); ``-n`` makes sudo fail at once where it
   would ask for a password, and :meth:`Session.sudo_problem` says so once per host.
@@ -92,6 +94,31 @@ def _pyinfra_state(connect_timeout_s: float) -> tuple[State, Inventory]:
     return state, inventory
 
 
+#: The logger pyinfra's SSH client logs to (``pyinfra/connectors/sshuserclient/client.py`` uses
+#: ``pyinfra.logger``, pyinfra 3.10): it warns ``Failed to load host keys from FILE: ...`` for each
+#: known_hosts file it cannot read.
+_SSH_CLIENT_LOGGER = "pyinfra"
+
+
+class _MissingKnownHosts(logging.Filter):
+    """Drops pyinfra's warning that a known_hosts file does not exist (``[Errno 2]``): with the
+    default ``accept-new`` a first connection creates it, and a host key that is then unknown or
+    wrong is this module's :class:`ConnectError`, said once per host. Any other load failure (a
+    file it cannot read, a bad line) is still said."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        missing = any(isinstance(a, FileNotFoundError) for a in args)
+        return not (record.msg.startswith("Failed to load host keys") and missing)
+
+
+def _quiet_missing_known_hosts() -> None:
+    """Add :class:`_MissingKnownHosts` to pyinfra's SSH client logger, once."""
+    logger = logging.getLogger(_SSH_CLIENT_LOGGER)
+    if not any(isinstance(f, _MissingKnownHosts) for f in logger.filters):
+        logger.addFilter(_MissingKnownHosts())
+
+
 def sudo_command(command: str, user: str | None = None) -> str:
     """``command`` wrapped as pyinfra wraps it for ``_sudo``: ``sudo -H -n [-u USER] sh -c 'COMMAND'``."""
     as_user = f"-u {shlex.quote(user)} " if user else ""
@@ -150,6 +177,7 @@ class Session:
         from pyinfra.connectors.ssh import SSHConnector
 
         logging.getLogger("paramiko").setLevel(logging.CRITICAL)  # its errors reach our messages
+        _quiet_missing_known_hosts()
         state, inventory = _pyinfra_state(settings.connect_timeout_s)
         host = Host(name or settings.hostname, inventory, [], connector_cls=SSHConnector)
         for key, value in settings.connector_data().items():

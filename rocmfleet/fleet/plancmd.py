@@ -31,7 +31,7 @@ from rocmfleet.fleet.rollout.batches import PlanError
 from rocmfleet.fleet.rollout.rolloutplan import Groups as Groups
 from rocmfleet.plan import render, services, sources
 from rocmfleet.plan.build import plan_fleet
-from rocmfleet.plan.model import FleetPlan, RolloutPlan, ServiceBound, to_json
+from rocmfleet.plan.model import FleetPlan, RolloutPlan, to_json
 
 #: What the rollout part says of the image's digest when ``--image`` gives none.
 NOT_RESOLVED = "not resolved: rocmfleet plan does not connect"
@@ -95,25 +95,14 @@ def plan_rollout(
     ref = fleetimage.unconfirmed_ref(options.image)
     digest = ref.digest if "@" in options.image else NOT_RESOLVED
     planned = rolloutplan.plan(covered.hosts, replicas, options.max_unavailable, covered.count, covered.canary_hosts)
-    canary = (
-        f"group {options.groups.canary}" if options.groups.canary else f"{covered.count} replica(s) of each service"
+    lines = (
+        *left_out,
+        *rolloutplan.lines(planned, replicas, covered.count, options.groups.canary),
+        f"rollout of {rolloutplan.counted(planned, len(covered.hosts))}",
     )
-    return RolloutPlan(
-        image=options.image,
-        digest=digest,
-        group=options.groups.pin,
-        pin_file=_shown(covered.pin[0]) if covered.pin else "",
-        hosts=tuple(covered.hosts),
-        canary=canary,
-        canary_hosts=tuple(planned.canary),
-        services=tuple(ServiceBound(s, planned.totals[s], n) for s, n in planned.bounds.items()),
-        batches=tuple(tuple(batch) for batch in planned.batches),
-        canary_batches=planned.canary_batches,
-        lines=(
-            *left_out,
-            *rolloutplan.lines(planned, replicas, covered.count, options.groups.canary),
-            f"rollout of {rolloutplan.counted(planned, len(covered.hosts))}",
-        ),
+    pin = _shown(covered.pin[0]) if covered.pin else ""
+    return rolloutplan.as_plan(
+        planned, covered.hosts, (options.image, digest), options.groups, pin, covered.count, lines
     )
 
 

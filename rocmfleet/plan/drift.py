@@ -242,3 +242,15 @@ def query(host: HostPlan) -> dict[str, list[str]]:
         "packages": [w.name for w in wanted if isinstance(w, WantedPackage)],
         "units": [w.unit for w in wanted if isinstance(w, WantedUnit)],
     }
+
+
+def drifted(host: HostPlan, observed: Gathered) -> set[str]:
+    """The items of ``host`` that drift on ``observed`` (:func:`drift` of :func:`plan_wanted`), by
+    what names them: a file's, directory's or removal's path, a package's or unit's name. A role
+    calls its item's operation for each (``roles/*``); empty: the role calls none.
+
+    Args:
+        host: a plan, usually one role's items (:func:`rocmfleet.plan.hostdrift.role_items`).
+        observed: a ``HostState`` read that asked for :func:`query` of ``host``.
+    """
+    return {d.item for d in drift(plan_wanted(host), observed)}

@@ -1,15 +1,15 @@
-"""Whether the exporter role has anything to do on a host, from the deploy's one ``HostState`` read (pure).
+"""The exporter role's files and its package's live rule, over the deploy's one ``HostState`` read (pure).
 
 The role (``roles/exporter``) keeps AMD's device-metrics-exporter as
 :mod:`rocmfleet.domain.exporter` says: its apt source, ``amdgpu-exporter`` at the version its
 release's repository offers and held, ``/etc/metrics/config.json``, the drop-in, both units
-enabled and running. :func:`query` names what the read must hold (the files, the package, the
-units, and ``apt-cache madison amdgpu-exporter`` as a run); :func:`differs` says why the role
-would act, by the one drift rule (:func:`rocmfleet.plan.drift.drift`) for the files and units and
-the driver's rule for the package (:func:`rocmfleet.plan.rocmplan.differs`). Empty: the role calls
-no operation, and a converged host costs no command beyond the read. ``rocmfleet check``
-asserts the package's version (``rocm::metrics_exporter_as_wanted``) and the files, units and hold
-by the plan's rule (``drift::role_as_wanted[exporter]``).
+enabled and running. :func:`wanted_files` defines the files (the plan's items,
+:func:`rocmfleet.plan.roleitems.exporter_items`, whose drift the role applies);
+:func:`query` names what a read of the role must hold (the files, the package, the units, and
+``apt-cache madison amdgpu-exporter`` as a run); :func:`package_problem` is the package's rule
+against the version apt offers from the release's repository, which no offline plan knows.
+``rocmfleet check`` asserts the package's version (``rocm::metrics_exporter_as_wanted``) and the
+files, units and hold by the plan's rule (``drift::role_as_wanted[exporter]``).
 
 With ``metrics_exporter: false`` the role leaves the exporter alone: nothing is read, nothing
 differs, nothing is removed (an operator who turns it off may run it by hand).
@@ -21,7 +21,6 @@ from rocmfleet.domain import exporter, rocm
 from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.facts import rocm as facts
 from rocmfleet.facts.state import Gathered
-from rocmfleet.plan.drift import Wanted, WantedUnit, drift
 from rocmfleet.plan.hoststate import WantedFile
 from rocmfleet.plan.rocmplan import ran
 
@@ -51,11 +50,6 @@ def wanted_files(settings: MetricsSettings, target: rocm.OsTarget) -> list[Wante
     ]
 
 
-def wanted(settings: MetricsSettings, target: rocm.OsTarget) -> list[Wanted]:
-    """Every file and unit of the role, for :func:`rocmfleet.plan.drift.drift`."""
-    return [*wanted_files(settings, target), *(WantedUnit(unit) for unit in exporter.UNITS)]
-
-
 def package_problem(settings: MetricsSettings, got: Gathered) -> str | None:
     """Why ``amdgpu-exporter`` is not as the role leaves it (at the version its release's
     repository offers, and held), or ``None``. apt offering none from there (its lists predate the
@@ -69,27 +63,3 @@ def package_problem(settings: MetricsSettings, got: Gathered) -> str | None:
     if item.status[:1] != "h":
         return f"{exporter.PACKAGE} not held (apt-mark hold)"
     return None
-
-
-def differs(settings: MetricsSettings, got: Gathered) -> list[str]:
-    """Why the exporter role would act on this host (empty: nothing; always empty with the exporter off).
-
-    Args:
-        settings: the host's metrics settings.
-        got: a ``HostState`` read with :func:`query`'s items.
-
-    Returns:
-        one short reason per difference: the package's, then each drift of the files and units
-        (``/etc/metrics/config.json: content <sha>, want <sha>``, ``gpuagent.service: active
-        inactive, want active``).
-    """
-    if not settings.metrics_exporter:
-        return []
-    if got.os is None:
-        return ["OS not read"]
-    try:
-        target = rocm.os_target(got.os.id, got.os.version_id)
-    except rocm.UnsupportedHost as exc:
-        return [str(exc)]
-    reasons = [problem] if (problem := package_problem(settings, got)) else []
-    return reasons + [str(d) for d in drift(wanted(settings, target), got)]

@@ -1,9 +1,12 @@
 """Wanted state against gathered state (:class:`rocmfleet.facts.state.HostState`): pure functions.
 
-A role computes what it wants (file contents rendered here, no host round trip), compares it
-with what one ``HostState`` read found, and calls pyinfra's operations only for what differs. An
-item the fact could not read counts as differing: the operation then reads it itself and decides,
-so a skipped operation is one that would have changed nothing.
+:class:`WantedFile` and :func:`render` (file contents rendered locally, as ``files.template``
+renders them) for the plan's items, and :func:`merge_queries` for the one read. The roles compare
+through the plan's one rule (:func:`rocmfleet.plan.drift.drift`); the yes/no predicates left here
+serve the vllm role's own plan (:mod:`rocmfleet.plan.vllmplan`) and ``rocmfleet check``
+(:func:`rocmfleet.plan.rocmplan.differs`). An item
+the fact could not read counts as differing: the operation then reads it itself and decides, so a
+skipped operation is one that would have changed nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 
 from pyinfra.api.util import get_template
 
@@ -47,14 +49,7 @@ def render(src: str, **data: object) -> str:
     """``src`` (a template path relative to the package, e.g. ``templates/base/apt-lock.conf.j2``)
     rendered as ``files.template`` renders it (pyinfra's ``get_template``: strict undefined, trailing
     newline kept), locally. Our templates use only the variables passed."""
-    return get_template(template_path(src)).render(data)
-
-
-def template_path(src: str) -> str:
-    """The absolute path of ``src`` (relative to the package, e.g. ``templates/base/apt-lock.conf.j2``),
-    as ``files.template(src=...)`` takes it: pyinfra resolves a relative one against the deploy file's
-    directory, which is the operator's repository, not the package."""
-    return str(ROOT / src)
+    return get_template(str(ROOT / src)).render(data)
 
 
 def _same_mode(got: str | None, want: str | None) -> bool:
@@ -113,12 +108,6 @@ def sha256_is(got: Gathered, path: str, content: bytes) -> bool:
     return item is not None and item.type == "file" and item.sha256 == hashlib.sha256(content).hexdigest()
 
 
-def unit_running_enabled(got: Gathered, unit: str) -> bool:
-    """``unit`` is active and enabled (``systemd.service(running=True, enabled=True)`` would do nothing)."""
-    item = got.units.get(unit)
-    return item is not None and item.active == "active" and item.enabled == "enabled"
-
-
 def unit_enabled(got: Gathered, unit: str) -> bool:
     """``unit`` is enabled (``systemd.service(running=None, enabled=True)`` would do nothing)."""
     item = got.units.get(unit)
@@ -135,22 +124,6 @@ def packages_installed(got: Gathered, names: Sequence[str]) -> bool:
     """Every package of ``names`` is installed (dpkg status ``ii`` or ``hi``): ``apt.packages``
     would install nothing."""
     return all((p := got.packages.get(n)) is not None and p.status[1:2] == "i" for n in names)
-
-
-def packages_held_at(got: Gathered, names: Sequence[str], version: str) -> bool:
-    """Every package is installed at a version matching the glob ``version`` and held (dpkg
-    status ``hi``): ``rocmfleet.operations.packages.held_at`` would do nothing."""
-    return all(
-        (p := got.packages.get(n)) is not None and p.status[:2] == "hi" and fnmatchcase(p.version, version)
-        for n in names
-    )
-
-
-def sysctl_settled(got: Gathered, key: str, value: str) -> bool:
-    """``rocmfleet.operations.tuning.sysctl_live`` would do nothing: the kernel lacks ``key``, it
-    already holds ``value``, or ``/proc/sys`` is read-only here (a container)."""
-    item = got.sysctls.get(key)
-    return item is not None and (item.value is None or item.value == value or not item.writable)
 
 
 def merge_queries(*queries: Mapping[str, object]) -> dict[str, object]:

@@ -10,6 +10,10 @@ costs the deploy no command beyond the read (issue 24, "Cost per host"). Anythin
 not tell (a run that failed or timed out, output a parser refuses) counts as a difference: the
 operations then read and decide at execution as before.
 
+The deploy takes :func:`live_reasons` (what only the host can tell) and the drift of the role's
+items of the host plan (files, keyring directory, kernel headers: :func:`rocmfleet.plan.drift.drift`);
+``rocmfleet check`` takes :func:`differs`, both in one.
+
 Example::
 
     got = host.get_fact(HostState, **rocmplan.query(settings))
@@ -139,7 +143,8 @@ def streams(got: Gathered) -> rocmhost.HostRocm | None:
 
 def differs(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
     """Why the rocm role would act on this host: empty when every one of its operations, its
-    reboot and its driver checks would be a no-op.
+    reboot and its driver checks would be a no-op (``rocmfleet check``'s rule: the deploy takes
+    :func:`live_reasons` and its plan items' drift instead).
 
     Args:
         settings: the host's ROCm settings.
@@ -149,6 +154,23 @@ def differs(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
         one short reason per difference (the first problems only where one hides the others: an
         unsupported host, or a fact the read could not tell).
     """
+    return _reasons(settings, got, files=True)
+
+
+def live_reasons(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
+    """:func:`differs` but for the role's files, keyring directory and kernel headers, which are
+    items of the host's plan (the deploy takes their drift, :func:`rocmfleet.plan.drift.drift`):
+    what only the host can tell (Secure Boot, the streams, the keyrings against AMD's published
+    keys, the versions apt offers, DKMS, a reboot owed, the driver loaded).
+
+    Args:
+        settings: the host's ROCm settings.
+        got: a ``HostState`` read with :func:`query`'s items.
+    """
+    return _reasons(settings, got, files=False)
+
+
+def _reasons(settings: rocm.RocmSettings, got: Gathered, files: bool) -> list[str]:
     if got.os is None:
         return ["OS not read"]
     try:
@@ -186,14 +208,15 @@ def differs(settings: rocm.RocmSettings, got: Gathered) -> list[str]:
         reasons.append("the other ROCm stream is installed")
     if rocmhost.userspace_removal(settings, found) is not None:
         reasons.append("the ROCm userspace is installed and not wanted")
-    reasons += _files(settings, target, got)
+    if files:
+        reasons += _files(settings, target, got)
     for dest in _keyrings(settings):
         found_key = ran(got, RUN_KEYRING + dest, lambda lines: lines[-1].strip())
         if found_key is None:  # the download failed or timed out: the keyring could not be compared
             reasons.insert(0, f"not read: {RUN_KEYRING}{dest} (the key could not be downloaded)")
         elif found_key != "same":
             reasons.append(f"{dest} differs from the published key, or is not mode 644")
-    if not hoststate.packages_installed(got, rocm.header_packages(target, got.os.kernel)):
+    if files and not hoststate.packages_installed(got, rocm.header_packages(target, got.os.kernel)):
         reasons.append("kernel headers missing")
     wanted = {p: settings.driver_repo for p in settings.rocm_driver_packages}
     if settings.rocm_userspace:

@@ -4,45 +4,41 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyinfra.context import host
-from pyinfra.operations import apt, systemd
+from pyinfra.operations import apt
 
 from rocmfleet.config.hostsettings import HostSettings as DeploySettings
-from rocmfleet.domain import docker
-from rocmfleet.facts.state import Gathered, HostState
+from rocmfleet.facts.state import Gathered
 from rocmfleet.operations import docker as docker_ops
-from rocmfleet.operations import packages as package_ops
+from rocmfleet.operations import planitems
 from rocmfleet.operations.deploys import deploy
-from rocmfleet.plan import hoststate
+from rocmfleet.plan import drift
+from rocmfleet.plan.model import HostPlan
+from rocmfleet.plan.roleitems import DAEMON_JSON
 
-DAEMON_JSON = "/etc/docker/daemon.json"
-UNIT = "docker.service"
+#: Drift of ``daemon.json`` that rewrites it (through dockerd's validation, then a restart or reload);
+#: a mode or owner drift alone is mended in place.
+CONTENT_FIELDS = ("not read", "type", "content")
 
 
 def query(settings: DeploySettings) -> dict[str, object]:
-    """What the role reads (``HostState`` arguments): its packages, ``daemon.json``, the pending
-    restart mark, the service and the OS (for Docker's repository)."""
-    return {
-        "paths": [DAEMON_JSON, docker_ops.PENDING],
-        "packages": list(docker.PACKAGES[settings.docker_source]),
-        "units": [UNIT],
-        "os": settings.docker_source == "docker",
-    }
+    """What the role reads besides its plan items (``HostState`` arguments): the pending restart
+    mark and, for Docker's repository, the OS."""
+    return {"paths": [docker_ops.PENDING], "os": settings.docker_source == "docker"}
 
 
 @deploy("docker")
-def apply(settings: DeploySettings, instances: Sequence[tuple[str, int]] = (), got: Gathered | None = None) -> None:
+def apply(settings: DeploySettings, items: HostPlan, got: Gathered, instances: Sequence[tuple[str, int]] = ()) -> None:
     """Install Docker per ``docker_source``, write ``daemon.json``, keep ``docker`` running, and restart
-    it when ``daemon.json`` changed, rolling through the fleet (:mod:`rocmfleet.operations.docker`).
+    it when ``daemon.json`` changed, rolling through the fleet (:mod:`rocmfleet.operations.docker`):
+    an operation per item of ``items`` that drifted on ``got``.
 
     Args:
-        settings: the host's settings.
+        settings: the host's settings (Docker's repository, the restart's timeout and parallelism).
+        items: the docker role's items of the host's plan (``hostdrift.role_items(plan, "docker")``).
+        got: the host's ``HostState`` read with ``drift.query(items)`` and :func:`query`.
         instances: ``(container, port)`` of the host's vLLM instances, whose answers each restart
             waits for.
-        got: the host's ``HostState`` read with (at least) :func:`query`'s items; read here when
-            not given. Each operation runs only where that state differs from what is wanted.
     """
-    got = got if got is not None else host.get_fact(HostState, **query(settings))
     if settings.docker_source == "docker":
         codename = (got.os.codename if got.os else "") or "bookworm"
         apt.key(name="Add Docker's apt key", src=settings.docker_key_url, dest="docker.gpg")
@@ -55,25 +51,27 @@ def apply(settings: DeploySettings, instances: Sequence[tuple[str, int]] = (), g
             architectures=["amd64"],
             signed_by="/etc/apt/keyrings/docker.gpg",
         )
-    packages = docker.PACKAGES[settings.docker_source]
-    if settings.docker_version:
-        engine = docker.ENGINE_PACKAGES[settings.docker_source]
-        if not hoststate.packages_held_at(got, engine, settings.docker_version):
-            package_ops.held_at(
-                name=f"Install Docker {settings.docker_version} and hold it",
-                packages=engine,
-                version=settings.docker_version,
-            )
-        packages = [p for p in packages if p not in engine]
-    if packages and not hoststate.packages_installed(got, packages):
-        apt.packages(name="Install Docker", packages=packages, update=True, cache_time=3600, no_recommends=True)
-    content = docker.daemon_json(settings)
-    written = not hoststate.sha256_is(got, DAEMON_JSON, content.encode())
-    if written:
-        docker_ops.daemon_json(name="Write /etc/docker/daemon.json (validated by dockerd)", content=content)
-    if not hoststate.unit_running_enabled(got, UNIT):
-        systemd.service(name="Enable and start Docker", service=UNIT, running=True, enabled=True)
-    if not written and hoststate.absent(got, docker_ops.PENDING):
+    found = drift.drift(drift.plan_wanted(items), got)
+    drifted = {d.item for d in found}
+    held = [p for p in items.packages if p.held]  # the engine's packages, released together: all or none
+    if any(p.name in drifted for p in held):
+        planitems.packages(name=f"Install Docker {held[0].version} and hold it", items=held)
+    plain = [p for p in items.packages if not p.held and p.name in drifted]
+    if plain:
+        planitems.packages(name="Install Docker", items=plain)
+    written = False
+    for f in items.files:
+        fields = {d.field for d in found if d.item == f.path}
+        if f.path == DAEMON_JSON and fields & set(CONTENT_FIELDS) and f.content is not None:
+            docker_ops.daemon_json(name="Write /etc/docker/daemon.json (validated by dockerd)", content=f.content)
+            written = True
+        elif fields:
+            planitems.file(name=f"Set the mode and owner of {f.path}", item=f)
+    for u in items.units:
+        if u.unit in drifted:
+            planitems.unit(name="Enable and start Docker", item=u)
+    pending = got.paths.get(docker_ops.PENDING)
+    if not written and pending is not None and pending.type == "missing":
         return  # no new daemon.json and no restart owed by an earlier run
     # Rolls through the fleet: docker_restart_parallel hosts at a time, each until its vLLM containers
     # answer again (with live-restore they keep serving throughout); a failed restart stops the roll.

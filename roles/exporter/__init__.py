@@ -5,63 +5,64 @@ signed with repo.radeon.com's key, the keyring the rocm role keeps), ``amdgpu-ex
 version that repository offers and held (as the driver is), ``/etc/metrics/config.json``
 (``ServerPort`` = ``metrics_exporter_port``) and the drop-in that makes the exporter read it, and
 both units (``gpuagent``, ``amd-metrics-exporter``) enabled and running. The logic is
-:mod:`rocmfleet.domain.exporter`; what differs comes from the deploy's one ``HostState`` read
-(:func:`rocmfleet.plan.exporterplan.differs`): a converged host gets no operation.
+:mod:`rocmfleet.domain.exporter`; the items are the host plan's
+(:func:`rocmfleet.plan.roleitems.exporter_items`), applied where they drift on the deploy's one
+``HostState`` read (:func:`rocmfleet.plan.drift.drifted`), and the package also where apt offers
+another version from the release's repository (:func:`rocmfleet.plan.exporterplan.package_problem`,
+a live fact the plan cannot hold): a converged host gets no operation.
 
 It runs after the rocm role's reboot and driver check: the GPU agent needs the driver up. The
 rocm role stops both units before any driver change (AMD requires it); the reboot that follows
-starts them. ``metrics_exporter: false`` leaves an installed exporter as it is.
+starts them. ``metrics_exporter: false`` leaves an installed exporter as it is (the plan has no
+exporter item then).
 """
 
 from __future__ import annotations
 
-from io import StringIO
-
 from pyinfra import logger
 from pyinfra.api.operation import OperationMeta
 from pyinfra.context import host, state
-from pyinfra.operations import files, systemd
+from pyinfra.operations import systemd
 from pyinfra.operations.util import any_changed
 
-from rocmfleet.domain import exporter, rocm
+from rocmfleet.domain import exporter
 from rocmfleet.domain.metrics import MetricsSettings
-from rocmfleet.facts.state import Gathered, HostState
+from rocmfleet.facts.state import Gathered
+from rocmfleet.operations import planitems
 from rocmfleet.operations import rocm as rocm_ops
 from rocmfleet.operations.deploys import deploy
-from rocmfleet.plan import exporterplan, hoststate
-from rocmfleet.plan.hoststate import WantedFile
+from rocmfleet.plan import drift, exporterplan
+from rocmfleet.plan.model import FilePlan, HostPlan
 
 
 def query(settings: MetricsSettings) -> dict[str, object]:
-    """What the role reads (``HostState`` arguments): :func:`rocmfleet.plan.exporterplan.query`."""
-    return exporterplan.query(settings)
+    """What the role reads besides its plan items (``HostState`` arguments): what apt offers of the
+    package (:data:`rocmfleet.plan.exporterplan.RUN_VERSIONS`); nothing with ``metrics_exporter`` off."""
+    return {"runs": exporterplan.query(settings)["runs"]} if settings.metrics_exporter else {}
 
 
 @deploy("exporter")
-def apply(settings: MetricsSettings, got: Gathered | None = None, todo: list[str] | None = None) -> None:
-    """The exporter's source, package (held), config, drop-in and units, each only where it differs.
+def apply(settings: MetricsSettings, items: HostPlan, got: Gathered) -> None:
+    """The exporter's source, package (held), config, drop-in and units: an operation per item of
+    ``items`` that drifted on ``got``. With ``metrics_exporter`` off (no items): nothing.
 
-    ``got``: the host's ``HostState`` read with (at least) :func:`query`'s items; read here when not
-    given. ``todo``: :func:`rocmfleet.plan.exporterplan.differs` of that read (computed here when
-    not given); empty, the role calls no operation. With ``metrics_exporter`` off: nothing.
+    Args:
+        settings: the host's metrics settings (the release's repository, for the package).
+        items: the exporter role's items of the host's plan (``hostdrift.role_items(plan, "exporter")``).
+        got: the host's ``HostState`` read with ``drift.query(items)`` and :func:`query`.
     """
     if not settings.metrics_exporter:
         return
-    got = got if got is not None else host.get_fact(HostState, **query(settings))
-    todo = todo if todo is not None else exporterplan.differs(settings, got)
+    found = drift.drift(drift.plan_wanted(items), got)
+    problem = exporterplan.package_problem(settings, got)
+    todo = reasons(found, problem)
     if todo and not state.is_executing and state.check_for_changes:
         logger.warning(f"{host.print_prefix}would change the metrics exporter: {'; '.join(todo)}")
-    if not todo:
-        return
-    try:
-        target = rocm.os_target(got.os.id, got.os.version_id) if got.os is not None else None
-    except rocm.UnsupportedHost:
-        target = None  # the rocm role's preflight failed this host already
-    source, config, dropin = exporterplan.wanted_files(settings, target or rocm.OS_TARGETS[("debian", "12")])
-
-    if not hoststate.file_ok(got, source):
-        _put(source)
-    if exporterplan.package_problem(settings, got):
+    drifted = {d.item for d in found}
+    files = {f.path: f for f in items.files}
+    if exporter.SOURCE_FILE in drifted:
+        _put(files[exporter.SOURCE_FILE])
+    if problem or exporter.PACKAGE in drifted:
         rocm_ops.packages_from_repo(
             name=f"Install AMD's metrics exporter from device-metrics-exporter/apt/{settings.metrics_exporter_version}"
             " and hold it",
@@ -69,12 +70,12 @@ def apply(settings: MetricsSettings, got: Gathered | None = None, todo: list[str
             repo=exporter.repo_url(settings),
             hold=True,
         )
-    changed = [_put(item) for item in (config, dropin) if not hoststate.file_ok(got, item)]
-    if not hoststate.file_ok(got, dropin):
+    changed = [_put(files[path]) for path in (exporter.CONFIG_FILE, exporter.DROPIN_FILE) if path in drifted]
+    if exporter.DROPIN_FILE in drifted:
         systemd.daemon_reload(name="Reload systemd for the exporter's drop-in", _if=changed[-1].did_change)
-    for unit in exporter.UNITS:  # the agent first: the exporter reads from it
-        if not hoststate.unit_running_enabled(got, unit):
-            systemd.service(name=f"Enable and start {unit}", service=unit, running=True, enabled=True)
+    for unit in items.units:  # the agent first: the exporter reads from it (exporter.UNITS' order)
+        if unit.unit in drifted:
+            planitems.unit(name=f"Enable and start {unit.unit}", item=unit)
     if changed:
         systemd.service(
             name=f"Restart {exporter.EXPORTER_UNIT} for its new configuration",
@@ -85,13 +86,14 @@ def apply(settings: MetricsSettings, got: Gathered | None = None, todo: list[str
         )
 
 
-def _put(wanted: WantedFile) -> OperationMeta:
-    """``files.put`` of one of the plan's files, with its content, mode and owner."""
-    return files.put(
-        name=f"Render {wanted.path}",
-        src=StringIO(wanted.content.decode()),
-        dest=wanted.path,
-        mode=wanted.mode,
-        user=wanted.user,
-        group=wanted.group,
-    )
+def reasons(found: list[drift.Drift], problem: str | None) -> list[str]:
+    """Why the role acts, one short reason each (empty: it calls no operation): the package's
+    ``problem`` (:func:`rocmfleet.plan.exporterplan.package_problem`), then each drift of the files
+    and units (``/etc/metrics/config.json: content <sha>, want <sha>``, ``gpuagent.service: active
+    inactive, want active``); the package's own drift is said by its problem."""
+    return ([problem] if problem else []) + [str(d) for d in found if d.item != exporter.PACKAGE]
+
+
+def _put(item: FilePlan) -> OperationMeta:
+    """:func:`rocmfleet.operations.planitems.file` of one of the role's files, named as before."""
+    return planitems.file(name=f"Render {item.path}", item=item)

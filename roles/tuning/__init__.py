@@ -2,79 +2,82 @@
 
 NUMA balancing off (sysctl.d, live where the kernel allows), the kernel command line through
 ``/etc/default/grub`` and ``update-grub`` (the rocm role's reboot applies it), and C2 disabled
-at every boot by a systemd oneshot. Logic in :mod:`rocmfleet.domain.tuning`. What the role manages is
-read in the host's one ``HostState`` read (:func:`query`) plus ``/etc/default/grub``'s text;
-operations run only for what differs.
+at every boot by a systemd oneshot. Logic in :mod:`rocmfleet.domain.tuning`. The files, the CPU unit
+and ``cpupower`` are the host plan's items (:func:`rocmfleet.plan.roleitems.tuning_items`), applied
+where they drift on the host's one ``HostState`` read; the live sysctl and ``/etc/default/grub``'s
+text, which no plan item holds, are read in the same read (:func:`query`). Operations run only for
+what differs.
 """
 
 from __future__ import annotations
 
 from pyinfra.context import host
 from pyinfra.facts.files import FileContents
-from pyinfra.facts.server import LinuxDistribution, OsVersion
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import files, server, systemd
 
 from rocmfleet.domain import tuning
-from rocmfleet.facts.state import Gathered, HostState
+from rocmfleet.facts.state import Gathered
+from rocmfleet.operations import planitems
 from rocmfleet.operations import reboot as reboot_ops
 from rocmfleet.operations import tuning as tuning_ops
 from rocmfleet.operations.deploys import deploy
-from rocmfleet.plan import hoststate, tuningplan
+from rocmfleet.plan import drift
+from rocmfleet.plan.model import HostPlan
 
 NUMA_BALANCING = "kernel.numa_balancing"
 
 
 def query(settings: tuning.TuningSettings) -> dict[str, object]:
-    """What the role reads (``HostState`` arguments): its files, the GRUB defaults' text, the live
-    sysctl, the CPU unit, and the OS (which ``cpupower`` package)."""
+    """What the role reads besides its plan items (``HostState`` arguments): the GRUB defaults and
+    their text, the live sysctl, and every ``cpupower`` package name an OS may use (Debian's
+    package, or Ubuntu's wrapper and its kernel's, a dpkg-query pattern: the items are planned on
+    the OS the read shows)."""
     return {
-        "paths": [tuning.SYSCTL_FILE, tuning.CPU_UNIT_PATH, tuning.GRUB_DEFAULTS],
+        "paths": [tuning.GRUB_DEFAULTS],
         "texts": [tuning.GRUB_DEFAULTS],
         "sysctls": [NUMA_BALANCING],
-        "units": [tuning.CPU_UNIT] if settings.cpu_unit_needed else [],
-        # Debian's package, or Ubuntu's wrapper and its kernel's (a dpkg-query pattern)
         "packages": ["linux-cpupower", "linux-tools-common", "linux-tools-*"] if settings.cpu_unit_needed else [],
-        "os": settings.cpu_unit_needed,
     }
 
 
 @deploy("tuning")
-def apply(settings: tuning.TuningSettings, got: Gathered | None = None) -> list[str]:
-    """Apply every switched-on setting; a switched-off one is removed again.
+def apply(settings: tuning.TuningSettings, items: HostPlan, got: Gathered) -> list[str]:
+    """Apply every switched-on setting; a switched-off one is removed again: an operation per item of
+    ``items`` that drifted on ``got``, the live sysctl and the kernel command line by their own rules.
 
     Args:
         settings: the host's tuning settings.
-        got: the host's ``HostState`` read with (at least) :func:`query`'s items; read here when
-            not given.
+        items: the tuning role's items of the host's plan (``hostdrift.role_items(plan, "tuning")``).
+        got: the host's ``HostState`` read with ``drift.query(items)`` and :func:`query`.
 
     Returns:
         why a reboot is expected (``--dry``), as :func:`predicted_reboot` says, from the GRUB
         defaults read once.
     """
-    got = got if got is not None else host.get_fact(HostState, **query(settings))
-    _numa_balancing(settings, got)
+    drifted = drift.drifted(items, got)
+    _numa_balancing(items, drifted, got)
     grub = _grub_lines(got)
     _kernel_cmdline(settings, grub)
-    _cpu_unit(settings, got)
+    _cpu_unit(items, drifted)
     return predicted_reboot(settings, grub)
 
 
-def _numa_balancing(settings: tuning.TuningSettings, got: Gathered) -> None:
-    wanted = tuningplan.sysctl_file(settings)
-    if wanted is None:
-        if not hoststate.absent(got, tuning.SYSCTL_FILE):
-            files.file(name=f"Remove {tuning.SYSCTL_FILE}", path=tuning.SYSCTL_FILE, present=False)
-        return
-    if not hoststate.file_ok(got, wanted):
-        data = tuningplan.sysctl_vars(settings) or {}
-        files.template(
-            name=f"Render {tuning.SYSCTL_FILE}",
-            src=hoststate.template_path(tuningplan.SYSCTL_TEMPLATE),
-            dest=tuning.SYSCTL_FILE,
-            mode="644",
-            body=data["body"],
-        )
-    if not hoststate.sysctl_settled(got, NUMA_BALANCING, "0"):
+def _sysctl_settled(got: Gathered, key: str, value: str) -> bool:
+    """``rocmfleet.operations.tuning.sysctl_live`` would do nothing: the kernel lacks ``key``, it
+    already holds ``value``, or ``/proc/sys`` is read-only here (a container)."""
+    item = got.sysctls.get(key)
+    return item is not None and (item.value is None or item.value == value or not item.writable)
+
+
+def _numa_balancing(items: HostPlan, drifted: set[str], got: Gathered) -> None:
+    if tuning.SYSCTL_FILE in drifted:
+        for r in items.removals:
+            if r.path == tuning.SYSCTL_FILE:
+                planitems.absent(name=f"Remove {tuning.SYSCTL_FILE}", item=r)
+        for f in items.files:
+            if f.path == tuning.SYSCTL_FILE:
+                planitems.file(name=f"Render {tuning.SYSCTL_FILE}", item=f)
+    if any(f.path == tuning.SYSCTL_FILE for f in items.files) and not _sysctl_settled(got, NUMA_BALANCING, "0"):
         tuning_ops.sysctl_live(name="Apply kernel.numa_balancing=0 live", key=NUMA_BALANCING, value="0")
 
 
@@ -133,42 +136,29 @@ def predicted_reboot(settings: tuning.TuningSettings, grub: list[str] | None = N
     return []
 
 
-def _cpu_unit(settings: tuning.TuningSettings, got: Gathered) -> None:
-    if not settings.cpu_unit_needed:
-        if hoststate.absent(got, tuning.CPU_UNIT_PATH):
-            return
-        removed = files.file(name=f"Remove {tuning.CPU_UNIT_PATH}", path=tuning.CPU_UNIT_PATH, present=False)
-        server.shell(
-            name=f"Disable the removed {tuning.CPU_UNIT}",
-            commands=[f"rm -f /etc/systemd/system/multi-user.target.wants/{tuning.CPU_UNIT}; systemctl daemon-reload"],
-            _if=removed.did_change,
-        )
-        return
-    if got.os is not None:
-        distro, kernel = got.os.id or "debian", got.os.kernel
-    else:
-        distro = host.get_fact(LinuxDistribution).get("release_meta", {}).get("ID", "debian")
-        kernel = host.get_fact(OsVersion)
-    packages = tuning.cpupower_packages(distro, kernel)
-    if not hoststate.packages_installed(got, packages):
-        apt.packages(name="Install cpupower", packages=packages, no_recommends=True)
-    wanted = tuningplan.cpu_unit_file(settings)
-    assert wanted is not None  # cpu_unit_needed
-    unit_ok = hoststate.file_ok(got, wanted)
-    if not unit_ok:
-        data = tuningplan.cpu_unit_vars(settings) or {}
-        unit = files.template(
-            name=f"Render {tuning.CPU_UNIT}",
-            src=hoststate.template_path(tuningplan.CPU_UNIT_TEMPLATE),
-            dest=tuning.CPU_UNIT_PATH,
-            mode="644",
-            summary=data["summary"],
-            exec_lines=data["exec_lines"],
-        )
+def _cpu_unit(items: HostPlan, drifted: set[str]) -> None:
+    for r in items.removals:
+        if r.path == tuning.CPU_UNIT_PATH and r.path in drifted:
+            removed = files.file(name=f"Remove {tuning.CPU_UNIT_PATH}", path=tuning.CPU_UNIT_PATH, present=False)
+            server.shell(
+                name=f"Disable the removed {tuning.CPU_UNIT}",
+                commands=[
+                    f"rm -f /etc/systemd/system/multi-user.target.wants/{tuning.CPU_UNIT}; systemctl daemon-reload"
+                ],
+                _if=removed.did_change,
+            )
+    packages = [p for p in items.packages if p.name in drifted]
+    if packages:
+        planitems.packages(name="Install cpupower", items=packages, update=False)
+    unit_file = next((f for f in items.files if f.path == tuning.CPU_UNIT_PATH), None)
+    written = unit_file is not None and unit_file.path in drifted
+    if unit_file is not None and written:
+        unit = planitems.file(name=f"Render {tuning.CPU_UNIT}", item=unit_file)
         systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
-    if not unit_ok or not hoststate.unit_enabled(got, tuning.CPU_UNIT):
-        systemd.service(name=f"Enable {tuning.CPU_UNIT}", service=tuning.CPU_UNIT, running=None, enabled=True)
-    if not unit_ok:
+    for u in items.units:
+        if u.unit == tuning.CPU_UNIT and (written or u.unit in drifted):
+            planitems.unit(name=f"Enable {tuning.CPU_UNIT}", item=u)
+    if written:
         # Apply now too (C2 off needs no reboot); in a container the unit's condition skips it.
         server.shell(
             name=f"Run {tuning.CPU_UNIT} now", commands=[f"systemctl restart {tuning.CPU_UNIT}"], _if=unit.did_change

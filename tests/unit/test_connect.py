@@ -204,6 +204,25 @@ def test_unknown_and_changed_host_keys_are_pyinfras_rules(server, tmp_path):
             Session.open(settings_for(server, known_hosts_file=str(changed), strict_host_key_checking=strict))
 
 
+def test_a_missing_known_hosts_file_is_no_warning(server, tmp_path, caplog):
+    # accept-new creates it; pyinfra's "Failed to load host keys from FILE: [Errno 2] ..." was noise
+    # on the console of every fleet command on a fresh machine (new-user trial)
+    import logging
+
+    missing = tmp_path / "fresh" / "known_hosts"
+    missing.parent.mkdir()
+    with caplog.at_level(logging.WARNING):
+        Session.open(settings_for(server, known_hosts_file=str(missing), strict_host_key_checking=None)).close()
+    assert missing.is_file()
+    assert not [r for r in caplog.records if "Failed to load host keys" in r.getMessage()]
+    # another failure to load the file is still said
+    kept = logging.LogRecord(
+        "pyinfra", logging.WARNING, __file__, 1, "Failed to load host keys from %s: %s",
+        ("/kh", PermissionError(13, "Permission denied")), None,
+    )  # fmt: skip
+    assert all(f.filter(kept) for f in logging.getLogger("pyinfra").filters)
+
+
 def test_wrong_key_and_closed_port_are_connect_errors(server, tmp_path):
     stranger = tmp_path / "stranger"
     paramiko.ECDSAKey.generate().write_private_key_file(str(stranger))

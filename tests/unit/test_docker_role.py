@@ -30,7 +30,8 @@ WRITE = "Write /etc/docker/daemon.json (validated by dockerd)"
 def run_role(
     tmp_path: Path, hosts: dict[str, dict], data: dict | None = None, delay: float = 0
 ) -> tuple[list[dict], str, int]:
-    """Run ``roles.docker.apply`` on fake hosts ``{name: fake_responses}``; each command takes ``delay`` s."""
+    """Run ``roles.docker.apply`` (its plan items, the one read) on fake hosts ``{name: fake_responses}``;
+    each command takes ``delay`` s."""
     data = {**DATA, **(data or {})}
     inventory, deploy = tmp_path / "inventory.py", tmp_path / "deploy.py"
     rows = [
@@ -44,10 +45,18 @@ def run_role(
             import sys
             sys.path.insert(0, {str(ROOT)!r})
             import rocmfleet.roles.docker
+            from pyinfra.context import host
             from rocmfleet import roles
             from rocmfleet.config.settings import host_config
+            from rocmfleet.facts.state import HostState
+            from rocmfleet.plan import drift, hostdrift, hoststate
+            from rocmfleet.plan.build import plan_host
             config = host_config({data!r})
-            roles.docker.apply(config.settings, instances=[(f"vllm-{{i.name}}", i.port) for i in config.instances()])
+            items = hostdrift.role_items(plan_host("", config), "docker")
+            query = hoststate.merge_queries(drift.query(items), roles.docker.query(config.settings))
+            got = host.get_fact(HostState, **query)
+            instances = [(f"vllm-{{i.name}}", i.port) for i in config.instances()]
+            roles.docker.apply(config.settings, items, got, instances=instances)
             """
         )
     )
@@ -171,7 +180,7 @@ def converged_state(data: dict | None = None, pending: bool = False) -> dict[str
     text = daemon_json(settings).encode()
     lines = [
         json.dumps({"kind": "path", "path": "/etc/docker/daemon.json", "type": "file", "mode": "644",
-                    "sha256": hashlib.sha256(text).hexdigest()}),
+                    "user": "root", "group": "root", "sha256": hashlib.sha256(text).hexdigest()}),
         json.dumps({"kind": "path", "path": "/run/rocmfleet/docker-restart-pending",
                     "type": "file" if pending else "missing"}),
         json.dumps({"kind": "unit", "unit": "docker.service", "load": "loaded", "active": "active",

@@ -11,9 +11,11 @@ import subprocess
 from rocmfleet.config.settings import host_config
 from rocmfleet.domain import exporter, rocm
 from rocmfleet.domain.metrics import MetricsSettings
-from rocmfleet.facts.state import parse_state
+from rocmfleet.facts.state import Gathered, parse_state
 from rocmfleet.operations import rocm as rocm_ops
-from rocmfleet.plan import exporterplan
+from rocmfleet.plan import drift, exporterplan, hostdrift
+from rocmfleet.plan.build import plan_host
+from rocmfleet.roles import exporter as exporter_role
 from tests.unit.test_roles_state import names, run, state
 
 DEBIAN12 = rocm.os_target("debian", "12")
@@ -132,37 +134,47 @@ def test_the_stop_before_a_driver_change_passes_when_a_unit_is_absent_and_fails_
     assert _stop_on(tmp_path, amd_metrics_exporter="stuck", gpuagent="active")[0] != 0
 
 
+def differs(settings: MetricsSettings, got: Gathered) -> list[str]:
+    """Why the exporter role would act: its plan items' drift on ``got`` and the package's rule."""
+    data = {"vllm_profile": "lab-tiny-llama", "metrics_exporter": settings.metrics_exporter}
+    config = host_config({**data, "metrics_exporter_port": settings.metrics_exporter_port})
+    items = hostdrift.role_items(plan_host("", config), "exporter")
+    if not settings.metrics_exporter:
+        assert drift.plan_wanted(items) == []
+        return []
+    found = drift.drift(drift.plan_wanted(items), got)
+    return exporter_role.reasons(found, exporterplan.package_problem(settings, got))
+
+
 def test_a_converged_host_differs_in_nothing():
-    assert exporterplan.differs(SETTINGS, parse_state(converged())) == []
+    assert differs(SETTINGS, parse_state(converged())) == []
 
 
 def test_unheld_wrong_version_changed_config_and_stopped_units_are_named():
-    assert exporterplan.differs(SETTINGS, parse_state(converged(status="ii "))) == [
-        "amdgpu-exporter not held (apt-mark hold)"
-    ]
-    assert exporterplan.differs(SETTINGS, parse_state(converged(offered="1.5.5-1"))) == [
+    assert differs(SETTINGS, parse_state(converged(status="ii "))) == ["amdgpu-exporter not held (apt-mark hold)"]
+    assert differs(SETTINGS, parse_state(converged(offered="1.5.5-1"))) == [
         "amdgpu-exporter not at the version of https://repo.radeon.com/device-metrics-exporter/apt/1.5.4"
     ]
-    found = exporterplan.differs(SETTINGS, parse_state(converged(config='{"ServerPort": 5001}\n')))
+    found = differs(SETTINGS, parse_state(converged(config='{"ServerPort": 5001}\n')))
     assert len(found) == 1 and found[0].startswith("/etc/metrics/config.json: content ")
-    assert exporterplan.differs(SETTINGS, parse_state(converged(active="inactive"))) == [
+    assert differs(SETTINGS, parse_state(converged(active="inactive"))) == [
         "gpuagent.service: active inactive, want active",
         "amd-metrics-exporter.service: active inactive, want active",
     ]
 
 
 def test_a_port_change_is_a_config_change():
-    found = exporterplan.differs(MetricsSettings(metrics_exporter_port=5001), parse_state(converged()))
+    found = differs(MetricsSettings(metrics_exporter_port=5001), parse_state(converged()))
     assert [f.split(":")[0] for f in found] == [exporter.CONFIG_FILE]
 
 
 def test_a_read_without_the_items_differs_and_off_reads_and_differs_in_nothing():
-    found = exporterplan.differs(SETTINGS, parse_state([json.dumps(OS), '{"kind":"end"}']))
+    found = differs(SETTINGS, parse_state([json.dumps(OS), '{"kind":"end"}']))
     assert found[0].startswith("amdgpu-exporter not at the version of")
     assert "/etc/metrics/config.json: not reported by the read" in found
     off = MetricsSettings(metrics_exporter=False)
     assert exporterplan.query(off) == {}
-    assert exporterplan.differs(off, parse_state(['{"kind":"end"}'])) == []
+    assert differs(off, parse_state(['{"kind":"end"}'])) == []
 
 
 def test_the_hosts_one_read_asks_for_the_exporter():
@@ -172,7 +184,13 @@ def test_the_hosts_one_read_asks_for_the_exporter():
     assert exporter.CONFIG_FILE in query["paths"]  # type: ignore[operator]
 
 
-ROLE = "import rocmfleet.roles.exporter; rocmfleet.roles.exporter.apply(config.metrics)"
+ROLE = (
+    "import rocmfleet.roles.exporter as r; from pyinfra.context import host;"
+    " from rocmfleet.facts.state import HostState; from rocmfleet.plan import drift, hoststate;"
+    " items = hostdrift.role_items(plan, 'exporter');"
+    " got = host.get_fact(HostState, **hoststate.merge_queries(drift.query(items), r.query(config.metrics)));"
+    " r.apply(config.metrics, items, got)"
+)
 
 
 def test_the_role_on_a_converged_host_calls_no_operation(tmp_path):

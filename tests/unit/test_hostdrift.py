@@ -171,7 +171,7 @@ def test_the_drift_check_runs_on_the_plan_it_is_given_and_reads_its_items_only()
 
 def test_the_deploys_one_read_asks_the_plans_items_only_for_dry():
     """``pyinfra ... --dry`` merges the plan's query into the deploy's one read (no second fact, no
-    operation); under ``-y`` the read is the roles' alone (a no-op converge's cost unchanged)."""
+    operation); under ``-y`` the read is the roles' alone, which holds every item of the plan."""
     from rocmfleet import converge
 
     plain, dry = converge.read_query(CONFIG, False), converge.read_query(CONFIG, True)
@@ -180,8 +180,11 @@ def test_the_deploys_one_read_asks_the_plans_items_only_for_dry():
     for key in ("paths", "packages", "units", "globs", "runs"):
         assert set(plain.get(key, [])) <= set(dry[key]) and set(asked[key]) <= set(dry[key])
     assert [p for p in dry["paths"] if p in plain["paths"]] == plain["paths"]  # the roles' items first, in order
-    missing = set(asked["paths"]) - set(plain["paths"])
-    assert missing, "the roles' read already holds every plan item: merge nothing"
+    # the roles apply their plan items' drift: the read under -y already asks every item's path
+    # and unit (an unread item would drift at every converge)
+    assert set(asked["paths"]) - set(plain["paths"]) == set()
+    assert set(asked["units"]) - set(plain["units"]) == set()
+    assert set(asked["packages"]) - set(plain["packages"]) == set()
 
 
 def test_the_rocm_roles_check_leaves_to_the_drift_check_what_it_says():

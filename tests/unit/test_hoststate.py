@@ -15,7 +15,8 @@ from rocmfleet.config.settings import host_config
 from rocmfleet.domain import lastgood, vllm, vllmfiles
 from rocmfleet.facts.state import HostState, parse_state, state_args
 from rocmfleet.facts.topology import parse_fact_output
-from rocmfleet.plan import hoststate, vllmplan
+from rocmfleet.plan import drift, hoststate, vllmplan
+from rocmfleet.plan.drift import WantedAbsent
 from rocmfleet.plan.hoststate import WantedFile
 from rocmfleet.plan.instance import (
     HostPlacement,
@@ -106,8 +107,8 @@ def test_the_script_reads_files_directories_and_marked_files(tmp_path):
     assert not hoststate.file_ok(got, WantedFile(str(conf), b"bye\n", "640"))
     assert hoststate.dir_ok(got, str(tmp_path / "d"), "700")
     assert not hoststate.dir_ok(got, str(tmp_path / "d"), "755")
-    assert hoststate.absent(got, str(tmp_path / "nope"))
-    assert not hoststate.absent(got, str(conf))
+    assert drift.drift([WantedAbsent(str(tmp_path / "nope"))], got) == []
+    assert drift.drift([WantedAbsent(str(conf))], got) == [drift.Drift(str(conf), "type", "file", "missing")]
     assert got.sysctls["no.such.key"].value is None
     assert got.os is not None and got.os.kernel == os.uname().release
     assert got.marked == {glob: [str(tmp_path / "vllm-a.service")]}
@@ -139,10 +140,10 @@ def test_names_read_without_a_process_are_the_same_as_escaped_ones(tmp_path, nam
 
 def test_an_unknown_unit_or_package_is_unknown_not_clean():
     got = parse_state(['{"kind":"end"}'])
-    assert not hoststate.unit_running_enabled(got, "docker.service")
+    assert drift.drift([drift.WantedUnit("docker.service")], got) == [drift.Drift("docker.service", "not read")]
     assert not hoststate.file_ok(got, WantedFile("/etc/x", b""))
     assert not hoststate.dir_ok(got, "/etc")
-    assert not hoststate.absent(got, "/etc/x")
+    assert drift.drift([WantedAbsent("/etc/x")], got) == [drift.Drift("/etc/x", "not read")]
 
 
 # -- vllm --------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from rocmfleet.domain.lastgood import LastGoodFiles
 from rocmfleet.domain.readiness import ReadyProbe
 from rocmfleet.operations.vllm import Placed
 from rocmfleet.plan import instance as plan_instance
+from rocmfleet.plan import model
 from rocmfleet.plan.swap import WaitTarget
 from tests.harness import FakeHost, FakeState, as_pyinfra, cases, load, render_command
 
@@ -63,6 +64,12 @@ ARGUMENTS: dict[str, Any] = {
     "last_good_files": _last_good_files,
     # an instance the deploy waits for (see _wait_target)
     "wait_target": _wait_target,
+    # the host plan's items (rocmfleet.plan.model), their fields by name
+    "file_plan": lambda data: model.FilePlan(**data),
+    "removal": lambda data: model.Removal(**data),
+    "directory_plan": lambda data: model.DirectoryPlan(**data),
+    "package_plan": lambda data: model.PackagePlan(**data),
+    "unit_plan": lambda data: model.UnitPlan(**data),
     # a tuple (JSON has lists only)
     "tuple": tuple,
 }

@@ -295,7 +295,11 @@ def test_a_unit_being_reloaded_runs_and_only_enabled_is_enabled():
         '{"kind":"unit","unit":"docker.service","load":"loaded","active":"reloading","enabled":"enabled"}',
         '{"kind":"unit","unit":"vllm-a.service","load":"loaded","active":"failed","enabled":"static"}',
     )
-    assert expect.running(host, "docker.service") is True
+    assert expect.running(host, "docker.service") is True  # the Docker checks that need dockerd run
+    from rocmfleet.fleet.check.test_docker import test_docker_running as docker_running_check
+
+    with pytest.raises(AssertionError, match="docker.service is reloading, not active"):
+        docker_running_check(host)  # but docker::docker_running is not as wanted until the reload ends
     assert expect.running(host, "vllm-a.service") is False
     assert expect.unit_state(host, "vllm-a.service").enabled != "enabled"  # static: not enabled by the deploy
     expect._memo.clear()

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from rocmfleet.domain import parts, vllmplace
+from rocmfleet.domain import parts, parttable, vllmplace
 from rocmfleet.domain.placement import PlacementError
 from rocmfleet.domain.topology import PciSysfs, Topology
 from rocmfleet.plan.instance import vllm_settings
@@ -35,15 +35,15 @@ def refusal(config, topology: Topology) -> list[str]:
 
 
 def test_each_device_id_names_one_part_and_the_recorded_trees_are_known():
-    ids = [i for p in parts.PARTS for i in p.device_ids]
+    ids = [i for p in parttable.PARTS for i in p.device_ids]
     assert len(ids) == len(set(ids))
     assert parts.host_part(mi300x_cpx())[0].name == "MI300X"  # device_id 29857 = 0x74a1
     assert parts.host_part(mi308x())[0].name == "MI308X"  # device_id 29858 = 0x74a2
     assert parts.host_part(mi210_nps1()) == (None, [])  # not in the table: placed as before
-    assert parts.device_gib(parts.part_of(0x74A2), "CPX", 192) == 48.0  # the fixture's mem_banks size
-    assert parts.device_gib(parts.part_of(0x74A1), "CPX", 192) == 24.0
-    assert parts.device_gib(parts.part_of(0x74A2), "QPX", 192) is None
-    assert parts.device_gib(None, "CPX", 192) == 24.0  # a part not in the table: as before, MI300X's count
+    assert parttable.device_gib(parttable.part_of(0x74A2), "CPX", 192) == 48.0  # the fixture's mem_banks size
+    assert parttable.device_gib(parttable.part_of(0x74A1), "CPX", 192) == 24.0
+    assert parttable.device_gib(parttable.part_of(0x74A2), "QPX", 192) is None
+    assert parttable.device_gib(None, "CPX", 192) == 24.0  # a part not in the table: as before, MI300X's count
 
 
 def test_gpus_of_two_parts_on_one_host_are_refused_naming_each():
@@ -101,7 +101,7 @@ def test_a_model_that_fits_an_mi325x_is_refused_on_an_mi300a(tmp_path):
 
 def test_a_mode_the_part_does_not_have_is_refused():
     qpx = mi308x({g.physical: PciSysfs(None, "QPX", "NPS1") for g in mi308x().gpus})
-    problems = parts.topology_problems(qpx, parts.part_of(0x74A2), 8)
+    problems = parts.topology_problems(qpx, parttable.part_of(0x74A2), 8)
     (line,) = problems  # one line for the eight GPUs, with the fix
     assert line.startswith(
         "physical GPU(s) 0000:0a:00.0, 0000:80:00.0, 0000:a4:00.0, 0000:c8:00.0, 0001:0b:00.0, 0001:81:00.0, "
@@ -127,7 +127,7 @@ def test_a_partition_change_that_did_not_finish_is_named_by_address():
     tree = mi308x()
     first = tree.gpus[0].physical
     sysfs = {g.physical: PciSysfs(None, "SPX" if g.physical == first else "CPX", "NPS1") for g in tree.gpus}
-    (line,) = parts.topology_problems(mi308x(sysfs), parts.part_of(0x74A2), 8)
+    (line,) = parts.topology_problems(mi308x(sysfs), parttable.part_of(0x74A2), 8)
     assert line.startswith(f"physical GPU(s) {first}: compute partition SPX gives an MI308X 1 KFD node(s), the host")
     assert "a partition change that did not finish" in line
 
@@ -135,7 +135,7 @@ def test_a_partition_change_that_did_not_finish_is_named_by_address():
 def test_partitions_of_one_gpu_in_two_modes_are_refused():
     tree = mi308x({g.physical: PciSysfs(None, "CPX", "NPS1") for g in mi308x().gpus})
     odd = replace(tree, gpus=tuple(replace(g, partition="DPX") if g.index == 1 else g for g in tree.gpus))
-    (line,) = parts.topology_problems(odd, parts.part_of(0x74A2), 8)
+    (line,) = parts.topology_problems(odd, parttable.part_of(0x74A2), 8)
     assert line.startswith(f"physical GPU(s) {tree.gpus[0].physical}: the KFD nodes of each report different")
 
 

@@ -46,6 +46,32 @@ def test_a_reader_that_stops_early_gets_no_traceback_and_exit_141():
     assert err.endswith("rocmfleet: plan: standard output was closed (its reader ended): output cut short\n"), err
 
 
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_a_reader_that_stops_in_the_middle_gets_exit_141(unbuffered):
+    # `rocmfleet plan ... --files | head -c 100`: the reader goes away after 100 bytes of a plan far
+    # over the pipe's 64 KiB; with PYTHONUNBUFFERED=1 (container images, CI) the kernel's short count
+    # of the one write(2) was taken as the whole, and the command ended 0 (new-user trial)
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | (
+        {"PYTHONUNBUFFERED": unbuffered} if unbuffered else {}
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-m", "rocmfleet.cli", "plan", str(RACK24), "--files"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    assert len(child.stdout.read(100)) == 100
+    child.stdout.close()  # as `head -c 100` once it has its bytes, with the rest of the plan unwritten
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert "rocmfleet: plan: standard output was closed (its reader ended): output cut short\n" in err, err
+
+
 def rack24_copy(tmp_path: Path) -> Path:
     """The 24-host site copied to ``tmp_path`` (``tmp_path/site/inventory.py``), to edit."""
     site = tmp_path / "site"
@@ -121,6 +147,10 @@ def test_plan_shows_inline_secrets_by_name_without_the_vault_password(tmp_path, 
     out, err = capsys.readouterr()
     assert "secret: HF_TOKEN (values not shown)" in out and token not in out + err
     assert "--env HF_TOKEN" in out
+    # nor do the scrape targets, which hold no secret (new-user trial: it asked for the password)
+    assert cli.main(["metrics", "targets", str(inventory)]) == 0
+    out, err = capsys.readouterr()
+    assert '"rocmfleet_instance": "qwen3-235b-a22b-0"' in out and token not in out + err
     # the commands that use the value still need the password
     assert cli.main(["validate", str(inventory)]) == 2
     assert "vllm_secret_env.HF_TOKEN: line 4: cannot decrypt (no vault password" in capsys.readouterr().err

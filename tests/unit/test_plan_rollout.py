@@ -94,7 +94,8 @@ def test_the_canary_group_is_honoured(fleet_wide, offline, plan):
     code, out, err = plan(fleet_wide, "--image", IMAGE, "--canary-group", "canary", "--max-unavailable", "25%")
     assert code == 0, err
     assert batches(out)[0] == (True, [("ra-01", QWEN), ("ra-07", SCOUT)])
-    assert "canary: group canary: ra-01, ra-07" in out
+    said = f"canary (batch 1): ra-01 (1 replica of {QWEN}), ra-07 (1 replica of {SCOUT}); why: the hosts of group"
+    assert said in out
 
 
 def test_a_racks_pin_rolls_that_rack_only(site, offline, plan):

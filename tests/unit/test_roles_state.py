@@ -21,7 +21,7 @@ GRUB = ["GRUB_DEFAULT=0", 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"', 'GRUB_CMDLINE_LI
 
 
 def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None, dry: bool = False) -> list[dict]:
-    """Run ``call`` (e.g. ``roles.base.apply(config.settings)``) on the fake host ``gpu-1``;
+    """Run ``call`` (e.g. ``roles.base.apply(hostdrift.role_items(plan, 'base'))``) on the fake host ``gpu-1``;
     the JSON report's operations (``dry``: the plan's, with pyinfra's ``--dry``)."""
     inventory, deploy = tmp_path / "inventory.py", tmp_path / "deploy.py"
     host = ("@fake/gpu-1", {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": responses})
@@ -34,7 +34,18 @@ def run(tmp_path: Path, call: str, responses: dict, data: dict | None = None, dr
             import rocmfleet.roles.base, rocmfleet.roles.rocm, rocmfleet.roles.tuning
             from rocmfleet import roles
             from rocmfleet.config.settings import host_config
+            from rocmfleet.plan import hostdrift
+            from rocmfleet.plan.build import plan_host
             config = host_config({{**{DATA!r}, **{data or {}!r}}})
+            plan = plan_host("", config)
+            from pyinfra.context import host
+            from rocmfleet.facts.state import HostState
+            from rocmfleet.plan import drift, hoststate
+            from rocmfleet.converge import read_plan
+            def read(role, extra):  # as converge reads and plans: the role's items on the read's OS and kernel
+                items = hostdrift.role_items(plan, role)
+                got = host.get_fact(HostState, **hoststate.merge_queries(drift.query(items), extra, {{"os": True}}))
+                return hostdrift.role_items(read_plan(repr(config), config, got), role), got
             {call}
             """
         )
@@ -86,17 +97,17 @@ def names(operations: list[dict]) -> list[str]:
 
 
 def test_base_on_a_converged_host_calls_no_operation(tmp_path):
-    assert run(tmp_path, "roles.base.apply(config.settings)", base_state()) == []
+    assert run(tmp_path, "roles.base.apply(hostdrift.role_items(plan, 'base'))", base_state()) == []
 
 
 def test_base_rewrites_a_changed_proxy_file_and_installs_a_missing_package(tmp_path):
     responses = base_state(proxy='Acquire::http::Proxy "http://old:3128";\n', installed=("curl",))
-    operations = run(tmp_path, "roles.base.apply(config.settings)", responses)
+    operations = run(tmp_path, "roles.base.apply(hostdrift.role_items(plan, 'base'))", responses)
     assert names(operations) == ["Configure apt proxy", "Install base packages"]
 
 
 def test_base_removes_the_proxy_file_only_when_it_is_there(tmp_path):
-    call = "roles.base.apply(config.settings)"
+    call = "roles.base.apply(hostdrift.role_items(plan, 'base'))"
     assert names(run(tmp_path, call, base_state(), data={"apt_proxy": None})) == ["Remove apt proxy"]
     gone = base_state(proxy=None)
     gone["' state.sh "][1] = path("/etc/apt/apt.conf.d/80rocmfleet-proxy", None)
@@ -104,7 +115,7 @@ def test_base_removes_the_proxy_file_only_when_it_is_there(tmp_path):
 
 
 def test_base_without_a_read_state_runs_every_operation(tmp_path):
-    operations = run(tmp_path, "roles.base.apply(config.settings)", {})
+    operations = run(tmp_path, "roles.base.apply(hostdrift.role_items(plan, 'base'))", {})
     assert names(operations) == ["Make apt wait for a held dpkg lock", "Configure apt proxy", "Install base packages"]
 
 
@@ -134,7 +145,8 @@ def tuning_state(numa: str = "0", writable: bool = True, enabled: str = "enabled
     }
 
 
-TUNE = "assert roles.tuning.apply(config.tuning) == []"
+TUNED = "roles.tuning.apply(config.tuning, *read('tuning', roles.tuning.query(config.tuning)))"
+TUNE = f"assert {TUNED} == []"
 
 
 def test_tuning_on_a_converged_host_calls_no_operation(tmp_path):
@@ -151,7 +163,7 @@ def test_tuning_enables_a_disabled_unit_and_edits_grub_that_lacks_the_parameters
         **tuning_state(enabled="disabled"),
         "( test -e /etc/default/grub": GRUB[:2] + ['GRUB_CMDLINE_LINUX=""'],
     }
-    said = "assert roles.tuning.apply(config.tuning) == ['kernel command line gets iommu=pt pci=realloc=off']"
+    said = f"assert {TUNED} == ['kernel command line gets iommu=pt pci=realloc=off']"
     assert names(run(tmp_path, said, responses)) == [
         "Set the kernel command line in /etc/default/grub",
         "Regenerate the GRUB configuration",
@@ -173,7 +185,7 @@ def with_grub(lines: list[str]) -> dict[str, list[str]]:
 
 def test_tuning_reads_grub_from_the_one_read(tmp_path):
     assert run(tmp_path, TUNE, with_grub(GRUB)) == []
-    said = "assert roles.tuning.apply(config.tuning) == ['kernel command line gets iommu=pt pci=realloc=off']"
+    said = f"assert {TUNED} == ['kernel command line gets iommu=pt pci=realloc=off']"
     old = [*GRUB[:2], 'GRUB_CMDLINE_LINUX=""']
     # the operation reads the file itself when it executes
     operations = run(tmp_path, said, {**with_grub(old), "( test -e /etc/default/grub": old})
@@ -188,7 +200,11 @@ def rocm_state(amdgpu_list: str | None = "as-rendered", runs: tuple[str, ...] | 
     settings = host_config(DATA).rocm
     target = rocm.OS_TARGETS[("debian", "12")]
     what = f"ROCm {settings.rocm_version} ({settings.rocm_stream} stream), {target.name}"
-    lines = [path(rocm.KEYRING_DIR, "", "755", kind="dir"), path(rocm.CURRENT_KEYRING, None)]
+    lines = [
+        path(rocm.KEYRING_DIR, "", "755", kind="dir"),
+        path(rocm.LEGACY_KEYRING, "the key"),
+        path(rocm.CURRENT_KEYRING, None),
+    ]
     for p, body in rocm.repo_files(settings, target).items():
         if body is None:
             lines.append(path(p, None))
@@ -243,13 +259,16 @@ def converged_runs() -> list[str]:
     return lines
 
 
+ROCM = "roles.rocm.apply(config.rocm, *read('rocm', roles.rocm.query(config.rocm)))"
+
+
 def test_rocm_on_a_converged_host_calls_no_operation(tmp_path):
-    assert run(tmp_path, "roles.rocm.apply(config.rocm)", rocm_state(runs=converged_runs()), dry=True) == []
+    assert run(tmp_path, ROCM, rocm_state(runs=converged_runs()), dry=True) == []
 
 
 def test_rocm_whose_facts_the_read_could_not_tell_runs_its_operations_and_checks(tmp_path):
     # --dry: the checks' own facts are not faked here, only which operations the role calls
-    operations = run(tmp_path, "roles.rocm.apply(config.rocm)", rocm_state(), dry=True)
+    operations = run(tmp_path, ROCM, rocm_state(), dry=True)
     assert names(operations) == [
         "AMD's repo.radeon.com key",
         "Update apt lists for AMD's repositories",  # only if the key changed (_if): no command otherwise
@@ -259,6 +278,20 @@ def test_rocm_whose_facts_the_read_could_not_tell_runs_its_operations_and_checks
 
 
 def test_rocm_renders_a_changed_repository_file_and_updates_apt(tmp_path):
-    operations = run(tmp_path, "roles.rocm.apply(config.rocm)", rocm_state(amdgpu_list="deb old\n"), dry=True)
+    operations = run(tmp_path, ROCM, rocm_state(amdgpu_list="deb old\n"), dry=True)
     assert "Render /etc/apt/sources.list.d/amdgpu.list" in names(operations)
     assert "Update apt lists for AMD's repositories" in names(operations)
+
+
+def test_tuning_renders_a_changed_unit_and_sysctl_file_from_its_plan_items(tmp_path):
+    responses = tuning_state()
+    lines = responses["' state.sh "]
+    lines[0] = path(tuning.SYSCTL_FILE, "# edited by hand\n")
+    lines[1] = path(tuning.CPU_UNIT_PATH, "[Unit]\n")
+    assert names(run(tmp_path, TUNE, responses)) == [
+        f"Render {tuning.SYSCTL_FILE}",
+        f"Render {tuning.CPU_UNIT}",
+        "Reload systemd units",
+        f"Enable {tuning.CPU_UNIT}",
+        f"Run {tuning.CPU_UNIT} now",
+    ]

@@ -23,7 +23,7 @@ from rocmfleet.fleet import registry
 from rocmfleet.fleet.bench.bench import Thresholds
 from rocmfleet.fleet.bench.client import RUN, BenchClient
 from rocmfleet.fleet.rollout import batches as rbatches
-from rocmfleet.fleet.rollout import fleetimage, hoststeps
+from rocmfleet.fleet.rollout import fleetimage, hoststeps, targetimage
 from rocmfleet.fleet.rollout import report as rreport
 from rocmfleet.fleet.rollout import state as rstate
 from rocmfleet.fleet.rollout.instancestatus import InstanceStatus, parse_status, running_image
@@ -958,7 +958,7 @@ def stand_in_fleet(tmp_path, monkeypatch, prod_targets):
     def load(inventory, limit=None, overrides=None):
         data = groupdata_edit.parse(group.read_text(), str(group))
         pinned = rstate.ImageRef(**{k.removeprefix("vllm_image_"): str(data[k]) for k in groupdata_edit.IMAGE_KEYS})
-        return {n: fleetimage.with_image(t, pinned) for n, t in prod_targets.items() if not limit or n in limit}
+        return {n: targetimage.with_image(t, pinned) for n, t in prod_targets.items() if not limit or n in limit}
 
     images = {f"{r.repository}:{r.tag}": r for r in (BASE_IMAGE, SLOWER)}
 
@@ -969,7 +969,7 @@ def stand_in_fleet(tmp_path, monkeypatch, prod_targets):
 
     steps = CliSteps()
     monkeypatch.setattr(fleet_inventory, "load_targets", load)
-    monkeypatch.setattr(fleetimage, "resolve", resolve)
+    monkeypatch.setattr(targetimage, "resolve", resolve)
     monkeypatch.setattr(hoststeps, "HostSteps", lambda *args, **kwargs: steps)
     monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s, planner: [])
     return steps, group
@@ -1121,7 +1121,7 @@ def test_rollout_bake_whose_rollout_fails_at_the_canary_ends_with_the_summary(st
         tag="v0.33.0-rfcache-0123456789ab",
         digest="sha256:" + "c" * 64,
     )
-    resolve = fleetimage.resolve
+    resolve = targetimage.resolve
 
     def resolve_baked(reference, targets):
         return baked if reference == f"{baked.repository}:{baked.tag}" else resolve(reference, targets)
@@ -1131,7 +1131,7 @@ def test_rollout_bake_whose_rollout_fails_at_the_canary_ends_with_the_summary(st
         key = type("Key", (), {"short": "0123456789ab"})
         manifest = type("Manifest", (), {"files": 3})
 
-    monkeypatch.setattr(fleetimage, "resolve", resolve_baked)
+    monkeypatch.setattr(targetimage, "resolve", resolve_baked)
     monkeypatch.setattr(cachebake, "bake", lambda target, emit: Baked)
     steps.fail = {("gate", "mi300x-a01")}
     code = cli.main(["rollout", PROD, "-y", "--bake"])

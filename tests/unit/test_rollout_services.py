@@ -135,6 +135,16 @@ def test_canary_n_is_n_replicas_of_each_service(fleet_wide, offline, dry):
     planned = batches(out)
     canary = [b for c, b in planned if c]
     assert len(canary) == 2 and all(Counter(s for _h, s in b) == {QWEN: 1, SCOUT: 1} for b in canary)
+    # the headline names each canary host's replicas and why those hosts
+    hosts = f"ra-01 (1 replica of {QWEN}), ra-02 (1 replica of {QWEN}), ra-07 (1 replica of {SCOUT}), ra-08"
+    assert f"canary (batches 1-2): {hosts}" in out
+    assert "why: --canary 2: the fewest hosts, in inventory order, holding 2 replica(s) of each service" in out
+
+
+def test_a_dry_run_leaves_no_lock_and_no_results_directory(fleet_wide, offline, dry, tmp_path):
+    code, _out, err = dry(fleet_wide, "--image", IMAGE)
+    assert code == 0, err
+    assert not (tmp_path / "results").exists()  # no state directory, no .lock in it
 
 
 def test_the_canary_group_is_the_canary(fleet_wide, offline, dry):
@@ -142,7 +152,8 @@ def test_the_canary_group_is_the_canary(fleet_wide, offline, dry):
     assert code == 0, err
     planned = batches(out)
     assert planned[0] == (True, [("ra-01", QWEN), ("ra-07", SCOUT)])
-    assert "canary: group canary: ra-01, ra-07" in out
+    said = f"canary (batch 1): ra-01 (1 replica of {QWEN}), ra-07 (1 replica of {SCOUT}); why: the hosts of group"
+    assert said in out
 
 
 def test_an_unknown_canary_group_is_refused_with_the_known_groups(fleet_wide, offline, dry):
@@ -182,6 +193,16 @@ def test_per_group_pins_without_group_are_refused_naming_each_group_and_image(si
     assert offline == []  # refused before the registry or a host is asked
 
 
+def test_a_group_file_that_leaves_the_repository_out_is_named_with_the_repository_its_hosts_get(site, offline, dry):
+    for rack in "abc":  # the racks pin tag and digest only; the repository is each profile's
+        path = site / "group_vars" / f"rack_{rack}.yml"
+        path.write_text("".join(line for line in path.read_text().splitlines(True) if not line.startswith(PIN[0])))
+    code, _out, err = dry(site, "--image", IMAGE)
+    assert code == 2 and "?" not in err
+    said = "tag 0.33.0-r2, digest sha256:" + "2" * 64 + " (no vllm_image_repository here: its hosts get "
+    assert said in err and "from their profile or another file)" in err
+
+
 def test_a_group_that_pins_no_image_is_refused(site, offline, dry):
     code, _out, err = dry(site, "--image", IMAGE, "--group", "qwen")
     assert code == 2 and "--group qwen: no group file of it sets vllm_image_*" in err
@@ -204,12 +225,12 @@ def stand_ins(site, monkeypatch):
     """The site's hosts, registry and preflight replaced (tests/unit/test_rollout_runner.py's CliSteps:
     every host runs its pinned image until switched); the inventory and group files are real."""
     from rocmfleet.fleet.check import compliance
-    from rocmfleet.fleet.rollout import fleetimage, hoststeps
+    from rocmfleet.fleet.rollout import hoststeps, targetimage
     from tests.unit.test_rollout_runner import CliSteps
 
     new = rstate.ImageRef(repository="registry.example.invalid/vllm", tag="0.34.0", digest="sha256:" + "b" * 64)
     steps = CliSteps()
-    monkeypatch.setattr(fleetimage, "resolve", lambda reference, targets: new)
+    monkeypatch.setattr(targetimage, "resolve", lambda reference, targets: new)
     monkeypatch.setattr(hoststeps, "HostSteps", lambda *args, **kwargs: steps)
     monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s, planner: [])
     return steps, new
@@ -307,3 +328,51 @@ def test_a_canary_group_whose_hosts_are_all_pinned_elsewhere_is_refused(fleet_wi
     code, _out, err = dry(fleet_wide, "--image", IMAGE, "--canary-group", "canary")
     assert code == 2
     assert "--canary-group canary: none of its hosts (ra-01, ra-07) is in this rollout (each is left out above)" in err
+
+
+def test_a_dry_run_without_image_names_the_image_and_the_file_pinning_it(site, offline, dry):
+    code, out, err = dry(site, "--limit", "rack_b")
+    assert code == 0, err
+    ref = "registry.example.invalid/vllm:0.33.0-r2@sha256:" + "2" * 64
+    assert f"image: {ref} on 8 host(s), pinned by " in out
+    assert "group_vars/rack_b.yml (rack_b) (no --image: the image the group data pins)" in out
+    assert "warning" not in err
+
+
+def test_per_group_pins_without_image_are_refused_naming_each_image_and_its_file(site, offline, dry):
+    code, _out, err = dry(site)
+    assert code == 2
+    assert err.count(" on 8 host(s), pinned by ") == 3
+    for rack in "abc":
+        assert f"group_vars/rack_{rack}.yml (rack_{rack})" in err
+
+
+def test_a_dry_run_of_a_placeholder_digest_warns(fleet_wide, offline, dry):
+    from rocmfleet.config.validate import PLACEHOLDER_DIGEST
+
+    path = fleet_wide / "group_vars" / "all.yml"
+    path.write_text(path.read_text().replace("sha256:" + "1" * 64, PLACEHOLDER_DIGEST))
+    code, out, err = dry(fleet_wide)
+    assert code == 0, err
+    assert f"image: registry.example.invalid/vllm:0.33.0-r1@{PLACEHOLDER_DIGEST} on 24 host(s)" in out
+    assert "rocmfleet: warning: " in err and "the image digest is the placeholder" in err
+
+
+def test_dry_json_prints_the_plan_as_plan_image_json_does(fleet_wide, offline, capsys):
+    import json
+
+    inventory = str(fleet_wide / "inventory.py")
+    options = ["--image", IMAGE + "@sha256:" + "4" * 64, "--max-unavailable", "25%", "--canary-group", "canary"]
+    code = cli.main(["rollout", inventory, "--dry", "--json", *options])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rollout = json.loads(out)["rollout"]
+    assert rollout["canary_hosts"] == ["ra-01", "ra-07"] and rollout["canary_batches"] == 1
+    assert {s["service"]: s["max_unavailable"] for s in rollout["services"]} == {QWEN: 4, SCOUT: 2}
+    assert rollout["digest"] == "sha256:" + "4" * 64
+    assert rollout["batches"][0] == ["ra-01", "ra-07"] and sum(map(len, rollout["batches"])) == 24
+    assert cli.main(["plan", inventory, "--json", *options]) == 0
+    planned = json.loads(capsys.readouterr().out)["rollout"]
+    assert set(planned) == set(rollout)
+    for key in ("image", "digest", "hosts", "canary", "canary_hosts", "services", "batches", "canary_batches"):
+        assert planned[key] == rollout[key], key

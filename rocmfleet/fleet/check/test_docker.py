@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 def test_docker_running(host: Host) -> None:
     """docker.service is active and enabled, and ``docker info`` answers."""
     service = expect.unit_state(host, expect.DOCKER_UNIT)
-    assert service.active in expect.RUNNING, f"docker.service is {service.active}, not active"
+    # `reloading` is not yet as wanted: systemd has not seen the reload end (the other checks still
+    # run then: dockerd serves through a reload, expect.RUNNING)
+    assert service.active == "active", f"docker.service is {service.active}, not active"
     assert service.enabled == "enabled", f"docker.service is {service.enabled}, not enabled"
     info = expect.docker_info(host)
     assert info.rc == 0, f"docker info failed: {info.stderr.strip()}"

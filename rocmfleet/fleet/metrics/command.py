@@ -1,6 +1,8 @@
 """``rocmfleet metrics targets INVENTORY [-o FILE]``: the fleet's Prometheus ``file_sd`` targets.
 
-The inventory is validated as ``rocmfleet validate`` does (every problem at once, exit 2); no host
+The inventory is validated as ``rocmfleet validate`` does (every problem at once, exit 2), with
+inline ``!vault`` values read by name only, as ``rocmfleet plan`` reads them: no target holds a
+secret, so no vault password is asked for (a group file encrypted whole still needs it); no host
 is contacted. The JSON goes to standard output (also with ``-o -``, as ``check --json -``), or with
 ``-o`` to FILE, written whole (:func:`rocmfleet.plan.targetsfile.write_atomic`), and one
 line says what it holds. FILE must end in ``.json``, ``.yml`` or ``.yaml``
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from rocmfleet.config.groupvars import secrets_by_name
 from rocmfleet.domain.metrics import file_sd_name_problem
 from rocmfleet.fleet.inventory import FleetError, load_fleet
 from rocmfleet.plan import metricstargets as targets
@@ -58,7 +61,8 @@ def run(inventory: str, output: str | None, out: TextIO | None = None, err: Text
         print(f"rocmfleet: {problem}", file=err)
         return EXIT_NOT_WRITTEN
     try:
-        fleet = load_fleet(inventory)
+        with secrets_by_name():  # no secret is in a target: no vault password needed (as `rocmfleet plan`)
+            fleet = load_fleet(inventory)
     except FleetError as exc:
         print(f"rocmfleet: {exc}", file=err)
         return EXIT_NOT_WRITTEN

@@ -3,7 +3,7 @@
 The two existing commands, one after the other, nothing new in between:
 
 1. the **base image** is ``--image REPO:TAG`` (its digest resolved once from the registry,
-   :func:`rocmfleet.fleet.rollout.fleetimage.resolve`) or, without it, what the group data pins now; a base
+   :func:`rocmfleet.fleet.rollout.targetimage.resolve`) or, without it, what the group data pins now; a base
    that is itself baked (its tag ends in ``-rfcache-<key>``) is refused: a bake starts from the
    image without caches;
 2. ``rocmfleet cache bake`` (:func:`rocmfleet.fleet.cache.cachebake.bake`) on the **canary**: the

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmfleet.config.groupdata_edit import IMAGE_KEYS, parse, unified_diff
+from rocmfleet.config.validate import placeholder_warning
 from rocmfleet.domain.soak import format_duration
 from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.bench import benchrun
 from rocmfleet.fleet.bench.runs import new_run_id
 from rocmfleet.fleet.check import compliance
 from rocmfleet.fleet.check.planner import plan_target
-from rocmfleet.fleet.rollout import fleetimage, hoststeps, rolloutplan
+from rocmfleet.fleet.rollout import fleetimage, hoststeps, rolloutplan, targetimage
 from rocmfleet.fleet.rollout.batches import PlanError
 from rocmfleet.fleet.rollout.fleetimage import CommandError
 from rocmfleet.fleet.rollout.hoststeps import CHECK_TIMEOUT_S
@@ -33,6 +34,7 @@ from rocmfleet.fleet.rollout.report import markdown_report
 from rocmfleet.fleet.rollout.rolloutplan import Groups as Groups
 from rocmfleet.fleet.rollout.runner import Runner
 from rocmfleet.fleet.rollout.soakmetrics import MetricsSoak
+from rocmfleet.fleet.rollout.soakmetrics import prometheus_url as prometheus_url
 from rocmfleet.fleet.rollout.state import (
     DataEdit,
     HostState,
@@ -51,6 +53,7 @@ from rocmfleet.fleet.rollout.state import (
 )
 from rocmfleet.fleet.rollout.steps import RETRIES, StepError, step_failure
 from rocmfleet.fleet.target import Target, parallel
+from rocmfleet.plan.model import RolloutPlan
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,13 @@ class StartOptions:
             preflight check, and change nothing: no group file, no state file, no host.
         confirm: asked with the plan's one-line summary before anything changes; False stops
             with nothing changed. None: no question (``-y``, or no terminal to ask on).
+        on_plan: with ``dry``, told the plan (``rollout --dry --json`` prints it), the object
+            ``rocmfleet plan --image --json`` prints as its ``rollout``.
     """
 
     dry: bool = False
     confirm: Callable[[str], bool] | None = None
+    on_plan: Callable[[RolloutPlan], None] | None = None
 
 
 def _finish(state: RolloutState, path: Path, code: int, emit: Emit, error: Emit = to_stderr) -> int:
@@ -130,8 +136,11 @@ def run_rollout(
     checked: Kind = "rollout" if kind == "rollout" else "restart"
     root = results_root(results_dir, inventory)
     path = state_path(root, inventory)
+    # A new rollout's --dry changes nothing: it takes no lock (which would leave the results
+    # directory and the lock file behind); a recorded one's --resume/--rollback always does.
+    dry_only = start.dry and not (resume or rollback)
     try:
-        with run_lock(path):
+        with contextlib.nullcontext() if dry_only else run_lock(path):
             return _run_rollout(
                 inventory, checked, image, canary, max_unavailable, force, resume, rollback, limit, root, path,
                 emit, progress_factory, say_error, start, RETRIES if retries is None else retries, soak, groups,
@@ -236,24 +245,6 @@ def _soak_words(soak: SoakPlan) -> str:
     return f"{'every batch' if soak.every_batch else 'the canary'} for {format_duration(soak.duration_s)}"
 
 
-def prometheus_url(targets: Mapping[str, Target]) -> str | None:
-    """The ``metrics_prometheus_url`` the soak reads: one value for every host of the rollout.
-
-    Raises:
-        CommandError: the hosts name different ones (or some none): which hosts have which.
-    """
-    urls: dict[str | None, list[str]] = {}
-    for name, target in targets.items():
-        urls.setdefault(target.config.metrics.metrics_prometheus_url, []).append(name)
-    if len(urls) > 1:
-        said = "; ".join(f"{url or 'unset'} for {', '.join(names)}" for url, names in urls.items())
-        raise CommandError(
-            f"--soak: the hosts name different metrics_prometheus_url values: {said}; one soak compares "
-            "hosts over one source: set one value for all of them, or unset it on all to read their /metrics directly"
-        )
-    return next(iter(urls), None)
-
-
 def _runner(
     state: RolloutState,
     path: Path,
@@ -314,7 +305,7 @@ def _continue(
         raise CommandError(f"hosts of rollout {state.id} are no longer in {inventory}: {', '.join(missing)}")
     targets = {name: targets[name] for name in state.hosts}
     if state.kind == "rollout" and state.target is not None and not rollback:
-        targets = {name: fleetimage.with_image(t, state.target) for name, t in targets.items()}
+        targets = {name: targetimage.with_image(t, state.target) for name, t in targets.items()}
     runner, progress = _runner(state, path, targets, inventory, emit, progress_factory, error, retries)
     if rollback:
         code = _drive(progress, lambda: runner.roll_back(None))
@@ -356,7 +347,7 @@ def _start(
     wanted_ref = None
     if image:
         try:
-            wanted_ref = fleetimage.resolve(image, targets)
+            wanted_ref = targetimage.resolve(image, targets)
             emit(f"{image} is {wanted_ref.digest} (resolved once; every host gets this digest)")
         except fleetimage.Unconfirmed as exc:
             if not start.dry:
@@ -395,21 +386,26 @@ def _start(
         target = None
     else:  # a host whose image is not confirmed (--dry) is planned as switching
         hosts = [n for n in scope if n not in before or wanted[n].digest != before[n].digest]
-        distinct = {wanted[n].reference for n in hosts}
-        if len(distinct) > 1:
+        said = fleetimage.image_lines({n: wanted[n] for n in hosts}, {n: targets[n].groups for n in hosts})
+        if len(said) > 1:
             raise CommandError(
-                f"the hosts want different images ({', '.join(sorted(distinct))}); roll out one at a time with "
-                "--limit, or pin one group's image with --image REF --group NAME"
+                f"the hosts want different images ({'; '.join(s.removeprefix('image: ') for s in said)}); roll out "
+                "one at a time with --limit GROUP, or pin one group's image with --image REF --group NAME"
             )
         target = wanted[hosts[0]] if hosts else wanted_ref
+        if image is None:  # which image the data pins, and where: no --image names it
+            for line in said:
+                emit(f"{line} (no --image: the image the group data pins)")
         if not hosts:
             emit(f"every host already runs {target.reference if target else 'what the data says'}: nothing to roll out")
             if not wanted_ref:
                 return 0
+    if image is None and (warning := placeholder_warning({n: targets[n].config for n in hosts})):
+        error(f"rocmfleet: warning: {warning}")  # as the deploy's own inventory load warns
     checked = [n for n in hosts if n in before]
     unread = f" ({len(hosts) - len(checked)} not reached: not checked)" if len(checked) < len(hosts) else ""
     emit(f"preflight: rocmfleet check --select gpu,vllm on {len(checked)} host(s){unread}")
-    current = [fleetimage.with_image(targets[n], before[n]) for n in checked]
+    current = [targetimage.with_image(targets[n], before[n]) for n in checked]
     modules = list(compliance.GATE_MODULES)
     results = compliance.run_fleet(current, modules, CHECK_TIMEOUT_S, planner=plan_target) if current else []
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
@@ -427,16 +423,21 @@ def _start(
     planned = rolloutplan.plan(hosts, replicas, max_unavailable, count, canary_hosts)
     batches = planned.batches
     summary = f"{kind} of {rolloutplan.counted(planned, len(hosts))}"
-    if batches:
-        for line in rolloutplan.lines(planned, replicas, count, groups.canary):
-            emit(line)
-        if soak is not None:
-            emit(f"soak: {_soak_words(soak)}, in service on the new image, then compared with the hosts not yet "
-                 "switched")  # fmt: skip
+    shown = rolloutplan.lines(planned, replicas, count, groups.canary) if batches else []
+    for line in shown:
+        emit(line)
+    if batches and soak is not None:
+        emit(f"soak: {_soak_words(soak)}, in service on the new image, then compared with the hosts not yet "
+             "switched")  # fmt: skip
     if start.dry:
         for line in unconfirmed:
             emit(f"--dry: {line}")
         emit(f"--dry: {summary if hosts else 'no host to switch'}; nothing was changed")
+        if start.on_plan is not None:
+            ref = target or (wanted[hosts[0]] if hosts else None)  # a restart's: the hosts' own image
+            pin = str(edit[0]) if edit is not None else ""
+            shown_image = (image or (ref.reference if ref else ""), ref.digest if ref else "")
+            start.on_plan(rolloutplan.as_plan(planned, hosts, shown_image, groups, pin, count, [*shown, summary]))
         return 0
     if start.confirm is not None and not start.confirm(f"start this {summary}?"):
         raise CommandError("not confirmed; nothing was changed")

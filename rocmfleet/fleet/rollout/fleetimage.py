@@ -1,23 +1,21 @@
 """The fleet's image: an image pinned on the hosts (:func:`rocmfleet.fleet.inventory.load_targets`
-loads them), its digest from the registry, and the group data file that pins it (edited by a
-rollout's ``--image``, put back when it fails). :class:`CommandError`: a command that cannot start
-(exit 2).
+loads them) and the group data file that pins it (edited by a rollout's ``--image``, put back when
+it fails). :class:`CommandError`: a command that cannot start (exit 2). Its digest from the
+registry, asked with the hosts' registry settings, and a host with an image pinned are
+:mod:`rocmfleet.fleet.rollout.targetimage`'s (this module takes no host's configuration).
 """
 
 from __future__ import annotations
 
-import urllib.error
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 from rocmfleet.config import groupvars
 from rocmfleet.config.groupdata_edit import IMAGE_KEYS, EditError, holders, parse, set_keys, unified_diff, unset_keys
 from rocmfleet.config.profiles import Image
-from rocmfleet.fleet.registry import RegistryError, docker_config_credentials, parse_image, resolve_digest
+from rocmfleet.fleet.registry import parse_image
 from rocmfleet.fleet.rollout.progress import Emit, to_stderr
 from rocmfleet.fleet.rollout.state import DataEdit, ImageRef
-from rocmfleet.fleet.target import Target
 
 
 class CommandError(RuntimeError):
@@ -34,54 +32,58 @@ class Unconfirmed(CommandError):
         self.why = why
 
 
-def with_image(target: Target, image: ImageRef) -> Target:
-    """``target`` with ``image`` pinned in its configuration."""
-    config = target.config
-    pinned = config.image.model_copy(update={"repository": image.repository, "tag": image.tag, "digest": image.digest})
-    return replace(target, config=replace(config, image=pinned))
-
-
-def resolve(reference: str, targets: Mapping[str, Target]) -> ImageRef:
-    """``REPO:TAG`` to an :class:`~rocmfleet.fleet.rollout.state.ImageRef`, the digest from the registry (once).
-
-    The hosts' ``docker_insecure_registries`` say which registries speak plain HTTP, their
-    ``docker_registry_auth`` the credentials, else the control machine's ``docker login``
-    (:func:`~rocmfleet.fleet.registry.docker_config_credentials`).
-
-    Raises:
-        CommandError: a malformed reference or a registry that cannot say the digest.
-    """
-    try:
-        name = parse_image(reference)
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
-    insecure = sorted({r for t in targets.values() for r in t.config.settings.docker_insecure_registries})
-    credentials = None
-    for t in targets.values():
-        for auth in t.config.settings.docker_registry_auth:
-            if auth.registry in (name.registry, f"https://{name.registry}", f"http://{name.registry}"):
-                credentials = (auth.username, auth.password.reveal())
-    credentials = credentials or docker_config_credentials(name.registry)  # `docker login` on this machine
-    try:
-        digest = resolve_digest(name, insecure, credentials)
-    except RegistryError as exc:
-        cause = exc.__context__  # what the registry module turned into a RegistryError
-        unreachable = isinstance(cause, OSError) and not isinstance(cause, urllib.error.HTTPError)
-        why = f"registry unreachable ({exc})" if unreachable else f"the registry did not confirm it ({exc})"
-        raise Unconfirmed(f"cannot resolve {reference}: {exc}", why) from None
-    return ImageRef(repository=name.repository, tag=name.tag, digest=digest)
-
-
-def _pinned(text: str, path: str) -> str:
-    """What a group file pins, ``repository:tag@digest`` with what it sets (``?`` for a key it leaves out)."""
+def _pinned(text: str, path: str, running: Collection[Image] = ()) -> str:
+    """What a group file pins: ``repository:tag@digest`` when it sets all three; else what it sets and,
+    for each key it leaves out, what its hosts run (``running``: their images), e.g. ``tag 1.0, digest
+    sha256:... (no vllm_image_repository here: its hosts get docker.io/vllm/x from their profile or
+    another file)``, or that they are not known."""
     data = parse(text, path)
-    repository, tag, digest = (str(data[k]) if k in data else "?" for k in IMAGE_KEYS)
-    return f"{repository}:{tag}@{digest}"
+    fields = dict(zip(IMAGE_KEYS, ("repository", "tag", "digest"), strict=True))
+    if all(k in data for k in IMAGE_KEYS):
+        return f"{data[IMAGE_KEYS[0]]}:{data[IMAGE_KEYS[1]]}@{data[IMAGE_KEYS[2]]}"
+    sets = ", ".join(f"{fields[k]} {data[k]}" for k in IMAGE_KEYS if k in data)
+    missing = []
+    for key in (k for k in IMAGE_KEYS if k not in data):
+        values = sorted({str(getattr(image, fields[key])) for image in running})
+        got = f"its hosts get {' or '.join(values)}" if values else "its hosts get it"
+        missing.append(f"no {key} here: {got} from their profile or another file")
+    return f"{sets} ({'; '.join(missing)})"
 
 
 def _names(loaded: groupvars.GroupFile) -> list[str]:
     """The inventory groups a group file gives data to: the names its load is assigned to, else its stem."""
     return list(groupvars.assigned_to(loaded)) or [loaded.group]
+
+
+def pinned_by(groups: Collection[str]) -> list[str]:
+    """The group data files (as loaded, in load order) that set ``vllm_image_*`` for any of
+    ``groups`` (inventory groups; ``all``'s file for any), each as ``FILE (GROUP, ...)``: where a
+    host of those groups has its image from, unless its own data or the inventory file pins it."""
+    loaded = [g for g in groupvars.LOADED if not g.fatal]
+    files = {str(g.path): g.path.read_text() for g in loaded}
+    found = holders(files)
+    return [
+        f"{groupvars.display(g.path)} ({', '.join(_names(g))})"
+        for g in loaded
+        if str(g.path) in found and set(_names(g)) & {*groups, "all"}  # every host is in group all
+    ]
+
+
+def image_lines(wanted: Mapping[str, ImageRef], groups_of: Mapping[str, Collection[str]]) -> list[str]:
+    """Which image(s) a rollout without ``--image`` rolls: one ``image: REF on N host(s), pinned by
+    FILE (GROUPS)`` line per distinct image of ``wanted`` (``{host: the image its data pins}``, in
+    inventory order), its files from :func:`pinned_by` over those hosts' groups (``host data or the
+    inventory file`` when no group file does)."""
+    by_image: dict[str, list[str]] = {}
+    for name, ref in wanted.items():
+        by_image.setdefault(ref.reference, []).append(name)
+    said = []
+    for reference, names in by_image.items():
+        files = pinned_by({g for n in names for g in groups_of.get(n, ())})
+        said.append(
+            f"image: {reference} on {len(names)} host(s), pinned by {'; '.join(files) or 'host data or the inventory'}"
+        )
+    return said
 
 
 def unconfirmed_ref(reference: str) -> ImageRef:
@@ -98,13 +100,19 @@ def unconfirmed_ref(reference: str) -> ImageRef:
     return ImageRef(repository=name.repository, tag=name.tag, digest=name.digest or "<not confirmed>")
 
 
-def pin_file(group: str | None = None) -> tuple[Path, str]:
+def pin_file(
+    group: str | None = None,
+    groups_of: Mapping[str, Collection[str]] | None = None,
+    images: Mapping[str, Image] | None = None,
+) -> tuple[Path, str]:
     """Which group data file takes the image, and its text now (read from the files the inventory
     loaded; nothing is connected to).
 
     Args:
         group: ``--group``: the inventory group whose file's pin is rolled (a site that pins the
             image per group); ``None``: the one file that pins it for the whole fleet.
+        groups_of, images: ``{host: its groups}`` and ``{host: its image}``: a refusal names, for a
+            key a pinning file leaves out, the value its groups' hosts run (``None``: says it is not there).
 
     Raises:
         CommandError: several files pin the image and no ``group`` is given (each file, its groups
@@ -113,8 +121,14 @@ def pin_file(group: str | None = None) -> tuple[Path, str]:
     loaded = [g for g in groupvars.LOADED if not g.fatal]  # every group file the inventory read, in order
     files = {str(g.path): g.path.read_text() for g in loaded}
     found = holders(files)
+
+    known = images or {}
+
+    def running(names: list[str]) -> list[Image]:
+        return [known[h] for h, groups in (groups_of or {}).items() if set(names) & {*groups, "all"} and h in known]
+
     pins = "; ".join(
-        f"{', '.join(_names(g))} ({g.path}): {_pinned(files[str(g.path)], str(g.path))}"
+        f"{', '.join(_names(g))} ({g.path}): {_pinned(files[str(g.path)], str(g.path), running(_names(g)))}"
         for g in loaded
         if str(g.path) in found
     )
@@ -197,7 +211,7 @@ def pinned_hosts(
             elsewhere (nothing to roll).
     """
     hosts = group_hosts(group, groups_of, "--group", inventory) if group is not None else list(groups_of)
-    path, text = pin_file(group)
+    path, text = pin_file(group, groups_of, images)
     try:
         data = parse(text, str(path))
     except EditError as exc:

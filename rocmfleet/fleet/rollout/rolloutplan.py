@@ -27,6 +27,7 @@ from rocmfleet.fleet.rollout.fleetimage import CommandError, group_hosts, pin_fi
 from rocmfleet.fleet.rollout.progress import Emit
 from rocmfleet.fleet.target import Target
 from rocmfleet.plan import services
+from rocmfleet.plan.model import RolloutPlan, ServiceBound
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,9 @@ def scope(
             f"--canary-group {groups.canary}: none of its hosts ({', '.join(canary_hosts)}) is in this {kind} "
             f"({outside}); name a canary group among its hosts"
         )
-    pin = pin_file(groups.pin) if image else None  # which file takes the pin, refused before any connection
+    pin = (
+        pin_file(groups.pin, groups_of, images) if image else None
+    )  # which file takes the pin, refused before any connection
     return Scope(hosts, canary_hosts, 1 if canary is None else canary, pin)
 
 
@@ -224,8 +227,7 @@ def lines(
         )
     ]
     if planned.canary or canary_group:
-        where = f"group {canary_group}" if canary_group else f"{canary} replica(s) of each service"
-        said.append(f"canary: {where}: {', '.join(planned.canary) or 'no host to switch'}")
+        said.append(canary_line(planned, replicas, canary, canary_group))
     for host, over in planned.oversized.items():
         what = ", ".join(f"{n} replicas of {s} (at most {planned.bounds[s]})" for s, n in over.items())
         said.append(f"{host} holds {what}: a host switches whole, so it goes in a batch of its own")
@@ -246,6 +248,46 @@ def lines(
     return said
 
 
+def canary_line(
+    planned: Planned, replicas: Mapping[str, Mapping[str, int]], canary: int = 1, canary_group: str | None = None
+) -> str:
+    """The canary as printed: which replicas of which services, on which hosts, and why those.
+
+    ``canary (batch 1): ra-01 (1 replica of qwen), ra-07 (1 replica of scout); why: --canary 1
+    (the default): the fewest hosts, in inventory order, holding 1 replica of each service``;
+    ``--canary-group canary`` says ``why: the hosts of group canary (--canary-group)``. A host
+    switches whole, so it brings every replica it holds; a service with no replica there is named
+    (``none of scout: its first replicas switch after the canary``).
+    """
+    if not planned.canary:
+        return f"canary: group {canary_group}: no host of it to switch" if canary_group else "canary: none"
+    batches = planned.canary_batches
+    where = "batch 1" if batches == 1 else f"batches 1-{batches}"
+
+    def held(host: str) -> str:
+        counts = replicas.get(host, {})
+        if not counts:
+            return f"{host} (no instance)"
+        return f"{host} ({', '.join(f'{n} replica{_plural(n)} of {s}' for s, n in counts.items())})"
+
+    if canary_group:
+        why = f"the hosts of group {canary_group} (--canary-group {canary_group}) that switch"
+    else:
+        default = " (the default)" if canary == 1 else ""
+        why = (
+            f"--canary {canary}{default}: the fewest hosts, in inventory order, holding {canary} "
+            "replica(s) of each service (a host switches whole, with every replica it holds)"
+        )
+    covered = {s for h in planned.canary for s in replicas.get(h, {})}
+    missing = [s for s in planned.totals if s not in covered]
+    none = f"; none of {', '.join(missing)}: its replicas first switch after the canary" if missing else ""
+    return f"canary ({where}): {', '.join(held(h) for h in planned.canary)}; why: {why}{none}"
+
+
+def _plural(count: int) -> str:
+    return "" if count == 1 else "s"
+
+
 def counted(planned: Planned, hosts: int) -> str:
     """``24 host(s) in 8 batch(es), at most 4 of A, 2 of B out of service at once`` (one service:
     ``at most 1 replica(s) out of service at once``)."""
@@ -254,3 +296,35 @@ def counted(planned: Planned, hosts: int) -> str:
     else:
         bound = "at most " + ", ".join(f"{n} of {s}" for s, n in planned.bounds.items()) + " out of service at once"
     return f"{hosts} host(s) in {len(planned.batches)} batch(es), {bound}"
+
+
+def as_plan(
+    planned: Planned,
+    hosts: Sequence[str],
+    image: tuple[str, str],
+    groups: Groups,
+    pin: str,
+    canary: int,
+    shown: Sequence[str],
+) -> RolloutPlan:
+    """``planned`` as the :class:`~rocmfleet.plan.model.RolloutPlan` that ``rocmfleet plan --image
+    --json`` prints (``rollout --dry --json`` prints the same object).
+
+    Args:
+        hosts: the hosts that switch, inventory order; ``image``: (the reference rolled, its digest
+            or why it is not known); ``pin``: the group data file that pins it (``""``: none edited).
+        canary: ``--canary N`` (said when no ``--canary-group``); ``shown``: the plan's lines as printed.
+    """
+    return RolloutPlan(
+        image=image[0],
+        digest=image[1],
+        group=groups.pin,
+        pin_file=pin,
+        hosts=tuple(hosts),
+        canary=f"group {groups.canary}" if groups.canary else f"{canary} replica(s) of each service",
+        canary_hosts=tuple(planned.canary),
+        services=tuple(ServiceBound(s, planned.totals[s], n) for s, n in planned.bounds.items()),
+        batches=tuple(tuple(batch) for batch in planned.batches),
+        canary_batches=planned.canary_batches,
+        lines=tuple(shown),
+    )

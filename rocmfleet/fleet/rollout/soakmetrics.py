@@ -15,13 +15,14 @@ Two sources (:mod:`rocmfleet.fleet.rollout.soak` says what is compared and how i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
 from rocmfleet.fleet.connect import Result
 from rocmfleet.fleet.metrics import promapi, read
 from rocmfleet.fleet.metrics.window import Counts, SeriesKey, difference, figures, snapshot, tpot_metric
+from rocmfleet.fleet.rollout.fleetimage import CommandError
 from rocmfleet.fleet.rollout.soak import DIRECT, OTHERS, SOAKED, judge
 from rocmfleet.fleet.rollout.state import SoakResult
 from rocmfleet.fleet.rollout.steps import step_failure
@@ -188,3 +189,21 @@ class MetricsSoak:
             thresholds={k: float(v) for k, v in thresholds.model_dump().items()},
             notes=list(dict.fromkeys(notes)),
         )
+
+
+def prometheus_url(targets: Mapping[str, Target]) -> str | None:
+    """The ``metrics_prometheus_url`` the soak reads: one value for every host of the rollout.
+
+    Raises:
+        CommandError: the hosts name different ones (or some none): which hosts have which.
+    """
+    urls: dict[str | None, list[str]] = {}
+    for name, target in targets.items():
+        urls.setdefault(target.config.metrics.metrics_prometheus_url, []).append(name)
+    if len(urls) > 1:
+        said = "; ".join(f"{url or 'unset'} for {', '.join(names)}" for url, names in urls.items())
+        raise CommandError(
+            f"--soak: the hosts name different metrics_prometheus_url values: {said}; one soak compares "
+            "hosts over one source: set one value for all of them, or unset it on all to read their /metrics directly"
+        )
+    return next(iter(urls), None)

@@ -3,19 +3,20 @@ the rollout recorded."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rocmfleet import scripts
-from rocmfleet.facts.state import parse_state, state_args
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.facts.state import Gathered, parse_state, state_args
 from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.rollout import hoststeps
 from rocmfleet.fleet.rollout.instancestatus import InstanceStatus
 from rocmfleet.fleet.rollout.state import RolloutState, load_state, results_root, state_path
 from rocmfleet.fleet.rollout.steps import StepError, step_failure
 from rocmfleet.fleet.target import parallel
-from rocmfleet.plan import hostdrift, hoststate, vllmplan
 
 #: Seconds the ``HostState`` read of a host may take (its GPU topology script runs under ``timeout 20``).
 STATE_TIMEOUT_S = 120
@@ -24,13 +25,32 @@ STATE_TIMEOUT_S = 120
 #: ``(role, reasons)`` per role of a host (:func:`rocmfleet.plan.hostdrift.role_drift`, said per item).
 RoleDrift = tuple[tuple[str, tuple[str, ...]], ...]
 
+#: A host's drift: ``({instance: [reasons]}, ((role, (reasons...)), ...), plan problem)`` (an empty
+#: list or tuple: as wanted; the problem ``""`` when the host's plan has none).
+HostDrift = tuple[dict[str, list[str]], RoleDrift, str]
 
-def read_drift(steps: hoststeps.HostSteps, host: str) -> tuple[dict[str, list[str]], RoleDrift, str]:
+
+@dataclass(frozen=True)
+class DriftRule:
+    """The plan's rules the status applies to one ``HostState`` read, passed in by the command
+    (:mod:`rocmfleet.cli.status`), so that the fleet's reads do not stack on the host's planning.
+
+    ``query(config) -> {state_args keyword: value}``: what the read asks (the vllm role's items and
+    the host's plan's); ``instances(config, got, host) -> {instance: [reasons]}``: why the deploy would
+    change each instance (``ValueError``: a read it cannot judge); ``roles(host, config, got) ->
+    (RoleDrift, plan problem)``: every role's drift from the host's plan, planned from ``config`` on
+    the topology, device group ids and OS of ``got``.
+    """
+
+    query: Callable[[HostConfig], Mapping[str, Any]]
+    instances: Callable[[HostConfig, Gathered, str], dict[str, list[str]]]
+    roles: Callable[[str, HostConfig, Gathered], tuple[RoleDrift, str]]
+
+
+def read_drift(steps: hoststeps.HostSteps, host: str, rule: DriftRule) -> HostDrift:
     """Per instance of ``host``, why the deploy would change it, and every role's drift: one
-    ``HostState`` read over ``steps``' connection asking the vllm role's items
-    (:func:`rocmfleet.plan.vllmplan.query`) and the host's plan's (:func:`rocmfleet.plan.hostdrift.read_query`),
-    planned from the host's validated configuration (``steps.targets[host].config``) on the
-    topology, device group ids and OS that read shows (:func:`rocmfleet.plan.hostdrift.host_plan`).
+    ``HostState`` read over ``steps``' connection asking ``rule.query`` of the host's validated
+    configuration (``steps.targets[host].config``), judged by ``rule.instances`` and ``rule.roles``.
 
     Returns:
         ``({instance: [reasons]}, ((role, (reasons...)), ...), plan problem)`` (an empty list or
@@ -41,26 +61,28 @@ def read_drift(steps: hoststeps.HostSteps, host: str) -> tuple[dict[str, list[st
             non-zero or prints what the parser refuses, the GPU topology cannot be read).
     """
     config = steps.targets[host].config
-    query: dict[str, Any] = hoststate.merge_queries(vllmplan.query(config), hostdrift.read_query(config))
-    command = scripts.command("state.sh", *state_args(**query))
+    command = scripts.command("state.sh", *state_args(**rule.query(config)))
     result = steps.run(host, command, STATE_TIMEOUT_S, "drift")
     if result.exit_status != 0:
         raise StepError("drift", f"{host}: state.sh exited {result.exit_status}: {result.stderr.strip()[-300:]}")
     try:  # a file's stray byte is one U+FFFD in its own text, as in the check's read
         got = parse_state(result.stdout_bytes.decode("utf-8", "replace").splitlines())
-        instances = vllmplan.instance_drift(config, got, host)
+        instances = rule.instances(config, got, host)
     except ValueError as exc:
         raise StepError("drift", f"{host}: {exc}") from None
-    plan = hostdrift.host_plan(host, config, got)
-    roles = hostdrift.as_dict(hostdrift.role_drift(plan, got))
-    return instances, tuple((role, tuple(why)) for role, why in roles.items()), plan.problem
+    roles, problem = rule.roles(host, config, got)
+    return instances, roles, problem
 
 
 def fleet_status(
-    inventory: str, limit: list[str] | None = None, results_dir: str | None = None, exclude: list[str] | None = None
+    inventory: str,
+    rule: DriftRule,
+    limit: list[str] | None = None,
+    results_dir: str | None = None,
+    exclude: list[str] | None = None,
 ) -> tuple[list[InstanceStatus], RolloutState | None]:
     """``rocmfleet status``: every instance of every host (unit, image, ready, uptime, drift, its host's
-    drift per role: :attr:`InstanceStatus.roles`) and any rollout recorded.
+    drift per role: :attr:`InstanceStatus.roles`, judged by ``rule``) and any rollout recorded.
 
     One connection per host carries its reads (:meth:`~rocmfleet.fleet.rollout.hoststeps.HostSteps.connected`).
     A host that cannot be read gets one row with ``error`` (nothing raised); a host whose
@@ -83,7 +105,7 @@ def fleet_status(
                 _now, instances, _started = steps.observe(name)
                 ready = steps.ready(name)
                 try:
-                    drift, roles, problem = read_drift(steps, name)
+                    drift, roles, problem = read_drift(steps, name, rule)
                 except Exception as exc:  # noqa: BLE001 - the rows stay, without their drift
                     failed = step_failure(exc)
         except Exception as exc:  # noqa: BLE001 - a failure on one host is reported, not raised
