@@ -499,13 +499,13 @@ def test_the_check_input_holds_each_hosts_plan_and_ssh_and_no_configuration_nor_
 def test_the_check_modules_never_read_the_configuration():
     """No module of the check process imports the configuration layer but for the SSH settings
     (``config.connection``), nor re-plans a host (``plan.build``, ``plan.hostdrift``'s planning,
-    ``plan.hoststate``): the control side (``compliance``, ``hostplan``, ``planner``) does."""
+    ``plan.hoststate``): the control side (``compliance``, ``hostplan``, given ``plan_host``) does."""
     import ast
     from pathlib import Path
 
     from rocmfleet.fleet import check
 
-    control = {"compliance.py", "hostplan.py", "planner.py"}
+    control = {"compliance.py", "hostplan.py"}
     found = []
     for path in sorted(Path(check.__file__).parent.glob("*.py")):
         if path.name in control:

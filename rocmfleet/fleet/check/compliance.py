@@ -6,8 +6,8 @@ at all (``--parallel`` hosts at a time): an unreachable host is one failed check
 ``host::reachable``, not a page of connection errors. The same connection reads the facts the
 host's plan is made on (its GPU topology, device group ids, OS:
 :func:`rocmfleet.fleet.check.hostplan.reach_and_read`), and the host is planned here
-(the caller's :data:`~rocmfleet.fleet.check.hostplan.Planner`,
-:func:`rocmfleet.fleet.check.planner.plan_target`). The reachable hosts are then dealt, in
+(the caller's :data:`~rocmfleet.fleet.check.hostplan.Planner`:
+:func:`rocmfleet.plan.build.plan_host`). The reachable hosts are then dealt, in
 inventory order, into at most ``--parallel`` ``pytest`` processes (:func:`groups`), run at once:
 one process checks its hosts in turn (testinfra's ``--hosts``, one module-scoped parameter per
 host), so the cost of starting pytest and importing the suite is paid once per process, not once
@@ -218,7 +218,7 @@ def run_group(
         on_host: called with ``(host, results)`` of each host as soon as its last check ends.
         facts: what each host's plan is made on, by name, as the reachability probe read them;
             a host without them is read here (:func:`rocmfleet.fleet.check.hostplan.facts_of`).
-        planner: plans a host on its facts (:func:`rocmfleet.fleet.check.planner.plan_target`).
+        planner: plans a host on its facts (:func:`rocmfleet.plan.build.plan_host`).
 
     Returns:
         Every check's result, host by host in the order of ``targets``. A process cut off by its
@@ -237,7 +237,8 @@ def run_group(
     with tempfile.TemporaryDirectory(prefix="rocmfleet-check-") as tmp:  # mode 0700
         report_file, data = Path(tmp, "report.jsonl"), Path(tmp, "expect.json")
         with os.fdopen(os.open(data, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as out:
-            plans = {t.name: (t.ssh, planner(t, (facts or {}).get(t.name) or hostplan.facts_of(t))) for t in targets}
+            read = {t.name: (facts or {}).get(t.name) or hostplan.facts_of(t) for t in targets}
+            plans = {t.name: (t.ssh, planner(t.name, t.config, read[t.name])) for t in targets}
             out.write(hostplan.check_input(plans))
         report_file.touch(0o600)
         env = {**os.environ, checkfile.FILE_ENV: str(data), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -338,7 +339,7 @@ def run_fleet(
         parallel: reachability probes and pytest processes at once.
         on_host: called with each host's results (reachability first) as the host finishes.
         planner: plans a host on the facts its reachability probe read
-            (:func:`rocmfleet.fleet.check.planner.plan_target`).
+            (:func:`rocmfleet.plan.build.plan_host`).
     """
     paths = module_paths(select)
     lock = threading.Lock()  # one host's lines together

@@ -1,8 +1,8 @@
 """The control side of ``rocmfleet check``: the facts each host's plan is made on, and the check processes' input.
 
 A check process never reads or rebuilds a host's configuration: ``rocmfleet check`` plans each host
-in its own process (:data:`Planner`, :func:`rocmfleet.fleet.check.planner.plan_target`:
-:func:`rocmfleet.plan.build.plan_host`, the one reader of a host's validated configuration) on the
+in its own process (:data:`Planner`: :func:`rocmfleet.plan.build.plan_host`, the one reader of a
+host's validated configuration) on the
 facts read from the host itself (:func:`read_facts`: its GPU topology, the device nodes'
 group ids, its OS and kernel, in one ``state.sh`` command over the connection that proves it
 reachable), and gives each process one JSON file (:func:`check_input`) holding, per host, its SSH
@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 from rocmfleet import scripts
 from rocmfleet.config.connection import SshSettings
+from rocmfleet.config.settings import HostConfig
 from rocmfleet.facts.state import parse_state, state_args
 from rocmfleet.facts.topology import SCRIPT as TOPOLOGY_SCRIPT
 from rocmfleet.fleet.check.checkfile import UNREAD
@@ -82,10 +83,11 @@ def reach_and_read(settings: SshSettings, timeout_s: float) -> tuple[str | None,
         return why, unread(why)
 
 
-#: How the caller plans a host on its facts (:func:`rocmfleet.fleet.check.planner.plan_target`):
-#: given to :mod:`rocmfleet.fleet.check.compliance`, which then needs no import of the planning
-#: (``plan.build`` sits deep in the import graph; ``docs/layout.md``'s chain of at most 8).
-Planner = Callable[[Target, HostFacts], HostPlan]
+#: How the caller plans a host on its facts: :func:`rocmfleet.plan.build.plan_host` (name, validated
+#: configuration, facts), given to :mod:`rocmfleet.fleet.check.compliance` by ``cli/check.py`` and the
+#: rollout, so that it needs no import of the planning (``plan.build`` sits deep in the import graph;
+#: ``docs/layout.md``'s chain of at most 8).
+Planner = Callable[[str, HostConfig, HostFacts], HostPlan]
 
 
 def facts_of(target: Target) -> HostFacts:

@@ -23,7 +23,6 @@ from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.bench import benchrun
 from rocmfleet.fleet.bench.runs import new_run_id
 from rocmfleet.fleet.check import compliance
-from rocmfleet.fleet.check.planner import plan_target
 from rocmfleet.fleet.rollout import fleetimage, hoststeps, rolloutplan, targetimage
 from rocmfleet.fleet.rollout.batches import PlanError
 from rocmfleet.fleet.rollout.fleetimage import CommandError
@@ -53,6 +52,7 @@ from rocmfleet.fleet.rollout.state import (
 )
 from rocmfleet.fleet.rollout.steps import RETRIES, StepError, step_failure
 from rocmfleet.fleet.target import Target, parallel
+from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.model import RolloutPlan
 
 
@@ -265,7 +265,7 @@ def _runner(
 
     steps = hoststeps.HostSteps(
         inventory, targets, path.parent / state.id, state.id, emit=to_log,
-        check=functools.partial(compliance.vllm_failures, planner=plan_target), bench=benchrun.gate_results,
+        check=functools.partial(compliance.vllm_failures, planner=plan_host), bench=benchrun.gate_results,
     )  # fmt: skip
     revert = fleetimage.revert_data(state.data_edit, emit, error) if state.data_edit else None
     progress = progress_factory(len(state.hosts)) if progress_factory else LineProgress(emit)
@@ -407,7 +407,7 @@ def _start(
     emit(f"preflight: rocmfleet check --select gpu,vllm on {len(checked)} host(s){unread}")
     current = [targetimage.with_image(targets[n], before[n]) for n in checked]
     modules = list(compliance.GATE_MODULES)
-    results = compliance.run_fleet(current, modules, CHECK_TIMEOUT_S, planner=plan_target) if current else []
+    results = compliance.run_fleet(current, modules, CHECK_TIMEOUT_S, planner=plan_host) if current else []
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
     if failing:
         for line in failing:
