@@ -45,6 +45,7 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from rocmfleet.fleet.check import compliance
     from rocmfleet.fleet.inventory import FleetError, load_fleet
+    from rocmfleet.plan.build import plan_host
 
     try:
         overrides = data_overrides(args.data)
@@ -70,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
         for result in results:
             print(compliance.line(result, width), flush=True, file=said)
 
-    results = compliance.run_fleet(targets, args.select, args.timeout_s, args.parallel, on_host=progress)
+    results = compliance.run_fleet(
+        targets, args.select, args.timeout_s, args.parallel, on_host=progress, planner=plan_host
+    )
     print(compliance.summary_table(results), file=said)
     status = compliance.exit_status(results)
     reports: list[tuple[str, str | None, Callable[[], str]]] = [

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import readiness, vllm, vllmfiles
 from rocmfleet.plan import services, vllmitems
+from rocmfleet.plan.checkvalues import check_values
 from rocmfleet.plan.instance import HostPlacement, instance_files, place_host, vllm_settings
 from rocmfleet.plan.model import (
     ContainerPlan,
@@ -130,6 +131,7 @@ def plan_host(name: str, config: HostConfig, facts: HostFacts | None = None, gro
         reboot_reasons=tuple(items.reboot_reasons),
         readiness=tuple(ReadyTarget(i.name, i.port, i.container, tuple(probe)) for i in instances),
         expect=tuple(sorted(items.expect.items())),
+        checks=check_values(config, facts),
     )
 
 

@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 from typing import get_args
 
 from rocmfleet.config.settings import HostConfig
@@ -29,15 +28,15 @@ from rocmfleet.domain.topology import Topology
 from rocmfleet.facts.state import Gathered
 from rocmfleet.facts.topology import SCRIPT as TOPOLOGY_SCRIPT
 from rocmfleet.plan import drift as drift_rule
-from rocmfleet.plan import vllmplan
+from rocmfleet.plan import sources, vllmplan
 from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.model import HostPlan, Role
-from rocmfleet.plan.sources import DEFAULT_GIDS, HostFacts
+from rocmfleet.plan.sources import HostFacts
 
 #: The roles in the deploy's order (``rocmfleet.plan.model.Role``).
 ROLES: tuple[Role, ...] = get_args(Role)
 #: ``HostFacts.source`` of a plan made on a host's read.
-READ_SOURCE = vllmplan.READ_SOURCE
+READ_SOURCE = sources.READ_SOURCE
 #: Packages named after the running kernel, asked for by pattern (the roles' own queries do the
 #: same: ``roles/rocm``'s ``linux-headers-*`` and ``linux-modules-extra-*``, ``roles/tuning``'s
 #: ``linux-tools-*``): the read's query is made before the kernel is known.
@@ -74,19 +73,10 @@ def read_query(config: HostConfig) -> dict[str, object]:
 
 
 def read_facts(got: Gathered) -> HostFacts:
-    """The :class:`HostFacts` a read with :func:`read_query`'s items shows: its GPU topology (``None``
-    when it holds none or one the parser refuses: no instance is then placed), the device nodes'
-    group ids (:data:`rocmfleet.plan.sources.DEFAULT_GIDS` and ``assumed`` when none exists), its
-    OS and running kernel (``os`` assumed when not read)."""
-    topology = vllmplan.topology_of(got)
-    gids = tuple(vllmplan.device_gids(got))
-    assumed = ([] if gids else ["device_gids"]) + ([] if got.os else ["os"])
-    facts = HostFacts(READ_SOURCE, None if topology == "unknown" else topology, gids or DEFAULT_GIDS)
-    if got.os is not None:
-        facts = dataclasses.replace(
-            facts, os_id=got.os.id, os_version=got.os.version_id, os_codename=got.os.codename, kernel=got.os.kernel
-        )
-    return dataclasses.replace(facts, assumed=tuple(assumed))
+    """The :class:`HostFacts` a read with :func:`read_query`'s items shows
+    (:func:`rocmfleet.plan.sources.from_read`: its GPU topology, the device nodes' group ids, its OS
+    and running kernel, each default named in ``assumed``)."""
+    return sources.from_read(got)
 
 
 def host_plan(name: str, config: HostConfig, got: Gathered) -> HostPlan:

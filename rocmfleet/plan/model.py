@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rocmfleet.plan.checkmodel import CheckInstance, CheckValues
+
 #: Which role of the deploy an item belongs to.
 Role = Literal["base", "rocm", "tuning", "exporter", "docker", "vllm"]
 
@@ -241,6 +243,8 @@ class HostPlan:
         topology_source: where its topology came from; ``assumed``: facts taken as defaults.
         problem: why no instance is placed (``""``: all placed).
         expect: the values the checks expect (``sysctl kernel.numa_balancing``, ``kernel cmdline``, ...).
+        checks: what ``rocmfleet check``'s live checks compare with (:class:`CheckValues`; ``None``:
+            a plan made without them).
     """
 
     name: str
@@ -259,6 +263,7 @@ class HostPlan:
     reboot_reasons: tuple[str, ...]
     readiness: tuple[ReadyTarget, ...]
     expect: tuple[tuple[str, str], ...] = field(default=())
+    checks: CheckValues | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True)
@@ -354,3 +359,95 @@ def to_json(plan: FleetPlan | HostPlan) -> str:
     assert isinstance(data, dict)
     data["contents"] = plain.contents
     return plain.emit(data) + "\n"
+
+
+def _loaded(kind: type, data: object, contents: dict[str, str], where: str) -> object:
+    """``data`` (a :func:`to_dict` object) as a ``kind`` dataclass: lists back to tuples, each
+    ``<field>_sha256`` back to its text from ``contents``, ``expect`` back to pairs.
+
+    Raises:
+        ValueError: a key missing or unknown, or a SHA-256 ``contents`` lacks; names ``where``.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: an object for {kind.__name__}, not {type(data).__name__}")
+    hints = [f.name for f in dataclasses.fields(kind)]
+    stored = {_SHARED_TEXT.get(name, name): name for name in hints} | {name: name for name in hints}
+    if unknown := sorted(set(data) - set(stored)):
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)} of {kind.__name__}")
+    values: dict[str, object] = {}
+    for key, value in data.items():
+        name = stored[key]
+        if name in _SHARED_TEXT and key != name:  # a text by its SHA-256 (a None one stays under its name)
+            if value not in contents:
+                raise ValueError(f"{where}.{key}: {value} is not in the plan's contents")
+            values[name] = contents[value]
+        elif name == "expect":
+            values[name] = tuple((str(k), str(v)) for k, v in sorted(dict(value).items()))
+        elif name in _SINGLE.get(kind, {}) and value is not None:
+            values[name] = _loaded(_SINGLE[kind][name], value, contents, f"{where}.{key}")
+        elif name in _NESTED.get(kind, {}):
+            inner = _NESTED[kind][name]
+            values[name] = tuple(
+                _loaded(inner, item, contents, f"{where}.{key}[{i}]") for i, item in enumerate(value or [])
+            )
+        elif isinstance(value, list):
+            values[name] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+        else:
+            values[name] = value
+    try:
+        return kind(**values)
+    except TypeError as exc:  # a required field missing
+        raise ValueError(f"{where}: {exc}") from None
+
+
+#: The fields of a :class:`HostPlan` (and of what it holds) that are tuples of dataclasses.
+_NESTED: dict[type, dict[str, type]] = {
+    HostPlan: {
+        "files": FilePlan,
+        "directories": DirectoryPlan,
+        "packages": PackagePlan,
+        "units": UnitPlan,
+        "containers": ContainerPlan,
+        "instances": InstancePlan,
+        "removals": Removal,
+        "readiness": ReadyTarget,
+    },
+    CheckValues: {"instances": CheckInstance},
+}
+#: The fields that are one dataclass.
+_SINGLE: dict[type, dict[str, type]] = {HostPlan: {"checks": CheckValues}}
+
+
+def host_from_dict(data: object, where: str = "plan") -> HostPlan:
+    """The :class:`HostPlan` that :func:`to_dict` of a host plan gave: ``host_from_dict(to_dict(p)) == p``.
+
+    Args:
+        data: ``to_dict(plan)`` (or ``json.loads(to_json(plan))``): the plan's fields and ``contents``.
+        where: what to call ``data`` in an error (a file name).
+
+    Raises:
+        ValueError: not a host plan's data (a key missing or unknown, a text not in ``contents``),
+            naming ``where`` and the key.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: a host plan is a JSON object, not {type(data).__name__}")
+    body = dict(data)
+    contents = body.pop("contents", {})
+    if not isinstance(contents, dict):
+        raise ValueError(f"{where}.contents: an object of SHA-256 -> text, not {type(contents).__name__}")
+    loaded = _loaded(HostPlan, body, contents, where)
+    assert isinstance(loaded, HostPlan)
+    return loaded
+
+
+def host_from_json(text: str, where: str = "plan") -> HostPlan:
+    """:func:`host_from_dict` of the JSON ``text`` (:func:`to_json` of a :class:`HostPlan`).
+
+    Raises:
+        ValueError: not JSON, or not a host plan's (see :func:`host_from_dict`).
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not JSON: {exc}") from None
+    return host_from_dict(data, where)

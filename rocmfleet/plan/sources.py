@@ -20,11 +20,14 @@ Facts a file does not carry take the documented defaults (:data:`DEFAULT_GIDS`,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from rocmfleet.domain.topology import Topology, TopologyParseError, build_topology, read_kfd_tree
+from rocmfleet.facts.state import Gathered
 from rocmfleet.facts.topology import END, HEADER, parse_fact_output
 
 DEFAULT_NAME = "mi300x"
@@ -189,3 +192,39 @@ def _recorded_host(spec: str, data: object) -> HostFacts:
         kernel=found.get("kernel", ""),
         assumed=tuple(assumed),
     )
+
+
+# -- a connected host's facts, from its own ``HostState`` read ----------------------------------
+
+#: ``HostFacts.source`` of facts read from the host.
+READ_SOURCE = "read from the host"
+#: The read's run of the GPU topology script (``rocmfleet.facts.topology.SCRIPT``): the name
+#: ``rocmfleet.plan.vllmplan.TOPOLOGY_RUN`` gives it in the deploy's read (a test keeps them equal).
+TOPOLOGY_RUN = "gpu-topology"
+#: ``/dev/kfd`` and the render nodes: the device files whose group ids the containers are given.
+KFD = "/dev/kfd"
+RENDER_GLOB = "/dev/dri/renderD*"
+
+
+def from_read(got: Gathered) -> HostFacts:
+    """The :class:`HostFacts` a ``HostState`` read of the OS, :data:`KFD`, :data:`RENDER_GLOB` and the GPU
+    topology script as run :data:`TOPOLOGY_RUN` shows (source
+    :data:`READ_SOURCE`): its GPU topology (``None`` when it holds none, or one the script did not
+    give or the parser refuses: no instance is then placed), the group ids of the device nodes that
+    exist (:data:`DEFAULT_GIDS` and ``assumed`` when none does), its OS and running kernel (``os``
+    assumed when not read)."""
+    ran = got.runs.get(TOPOLOGY_RUN)
+    topology = None
+    if ran is not None and ran[0] == 0:
+        try:
+            topology = parse_fact_output(ran[1])
+        except TopologyParseError:
+            topology = None
+    nodes = (item for path, item in got.paths.items() if path == KFD or fnmatchcase(path, RENDER_GLOB))
+    gids = tuple(sorted({int(i.gid) for i in nodes if i.gid and i.gid.isdigit()}))
+    assumed = ([] if gids else ["device_gids"]) + ([] if got.os else ["os"])
+    facts = HostFacts(READ_SOURCE, topology, gids or DEFAULT_GIDS, assumed=tuple(assumed))
+    if got.os is None:
+        return facts
+    os = got.os
+    return dataclasses.replace(facts, os_id=os.id, os_version=os.version_id, os_codename=os.codename, kernel=os.kernel)

@@ -181,6 +181,37 @@ def test_base_image_is_never_refused(lab_config):
     assert cachekey.refusal(lab_config.image.reference, None, lab_config, "gfx942") == []
 
 
+def test_the_checks_refusal_from_the_plan_is_the_deploys(lab_data):
+    """``cache::baked_image_matches_instances`` compares the image's label with the plan's key (its
+    ``checks.cache_key``: the check process has no configuration) and says what the deploy's rule
+    (:func:`rocmfleet.domain.cachekey.refusal`) says, word for word; GPUs other than the plan's are
+    an error, never a pass."""
+    from rocmfleet.domain.tooloutput import CannotCheck
+    from rocmfleet.fleet.check import test_cache as check
+    from rocmfleet.plan.build import plan_host
+
+    key = _key(lab_data)
+    config, labels = _baked(lab_data, key)
+    checks = plan_host("h", config).checks  # the default facts: 8x MI300X, gfx942
+    assert checks is not None and checks.baked and checks.cache_arch == "gfx942"
+    other = _key(lab_data, arch="gfx90a")
+    cases = [
+        labels,
+        {},
+        None,
+        {cachekey.LABEL_KEY: key.canonical(), cachekey.LABEL_HASH: "0" * 64},
+        {cachekey.LABEL_KEY: other.canonical()},
+        {cachekey.LABEL_KEY: _key(lab_data, facts=FACTS.model_copy(update={"vllm_version": "0.31.0"})).canonical()},
+    ]
+    for case in cases:
+        assert check.refusal(checks, case, "gfx942") == cachekey.refusal(config.image.reference, case, config, "gfx942")
+    assert any("field gpu_arch" in p for p in check.refusal(checks, {cachekey.LABEL_KEY: other.canonical()}, "gfx942"))
+    with pytest.raises(CannotCheck, match="the plan's cache key is for GPUs gfx942, the host has gfx90a"):
+        check.refusal(checks, labels, "gfx90a")
+    unbaked = plan_host("h", host_config(lab_data)).checks
+    assert unbaked is not None and not unbaked.baked and unbaked.cache_key is None
+
+
 # --- cache directories --------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.facts.vllm import CacheProof
 from rocmfleet.fleet.check import compliance
 from rocmfleet.fleet.check import test_cache as cache_checks
+from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.instance import vllm_settings
 
 STARTED = "2026-12-04T20:25:04.123456789Z"
@@ -238,20 +239,21 @@ class _Host:
 
 def test_the_check_skips_an_unbaked_image(lab_config):
     with pytest.raises(pytest.skip.Exception, match="not a baked image"):
-        cache_checks.test_baked_cache_was_used(_Host(HIT), lab_config, None)
+        cache_checks.test_baked_cache_was_used(_Host(HIT), plan_host("h", lab_config).checks, None)
 
 
 def test_the_check_passes_a_hit_fails_a_miss_naming_it_and_cannot_check_the_unreadable(lab_data):
     config = host_config(dict(lab_data, vllm_image_tag=BAKED_TAG))
+    checks = plan_host("h", config).checks
     hit = _Host(HIT)
-    cache_checks.test_baked_cache_was_used(hit, config, None)
+    cache_checks.test_baked_cache_was_used(hit, checks, None)
     assert len(hit.commands) == len(config.instances()) and "cache-proof.sh" in hit.commands[0]
     with pytest.raises(AssertionError, match=r"tiny-llama-a: 4 file\(s\) compiled .*Triton: 2 .*Compiling a graph for"):
-        cache_checks.test_baked_cache_was_used(_Host(MISS), config, None)
+        cache_checks.test_baked_cache_was_used(_Host(MISS), checks, None)
     with pytest.raises(CannotCheck, match="not running"):
-        cache_checks.test_baked_cache_was_used(_Host("problem\tcontainer vllm-a is not running\nend\n"), config, None)
+        cache_checks.test_baked_cache_was_used(_Host("problem\tcontainer vllm-a is not running\nend\n"), checks, None)
     with pytest.raises(CannotCheck, match="exited 255"):
-        cache_checks.test_baked_cache_was_used(_Host("", rc=255, stderr="ssh: lost"), config, None)
+        cache_checks.test_baked_cache_was_used(_Host("", rc=255, stderr="ssh: lost"), checks, None)
 
 
 def test_the_gate_checks_the_cache_of_a_baked_image_only(lab_data):

@@ -432,32 +432,92 @@ def test_each_hosts_last_check_is_found_in_run_order():
     assert last_items([None, None]) == {}
 
 
-def test_expectations_hold_each_hosts_data_and_no_secret(lab_data, tmp_path, monkeypatch):
+def _check_file(tmp_path, monkeypatch, hosts):
+    """Write ``hostplan.check_input(hosts)`` where a check process reads it; its text."""
+    from rocmfleet.fleet.check import expect, hostplan
+
+    text = hostplan.check_input(hosts)
+    path = tmp_path / "check.json"
+    path.write_text(text)
+    monkeypatch.setenv(checkfile.FILE_ENV, str(path))
+    for cache in (checkfile.load, expect._plan):
+        cache.cache_clear()
+    return text
+
+
+def test_the_check_input_holds_each_hosts_plan_and_ssh_and_no_configuration_nor_secret(lab_data, tmp_path, monkeypatch):
+    """The check process gets, per host, its SSH settings and its plan, and nothing else: no key of the
+    configuration (``settings``, ``profile``, ``image``, ``vllm_secret_env``, ``docker_registry_auth``)
+    and no secret's value; the checks read the plan back with the model's loader."""
+    import dataclasses
+    import json
+
     from rocmfleet.config.connection import SshSettings
     from rocmfleet.config.settings import host_config
     from rocmfleet.config.vault import Secret
     from rocmfleet.fleet.check import expect
+    from rocmfleet.plan.build import plan_host
+    from rocmfleet.plan.model import HostPlan
 
-    one = host_config({**lab_data, "vllm_secret_env": {"HF_TOKEN": Secret("hf_neverShown")}})
+    secrets = {"HF_TOKEN": Secret("hf_neverShown4242")}
+    auth = [{"registry": "registry.example.com", "username": "puller", "password": Secret("pw_neverShown4242")}]
+    one = host_config({**lab_data, "vllm_secret_env": secrets, "docker_registry_auth": auth})
     two = host_config({**lab_data, "vllm_instances": [{"name": "solo", "port": 9000, "gpus": [0]}]})
-    text = expect.expectations_json({"gpu-1": (SshSettings("10.0.0.1"), one), "gpu-2": (SshSettings("10.0.0.2"), two)})
-    assert "hf_neverShown" not in text
-    path = tmp_path / "expect.json"
-    path.write_text(text)
-    monkeypatch.setenv(checkfile.FILE_ENV, str(path))
-    for cache in (checkfile.load, expect._config):
-        cache.cache_clear()
+    plans = {"gpu-1": plan_host("gpu-1", one), "gpu-2": plan_host("gpu-2", two)}
+    text = _check_file(
+        tmp_path,
+        monkeypatch,
+        {"gpu-1": (SshSettings("10.0.0.1"), plans["gpu-1"]), "gpu-2": (SshSettings("10.0.0.2"), plans["gpu-2"])},
+    )
     try:
+        assert "hf_neverShown4242" not in text and "pw_neverShown4242" not in text
+        data = json.loads(text)
+        assert list(data) == ["hosts"] and list(data["hosts"]) == ["gpu-1", "gpu-2"]
+        fields = {f.name for f in dataclasses.fields(HostPlan)}
+        for host in data["hosts"].values():
+            assert set(host) == {"ssh", "plan"}
+            plan_keys = set(host["plan"])
+            assert plan_keys <= {*fields, "contents"} and {"settings", "profile", "rocm", "tuning"}.isdisjoint(
+                plan_keys
+            )
+        config_only = ('"vllm_secret_env"', '"docker_registry_auth"', '"password"', '"vllm_profile"', '"vllm_env"')
+        assert not [key for key in config_only if key in text]
+        assert "HF_TOKEN" in text  # the secret's name: the secrets file's variables
         assert checkfile.host_names() == ["gpu-1", "gpu-2"]
+        assert expect.host_plan("gpu-1") == plans["gpu-1"] and expect.host_plan("gpu-2") == plans["gpu-2"]
         assert [i.name for i in expect.instances_of("gpu-1")] == ["tiny-llama-a", "tiny-llama-b"]
         assert [i.name for i in expect.instances_of("gpu-2")] == ["solo"]
         assert checkfile.ssh_settings("gpu-2").hostname == "10.0.0.2"
-        assert expect.host_config("gpu-1").settings.vllm_secret_env["HF_TOKEN"].reveal() == ""
-        with pytest.raises(checkfile.ExpectationError, match="no expectations for host 'gpu-9'"):
-            expect.host_config("gpu-9")
+        assert expect.rocm_settings("gpu-1") == one.rocm and expect.metrics_settings("gpu-1") == one.metrics
+        with pytest.raises(checkfile.ExpectationError, match="no plan for host 'gpu-9'"):
+            expect.host_plan("gpu-9")
     finally:
-        for cache in (checkfile.load, expect._config):
+        for cache in (checkfile.load, expect._plan):
             cache.cache_clear()
+
+
+def test_the_check_modules_never_read_the_configuration():
+    """No module of the check process imports the configuration layer but for the SSH settings
+    (``config.connection``), nor re-plans a host (``plan.build``, ``plan.hostdrift``'s planning,
+    ``plan.hoststate``): the control side (``compliance``, ``hostplan``, given ``plan_host``) does."""
+    import ast
+    from pathlib import Path
+
+    from rocmfleet.fleet import check
+
+    control = {"compliance.py", "hostplan.py"}
+    found = []
+    for path in sorted(Path(check.__file__).parent.glob("*.py")):
+        if path.name in control:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                bad = name.startswith("rocmfleet.config") and name != "rocmfleet.config.connection"
+                if bad or name in ("rocmfleet.plan.build", "rocmfleet.plan.hoststate", "rocmfleet.plan.instance"):
+                    found.append(f"{path.name}: {name}")
+    assert not found, found
 
 
 def test_check_help_names_every_module(capsys):

@@ -17,6 +17,7 @@ from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet import commandlog, connect
 from rocmfleet.fleet.check.backend import SessionBackend
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session
+from rocmfleet.plan.build import plan_host
 from tests.unit.sshserver import LoopbackSshServer
 
 #: Each test starts a loopback SSH server (paramiko, 127.0.0.1, throwaway keys): seconds, no lab.
@@ -319,11 +320,13 @@ from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 
 
 def test_sees_its_expectations(host):
-    config = expect.host_config(host)
-    assert config.profile.name == "lab-tiny-llama"
-    assert [i.name for i in config.instances()] == ["tiny-llama-a", "tiny-llama-b"]
-    assert list(config.settings.vllm_secret_env) == ["HF_TOKEN"]
-    assert config.settings.vllm_secret_env["HF_TOKEN"].reveal() == ""  # names only, never the value
+    plan = expect.host_plan(host)
+    assert plan.checks.profile == "lab-tiny-llama"
+    assert [i.name for i in expect.instances_of(host)] == ["tiny-llama-a", "tiny-llama-b"]
+    secrets = {f.secret_names for f in plan.files if f.source == "secret"}
+    assert secrets == {("HF_TOKEN",)}  # names only, never the value
+    # planned on the facts read over the reachability probe's connection (this machine has no KFD)
+    assert plan.topology_source == "read from the host" and not plan.instances and "kfd" in plan.problem.lower()
 
 
 def test_runs_on_the_host(host):
@@ -352,7 +355,7 @@ def test_run_host_checks_a_long_named_host_with_its_own_expectations(tmp_path, l
     config = host_config({**lab_data, "vllm_secret_env": {"HF_TOKEN": Secret("hf_neverShown")}})
     target = Target(name, settings_for(server, sudo=True, sudo_user="svc"), config)
     try:
-        results = compliance.run_host(target, [str(checks)], timeout_s=60)
+        results = compliance.run_host(target, [str(checks)], timeout_s=60, planner=plan_host)
     finally:
         server.close()
     outcomes = {r.check: (r.outcome, r.message) for r in results}
@@ -377,7 +380,10 @@ def test_run_host_without_sudo_rights_makes_every_host_check_an_error(tmp_path, 
     checks.write_text(SAMPLE_CHECKS)
     try:
         results = compliance.run_host(
-            Target("gpu-1", settings_for(server, sudo=True), host_config(lab_data)), [str(checks)], 60
+            Target("gpu-1", settings_for(server, sudo=True), host_config(lab_data)),
+            [str(checks)],
+            60,
+            planner=plan_host,
         )
     finally:
         server.close()
@@ -411,13 +417,13 @@ def test_process(host):
     pytest.skip(f"pid {os.getpid()}")
 
 
-def test_own_expectations(host, config):
+def test_own_expectations(host, checks):
     wanted = {"root": ["tiny-llama-a", "tiny-llama-b"], "svc": ["solo"]}[checkfile.ssh_settings(host).user]
-    assert [i.name for i in config.instances()] == wanted
+    assert [i.name for i in checks.instances] == wanted
 
 
-def test_instance_belongs(host, config, instance):
-    assert instance in config.instances()
+def test_instance_belongs(host, checks, instance):
+    assert instance in checks.instances
 
 
 def test_slow_on_the_first(host):
@@ -448,7 +454,11 @@ def test_one_process_checks_several_hosts_each_with_its_own_data_and_deadline(tm
     finished = []
     try:
         results = compliance.run_group(
-            targets, [str(tmp_path / "test_group.py")], timeout_s=2, on_host=lambda h, r: finished.append(h)
+            targets,
+            [str(tmp_path / "test_group.py")],
+            timeout_s=2,
+            on_host=lambda h, r: finished.append(h),
+            planner=plan_host,
         )
     finally:
         server.close()
@@ -584,7 +594,8 @@ def test_check_runs_on_a_host_behind_a_jump(tmp_path, lab_data):
     checks.write_text("def test_runs(host):\n    assert host.run('echo ok').stdout == 'ok\\n'\n")
     settings = SshSettings.from_host_data("gpu-behind", {"ssh_config_file": str(config_file)})
     try:
-        results = compliance.run_host(Target("gpu-behind", settings, host_config(lab_data)), [str(checks)], 60)
+        behind = Target("gpu-behind", settings, host_config(lab_data))
+        results = compliance.run_host(behind, [str(checks)], 60, planner=plan_host)
     finally:
         jump.close()
         target.close()

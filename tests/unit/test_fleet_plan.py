@@ -18,7 +18,7 @@ from rocmfleet.config.settings import host_config
 from rocmfleet.config.vault import Secret
 from rocmfleet.plan import render, sources
 from rocmfleet.plan.build import plan_fleet, plan_host
-from rocmfleet.plan.model import FleetPlan, to_json
+from rocmfleet.plan.model import FleetPlan, host_from_dict, host_from_json, to_dict, to_json
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "tests" / "fixtures" / "plans" / "fleet"
@@ -243,3 +243,42 @@ def test_a_shipped_recording_by_name_and_a_placement_problem_said_in_the_text(no
     # said of the topology the plan took, which may not be the host's own
     assert " (on the topology shipped mi308x-8gpu-cpx)\n" in captured.out
     assert "not placed or not supported: mi300x-a01;" in captured.err and no_network == []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_host_plan_loads_back_from_its_json_as_it_was(case):
+    """``host_from_json(to_json(plan)) == plan`` for every host of every case (what ``rocmfleet
+    check`` hands its check process and reads back there)."""
+    for host in planned(case).hosts:
+        assert host_from_json(to_json(host)) == host
+        assert host_from_dict(json.loads(json.dumps(to_dict(host)))) == host
+
+
+def test_a_host_plan_that_is_not_one_is_refused_naming_the_key():
+    with pytest.raises(ValueError, match=r"check\.json: unknown key\(s\) colour of HostPlan"):
+        host_from_dict({"colour": "red", "contents": {}}, "check.json")
+    plan = json.loads(to_json(planned(CASES[0]).hosts[0]))
+    plan["contents"] = {}
+    with pytest.raises(ValueError, match=r"plan\.files\[\d+\]\.content_sha256: \w+ is not in the plan's contents"):
+        host_from_dict(plan)
+
+
+def test_facts_from_a_hosts_read_name_the_deploys_read_items():
+    """``rocmfleet check``'s parent plans a host on the facts of its own read (``sources.from_read``,
+    which ``status`` and ``--dry`` take too through ``hostdrift.read_facts``): the read's names are
+    the deploy's, and the lab's recorded read gives its topology, group ids, OS and kernel."""
+    from rocmfleet.domain import vllm
+    from rocmfleet.facts.state import parse_state
+    from rocmfleet.plan import hostdrift, vllmplan
+
+    assert (sources.TOPOLOGY_RUN, sources.RENDER_GLOB, sources.KFD) == (
+        vllmplan.TOPOLOGY_RUN,
+        vllmplan.DEVICE_GLOB,
+        vllm.KFD,
+    )
+    got = parse_state(json.loads((ROOT / "tests" / "fixtures" / "plans" / "lab-1" / "facts.json").read_text())["state"])
+    facts = sources.from_read(got)
+    assert facts == hostdrift.read_facts(got) and facts.source == "read from the host" and facts.assumed == ("os",)
+    assert facts.topology is not None and facts.device_gids == (992,)
+    bare = parse_state(['{"kind":"end"}'])
+    assert sources.from_read(bare) == sources.HostFacts("read from the host", None, assumed=("device_gids", "os"))

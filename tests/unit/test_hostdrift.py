@@ -132,7 +132,7 @@ def test_the_check_fails_each_role_naming_its_items_but_those_another_check_asse
     messages = {}
     for role in hostdrift.ROLES:
         found = hostdrift.role_drift(hostdrift.role_items(plan, role), got)[role]
-        messages[role] = drift_check.failure(plan, found, drift_check.covered(CONFIG, role))
+        messages[role] = drift_check.failure(plan, found, drift_check.covered(plan, role))
     for role in ("base", "rocm", "docker", "exporter"):
         assert messages[role] == f"{EDITED[role]}: content 000000000000..., want " + messages[role].split("want ")[1]
     # the sysctl file and the instance's env file: tuning::numa_balancing_persisted's and
@@ -143,6 +143,30 @@ def test_the_check_fails_each_role_naming_its_items_but_those_another_check_asse
     unread = hostdrift.role_drift(plan, packages_only)["base"]
     with pytest.raises(CannotCheck, match="the read could not tell"):
         drift_check.failure(plan, unread, set())
+
+
+def test_the_drift_check_runs_on_the_plan_it_is_given_and_reads_its_items_only():
+    """``drift::role_as_wanted[ROLE]`` takes the plan the control side made (never the configuration):
+    its read asks the plan's items (:func:`rocmfleet.plan.drift.query`), a plan made without the host's
+    facts is an error, and each role fails naming its edited file."""
+    import dataclasses
+
+    from rocmfleet.fleet.check import expect
+
+    got = parse_state(read(EDITED))
+    plan = hostdrift.host_plan("drift-case", CONFIG, got)
+    expect._memo[("drift-case", "plan-state")] = got
+    try:
+        assert drift_check.plan_read("drift-case", plan) is got
+        for role in ("base", "rocm", "docker", "exporter"):
+            with pytest.raises(AssertionError, match=EDITED[role]):
+                drift_check.test_role_as_wanted("drift-case", plan, role)
+        drift_check.test_role_as_wanted("drift-case", plan, "vllm")  # vllm::instance_files_as_wanted's
+        unread = dataclasses.replace(plan, topology_source="not read from the host: refused")
+        with pytest.raises(CannotCheck, match="without the host's facts"):
+            drift_check.test_role_as_wanted("drift-case", unread, "base")
+    finally:
+        expect._memo.pop(("drift-case", "plan-state"), None)
 
 
 def test_the_deploys_one_read_asks_the_plans_items_only_for_dry():

@@ -20,6 +20,7 @@ from rocmfleet.domain import metricfamilies
 from rocmfleet.fleet.check import expect
 from rocmfleet.fleet.check import test_metrics as check
 from rocmfleet.fleet.metrics import read
+from rocmfleet.plan.build import plan_host
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PAGE = ROOT / "tests" / "fixtures" / "metrics" / "vllm-0.32.0-cpu.txt"
@@ -136,8 +137,8 @@ class LocalHost:
 
 @pytest.fixture
 def checked(lab_data, ports, monkeypatch, request):
-    """``make(instance_port, exporter_port, **data)``: a host (named per call) with one instance, its config
-    and what the check's one ``metrics-read.sh`` read gave; units taken as active."""
+    """``make(instance_port, exporter_port, **data)``: a host (named per call) with one instance, its
+    plan's check values and what the check's one ``metrics-read.sh`` read gave; units taken as active."""
     monkeypatch.setattr(expect, "running", lambda _host, _unit: True)
     monkeypatch.setattr(expect, "_memo", {})
 
@@ -151,58 +152,59 @@ def checked(lab_data, ports, monkeypatch, request):
             }
         )
         host = LocalHost(f"{request.node.name}-{instance}-{exporter}")
-        return host, config, check.pages.__wrapped__(host, config)  # type: ignore[attr-defined]
+        checks = plan_host(host.backend.hostname, config).checks
+        return host, checks, check.pages.__wrapped__(host, checks)  # type: ignore[attr-defined]
 
     return make
 
 
 def test_the_checks_pass_on_the_recorded_pages(checked):
-    host, config, pages = checked()
-    check.test_vllm_families(host, config, config.instances()[0], pages)
-    check.test_exporter_families(config, pages)
+    host, checks, pages = checked()
+    check.test_vllm_families(host, checks, checks.instances[0], pages)
+    check.test_exporter_families(checks, pages)
 
 
 def test_a_port_that_does_not_answer_fails_naming_port_and_instance(checked, ports):
-    host, config, pages = checked("closed", "closed2")
+    host, checks, pages = checked("closed", "closed2")
     with pytest.raises(AssertionError, match=rf"port {ports['closed']} \(instance tiny-llama-a, vLLM 0.32.0\): "
                        r"/metrics does not answer: curl exit 7"):  # fmt: skip
-        check.test_vllm_families(host, config, config.instances()[0], pages)
+        check.test_vllm_families(host, checks, checks.instances[0], pages)
     with pytest.raises(
         AssertionError, match=rf"port {ports['closed2']} \(AMD device-metrics-exporter\): /metrics does"
     ):
-        check.test_exporter_families(config, pages)
+        check.test_exporter_families(checks, pages)
 
 
 def test_missing_families_are_named(checked, ports):
     # The exporter's page on an instance's port: none of vLLM's families; vLLM's on the exporter's.
-    host, config, pages = checked("exporter", "vllm")
+    host, checks, pages = checked("exporter", "vllm")
     with pytest.raises(AssertionError) as raised:
-        check.test_vllm_families(host, config, config.instances()[0], pages)
+        check.test_vllm_families(host, checks, checks.instances[0], pages)
     assert str(raised.value).startswith(
         f"port {ports['exporter']} (instance tiny-llama-a, vLLM 0.32.0): /metrics lacks vllm:num_requests_running, "
     )
     with pytest.raises(AssertionError, match="/metrics lacks gpu_gfx_activity, gpu_umc_activity, "):
-        check.test_exporter_families(config, pages)
+        check.test_exporter_families(checks, pages)
 
 
 def test_a_page_of_another_format_fails(checked, ports):
-    host, config, pages = checked("garbage")
+    host, checks, pages = checked("garbage")
     with pytest.raises(AssertionError, match="is not the Prometheus text format"):
-        check.test_vllm_families(host, config, config.instances()[0], pages)
+        check.test_vllm_families(host, checks, checks.instances[0], pages)
 
 
 def test_no_exporter_is_a_skip_and_its_port_is_not_read(checked, ports):
-    host, config, pages = checked(metrics_exporter=False)
+    host, checks, pages = checked(metrics_exporter=False)
     assert list(pages) == [ports["vllm"]]
     with pytest.raises(pytest.skip.Exception, match="metrics_exporter is false"):
-        check.test_exporter_families(config, pages)
+        check.test_exporter_families(checks, pages)
 
 
 def test_a_stopped_unit_is_a_skip(checked, monkeypatch):
-    host, config, pages = checked()
+    host, checks, pages = checked()
     monkeypatch.setattr(expect, "running", lambda _host, _unit: False)
     with pytest.raises(pytest.skip.Exception, match="vllm-tiny-llama-a.service is not active"):
-        check.test_vllm_families(host, config, config.instances()[0], pages)
+        check.test_vllm_families(host, checks, checks.instances[0], pages)
 
 
 def test_a_read_that_did_not_run_is_an_error_not_a_failure(lab_data):

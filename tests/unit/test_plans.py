@@ -19,7 +19,7 @@ from rocmfleet.config.settings import HostConfig, host_config
 from rocmfleet.facts.state import parse_state
 from rocmfleet.plan import hostdrift, vllmplan
 from rocmfleet.plan.drift import drift
-from rocmfleet.plan.instance import HostPlacement, place_host, vllm_settings
+from rocmfleet.plan.instance import HostPlacement, place_host
 
 PLANS = Path(__file__).resolve().parents[1] / "fixtures" / "plans"
 CASES = sorted(p.name for p in PLANS.iterdir() if (p / "facts.json").is_file())
@@ -97,38 +97,48 @@ def test_a_host_that_holds_the_rendered_files_has_no_drift_in_them():
 
 
 def test_the_check_asserts_no_drift_with_the_deploys_renderer():
-    """``fleet/check/test_vllm.py``'s files check, on the lab case's read: not read is an error, a
-    host holding the rendered files passes, a changed environment file fails."""
-    from rocmfleet.domain import vllmfiles, vllmplace
+    """``fleet/check/test_vllm.py``'s files check, on the lab case's read and the host's plan made on
+    it (as ``rocmfleet check``'s control side makes it): not read is an error, a host holding the
+    rendered files passes, a changed environment file fails, and an instance the plan could not
+    place fails naming why."""
+    import dataclasses
+
     from rocmfleet.domain.tooloutput import CannotCheck
     from rocmfleet.fleet.check import expect
     from rocmfleet.fleet.check import test_vllm as check
+    from rocmfleet.plan import hostdrift
+    from rocmfleet.plan.build import plan_host
 
     facts = json.loads((PLANS / "lab-1" / "facts.json").read_text())
     config = host_config(facts["data"])
     got = parse_state(facts["state"])
-    topology = vllmplan.topology_of(got)
-    assert topology is not None and topology != "unknown"
-    instance = config.instances()[0]
-    placement = vllmplace.placements(vllm_settings(config), topology)[instance.name]
+    plan = plan_host("plan-case", config, hostdrift.read_facts(got))
+    assert plan.checks is not None and plan.instances
+    instance = plan.checks.instances[0]
     expect._memo[("plan-case", "state")] = got
     try:
         with pytest.raises(CannotCheck, match="not reported by the read"):
-            check.test_instance_files_as_wanted("plan-case", config, topology, instance, placement)
-        placed = place_host(config, topology, vllmplan.device_gids(got))
+            check.test_instance_files_as_wanted("plan-case", plan, instance)
+        placed = place_host(config, vllmplan.topology_of(got), vllmplan.device_gids(got))
         assert isinstance(placed, HostPlacement)
         lines = [line for line in facts["state"] if '"end"' not in line]
-        for want in vllmplan.wanted_instance(config, instance, placed)[:3]:
+        for want in vllmplan.wanted_instance(config, config.instances()[0], placed)[:3]:
             sha = getattr(want, "sha256", "")
             item = {"kind": "path", "path": want.path, "type": "file", "mode": want.mode, "user": "root"}
             lines.append(json.dumps({**item, "group": "root", "gid": "0", "sha256": sha}))
         expect._memo[("plan-case", "state")] = parse_state([*lines, '{"kind":"end"}'])
-        check.test_instance_files_as_wanted("plan-case", config, topology, instance, placement)
-        env = vllmfiles.files_of(instance).env_file
+        check.test_instance_files_as_wanted("plan-case", plan, instance)
+        env = instance.env_file
         edited = [line.replace('"sha256": "', '"sha256": "00', 1) if env in line else line for line in lines]
         expect._memo[("plan-case", "state")] = parse_state([*edited, '{"kind":"end"}'])
         with pytest.raises(AssertionError, match=f"{env}: content"):
-            check.test_instance_files_as_wanted("plan-case", config, topology, instance, placement)
+            check.test_instance_files_as_wanted("plan-case", plan, instance)
+        unplaced = dataclasses.replace(plan, instances=(), problem="placement: fewer GPUs than the data names")
+        with pytest.raises(AssertionError, match="placement: fewer GPUs than the data names"):
+            check.test_instance_files_as_wanted("plan-case", unplaced, instance)
+        unread = dataclasses.replace(plan, topology_source="not read from the host: timed out")
+        with pytest.raises(CannotCheck, match="without the host's facts: not read from the host: timed out"):
+            check.test_instance_files_as_wanted("plan-case", unread, instance)
     finally:
         expect._memo.pop(("plan-case", "state"), None)
 

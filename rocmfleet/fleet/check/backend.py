@@ -4,8 +4,8 @@
 ``--hosts=rocmfleet://NAME1,rocmfleet://NAME2,...`` (the hosts of one check process): loaded as
 a pytest plugin, this module registers :class:`SessionBackend` under that scheme in testinfra's
 ``testinfra.backend.BACKENDS`` table (which maps a ``--hosts`` scheme to a backend class). Each
-host's backend reads its SSH settings from the expectations file :mod:`rocmfleet.fleet.check.expect`
-names, opens one :class:`~rocmfleet.fleet.connect.Session` on first use and runs every check's commands
+host's backend reads its SSH settings from the check file (:mod:`rocmfleet.fleet.check.checkfile`),
+opens one :class:`~rocmfleet.fleet.connect.Session` on first use and runs every check's commands
 of that host over it, with the inventory's sudo settings (pyinfra's ``_sudo``/``_sudo_user``).
 Where sudo is configured but refused, every command raises :class:`~rocmfleet.domain.tooloutput.CannotCheck`:
 the checks are errors, never passes on an empty answer.
@@ -63,7 +63,7 @@ class SessionBackend(base.BaseBackend):  # type: ignore[misc]  # testinfra ships
 
     Args:
         hostname: the inventory name (``--hosts=rocmfleet://NAME``).
-        settings: the host's SSH settings; default: those in the expectations file.
+        settings: the host's SSH settings; default: those in the check file.
         session: an opened session to use (tests); default: opened on first command.
         command_timeout_s: seconds each command may take.
         budget_s: seconds of command time this host may use in all (default ``--rocmfleet-host-budget``;

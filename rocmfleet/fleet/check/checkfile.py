@@ -1,7 +1,7 @@
-"""The expectations file of one ``rocmfleet check`` pytest process: which hosts, their SSH settings.
+"""The input file of one ``rocmfleet check`` pytest process: which hosts, their SSH settings and plans.
 
-The parent writes it (:func:`rocmfleet.fleet.check.expect.expectations_json`); this module only
-reads it, and imports nothing of the configuration, so the testinfra backend
+The parent writes it (:func:`rocmfleet.fleet.check.hostplan.check_input`); this module only reads
+it, and imports nothing of the configuration, so the testinfra backend
 (:mod:`rocmfleet.fleet.check.backend`) finds a host's SSH settings without the config layer.
 """
 
@@ -14,12 +14,15 @@ from typing import Any
 
 from rocmfleet.config.connection import SshSettings
 
-#: The environment variable naming the expectations file.
+#: The environment variable naming the input file.
 FILE_ENV = "ROCMFLEET_CHECK_FILE"
+#: How a plan made without the host's facts says so (``HostPlan.topology_source`` starts with it):
+#: the checks that need the placement or the read's facts are then errors, never passes.
+UNREAD = "not read from the host"
 
 
 class ExpectationError(RuntimeError):
-    """The expectations file is missing, unreadable or not what :func:`expectations_json` writes."""
+    """The input file is missing, unreadable or not what ``hostplan.check_input`` writes."""
 
 
 @functools.cache
@@ -33,7 +36,7 @@ def load() -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         raise ExpectationError(f"{FILE_ENV}={path}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("hosts"), dict):
-        raise ExpectationError(f"{path}: not a rocmfleet expectations file (no hosts mapping)")
+        raise ExpectationError(f"{path}: not a rocmfleet check file (no hosts mapping)")
     hosts: dict[str, Any] = data["hosts"]
     return hosts
 
@@ -44,7 +47,7 @@ def host_name(host: Any) -> str:
 
 
 def host_names() -> list[str]:
-    """The hosts of the expectations file, in its order (empty without one)."""
+    """The hosts of the input file, in its order (empty without one)."""
     return list(load() or {})
 
 
@@ -53,7 +56,7 @@ def entry(name: str) -> dict[str, Any] | None:
     if hosts is None:
         return None
     if name not in hosts:
-        raise ExpectationError(f"{os.environ.get(FILE_ENV)}: no expectations for host {name!r}")
+        raise ExpectationError(f"{os.environ.get(FILE_ENV)}: no plan for host {name!r}")
     entry: dict[str, Any] = hosts[name]
     return entry
 

@@ -1,18 +1,23 @@
 """``rocmfleet check``: run the packaged testinfra checks against every host of an inventory.
 
-The inventory is loaded and validated once, here (:func:`rocmfleet.fleet.inventory.load_fleet`). Before the
-suite, one connection per host running ``true`` decides whether the host is reachable at all
-(``--parallel`` hosts at a time): an unreachable host is one failed check, ``host::reachable``,
-not a page of connection errors. The reachable hosts are then dealt, in inventory order, into at
-most ``--parallel`` ``pytest`` processes (:func:`groups`), run at once: one process checks its
-hosts in turn (testinfra's ``--hosts``, one module-scoped parameter per host), so the cost of
-starting pytest and importing the suite is paid once per process, not once per host. Each
-process gets only its hosts' expectations (:func:`rocmfleet.fleet.check.expect.expectations_json`,
-a 0600 file, secrets reduced to their names), reaches each host over one SSH session of
-:mod:`rocmfleet.fleet.connect` (testinfra backend ``rocmfleet://``, :mod:`rocmfleet.fleet.check.backend`)
-with the inventory's sudo settings, and gives each host its own deadline: ``timeout_s`` seconds
-of command time. Results are read as the process writes them (:mod:`rocmfleet.fleet.check.report`)
-and each host is reported as soon as its last check ends (:class:`Collator`).
+The inventory is loaded and validated once, here (:func:`rocmfleet.fleet.inventory.load_fleet`).
+Before the suite, one connection per host running ``true`` decides whether the host is reachable
+at all (``--parallel`` hosts at a time): an unreachable host is one failed check,
+``host::reachable``, not a page of connection errors. The same connection reads the facts the
+host's plan is made on (its GPU topology, device group ids, OS:
+:func:`rocmfleet.fleet.check.hostplan.reach_and_read`), and the host is planned here
+(the caller's :data:`~rocmfleet.fleet.check.hostplan.Planner`:
+:func:`rocmfleet.plan.build.plan_host`). The reachable hosts are then dealt, in
+inventory order, into at most ``--parallel`` ``pytest`` processes (:func:`groups`), run at once:
+one process checks its hosts in turn (testinfra's ``--hosts``, one module-scoped parameter per
+host), so the cost of starting pytest and importing the suite is paid once per process, not once
+per host. Each process gets only its hosts' SSH settings and plans
+(:func:`rocmfleet.fleet.check.hostplan.check_input`, a 0600 file; secrets by name only; never the
+configuration), reaches each host over one SSH session of :mod:`rocmfleet.fleet.connect`
+(testinfra backend ``rocmfleet://``, :mod:`rocmfleet.fleet.check.backend`) with the inventory's
+sudo settings, and gives each host its own deadline: ``timeout_s`` seconds of command time.
+Results are read as the process writes them (:mod:`rocmfleet.fleet.check.report`) and each host
+is reported as soon as its last check ends (:class:`Collator`).
 
 Outcomes: ``passed``, ``failed`` (the host is not as the inventory says), ``skipped`` (with the
 reason) and ``error`` (the check could not be made: an empty or unreadable source, output of an
@@ -33,7 +38,7 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,9 +47,9 @@ from typing import TypeVar
 from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import cachedirs
 from rocmfleet.fleet import check as checks
-from rocmfleet.fleet import connect
-from rocmfleet.fleet.check import backend, checkfile, expect, report
+from rocmfleet.fleet.check import backend, checkfile, hostplan, report
 from rocmfleet.fleet.target import Target
+from rocmfleet.plan.sources import HostFacts
 
 #: Modules of the suite, in the order they run (``rocmfleet/fleet/check/test_<name>.py``); all by
 #: default. ``metrics`` (each instance's and the exporter's ``/metrics`` and their families) is one
@@ -95,11 +100,15 @@ def module_paths(select: list[str] | None = None) -> list[str]:
     return [str(root / f"test_{name}.py") for name in MODULES if not select or name in select]
 
 
-def _reachable(target: Target) -> CheckResult:
-    """``host::reachable``: one connection running ``true``."""
+def _reachable(target: Target) -> tuple[CheckResult, HostFacts]:
+    """``host::reachable``: one connection running ``true``; over it, the facts the host's plan is
+    made on (:func:`rocmfleet.fleet.check.hostplan.reach_and_read`)."""
     started = time.monotonic()
-    why = connect.reachable(target.ssh, REACH_TIMEOUT_S)
-    return CheckResult(target.name, REACHABLE, "failed" if why else "passed", why or "", "", time.monotonic() - started)
+    why, facts = hostplan.reach_and_read(target.ssh, REACH_TIMEOUT_S)
+    result = CheckResult(
+        target.name, REACHABLE, "failed" if why else "passed", why or "", "", time.monotonic() - started
+    )
+    return result, facts
 
 
 def groups(items: list[_T], processes: int) -> list[list[_T]]:
@@ -194,8 +203,12 @@ def run_group(
     paths: list[str],
     timeout_s: float,
     on_host: Callable[[str, list[CheckResult]], None] | None = None,
+    facts: Mapping[str, HostFacts] | None = None,
+    *,
+    planner: hostplan.Planner,
 ) -> list[CheckResult]:
-    """Run the suite on ``targets`` (reachable hosts) in one pytest process.
+    """Run the suite on ``targets`` (reachable hosts) in one pytest process, which gets each host's
+    plan (:func:`rocmfleet.fleet.check.hostplan.check_input`), never its configuration.
 
     Args:
         targets: the hosts, as :func:`rocmfleet.fleet.inventory.load_fleet` validated them.
@@ -203,6 +216,9 @@ def run_group(
         timeout_s: each host's deadline, in seconds of command time; the process may take
             ``timeout_s`` per host plus :data:`STARTUP_S`.
         on_host: called with ``(host, results)`` of each host as soon as its last check ends.
+        facts: what each host's plan is made on, by name, as the reachability probe read them;
+            a host without them is read here (:func:`rocmfleet.fleet.check.hostplan.facts_of`).
+        planner: plans a host on its facts (:func:`rocmfleet.plan.build.plan_host`).
 
     Returns:
         Every check's result, host by host in the order of ``targets``. A process cut off by its
@@ -221,7 +237,9 @@ def run_group(
     with tempfile.TemporaryDirectory(prefix="rocmfleet-check-") as tmp:  # mode 0700
         report_file, data = Path(tmp, "report.jsonl"), Path(tmp, "expect.json")
         with os.fdopen(os.open(data, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as out:
-            out.write(expect.expectations_json({t.name: (t.ssh, t.config) for t in targets}))
+            read = {t.name: (facts or {}).get(t.name) or hostplan.facts_of(t) for t in targets}
+            plans = {t.name: (t.ssh, planner(t.name, t.config, read[t.name])) for t in targets}
+            out.write(hostplan.check_input(plans))
         report_file.touch(0o600)
         env = {**os.environ, checkfile.FILE_ENV: str(data), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         started = time.monotonic()
@@ -266,16 +284,17 @@ def run_group(
     return [r for t in targets for r in finished.get(t.name, [])]
 
 
-def run_host(target: Target, paths: list[str], timeout_s: float) -> list[CheckResult]:
-    """Check one host: reachability, then the suite (:func:`run_group`), ``timeout_s`` seconds its deadline.
+def run_host(target: Target, paths: list[str], timeout_s: float, *, planner: hostplan.Planner) -> list[CheckResult]:
+    """Check one host: reachability, then the suite (:func:`run_group`, its plan by ``planner``),
+    ``timeout_s`` seconds its deadline.
 
     Returns:
         ``host::reachable`` and, when it passed, every check's result.
     """
-    reach = _reachable(target)
+    reach, facts = _reachable(target)
     if reach.outcome != "passed":
         return [reach]
-    return [reach, *run_group([target], paths, timeout_s)]
+    return [reach, *run_group([target], paths, timeout_s, facts={target.name: facts}, planner=planner)]
 
 
 def gate_modules(config: HostConfig) -> tuple[str, ...]:
@@ -284,7 +303,7 @@ def gate_modules(config: HostConfig) -> tuple[str, ...]:
     return GATE_MODULES + (BAKED_GATE_MODULES if cachedirs.is_baked(config) else ())
 
 
-def vllm_failures(target: Target, timeout_s: float) -> list[str]:
+def vllm_failures(target: Target, timeout_s: float, *, planner: hostplan.Planner) -> list[str]:
     """``rocmfleet check --select gpu,vllm`` on one host (:func:`run_host`), with ``cache`` when its
     image is baked (:func:`gate_modules`), as a rollout's gate reads it: one ``check: outcome: message``
     line per check that neither passed nor was skipped; empty: it passes.
@@ -293,7 +312,7 @@ def vllm_failures(target: Target, timeout_s: float) -> list[str]:
         target: the host, with the image it runs now (the one the gate judges).
         timeout_s: the host's deadline, seconds.
     """
-    results = run_host(target, module_paths(list(gate_modules(target.config))), timeout_s)
+    results = run_host(target, module_paths(list(gate_modules(target.config))), timeout_s, planner=planner)
     return [f"{r.check}: {r.outcome}: {r.message}" for r in results if r.outcome not in ("passed", "skipped")]
 
 
@@ -307,6 +326,8 @@ def run_fleet(
     timeout_s: float = 300,
     parallel: int = 10,
     on_host: Callable[[list[CheckResult]], None] | None = None,
+    *,
+    planner: hostplan.Planner,
 ) -> list[CheckResult]:
     """Check every target: reachability ``parallel`` hosts at a time, then the suite in at most
     ``parallel`` pytest processes at once (:func:`groups`); results in inventory order.
@@ -317,11 +338,15 @@ def run_fleet(
         timeout_s: each host's deadline, in seconds of command time.
         parallel: reachability probes and pytest processes at once.
         on_host: called with each host's results (reachability first) as the host finishes.
+        planner: plans a host on the facts its reachability probe read
+            (:func:`rocmfleet.plan.build.plan_host`).
     """
     paths = module_paths(select)
     lock = threading.Lock()  # one host's lines together
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        reach = dict(zip([t.name for t in targets], pool.map(_reachable, targets), strict=True))
+        probed = dict(zip([t.name for t in targets], pool.map(_reachable, targets), strict=True))
+    reach = {name: result for name, (result, _) in probed.items()}
+    facts = {name: read for name, (_, read) in probed.items()}
     if on_host:
         for target in targets:
             if reach[target.name].outcome != "passed":
@@ -335,7 +360,8 @@ def run_fleet(
                 if on_host is not None:  # host_done is passed only then
                     on_host([reach[name], *results])
 
-        for result in run_group(group, paths, timeout_s, on_host=host_done if on_host else None):
+        done = host_done if on_host else None
+        for result in run_group(group, paths, timeout_s, on_host=done, facts=facts, planner=planner):
             checked.setdefault(result.host, []).append(result)
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:

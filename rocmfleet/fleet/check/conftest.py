@@ -1,4 +1,5 @@
-"""Fixtures the checks share: each host's expected configuration, its GPU topology, Docker state.
+"""Fixtures the checks share: each host's plan (what the parent planned: the check process never
+reads the configuration), its GPU topology as read now, Docker state.
 
 One check process may check several hosts (testinfra's ``--hosts``, a module-scoped parameter):
 every fixture here is per host, looked up by the host's inventory name.
@@ -18,8 +19,8 @@ from rocmfleet.fleet.check import checkfile, expect
 if TYPE_CHECKING:
     from testinfra.host import Host
 
-    from rocmfleet.config.instances import Instance
-    from rocmfleet.config.settings import HostConfig
+    from rocmfleet.plan.checkmodel import CheckInstance, CheckValues
+    from rocmfleet.plan.model import HostPlan
 
 
 def instance_names(per_host: dict[str, list[str]]) -> list[str]:
@@ -68,18 +69,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def instance(request: pytest.FixtureRequest, host: Host) -> Instance:
-    """The vLLM instance of this host named by the parameter (:meth:`HostConfig.instances`)."""
-    found: Instance = next(i for i in expect.instances_of(host) if i.name == request.param)
+def instance(request: pytest.FixtureRequest, host: Host) -> CheckInstance:
+    """The vLLM instance of this host named by the parameter (the plan's ``checks.instances``)."""
+    found: CheckInstance = next(i for i in expect.instances_of(host) if i.name == request.param)
     return found
 
 
 @pytest.fixture(scope="module")
-def config(host: Host) -> HostConfig:
-    """The host's validated configuration; checks that need it skip without an inventory."""
-    found = expect.host_config(host)
+def plan(host: Host) -> HostPlan:
+    """The host's plan (:func:`rocmfleet.fleet.check.expect.host_plan`); checks that need it skip without one."""
+    found = expect.host_plan(host)
     if found is None:
-        pytest.skip(f"no expectations given ({checkfile.FILE_ENV} is unset): nothing to compare with")
+        pytest.skip(f"no plan given ({checkfile.FILE_ENV} is unset): nothing to compare with")
+    return found
+
+
+@pytest.fixture(scope="module")
+def checks(host: Host, plan: HostPlan) -> CheckValues:
+    """What the host's live checks compare with (the plan's ``checks``)."""
+    found = expect.check_values(host)
+    assert found is not None  # the plan fixture skipped without one
     return found
 
 

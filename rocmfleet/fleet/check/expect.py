@@ -1,14 +1,17 @@
-"""What the checks expect of each host under check, as the parent ``rocmfleet check`` validated it.
+"""What the checks expect of each host under check: its plan, as the parent ``rocmfleet check`` made it.
 
-``rocmfleet check`` loads and validates the inventory once, in its own process, and gives each
-of its pytest processes one JSON file (``ROCMFLEET_CHECK_FILE``, mode 0600 in a 0700 directory)
-holding the SSH settings and validated configuration of the hosts that process checks, and only
-those (:func:`expectations_json`): a check process never loads the inventory again. The checks
-look their host's data up by inventory name (``host.backend.hostname``, :func:`host_name`).
-Secret values never leave the parent: the file holds the secrets' names (``vllm_secret_env``
-keys, registry user names) with empty values, which is all the checks compare. Without the file
-(testinfra run by hand) the checks expect a default deploy: AMD's defaults for the ROCm and
-tuning keys, and no vLLM instances.
+``rocmfleet check`` loads and validates the inventory once, in its own process, plans each host
+there on the facts read from it (:mod:`rocmfleet.fleet.check.hostplan`) and gives each of its
+pytest processes one JSON file (``ROCMFLEET_CHECK_FILE``, mode 0600 in a 0700 directory) holding
+the SSH settings and the :class:`~rocmfleet.plan.model.HostPlan` of the hosts that process checks,
+and only those (:func:`rocmfleet.fleet.check.hostplan.check_input`): a check process never loads
+the inventory, nor reads or rebuilds a host's configuration. The checks look their host's plan up
+by inventory name (``host.backend.hostname``, :func:`host_name`), loaded back with the plan's own
+loader (:func:`rocmfleet.plan.model.host_from_dict`): its items (the drift rule's), and under
+``checks`` (:class:`~rocmfleet.plan.model.CheckValues`) what the live checks compare with. Secret
+values never leave the parent: the plan names them only. Without the file (testinfra run by
+hand) the checks that need a plan skip; the ROCm checks expect AMD's defaults, and there are no
+vLLM instances.
 
 What the host has is read here too, once per host and process (:func:`once`): the files, units,
 packages, sysctl, OS and small commands of every check in one ``state.sh`` command
@@ -20,115 +23,75 @@ share (:func:`container_inspect`, :func:`docker_info`). What a check could not r
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Callable
 from fnmatch import fnmatchcase
 from typing import Any
 
 from rocmfleet import scripts
-from rocmfleet.config.connection import SshSettings
-from rocmfleet.config.hostsettings import HostSettings
-from rocmfleet.config.instances import Instance
-from rocmfleet.config.profiles import Image, Profile
-from rocmfleet.config.settings import HostConfig
-from rocmfleet.config.vault import Secret
-from rocmfleet.domain import rocm, tuning, vllmfiles
+from rocmfleet.domain import rocm, tuning
 from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.domain.rocm import RocmSettings
 from rocmfleet.domain.tooloutput import CannotCheck
-from rocmfleet.domain.tuning import TuningSettings
 from rocmfleet.facts.state import Gathered, PathState, UnitState, parse_state, state_args
 from rocmfleet.fleet.check.checkfile import FILE_ENV, ExpectationError, host_name
 from rocmfleet.fleet.check.checkfile import entry as _entry
-from rocmfleet.plan import exporterplan, hoststate, rocmplan
-
-
-def host_expectations(ssh: SshSettings, config: HostConfig) -> dict[str, Any]:
-    """One host's expectations: ``{"ssh", "config"}``, JSON-ready, secrets reduced to their names."""
-    settings = config.settings.model_dump(mode="json")
-    settings["vllm_secret_env"] = dict.fromkeys(settings["vllm_secret_env"], "")
-    for auth in settings["docker_registry_auth"]:
-        auth["password"] = ""
-    return {
-        "ssh": ssh.to_dict(),
-        "config": {
-            "settings": settings,
-            "profile": config.profile.model_dump(mode="json"),
-            "image": config.image.model_dump(mode="json"),
-            "rocm": config.rocm.model_dump(mode="json"),
-            "tuning": config.tuning.model_dump(mode="json"),
-            "metrics": config.metrics.model_dump(mode="json"),
-        },
-    }
-
-
-def expectations_json(hosts: dict[str, tuple[SshSettings, HostConfig]]) -> str:
-    """The expectations file of one check process: ``{"hosts": {NAME: host_expectations(...)}}``.
-
-    Args:
-        hosts: inventory name -> (SSH settings, validated configuration), in inventory order.
-    """
-    return json.dumps({"hosts": {name: host_expectations(ssh, config) for name, (ssh, config) in hosts.items()}})
-
-
-def config_from_dict(data: dict[str, Any]) -> HostConfig:
-    """The :class:`HostConfig` of :func:`expectations_json`'s ``config`` (secrets empty).
-
-    Raises:
-        pydantic.ValidationError, KeyError: ``data`` is not what :func:`expectations_json` wrote.
-    """
-    settings = dict(data["settings"])
-    settings["vllm_secret_env"] = {k: Secret("") for k in settings.get("vllm_secret_env", {})}
-    settings["docker_registry_auth"] = [
-        {**auth, "password": Secret("")} for auth in settings.get("docker_registry_auth", [])
-    ]
-    return HostConfig(
-        HostSettings.model_validate(settings),
-        Profile.model_validate(data["profile"]),
-        Image.model_validate(data["image"]),
-        RocmSettings.model_validate(data["rocm"]),
-        TuningSettings.model_validate(data["tuning"]),
-        MetricsSettings.model_validate(data.get("metrics", {})),
-    )
+from rocmfleet.plan import exporterplan, rocmplan
+from rocmfleet.plan.checkmodel import CheckInstance, CheckValues
+from rocmfleet.plan.drift import WantedPackage, drift
+from rocmfleet.plan.model import HostPlan, host_from_dict
 
 
 @functools.cache
-def _config(name: str) -> HostConfig | None:
+def _plan(name: str) -> HostPlan | None:
     entry = _entry(name)
     if entry is None:
         return None
     try:
-        return config_from_dict(entry["config"])
+        return host_from_dict(entry["plan"], f"{os.environ.get(FILE_ENV)}: host {name}: plan")
     except (KeyError, TypeError, ValueError) as exc:
-        raise ExpectationError(f"{os.environ.get(FILE_ENV)}: not a rocmfleet expectations file: {exc}") from None
+        raise ExpectationError(f"{os.environ.get(FILE_ENV)}: not a rocmfleet check file: {exc}") from None
 
 
-def host_config(host: Any) -> HostConfig | None:
-    """The validated configuration of ``host`` (a name or testinfra ``Host``); ``None`` without a file.
+def host_plan(host: Any) -> HostPlan | None:
+    """The plan of ``host`` (a name or testinfra ``Host``); ``None`` without a file.
 
     Raises:
-        ExpectationError: the file does not name this host, or is not what :func:`expectations_json` writes.
+        ExpectationError: the file does not name this host, or its plan is not a host plan's JSON.
     """
-    return _config(host_name(host))
+    return _plan(host_name(host))
 
 
-def instances_of(host: Any) -> list[Instance]:
-    """The vLLM instances ``host`` runs (:meth:`HostConfig.instances`); none without a file."""
-    config = host_config(host)
-    return config.instances() if config else []
+def check_values(host: Any) -> CheckValues | None:
+    """What the live checks of ``host`` compare with (its plan's ``checks``); ``None`` without a file.
+
+    Raises:
+        ExpectationError: as :func:`host_plan`, or a plan made without them.
+    """
+    plan = host_plan(host)
+    if plan is None:
+        return None
+    if plan.checks is None:
+        raise ExpectationError(f"{os.environ.get(FILE_ENV)}: the plan of {plan.name} has no check values")
+    return plan.checks
+
+
+def instances_of(host: Any) -> list[CheckInstance]:
+    """The vLLM instances ``host`` runs, placed or not (:attr:`CheckValues.instances`); none without a file."""
+    values = check_values(host)
+    return list(values.instances) if values else []
 
 
 def rocm_settings(host: Any) -> RocmSettings:
-    """The ``rocm_*`` settings of ``host`` (AMD's defaults without an inventory)."""
-    config = host_config(host)
-    return config.rocm if config else RocmSettings()
+    """The ``rocm_*`` settings of ``host``'s plan (:attr:`CheckValues.rocm`; AMD's defaults without a file)."""
+    values = check_values(host)
+    return RocmSettings.model_validate(values.rocm) if values else RocmSettings()
 
 
-def tuning_settings(host: Any) -> TuningSettings:
-    """The ``tuning_*`` settings of ``host`` (AMD's defaults without an inventory)."""
-    config = host_config(host)
-    return config.tuning if config else TuningSettings()
+def metrics_settings(host: Any) -> MetricsSettings:
+    """The ``metrics_*`` settings of ``host``'s plan (:attr:`CheckValues.metrics`; the defaults without a file)."""
+    values = check_values(host)
+    return MetricsSettings.model_validate(values.metrics) if values else MetricsSettings()
 
 
 _memo: dict[tuple[str, str], Any] = {}
@@ -205,7 +168,7 @@ DOCKER_UNIT = "docker.service"
 DAEMON_JSON = "/etc/docker/daemon.json"
 GRUB_CFG = "/boot/grub/grub.cfg"
 #: Files the checks read whole (:func:`gathered`): to parse them, or to say what a differing one holds.
-#: (The rocm role's files are compared by their SHA-256, as the deploy does: ``rocmplan.differs``.)
+#: (The roles' files are compared by their SHA-256, by the drift rule: ``drift::role_as_wanted``.)
 TEXTS = (
     tuning.SYSCTL_FILE,
     tuning.GRUB_DEFAULTS,
@@ -225,29 +188,31 @@ RUNS = (("virt", "systemd-detect-virt --container"), ("render", "getent group re
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
-def check_query(rocm_settings: RocmSettings, instances: list[Instance]) -> dict[str, Any]:
+def check_query(packages: list[str], instances: list[CheckInstance]) -> dict[str, Any]:
     """The ``state.sh`` items of one host's checks (:func:`rocmfleet.facts.state.state_args`'
     keyword arguments): the OS, :data:`PATHS`, each instance's environment, unit and secrets
-    files, :data:`TEXTS`, Docker's, the CPU tuning unit's and each instance's unit, the driver
-    and userspace packages, ``kernel.numa_balancing`` and :data:`RUNS`.
+    files, :data:`TEXTS`, Docker's, the CPU tuning unit's and each instance's unit, ``packages``,
+    ``kernel.numa_balancing`` and :data:`RUNS`.
 
     Args:
-        rocm_settings: the host's ``rocm_*`` settings (which packages to ask dpkg about).
-        instances: the host's vLLM instances (:meth:`HostConfig.instances`), for their units.
+        packages: the ROCm driver and userspace packages to ask dpkg about (:func:`rocm_packages`).
+        instances: the host's vLLM instances (:func:`instances_of`), for their files and units.
     """
-    units = [DOCKER_UNIT, tuning.CPU_UNIT, *(vllmfiles.files_of(i).unit for i in instances)]
-    packages = list(dict.fromkeys([*rocm_settings.rocm_driver_packages, *rocm_settings.userspace_packages]))
-    layouts = [vllmfiles.files_of(i) for i in instances]
     return {
         "os": True,
-        "paths": [*PATHS, *(p for n in layouts for p in (n.env_file, n.unit_path, n.secrets_file))],
+        "paths": [*PATHS, *(p for i in instances for p in (i.env_file, i.unit_path, i.secrets_file))],
         "globs": [RENDER_NODES],
         "texts": list(TEXTS),
-        "units": units,
-        "packages": packages,
+        "units": [DOCKER_UNIT, tuning.CPU_UNIT, *(i.unit for i in instances)],
+        "packages": list(dict.fromkeys(packages)),
         "sysctls": ["kernel.numa_balancing"],
         "runs": list(RUNS),
     }
+
+
+def rocm_packages(settings: RocmSettings) -> list[str]:
+    """The driver packages, then the userspace ones, each once (what :func:`installed` is asked of)."""
+    return list(dict.fromkeys([*settings.rocm_driver_packages, *settings.userspace_packages]))
 
 
 def read_state(host: Any, key: str, query: Callable[[], dict[str, Any]]) -> Gathered:
@@ -286,7 +251,7 @@ def gathered(host: Any) -> Gathered:
     Raises:
         CannotCheck: the command failed or its output was cut short or unknown.
     """
-    return read_state(host, "state", lambda: check_query(rocm_settings(host), instances_of(host)))
+    return read_state(host, "state", lambda: check_query(rocm_packages(rocm_settings(host)), instances_of(host)))
 
 
 def rocm_gathered(host: Any) -> Gathered:
@@ -310,8 +275,7 @@ def exporter_gathered(host: Any) -> tuple[MetricsSettings, Gathered]:
     Raises:
         CannotCheck: the command failed or its output was cut short or unknown.
     """
-    config = host_config(host)
-    settings = config.metrics if config else MetricsSettings()
+    settings = metrics_settings(host)
     return settings, read_state(host, "exporter-state", lambda: exporterplan.query(settings))
 
 
@@ -357,8 +321,9 @@ def text(host: Any, path: str) -> str | None:
 
 
 def installed(host: Any, name: str) -> bool:
-    """Whether dpkg has ``name`` installed (status ``ii`` or ``hi``, the deploy's rule:
-    :func:`rocmfleet.plan.hoststate.packages_installed`), from :func:`gathered`. ``name`` may carry an
+    """Whether dpkg has ``name`` installed (status ``ii`` or ``hi``, the drift rule's:
+    :func:`rocmfleet.plan.drift.drift` of a :class:`~rocmfleet.plan.drift.WantedPackage`), from
+    :func:`gathered`. ``name`` may carry an
     architecture (``rocm-core:amd64``: dpkg reports the bare name) or be a dpkg pattern
     (``amdrocm*``: any installed package it matches).
 
@@ -370,7 +335,7 @@ def installed(host: Any, name: str) -> bool:
     if not got.packages:
         raise CannotCheck("dpkg-query reported none of the ROCm packages asked for")
     bare = name.split(":", 1)[0]
-    return any(hoststate.packages_installed(got, [n]) for n in got.packages if fnmatchcase(n, bare))
+    return any(not drift([WantedPackage(n)], got) for n in got.packages if fnmatchcase(n, bare))
 
 
 def device_nodes(host: Any) -> dict[str, PathState]:
@@ -391,7 +356,7 @@ def running(host: Any, unit: str) -> bool:
 
 def unit_state(host: Any, unit: str) -> UnitState:
     """``unit``'s ``ActiveState`` and ``UnitFileState`` (``active``, ``enabled``) from :func:`gathered`.
-    Enabled is ``enabled``, the deploy's rule (:func:`rocmfleet.plan.hoststate.unit_enabled`): a unit
+    Enabled is ``enabled``, the drift rule's (:func:`rocmfleet.plan.drift.drift`): a unit
     the deploy enables is never ``static`` or ``indirect``, which ``systemctl is-enabled`` would
     also accept.
 

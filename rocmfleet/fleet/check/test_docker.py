@@ -14,7 +14,7 @@ from rocmfleet.fleet.check import expect
 if TYPE_CHECKING:
     from testinfra.host import Host
 
-    from rocmfleet.config.settings import HostConfig
+    from rocmfleet.plan.checkmodel import CheckValues
 
 
 def test_docker_running(host: Host) -> None:
@@ -28,11 +28,11 @@ def test_docker_running(host: Host) -> None:
     assert info.rc == 0, f"docker info failed: {info.stderr.strip()}"
 
 
-def test_docker_version_pinned_and_held(host: Host, config: HostConfig) -> None:
+def test_docker_version_pinned_and_held(host: Host, checks: CheckValues) -> None:
     """The running server is the version group data pins (``docker_version``); the engine's packages
     at that version and held (dpkg's ``hi``, the deploy's rule) are ``drift::role_as_wanted[docker]``'s,
     as is ``daemon.json`` (content, mode, owner)."""
-    version = config.settings.docker_version
+    version = checks.docker_version
     if not version:
         pytest.skip("docker_version is not set: Docker is not pinned")
     server, wanted = expect.docker_server(host)[0], docker.server_version_pattern(version)

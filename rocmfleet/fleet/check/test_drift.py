@@ -1,9 +1,9 @@
 """Every role as the deploy leaves it, by the plan's one rule (:mod:`rocmfleet.plan.hostdrift`).
 
 One check per role, ``drift::role_as_wanted[ROLE]``: the role's files, directories, packages, units
-and removed paths of the host's plan (planned on the topology, device group ids and OS its read
-shows) have no drift. Items another check already asserts by the same rule are left to it, so that
-one fault fails one check (:data:`COVERED`).
+and removed paths of the host's plan (the parent's, planned on the topology, device group ids and OS
+read from the host: :mod:`rocmfleet.fleet.check.hostplan`) have no drift. Items another check
+already asserts by the same rule are left to it, so that one fault fails one check (:data:`COVERED`).
 """
 
 from __future__ import annotations
@@ -12,18 +12,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from rocmfleet.domain import tuning, vllmfiles
+from rocmfleet.domain import tuning
 from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.facts.state import Gathered
 from rocmfleet.fleet.check import checkfile, expect
+from rocmfleet.plan import drift as drift_rule
 from rocmfleet.plan import hostdrift
 from rocmfleet.plan.drift import Drift
 from rocmfleet.plan.model import HostPlan, Role
 
 if TYPE_CHECKING:
     from testinfra.host import Host
-
-    from rocmfleet.config.settings import HostConfig
 
 #: Items asserted by another check (one fault, one failed check): ``docker::docker_running`` (the
 #: service), ``tuning::numa_balancing_persisted`` and ``tuning::cpu_unit_enabled`` (the sysctl file,
@@ -35,28 +34,28 @@ COVERED: dict[str, tuple[str, ...]] = {
 }
 
 
-def covered(config: HostConfig, role: Role) -> set[str]:
+def covered(plan: HostPlan, role: Role) -> set[str]:
     """The items of ``role`` that another check asserts (:data:`COVERED`; for ``vllm`` each
-    instance's environment file, unit file, secrets file and unit)."""
+    instance's environment file, unit file, secrets file and unit, placed or not)."""
     items = set(COVERED.get(role, ()))
-    if role == "vllm":
-        for instance in config.instances():
-            names = vllmfiles.files_of(instance)
-            items |= {names.env_file, names.unit_path, names.secrets_file, names.unit}
+    if role == "vllm" and plan.checks is not None:
+        for i in plan.checks.instances:
+            items |= {i.env_file, i.unit_path, i.secrets_file, i.unit}
     return items
 
 
-def plan_read(host: Host, config: HostConfig) -> tuple[HostPlan, Gathered]:
-    """The host's plan on what its read shows and that read (:mod:`rocmfleet.plan.hostdrift`: every
-    item of the plan, the OS, the GPU topology, the device nodes), in one ``state.sh`` command of its
-    own, once per host and process (:func:`rocmfleet.fleet.check.expect.read_state`).
+def plan_read(host: Host, plan: HostPlan) -> Gathered:
+    """The read of every item of the host's plan (:func:`rocmfleet.plan.drift.query`), in one
+    ``state.sh`` command of its own, once per host and process (:func:`rocmfleet.fleet.check.expect.read_state`).
 
     Raises:
-        CannotCheck: the command failed or its output was cut short or unknown.
+        CannotCheck: the plan was made without the host's facts (their read failed: the placement
+            and the kernel's packages are not known), or the command failed or its output was cut
+            short or unknown.
     """
-    got = expect.read_state(host, "plan-state", lambda: hostdrift.read_query(config))
-    plan: HostPlan = expect.once(host, "plan", lambda: hostdrift.host_plan(checkfile.host_name(host), config, got))
-    return plan, got
+    if plan.topology_source.startswith(checkfile.UNREAD):
+        raise CannotCheck(f"the plan was made without the host's facts: {plan.topology_source}")
+    return expect.read_state(host, "plan-state", lambda: dict(drift_rule.query(plan)))
 
 
 def failure(plan: HostPlan, found: list[Drift], skip: set[str]) -> str | None:
@@ -75,15 +74,15 @@ def failure(plan: HostPlan, found: list[Drift], skip: set[str]) -> str | None:
 
 
 @pytest.mark.parametrize("role", hostdrift.ROLES)
-def test_role_as_wanted(host: Host, config: HostConfig, role: Role) -> None:
+def test_role_as_wanted(host: Host, plan: HostPlan, role: Role) -> None:
     """One per role (``drift::role_as_wanted[base]``, ``[rocm]``, ``[tuning]``, ``[exporter]``, ``[docker]``,
     ``[vllm]``): the role's items of the host's plan (files with content, mode and owner; directories;
     packages, versions and holds as dpkg has them; units; paths kept absent) are as the deploy
     leaves them: :func:`rocmfleet.plan.drift.drift` is empty. Items another check asserts are
     left to it (:data:`COVERED`). Each drifted item is named, ``; ``-separated."""
-    plan, got = plan_read(host, config)
+    got = plan_read(host, plan)
     if plan.packages and not got.packages:  # dpkg-query failed: "not installed" would be a guess
         raise CannotCheck("dpkg-query reported none of the packages asked for")
     found = hostdrift.role_drift(hostdrift.role_items(plan, role), got)[role]
-    message = failure(plan, found, covered(config, role))
+    message = failure(plan, found, covered(plan, role))
     assert message is None, message

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from rocmfleet import scripts
-from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import gpuhealth, parts
 from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.domain.topology import Topology
 from rocmfleet.fleet.check import expect
+from rocmfleet.plan.checkmodel import CheckValues
 
 if TYPE_CHECKING:
     from testinfra.host import Host
@@ -36,21 +36,21 @@ def health(host: Host) -> gpuhealth.HealthRead:
     return found
 
 
-def test_gpus_present(config: HostConfig, topology: Topology) -> None:
+def test_gpus_present(checks: CheckValues, topology: Topology) -> None:
     """The host shows ``vllm_gpu_count`` GPUs, and its devices, KFD nodes and partition modes agree
     (:func:`rocmfleet.domain.parts.topology_problems`: a GPU that fell off the bus or failed its
     init is named by its PCI address)."""
     part, mixed = parts.host_part(topology)
-    problems = mixed + parts.topology_problems(topology, part, config.settings.vllm_gpu_count)
+    problems = mixed + parts.topology_problems(topology, part, checks.gpu_count)
     assert not problems, "; ".join(problems)
 
 
-def test_ecc_errors(config: HostConfig, health: gpuhealth.HealthRead) -> None:
+def test_ecc_errors(checks: CheckValues, health: gpuhealth.HealthRead) -> None:
     """No GPU with an uncorrectable or deferred ECC error since boot, nor more correctable ones
     than ``gpu_ecc_correctable_max`` (amd-smi's counts, or amdgpu's RAS counters in sysfs)."""
     if health.source is None:
         pytest.skip("neither amd-smi nor amdgpu's RAS counters in sysfs give ECC counts on this host")
-    problems = gpuhealth.ecc_problems(health.ecc, config.settings.gpu_ecc_correctable_max)
+    problems = gpuhealth.ecc_problems(health.ecc, checks.ecc_correctable_max)
     assert not problems, f"{'; '.join(problems)} (from {health.source})"
 
 

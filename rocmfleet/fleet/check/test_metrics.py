@@ -13,19 +13,20 @@ from typing import Any
 
 import pytest
 
-from rocmfleet.config.instances import Instance
-from rocmfleet.config.settings import HostConfig
-from rocmfleet.domain import metricfamilies, vllmfiles
+from rocmfleet.domain import metricfamilies
+from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet.check import expect
 from rocmfleet.fleet.metrics import read
+from rocmfleet.plan.checkmodel import CheckInstance, CheckValues
 
 
-def _ports(config: HostConfig) -> list[int]:
+def _ports(checks: CheckValues) -> list[int]:
     """The ports read: every instance's API port, then the exporter's when ``metrics_exporter``."""
-    ports = [i.port for i in config.instances()]
-    if config.metrics.metrics_exporter:
-        ports.append(config.metrics.metrics_exporter_port)
+    ports = [i.port for i in checks.instances]
+    metrics = MetricsSettings.model_validate(checks.metrics)
+    if metrics.metrics_exporter:
+        ports.append(metrics.metrics_exporter_port)
     return ports
 
 
@@ -41,9 +42,9 @@ def _read(host: Any, ports: list[int]) -> dict[int, read.Page]:
 
 
 @pytest.fixture
-def pages(host: Any, config: HostConfig) -> dict[int, read.Page]:
+def pages(host: Any, checks: CheckValues) -> dict[int, read.Page]:
     """Every port's ``/metrics`` (:func:`_ports`), read once per host and process."""
-    found: dict[int, read.Page] = expect.once(host, "metrics pages", lambda: _read(host, _ports(config)))
+    found: dict[int, read.Page] = expect.once(host, "metrics pages", lambda: _read(host, _ports(checks)))
     return found
 
 
@@ -56,25 +57,26 @@ def _served(page: read.Page, what: str) -> set[str]:
         raise AssertionError(f"{what}: /metrics is not the Prometheus text format: {exc}") from None
 
 
-def test_vllm_families(host: Any, config: HostConfig, instance: Instance, pages: dict[int, read.Page]) -> None:
+def test_vllm_families(host: Any, checks: CheckValues, instance: CheckInstance, pages: dict[int, read.Page]) -> None:
     """The instance's API port answers ``/metrics`` with every family of its profile's vLLM version (queue,
     KV-cache use, request and token counters, TTFT/TPOT/ITL/latency histograms, ``http_requests_total``);
     skipped when its unit is not active."""
-    unit = vllmfiles.files_of(instance).unit
+    unit = instance.unit
     if not expect.running(host, unit):
         pytest.skip(f"{unit} is not active (reported by vllm::unit_enabled_and_active)")
-    version = config.profile.vllm_version
+    version = checks.vllm_version
     what = f"port {instance.port} (instance {instance.name}, vLLM {version})"
     missing = metricfamilies.missing(metricfamilies.vllm_families(version), _served(pages[instance.port], what))
     assert not missing, f"{what}: /metrics lacks {', '.join(missing)}"
 
 
-def test_exporter_families(config: HostConfig, pages: dict[int, read.Page]) -> None:
+def test_exporter_families(checks: CheckValues, pages: dict[int, read.Page]) -> None:
     """AMD's device-metrics-exporter answers ``/metrics`` on ``metrics_exporter_port`` with GPU activity, VRAM,
     power, temperatures and ECC counts; skipped when ``metrics_exporter`` is false."""
-    if not config.metrics.metrics_exporter:
+    metrics = MetricsSettings.model_validate(checks.metrics)
+    if not metrics.metrics_exporter:
         pytest.skip("metrics_exporter is false: no exporter is deployed on this host")
-    port = config.metrics.metrics_exporter_port
+    port = metrics.metrics_exporter_port
     what = f"port {port} (AMD device-metrics-exporter)"
     missing = metricfamilies.missing(metricfamilies.EXPORTER, _served(pages[port], what))
     assert not missing, f"{what}: /metrics lacks {', '.join(missing)}"

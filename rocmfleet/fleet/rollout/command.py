@@ -10,6 +10,7 @@ returns an exit status; nothing a host does raises out of it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ from rocmfleet.fleet.rollout.state import (
 )
 from rocmfleet.fleet.rollout.steps import RETRIES, StepError, step_failure
 from rocmfleet.fleet.target import Target, parallel
+from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.model import RolloutPlan
 
 
@@ -263,7 +265,7 @@ def _runner(
 
     steps = hoststeps.HostSteps(
         inventory, targets, path.parent / state.id, state.id, emit=to_log,
-        check=compliance.vllm_failures, bench=benchrun.gate_results,
+        check=functools.partial(compliance.vllm_failures, planner=plan_host), bench=benchrun.gate_results,
     )  # fmt: skip
     revert = fleetimage.revert_data(state.data_edit, emit, error) if state.data_edit else None
     progress = progress_factory(len(state.hosts)) if progress_factory else LineProgress(emit)
@@ -404,7 +406,8 @@ def _start(
     unread = f" ({len(hosts) - len(checked)} not reached: not checked)" if len(checked) < len(hosts) else ""
     emit(f"preflight: rocmfleet check --select gpu,vllm on {len(checked)} host(s){unread}")
     current = [targetimage.with_image(targets[n], before[n]) for n in checked]
-    results = compliance.run_fleet(current, list(compliance.GATE_MODULES), CHECK_TIMEOUT_S) if current else []
+    modules = list(compliance.GATE_MODULES)
+    results = compliance.run_fleet(current, modules, CHECK_TIMEOUT_S, planner=plan_host) if current else []
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
     if failing:
         for line in failing:
