@@ -15,10 +15,19 @@ import sys
 
 #: Exit status of a command ended by Ctrl-C (128 + SIGINT), as :mod:`rocmfleet.cli` uses.
 INTERRUPTED = 130
+#: Exit status when standard output is closed (``>&-``): as for a pipe whose reader ended (128 +
+#: SIGPIPE, :data:`rocmfleet.cli.common.EXIT_PIPE_CLOSED`).
+STDOUT_CLOSED = 141
 
 
 def main() -> int:
-    """Run :func:`rocmfleet.cli.main` with ``sys.argv``; 130 when interrupted before it starts."""
+    """Run :func:`rocmfleet.cli.main` with ``sys.argv``; 130 when interrupted before it starts; 141
+    when standard output is closed (Python then sets ``sys.stdout`` to ``None``, and pyinfra's
+    import reads ``sys.stdout.isatty()``): nothing is done, one line on standard error."""
+    if sys.stdout is None:
+        if sys.stderr is not None:
+            print("rocmfleet: standard output is closed; nothing was done", file=sys.stderr)
+        return STDOUT_CLOSED
     try:
         from rocmfleet.cli import main as cli_main
     except KeyboardInterrupt:

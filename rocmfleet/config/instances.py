@@ -80,7 +80,11 @@ class Instance:
 
 
 def port_problems(
-    instances: list[Instance], settings: InstanceKeys, key: str, metering: MetricsSettings | None = None
+    instances: list[Instance],
+    settings: InstanceKeys,
+    key: str,
+    metering: MetricsSettings | None = None,
+    ssh_port: int = 22,
 ) -> list[Problem]:
     """The host's one port map: every TCP port rocmfleet makes something listen on, each owned once.
 
@@ -98,8 +102,19 @@ def port_problems(
         instances: the host's instances; ``key`` is where they come from, for the message.
         settings: the host's settings (``docker_daemon.metrics-addr``).
         metering: the host's metrics settings (the exporter's ``metrics_exporter_port``, when it is on).
+        ssh_port: the port the host's sshd listens on (``ssh_port``, 22 by default): an instance on it
+            (``--network=host``) would never bind, or would take SSH from the host if sshd restarted.
     """
-    problems = []
+    problems = [
+        Problem(
+            key,
+            f"port {i.port} of instance {i.name} is the host's SSH port (ssh_port {ssh_port}): the instance "
+            "would not bind it, or would take SSH from the host; give the instance another port",
+            repr(i.port),
+        )
+        for i in instances
+        if i.port == ssh_port
+    ]
     api_ports = "their port in vllm_instances" if key == "vllm_instances" else "the profile's base_port"
     metrics = settings.docker_daemon.metrics_addr
     port_text = metrics.rpartition(":")[2] if metrics else ""

@@ -193,7 +193,9 @@ def host_config(data: dict[str, Any], profiles_dir: Path | str | None = None) ->
     if instances is not None and settings is not None:
         key = "vllm_instances" if settings.vllm_instances is not None else "vllm_profile"
         problems += instance_problems(instances, profile, settings.vllm_gpu_count, key)
-        problems += port_problems(instances, settings, key, validated["metrics"])
+        connection = validated["connection"]
+        ssh_port = connection.ssh_port if connection is not None and connection.ssh_port else 22
+        problems += port_problems(instances, settings, key, validated["metrics"], ssh_port)
     if settings is not None and profile is not None:
         problems += [Problem(*p) for p in hostenv.host_problems(profile, settings.vllm_env)]
     if settings is not None:

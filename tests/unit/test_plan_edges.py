@@ -5,6 +5,7 @@ files, every problem at once, a vault without its password."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +22,26 @@ from rocmfleet.project import PROFILES_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 RACK24 = ROOT / "tests" / "fixtures" / "sites" / "rack24" / "inventory.py"
+
+
+def test_a_closed_standard_output_gets_one_line_and_exit_141_not_a_traceback():
+    # `rocmfleet validate ... >&-`: Python sets sys.stdout to None; pyinfra's import reads its isatty()
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from rocmfleet.entry import main; sys.argv[0] = 'rocmfleet'; raise SystemExit(main())",
+            "validate",
+            str(RACK24),
+        ],
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        preexec_fn=lambda: os.close(1),
+        timeout=120,
+    )
+    err = child.stderr.decode()
+    assert child.returncode == 141, err
+    assert err.strip() == "rocmfleet: standard output is closed; nothing was done", err
 
 
 def test_a_reader_that_stops_early_gets_no_traceback_and_exit_141():

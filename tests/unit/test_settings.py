@@ -131,3 +131,18 @@ def test_metrics_targets_file_is_an_absolute_json_path(lab_data, value, said):
 @pytest.mark.parametrize("value", ["/etc/prometheus/file_sd/rocmfleet.json", "~/prometheus/rocmfleet.json"])
 def test_metrics_targets_file_absolute_or_under_home_is_accepted(lab_data, value):
     assert host_config({**lab_data, "metrics_targets_file": value}).metrics.metrics_targets_file == value
+
+
+@pytest.mark.parametrize("ssh_port", [None, 2222])
+def test_an_instance_on_the_hosts_ssh_port_is_refused(lab_data, ssh_port):
+    # --network=host: the instance would not bind sshd's port, or would take SSH from the host
+    port = ssh_port or 22
+    if ssh_port:
+        lab_data["ssh_port"] = ssh_port
+    lab_data["vllm_instances"] = [{"name": "a", "port": 8000, "gpus": [0]}, {"name": "b", "port": port, "gpus": [1]}]
+    with pytest.raises(ConfigError) as err:
+        host_config(lab_data)
+    assert [(p.key, p.value) for p in err.value.problems] == [("vllm_instances", repr(port))]
+    assert f"port {port} of instance b is the host's SSH port (ssh_port {port})" in err.value.problems[0].message
+    lab_data["vllm_instances"][1]["port"] = 8001
+    host_config(lab_data)
