@@ -290,11 +290,24 @@ def _plural(count: int) -> str:
 
 def counted(planned: Planned, hosts: int) -> str:
     """``24 host(s) in 8 batch(es), at most 4 of A, 2 of B out of service at once`` (one service:
-    ``at most 1 replica(s) out of service at once``)."""
-    if len(planned.bounds) == 1:
-        bound = f"at most {next(iter(planned.bounds.values()))} replica(s) out of service at once"
+    ``at most 1 replica(s) out of service at once``). Where a host alone holds more replicas of a
+    service than its bound (``planned.oversized``: it switches whole), the figure is that host's,
+    with the bound beside it: ``at most 8 replica(s) out of service at once (bound 1: a host holds 8)``."""
+    peaks = dict(planned.bounds)
+    for over in planned.oversized.values():
+        for service, count in over.items():
+            peaks[service] = max(peaks.get(service, 0), count)
+
+    def most(service: str) -> str:
+        bound = planned.bounds.get(service, peaks[service])
+        held = f" (bound {bound}: a host holds {peaks[service]})" if peaks[service] > bound else ""
+        return f"{peaks[service]}{held}"
+
+    if len(peaks) == 1:
+        figure, _, held = most(next(iter(peaks))).partition(" ")
+        bound = f"at most {figure} replica(s) out of service at once" + (f" {held}" if held else "")
     else:
-        bound = "at most " + ", ".join(f"{n} of {s}" for s, n in planned.bounds.items()) + " out of service at once"
+        bound = "at most " + ", ".join(f"{most(s)} of {s}" for s in peaks) + " out of service at once"
     return f"{hosts} host(s) in {len(planned.batches)} batch(es), {bound}"
 
 
