@@ -1017,7 +1017,8 @@ def test_dry_shows_the_edit_and_the_batches_and_changes_nothing(stand_in_fleet, 
     assert "services: llama-3.3-70b: 24 replica(s), at most 2 out of service at once" in out
     assert "mi300x-a01 holds 8 replicas of llama-3.3-70b (at most 2): a host switches whole" in out
     assert "plan: batch 1 (canary): mi300x-a01; batch 2: mi300x-a02; batch 3: mi300x-a03" in out
-    assert "--dry: rollout of 3 host(s) in 3 batch(es), at most 8 replica(s) out of service at once (bound 2: a host holds 8); nothing was" in out
+    said = "at most 8 replica(s) out of service at once (bound 2: a host holds 8)"  # each host switches whole
+    assert f"--dry: rollout of 3 host(s) in 3 batch(es), {said}; nothing was" in out
     assert group.read_text() == saved and steps.running == {}  # no group file edit, no host switched
     assert not rstate.state_path(rstate.results_root(None, PROD), PROD).exists()  # no state recorded
     assert cli.main(["rollout", PROD, "--dry", "--resume"]) == 2
@@ -1035,7 +1036,8 @@ def test_the_question_before_a_start_stops_it_unless_answered_yes(stand_in_fleet
     out, err = capsys.readouterr()
     assert code == 2 and "not confirmed; nothing was changed" in err and asked == [()]
     # the question on stderr: stdout may be a --json report
-    assert "start this rollout of 3 host(s) in 3 batch(es), at most 8 replica(s) out of service at once (bound 1: a host holds 8)? [y/N] " in err
+    said = "at most 8 replica(s) out of service at once (bound 1: a host holds 8)"
+    assert f"start this rollout of 3 host(s) in 3 batch(es), {said}? [y/N] " in err
     assert "[y/N]" not in out
     assert group.read_text() == saved and steps.running == {}
     asked.clear()
