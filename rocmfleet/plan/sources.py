@@ -42,6 +42,10 @@ DEFAULT_GIDS: tuple[int, ...] = (992,)
 #: The OS assumed: Debian 12 (bookworm), the release the deploy falls back to when it cannot read one
 #: (``roles/rocm``: ``rocm.OS_TARGETS[("debian", "12")]``).
 DEFAULT_OS = {"id": "debian", "version_id": "12", "codename": "bookworm", "kernel": ""}
+#: The keys a recorded ``os`` must give (``kernel`` may be left out: kernel packages are then asked by pattern).
+OS_REQUIRED = ("id", "version_id", "codename")
+#: One past the largest group id (``gid_t`` is 32-bit unsigned; 4294967295 is ``(gid_t)-1``, "no group", chown(2)).
+MAX_GID = 2**32 - 1
 
 
 #: The keys of a recorded host file (the module's text).
@@ -166,12 +170,14 @@ def _recorded_host(spec: str, data: object) -> HostFacts:
             f"allowed: {', '.join(map(repr, RECORDED_KEYS))}"
         )
     assumed: list[str] = []
+    problems: list[str] = []  # every problem of the file at once
     gids = data.get("device_gids")
     if gids is None:
         assumed.append("device_gids")
         gids = list(DEFAULT_GIDS)
-    if not isinstance(gids, list) or not all(isinstance(g, int) for g in gids):
-        raise SourceError(f"--topology {spec}: 'device_gids' is a list of group ids (integers), not {gids!r}")
+    # gid_t is 32-bit unsigned; (gid_t)-1 (4294967295) means "no group" (chown(2)); bool is not a gid
+    if not isinstance(gids, list) or not all(type(g) is int and 0 <= g < MAX_GID for g in gids):
+        problems.append(f"'device_gids' is a list of group ids (integers 0 to {MAX_GID - 1}), not {gids!r}")
     found = data.get("os")
     if found is None:
         assumed.append("os")
@@ -181,7 +187,14 @@ def _recorded_host(spec: str, data: object) -> HostFacts:
         or not all(isinstance(found.get(k, ""), str) for k in DEFAULT_OS)
         or set(found) - set(DEFAULT_OS)
     ):
-        raise SourceError(f"--topology {spec}: 'os' is an object of strings {sorted(DEFAULT_OS)}, not {found!r}")
+        problems.append(f"'os' is an object of strings {sorted(DEFAULT_OS)}, not {found!r}")
+    elif missing := [k for k in OS_REQUIRED if not found.get(k)]:
+        # a partial os would be completed with Debian's values: "ubuntu 12" is no OS
+        problems.append(
+            f"'os' lacks {', '.join(map(repr, missing))} (recorded: {found!r}); give each of {list(OS_REQUIRED)}"
+        )
+    if problems:
+        raise SourceError(f"--topology {spec}: " + "; ".join(problems))
     return HostFacts(
         source=f"recorded host {spec}",
         topology=parse_fact_output([str(line) for line in data["topology"]]),

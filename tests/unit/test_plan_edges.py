@@ -150,8 +150,23 @@ def test_a_recorded_host_with_a_misspelt_key_is_refused_naming_the_allowed_ones(
     (tmp_path / "os.json").write_text(json.dumps({"topology": lines, "os": {"id": "ubuntu", "version": "24.04"}}))
     with pytest.raises(sources.SourceError, match=r"'os' is an object of strings \['codename', 'id', 'kernel', "):
         sources.load(str(tmp_path / "os.json"))
-    (tmp_path / "ok.json").write_text(json.dumps({"topology": lines, "os": {"id": "ubuntu", "version_id": "24.04"}}))
-    assert sources.load(str(tmp_path / "ok.json")).os_version == "24.04"
+    os = {"id": "ubuntu", "version_id": "24.04", "codename": "noble"}
+    (tmp_path / "ok.json").write_text(json.dumps({"topology": lines, "os": os}))
+    assert sources.load(str(tmp_path / "ok.json")).os_codename == "noble"
+
+
+def test_a_recorded_host_with_a_partial_os_and_bad_gids_is_refused_with_both_problems(tmp_path):
+    # a partial os used to be completed with Debian's values ("ubuntu 12"); -5, 2**70 and true were gids
+    lines = sources.default_topology_lines()
+    spec = tmp_path / "host.json"
+    spec.write_text(json.dumps({"topology": lines, "device_gids": [-5, 2**70, True], "os": {"id": "ubuntu"}}))
+    with pytest.raises(sources.SourceError) as refused:
+        sources.load(str(spec))
+    assert str(refused.value) == (
+        f"--topology {spec}: 'device_gids' is a list of group ids (integers 0 to 4294967294), not "
+        f"[-5, {2**70}, True]; 'os' lacks 'version_id', 'codename' (recorded: {{'id': 'ubuntu'}}); "
+        "give each of ['id', 'version_id', 'codename']"
+    )
 
 
 def test_plan_shows_inline_secrets_by_name_without_the_vault_password(tmp_path, monkeypatch, capsys):
