@@ -564,6 +564,7 @@ def test_an_unreachable_prometheus_or_no_series_is_inconclusive(prom):
         (["--soak-batches"], "--soak-batches with no --soak"),
         (["--soak", "1m", "--rollback"], "--soak with --rollback"),
         (["--soak", "1m", "--canary", "0"], "--soak without --soak-batches soaks the canary"),
+        (["--soak", "1m", "--canary-group", "gpu_nodes"], "the canary is every host of this rollout"),
     ],
 )
 def test_bad_soak_options_are_refused_with_exit_2_and_no_traceback(argv, said, capsys, tmp_path, monkeypatch):

@@ -341,6 +341,11 @@ def _start(
     scope, canary_hosts, count = covered.hosts, covered.canary_hosts, covered.count
     if soak is not None and count == 0 and not soak.every_batch:
         raise CommandError(_NO_CANARY)
+    if soak is not None and not soak.every_batch and scope and canary_hosts and set(scope) <= set(canary_hosts):
+        raise CommandError(
+            f"--soak compares the canary with the hosts not yet switched, and the canary is every host of this "
+            f"rollout ({len(scope)}): nothing is left to compare with; give a smaller --canary or --canary-group"
+        )
     if soak is not None:
         prometheus_url(targets)  # one source for the soak, refused before any connection
     unconfirmed: list[str] = []  # what --dry could not confirm
