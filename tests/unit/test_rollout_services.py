@@ -371,6 +371,8 @@ def test_dry_json_prints_the_plan_as_plan_image_json_does(fleet_wide, offline, c
     assert {s["service"]: s["max_unavailable"] for s in rollout["services"]} == {QWEN: 4, SCOUT: 2}
     assert rollout["digest"] == "sha256:" + "4" * 64
     assert rollout["batches"][0] == ["ra-01", "ra-07"] and sum(map(len, rollout["batches"])) == 24
+    # what the dry run could not confirm (no host answers here) is in the record too, not on stderr only
+    assert any(line.startswith("--dry: what it runs not confirmed: ") for line in rollout["lines"]), rollout["lines"]
     assert cli.main(["plan", inventory, "--json", *options]) == 0
     planned = json.loads(capsys.readouterr().out)["rollout"]
     assert set(planned) == set(rollout)

@@ -442,7 +442,8 @@ def _start(
             ref = target or (wanted[hosts[0]] if hosts else None)  # a restart's: the hosts' own image
             pin = str(edit[0]) if edit is not None else ""
             shown_image = (image or (ref.reference if ref else ""), ref.digest if ref else "")
-            start.on_plan(rolloutplan.as_plan(planned, hosts, shown_image, groups, pin, count, [*shown, summary]))
+            said = [*shown, *(f"--dry: {line}" for line in unconfirmed), summary]  # what it could not confirm too
+            start.on_plan(rolloutplan.as_plan(planned, hosts, shown_image, groups, pin, count, said))
         return 0
     if start.confirm is not None and not start.confirm(f"start this {summary}?"):
         raise CommandError("not confirmed; nothing was changed")
