@@ -25,6 +25,7 @@ import sys
 import types
 
 from pyinfra import logger
+from pyinfra.api.operation import OperationMeta
 from pyinfra.context import ctx_state, host, state
 from pyinfra.facts.server import LinuxDistribution, OsVersion
 
@@ -109,12 +110,11 @@ def read_plan(kind: str, config: HostConfig, got: Gathered) -> HostPlan:
             and ``OsVersion`` are read, as the roles did before).
     """
     if got.os is not None:
-        release = (got.os.id, got.os.version_id, got.os.codename, got.os.kernel)
+        os_id, version, codename, kernel = got.os.id, got.os.version_id, got.os.codename, got.os.kernel
     else:  # the read could not tell (it always asks): pyinfra's own facts, one more command
         meta = host.get_fact(LinuxDistribution).get("release_meta", {})
-        release = (meta.get("ID", ""), str(meta.get("VERSION_ID", "")), meta.get("VERSION_CODENAME", ""), "")
-        release = (*release[:3], host.get_fact(OsVersion))
-    os_id, version, codename, kernel = release
+        os_id, version, codename = meta.get("ID", ""), str(meta.get("VERSION_ID", "")), meta.get("VERSION_CODENAME", "")
+        kernel = host.get_fact(OsVersion)
     facts = HostFacts(
         hostdrift.READ_SOURCE, None, os_id=os_id, os_version=version, os_codename=codename, kernel=kernel,
         assumed=("device_gids",),
@@ -209,7 +209,7 @@ def converge() -> None:
         if not tuning.idle(config.tuning, items := hostdrift.role_items(plan, "tuning"), got):
             tuning_reboot = tuning.apply(config.tuning, items, got)
         settled = not rocm_todo and not tuning_reboot and tuning.cmdline_settled(config.tuning, got)
-        rebooted = None
+        rebooted: OperationMeta | None = None
         if not settled:
             rebooted = rocm.reboot(
                 config.rocm, predicted=tuning_reboot, got=got, found=found, drifted=drift.drifted(rocm_items, got)

@@ -295,21 +295,17 @@ def reboot(
     predicted: list[str] | None = None,
     got: Gathered | None = None,
     found: rocmhost.HostRocm | None = None,
-    settled: bool = False,
     drifted: set[str] | None = None,
-) -> OperationMeta | None:
+) -> OperationMeta:
     """One reboot, only when the driver, the stream or the kernel command line changed; then check
     the driver. Secure Boot is checked by :func:`preflight`, before any package changes.
 
-    ``settled``: the deploy's read showed nothing for the rocm role to do
-    (:func:`reasons` empty: no reboot owed, DKMS and the driver up) and
-    nothing else of the run can ask for a reboot (the kernel command line is as wanted): no
-    operation at all. ``drifted``: as for :func:`predicted_reboot`.
+    The deploy does not enter it where its read showed nothing for the rocm role to do
+    (:func:`reasons` empty: no reboot owed, DKMS and the driver up) and nothing else of the run can
+    ask for a reboot (the kernel command line is as wanted). ``drifted``: as for
+    :func:`predicted_reboot`.
 
-    Returns the reboot operation (its ``did_change`` says the host rebooted), or ``None`` when
-    ``settled``."""
-    if settled:
-        return None
+    Returns the reboot operation (its ``did_change`` says the host rebooted)."""
     rebooted = reboot_ops.if_required(
         name="Reboot if the driver, its signing, the ROCm stream or the kernel command line changed",
         predicted=predicted_reboot(settings, got, found, drifted) + (predicted or []),
