@@ -108,6 +108,80 @@ path_item() {
         "$pj" "$kind" "$1" "$user" "$J" "$4" "$sum"
 }
 
+nl='
+'
+# "TYPE PATH" lines of the existing paths that path_flush reads, in two processes for all of them
+# (one `stat`, one `sha256sum`) rather than two per path: a converge asks about forty (issue 43).
+pending=
+
+# path_item's answer, later: a missing path at once (no process), an existing one into `pending`;
+# a name holding a newline, which a line cannot carry, at once through path_item.
+path_add() {
+    case $1 in
+        *"$nl"*)
+            path_item "$1"
+            return
+            ;;
+    esac
+    if [ -L "$1" ]; then
+        pending="${pending}link $1$nl"
+    elif [ -d "$1" ]; then
+        pending="${pending}dir $1$nl"
+    elif [ -f "$1" ]; then
+        pending="${pending}file $1$nl"
+    elif [ -e "$1" ]; then
+        pending="${pending}other $1$nl"
+    else
+        jsv "$1"
+        printf '{"kind":"path","path":"%s","type":"missing"}\n' "$J"
+    fi
+}
+
+# Every pending path as path_item prints it. Where `stat` or `sha256sum` fails for one of them
+# (it went away or cannot be read since path_add looked), every path goes through path_item.
+path_flush() {
+    [ -n "$pending" ] || return 0
+    metas=$(printf '%s' "$pending" | cut -d ' ' -f 2- | xargs -d '\n' stat -c '%a %U %G %g' -- 2>/dev/null) &&
+        sums=$(printf '%s' "$pending" | sed -n 's/^file //p' | xargs -r -d '\n' sha256sum -- 2>/dev/null)
+    ok=$?
+    set -f
+    old_ifs=$IFS
+    IFS=$nl
+    # shellcheck disable=SC2086 # one "TYPE PATH" line per word, split on newlines on purpose
+    set -- $pending
+    IFS=$old_ifs
+    set +f
+    if [ "$ok" -ne 0 ]; then
+        for entry in "$@"; do path_item "${entry#* }"; done
+        return 0
+    fi
+    metas="$metas$nl"
+    sums="$sums$nl"
+    for entry in "$@"; do
+        kind=${entry%% *}
+        jsv "${entry#* }"
+        pj=$J
+        meta=${metas%%"$nl"*}
+        metas=${metas#*"$nl"}
+        sum=
+        if [ "$kind" = file ]; then
+            # "SUM  NAME", or "\SUM  NAME" for a name sha256sum escapes
+            sum=${sums%%"$nl"*}
+            sums=${sums#*"$nl"}
+            sum=${sum#\\}
+            sum=${sum%% *}
+        fi
+        mode=${meta%% *}
+        meta=${meta#* }
+        jsv "${meta%% *}"
+        user=$J
+        meta=${meta#* }
+        jsv "${meta%% *}"
+        printf '{"kind":"path","path":"%s","type":"%s","mode":"%s","user":"%s","group":"%s","gid":"%s","sha256":"%s"}\n' \
+            "$pj" "$kind" "$mode" "$user" "$J" "${meta#* }" "$sum"
+    done
+}
+
 units=
 packages=
 marker=
@@ -117,10 +191,10 @@ while [ $# -ge 2 ]; do
     kind=$1 value=$2
     shift 2
     case $kind in
-        path) path_item "$value" ;;
+        path) path_add "$value" ;;
         glob)
             for f in $value; do
-                if [ -e "$f" ] || [ -L "$f" ]; then path_item "$f"; fi
+                if [ -e "$f" ] || [ -L "$f" ]; then path_add "$f"; fi
             done
             ;;
         unit) units="$units $value" ;;
@@ -200,6 +274,8 @@ while [ $# -ge 2 ]; do
         *) printf '{"kind":"error","message":"unknown item kind %s"}\n' "$(js "$kind")" ;;
     esac
 done
+
+path_flush
 
 # Unit and package names are words, not file globs (a package may be a dpkg-query pattern).
 set -f

@@ -140,6 +140,38 @@ def test_names_read_without_a_process_are_the_same_as_escaped_ones(tmp_path, nam
     assert got.marked == {str(tmp_path / "*"): [str(path)]}
 
 
+def test_every_path_is_read_in_one_batch_with_the_answers_one_by_one_would_give(tmp_path):
+    # state.sh reads the existing paths with one stat and one sha256sum (issue 43); each answer must
+    # be the path's own, whatever its name, its kind and its place among the others
+    names = ["a", "-dash", "back\\slash", "two  spaces", "ünï"]
+    for index, name in enumerate(names):
+        (tmp_path / name).write_text(f"content {index}")
+    os.chmod(tmp_path / "-dash", 0o600)
+    (tmp_path / "dir").mkdir(mode=0o750)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    paths = [str(tmp_path / n) for n in [*names, "dir", "dangling", "missing"]]
+    got = parse_state(run_script(*state_args(paths=paths)))
+    assert set(got.paths) == set(paths)
+    for index, name in enumerate(names):
+        item = got.paths[str(tmp_path / name)]
+        assert (item.type, item.sha256) == ("file", hashlib.sha256(f"content {index}".encode()).hexdigest()), name
+        assert item.mode == ("600" if name == "-dash" else format((tmp_path / name).stat().st_mode & 0o777, "o"))
+    assert (got.paths[str(tmp_path / "dir")].type, got.paths[str(tmp_path / "dir")].mode) == ("dir", "750")
+    assert got.paths[str(tmp_path / "dangling")].type == "link"
+    assert got.paths[str(tmp_path / "missing")].type == "missing"
+    # names with control characters (a newline: read on its own, outside the batch) come back as
+    # one by one they would (the JSON string drops control characters either way)
+    for odd in ["new\nline", "tab\tin"]:
+        (tmp_path / odd).write_text(odd)
+    paths += [str(tmp_path / "new\nline"), str(tmp_path / "tab\tin")]
+    got = parse_state(run_script(*state_args(paths=paths)))
+    one_by_one = {}
+    for path in paths:
+        one_by_one.update(parse_state(run_script(*state_args(paths=[path]))).paths)
+    assert got.paths == one_by_one
+    assert got.paths[str(tmp_path / "newline")].sha256 == hashlib.sha256(b"new\nline").hexdigest()
+
+
 def test_an_unknown_unit_or_package_is_unknown_not_clean():
     got = parse_state(['{"kind":"end"}'])
     assert drift.drift([drift.WantedUnit("docker.service")], got) == [drift.Drift("docker.service", "not read")]
