@@ -20,29 +20,34 @@ TIMEOUT_S = 20
 
 # One shell command, run under `timeout` so a hung sysfs read or lscpu fails the fact (exit 124)
 # instead of hanging the deploy. No single quotes inside: it is wrapped in sh -c '…'. The deploy
-# runs it inside its one HostState read (rocmfleet.plan.vllmplan.query).
+# runs it inside its one HostState read (rocmfleet.plan.vllmplan.query). Files are read with the
+# shell's `read` and every KFD properties file by one awk, not a `cat` each: a host has about forty
+# KFD files and hundreds of PCI devices, each a process otherwise, on every converge (issue 43).
 SCRIPT = r"""
 echo "@@rocmfleet-gpu-topology 1"
 T=/sys/class/kfd/kfd/topology/nodes
 if [ ! -d "$T" ]; then echo "@@no-kfd"; exit 0; fi
+set --
 for n in "$T"/*; do
   [ -f "$n/properties" ] || continue
-  echo "@@node ${n##*/}"; cat "$n/properties"
+  set -- "$@" "$n/properties"
   for l in "$n"/io_links/*; do
-    [ -f "$l/properties" ] || continue
-    echo "@@io_link ${n##*/} ${l##*/}"; cat "$l/properties"
+    [ -f "$l/properties" ] && set -- "$@" "$l/properties"
   done
 done
+[ $# -eq 0 ] || awk "FNR == 1 { n = split(FILENAME, p, \"/\"); if (p[n - 2] == \"io_links\") print \"@@io_link \" p[n - 3] \" \" p[n - 1]; else print \"@@node \" p[n - 1] } { print }" "$@"
+val() { v=""; { read -r v < "$1" || [ -n "$v" ]; } 2>/dev/null || v=-; }
 for p in /sys/bus/pci/drivers/amdgpu/*:*:*.*; do
   [ -e "$p" ] || continue
-  numa=$(cat "$p/numa_node" 2>/dev/null || echo -)
-  part=$(cat "$p/current_compute_partition" 2>/dev/null || echo -)
-  mem=$(cat "$p/current_memory_partition" 2>/dev/null || echo -)
+  val "$p/numa_node"; numa=$v
+  val "$p/current_compute_partition"; part=$v
+  val "$p/current_memory_partition"; mem=$v
   echo "@@pci ${p##*/} $numa $part $mem"
 done
 for p in /sys/bus/pci/devices/*; do
-  id="$(cat "$p/vendor" 2>/dev/null) $(cat "$p/class" 2>/dev/null)"
-  case "$id" in "0x1002 0x12"*|"0x1002 0x0380"*) ;; *) continue ;; esac
+  val "$p/vendor"; vendor=$v
+  val "$p/class"
+  case "$vendor $v" in "0x1002 0x12"*|"0x1002 0x0380"*) ;; *) continue ;; esac
   case "$(readlink "$p/driver" 2>/dev/null)" in */amdgpu) continue ;; esac
   echo "@@unbound ${p##*/}"
 done

@@ -30,7 +30,7 @@ from rocmfleet.domain.topology import (
     read_kfd_tree,
     with_gpu_numa,
 )
-from rocmfleet.facts.topology import END, HEADER, GpuTopology, parse_fact_output
+from rocmfleet.facts.topology import END, HEADER, SCRIPT, GpuTopology, parse_fact_output
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 MI308X = FIXTURES / "kfd-topology" / "mi308x-8gpu-cpx" / "topology"
@@ -360,3 +360,55 @@ def test_fact_command_runs_on_a_fixture_tree():
     tree = read_kfd_tree(MI308X)
     assert [g.kfd_node for g in topo.gpus] == [g.kfd_node for g in parse_kfd_topology(tree["nodes"], tree["io_links"])]
     assert [(g.pci_address, g.render_minor) for g in topo.gpus] == [(a, m) for a, m, _ in _mi308x_expected()]
+
+
+def test_fact_script_reads_a_sysfs_tree_as_sections(tmp_path):
+    # The script on a tree of its own (its /sys paths moved under tmp_path): every KFD properties
+    # file under its header, in node order with each node's io_links after it; the PCI values read
+    # without a process each ("-" where a file is missing or empty, a last line without its newline
+    # read all the same); AMD display devices not bound to amdgpu named.
+    root = tmp_path / "sys"
+    nodes = root / "class/kfd/kfd/topology/nodes"
+    for node, links in (("0", ["0"]), ("1", ["0", "1"]), ("10", [])):
+        (nodes / node / "io_links").mkdir(parents=True)
+        (nodes / node / "properties").write_text(f"cpu_cores_count 0\nnode {node}\n")
+        for link in links:
+            (nodes / node / "io_links" / link).mkdir()
+            (nodes / node / "io_links" / link / "properties").write_text(f"type 11\nnode_to {link}\n")
+    (nodes / "2").mkdir()  # a node without properties: skipped
+    drv = root / "bus/pci/drivers/amdgpu"
+    devs = root / "bus/pci/devices"
+    for addr, numa, part, mem in (("0000:05:00.0", "0\n", "SPX\n", "NPS1\n"), ("0000:65:00.0", "1", None, "")):
+        dev = devs / addr
+        dev.mkdir(parents=True)
+        (dev / "vendor").write_text("0x1002\n")
+        (dev / "class").write_text("0x120000\n")
+        for name, value in (
+            ("numa_node", numa),
+            ("current_compute_partition", part),
+            ("current_memory_partition", mem),
+        ):
+            if value is not None:
+                (dev / name).write_text(value)
+        drv.mkdir(parents=True, exist_ok=True)
+        (drv / addr).symlink_to(dev)
+        (dev / "driver").symlink_to(drv)
+    for addr, vendor, cls in (("0000:c1:00.0", "0x1002", "0x038000"), ("0000:00:01.0", "0x1022", "0x120000")):
+        (devs / addr).mkdir()
+        (devs / addr / "vendor").write_text(vendor + "\n")
+        (devs / addr / "class").write_text(cls + "\n")
+    script = SCRIPT.replace("/sys/", f"{root}/")
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[: out.index("@@lscpu")] == [
+        "@@rocmfleet-gpu-topology 1",
+        "@@node 0", "cpu_cores_count 0", "node 0",
+        "@@io_link 0 0", "type 11", "node_to 0",
+        "@@node 1", "cpu_cores_count 0", "node 1",
+        "@@io_link 1 0", "type 11", "node_to 0",
+        "@@io_link 1 1", "type 11", "node_to 1",
+        "@@node 10", "cpu_cores_count 0", "node 10",
+        "@@pci 0000:05:00.0 0 SPX NPS1",
+        "@@pci 0000:65:00.0 1 - -",
+        "@@unbound 0000:c1:00.0",
+    ]  # fmt: skip
+    assert out[-1] == "@@end"
