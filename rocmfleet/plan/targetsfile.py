@@ -45,7 +45,7 @@ class TargetsFileError(PyinfraError):
     (a ``PyinfraError`` raised while the deploy file loads: ``pyinfra_cli/util.py`` ``exec_file``)."""
 
 
-def scrape_address(ssh: SshSettings, read: dict[str | None, Any] | None = None) -> str:
+def scrape_address(ssh: SshSettings) -> str:
     """The address Prometheus should scrape host ``ssh`` at: the one rocmfleet's SSH connects to.
 
     ``ssh.hostname`` (``ssh_hostname``, else the inventory name), mapped through the SSH config's
@@ -53,20 +53,11 @@ def scrape_address(ssh: SshSettings, read: dict[str | None, Any] | None = None) 
     ``sshuserclient.client.get_ssh_config`` and paramiko's ``SSHConfig.lookup``). A host reached
     through ``ProxyJump`` or ``ProxyCommand`` gets its own ``HostName`` all the same, which only a
     Prometheus inside that network can reach (``docs/metrics.md``).
-
-    ``read`` keeps each SSH config file once parsed (by ``ssh_config_file``, ``None`` for the
-    default) for a caller that maps many hosts: parsing one is about 3 ms, per host of the inventory.
     """
     from pyinfra.connectors.sshuserclient.client import get_ssh_config
 
-    file = ssh.options.get("ssh_config_file")
     try:
-        if read is None:
-            config = get_ssh_config(file)
-        elif file in read:
-            config = read[file]
-        else:
-            config = read[file] = get_ssh_config(file)
+        config = get_ssh_config(ssh.options.get("ssh_config_file"))
         found = config.lookup(ssh.hostname).get("hostname") if config is not None else None
     except Exception:  # noqa: BLE001 - an SSH config paramiko cannot read: the connection says so, not the targets
         found = None
@@ -165,11 +156,8 @@ def write_for_deploy(state: State) -> str | None:
         )
     path = next(iter(files))
     assert path is not None
-    read: dict[str | None, Any] = {}
     hosts = [
-        targets.FleetHost(
-            host.name, scrape_address(SshSettings.from_host_data(host.name, host.data.dict()), read), config
-        )
+        targets.FleetHost(host.name, scrape_address(SshSettings.from_host_data(host.name, host.data.dict())), config)
         for host, config in configs
     ]
     try:
