@@ -35,7 +35,9 @@ for n in "$T"/*; do
     [ -f "$l/properties" ] && set -- "$@" "$l/properties"
   done
 done
-[ $# -eq 0 ] || awk "FNR == 1 { n = split(FILENAME, p, \"/\"); if (p[n - 2] == \"io_links\") print \"@@io_link \" p[n - 3] \" \" p[n - 1]; else print \"@@node \" p[n - 1] } { print }" "$@"
+[ $# -eq 0 ] || awk "FNR == 1 { n = split(FILENAME, p, \"/\")
+  if (p[n - 2] == \"io_links\") print \"@@io_link \" p[n - 3] \" \" p[n - 1]; else print \"@@node \" p[n - 1] }
+  { print }" "$@"
 val() { v=""; { read -r v < "$1" || [ -n "$v" ]; } 2>/dev/null || v=-; }
 for p in /sys/bus/pci/drivers/amdgpu/*:*:*.*; do
   [ -e "$p" ] || continue

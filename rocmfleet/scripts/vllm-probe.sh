@@ -36,7 +36,7 @@
 #
 # Containers run with --network=host, so their listening sockets are the host's: `ss -ltnp`
 # (iproute2) names the processes holding the socket on PORT; it belongs to CONTAINER when one of
-# them is a process of the container (`docker top`). Readiness checks the owner first: an
+# them is a process of the container (`docker top`, asked of Docker's API where it can be). Readiness checks the owner first: an
 # orphan or a stranger answering on the port must never count as this instance being ready.
 #
 # The answers are JSON, read with a JSON parser, never with grep: the server writes a served
@@ -55,6 +55,14 @@ if [ $# -lt 3 ]; then
 fi
 mode=$1 port=$2 container=$3
 
+# GET PATH of Docker's Engine API over its default socket with curl: a few milliseconds, where a
+# call of Docker's CLI costs about 25 (its start). Fails where the socket is not the default one
+# (DOCKER_HOST set, no socket, no curl) or Docker answers an error: the caller then asks the CLI.
+docker_api() {
+    [ -z "${DOCKER_HOST:-}" ] && [ -S /var/run/docker.sock ] && command -v curl >/dev/null 2>&1 &&
+        curl -fsS -m 10 --unix-socket /var/run/docker.sock "http://localhost/$1" 2>/dev/null
+}
+
 owner() {
     case $port in
         *-*) first=${port%-*} last=${port#*-} filter="sport >= :${port%-*} and sport <= :${port#*-}" ;;
@@ -69,7 +77,12 @@ owner() {
         echo free
         return 0
     fi
-    ours=$(docker top "$container" -eo pid 2>/dev/null | tail -n +2)
+    # The PIDs of the container's processes: Docker's API answers {"Processes":[["PID"],...],"Titles":["PID"]}
+    if top=$(docker_api "containers/$container/top?ps_args=-eo%20pid"); then
+        ours=$(printf '%s' "$top" | tr -cs '0-9' ' ')
+    else
+        ours=$(docker top "$container" -eo pid 2>/dev/null | tail -n +2)
+    fi
     # One line per listening socket: state, queues, local address:port, peer, processes. The
     # first socket none of whose processes is the container's is the stranger.
     stranger=$(echo "$listening" | while read -r _ _ _ local rest; do
