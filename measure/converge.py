@@ -66,9 +66,9 @@ def _commands(kind: str, names: int, out: Path) -> list[str]:
     return {
         "converge": [*pyinfra, "-y", INVENTORY, "deploy.py"],
         "dry": [*pyinfra, "-y", "--dry", INVENTORY, "deploy.py"],
-        "check": [py, "-m", "rocmfleet.cli", "check", INVENTORY, "--json", str(out / f"check-{names}.json")]
+        "check": [py, "-m", "rocmfleet.entry", "check", INVENTORY, "--json", str(out / f"check-{names}.json")]
         + CHECK_ARGS,
-        "validate": [py, "-m", "rocmfleet.cli", "validate", INVENTORY],
+        "validate": [py, "-m", "rocmfleet.entry", "validate", INVENTORY],
     }[kind]
 
 

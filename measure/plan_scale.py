@@ -56,7 +56,7 @@ def _python() -> str:
 def _rocmfleet() -> list[str]:
     """The CLI as an operator runs it: the console script of this checkout's venv, else the module."""
     script = Path(_python()).parent / "rocmfleet"
-    return [str(script)] if script.exists() else [_python(), "-m", "rocmfleet.cli"]
+    return [str(script)] if script.exists() else [_python(), "-m", "rocmfleet.entry"]
 
 
 def plan_available() -> bool:
@@ -137,7 +137,7 @@ def measure(hosts: int, services: int, repeat: int, label: str, site: Path, prof
     if profile:
         prof = RESULTS / f"plan-scale-{label}-validate.prof.txt"
         proc = subprocess.run(
-            [_python(), "-m", "cProfile", "-s", "cumtime", "-m", "rocmfleet.cli", "validate", str(inventory)],
+            [_python(), "-m", "cProfile", "-s", "cumtime", "-m", "rocmfleet.entry", "validate", str(inventory)],
             cwd=ROOT, capture_output=True, text=True, check=False,
         )  # fmt: skip
         head = [line for line in proc.stdout.splitlines() if ": ok (" not in line][:80]

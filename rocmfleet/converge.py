@@ -148,7 +148,7 @@ def read_query(config: HostConfig, dry: bool, kind: str | None = None) -> dict[s
         docker.query(config.settings),
         vllmplan.query(config),
         {"runs": [(GPU_HEALTH, scripts.text("gpu-health.sh"))]},
-        hostdrift.read_query(config) if dry else {},
+        hostdrift.read_query(config, planner=plan_host) if dry else {},
     )
 
 
@@ -191,7 +191,7 @@ def converge() -> None:
         plan = read_plan(kind, config, got)
         _report_gpu_health(config.settings.gpu_ecc_correctable_max, got)
         if dry:  # every role's drift by the plan's one rule, the one the roles below apply
-            for line in hostdrift.dry_lines(host.name, config, got):
+            for line in hostdrift.dry_lines(host.name, config, got, planner=plan_host):
                 logger.warning(f"{host.print_prefix}{line}")
         # What the rocm role would do (nothing, on a converged host: then none of its operations, its
         # reboot or its driver checks is called, and the host costs no command beyond the read).

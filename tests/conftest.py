@@ -51,7 +51,7 @@ def lab_ssh(lab, name: str, command: str, timeout_s: float = 300) -> subprocess.
 def rocmfleet_cli(*args: str, timeout_s: float = 900) -> subprocess.CompletedProcess:
     """``rocmfleet ARGS`` (the console script's entry point) from the repository root."""
     return subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", *args],
+        [sys.executable, "-m", "rocmfleet.entry", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
     )  # fmt: skip
 

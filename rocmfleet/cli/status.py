@@ -85,23 +85,32 @@ def drift_rule() -> DriftRule:
     The command passes it to :func:`rocmfleet.fleet.rollout.status.fleet_status`, which makes the read.
     """
     from rocmfleet.fleet.rollout.status import DriftRule
-    from rocmfleet.plan import hostdrift
 
-    return DriftRule(query=_query, instances=hostdrift.instance_drift, roles=_roles)
+    return DriftRule(query=_query, instances=_instances, roles=_roles)
 
 
 def _query(config: HostConfig) -> dict[str, Any]:
     """The ``state_args`` keywords of the status's read: the vllm role's and the host's plan's, merged."""
     from rocmfleet.plan import hostdrift, hoststate, vllmplan
+    from rocmfleet.plan.build import plan_host
 
-    return hoststate.merge_queries(vllmplan.query(config), hostdrift.read_query(config))
+    return hoststate.merge_queries(vllmplan.query(config), hostdrift.read_query(config, planner=plan_host))
+
+
+def _instances(config: HostConfig, got: Gathered, host: str) -> dict[str, list[str]]:
+    """Per instance, why the deploy would change it (:func:`rocmfleet.plan.hostdrift.instance_drift`)."""
+    from rocmfleet.plan import hostdrift
+    from rocmfleet.plan.build import plan_host
+
+    return hostdrift.instance_drift(config, got, host, planner=plan_host)
 
 
 def _roles(host: str, config: HostConfig, got: Gathered) -> tuple[RoleDrift, str]:
     """Every role's drift of ``host`` (``((role, (reasons...)), ...)``) and its plan's problem (``""``: none)."""
     from rocmfleet.plan import hostdrift
+    from rocmfleet.plan.build import plan_host
 
-    plan = hostdrift.host_plan(host, config, got)
+    plan = hostdrift.host_plan(host, config, got, planner=plan_host)
     roles = hostdrift.as_dict(hostdrift.role_drift(plan, got))
     return tuple((role, tuple(why)) for role, why in roles.items()), plan.problem
 

@@ -3,17 +3,58 @@ on the host's topology (:func:`placements`) and the problems of the hardware for
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import get_args
+from typing import Protocol, get_args
 
 from rocmfleet.domain import envpolicy, memfit, partitions, parts, parttable
 from rocmfleet.domain.partitionmodes import ComputePartition, PartitionPolicy
 from rocmfleet.domain.placement import InstanceShape, Placement, PlacementError, place
 from rocmfleet.domain.topology import Gpu, Topology
-from rocmfleet.domain.vllm import VllmSettings
 
 
-def instance_shapes(service: VllmSettings, topology: Topology | None = None) -> list[InstanceShape]:
+class PlacedInstance(Protocol):
+    """One instance as placement reads it: its name, API port and configured GPU indices
+    (``rocmfleet.domain.vllm.ServedInstance`` and ``rocmfleet.config.instances.Instance`` have them)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def gpus(self) -> tuple[int, ...]: ...
+
+
+class PlaceSettings(Protocol):
+    """What placement reads of a host's vLLM settings (``rocmfleet.domain.vllm.VllmSettings`` has it,
+    built by ``rocmfleet.plan.instance.vllm_settings``): the instances and their TP shape, the partition
+    modes, the GPUs the host should show, and what the env policy and the memory fit check on its part."""
+
+    @property
+    def profile(self) -> str: ...
+    @property
+    def instances(self) -> Sequence[PlacedInstance]: ...
+    @property
+    def tensor_parallel_size(self) -> int: ...
+    @property
+    def attention_heads(self) -> int | None: ...
+    @property
+    def partition_policy(self) -> PartitionPolicy: ...
+    @property
+    def automatic_gpus(self) -> bool: ...
+    @property
+    def gpu_count(self) -> int: ...
+    @property
+    def env_profile(self) -> envpolicy.EnvProfile: ...
+    @property
+    def vllm_env(self) -> Mapping[str, str]: ...
+    @property
+    def fit_profile(self) -> memfit.FitSettings: ...
+    @property
+    def rocm_version(self) -> str: ...
+
+
+def instance_shapes(service: PlaceSettings, topology: Topology | None = None) -> list[InstanceShape]:
     """What each of the host's instances asks of placement: GPUs, TP size, attention heads.
 
     With ``topology`` and a profile in a partitioned compute mode (``compute_partition`` other than
@@ -35,14 +76,14 @@ def instance_shapes(service: VllmSettings, topology: Topology | None = None) -> 
     return [InstanceShape(i.name, i.port, g, tp, heads) for i, g in zip(instances, gpus, strict=True)]
 
 
-def placements(service: VllmSettings, topology: Topology, host: str = "") -> dict[str, Placement]:
+def placements(service: PlaceSettings, topology: Topology, host: str = "") -> dict[str, Placement]:
     """Each instance's placement on ``topology`` (the ``GpuTopology`` fact), by instance name.
 
     The host's GPUs must be in the profile's partition modes (SPX/NPS1 unless it says otherwise),
     and no TP group may share a physical GPU unless the profile allows it.
 
     Args:
-        service: the host's vLLM settings (:class:`VllmSettings`).
+        service: the host's vLLM settings (:class:`PlaceSettings`; ``VllmSettings`` is one).
         topology: the host's GPUs.
         host: the host's name, for the messages.
 
@@ -74,7 +115,7 @@ def placements(service: VllmSettings, topology: Topology, host: str = "") -> dic
     return {p.name: p for p in placed}
 
 
-def hardware_problems(service: VllmSettings, topology: Topology, part: parttable.Part | None) -> list[str]:
+def hardware_problems(service: PlaceSettings, topology: Topology, part: parttable.Part | None) -> list[str]:
     """What the host's hardware refuses before any instance is placed (:mod:`rocmfleet.domain.parts`).
 
     - devices, KFD nodes and partition modes that disagree, or another number of GPUs than

@@ -9,9 +9,9 @@ pydantic.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from pyinfra.api.exceptions import FactProcessError
@@ -165,6 +165,22 @@ class Gathered:
     ready: dict[str, int] = field(default_factory=dict)
     texts: dict[str, list[str]] = field(default_factory=dict)
     runs: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+
+
+T = TypeVar("T")
+
+
+def ran(got: Gathered, name: str, process: Callable[[list[str]], T]) -> T | None:
+    """The run ``name`` of ``got`` parsed by ``process`` (a fact's), or ``None`` when it did not
+    run, exited non-zero (124: timed out) or printed what ``process`` refuses (``ValueError``,
+    ``IndexError`` or ``KeyError``; nothing is raised)."""
+    found = got.runs.get(name)
+    if found is None or found[0] != 0:
+        return None
+    try:
+        return process(found[1])
+    except (ValueError, IndexError, KeyError):
+        return None
 
 
 def parse_state(lines: Sequence[str]) -> Gathered:

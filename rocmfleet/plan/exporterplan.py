@@ -20,9 +20,8 @@ from __future__ import annotations
 from rocmfleet.domain import exporter, rocm
 from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.facts import rocm as facts
-from rocmfleet.facts.state import Gathered
+from rocmfleet.facts.state import Gathered, ran
 from rocmfleet.plan.hoststate import WantedFile
-from rocmfleet.plan.rocmplan import ran
 
 #: The role's run in the ``HostState`` read: what apt offers of the package.
 RUN_VERSIONS = "exporter-apt-versions"

@@ -6,20 +6,22 @@ host's own read shows, against that read (pure).
 1. :func:`read_query`: the ``HostState`` items of the host's plan (:func:`rocmfleet.plan.drift.query`)
    and the facts the plan needs (the OS and kernel, the GPU topology script, the device nodes), to
    merge into the one read the command already makes;
-2. :func:`host_plan`: :func:`rocmfleet.plan.build.plan_host` on the facts that read holds
-   (:func:`read_facts`), not on an offline topology;
+2. :func:`host_plan`: the host's planner (:func:`rocmfleet.plan.build.plan_host`, which the caller
+   passes in as ``planner``, so that this module does not stack on the whole plan's build) on the
+   facts that read holds (:func:`read_facts`), not on an offline topology;
 3. :func:`role_drift`: :func:`rocmfleet.plan.drift.drift` of each role's items (empty: as wanted);
    :func:`lines` says it, one line per item.
 
 Example::
 
-    got = host.get_fact(HostState, **hoststate.merge_queries(..., read_query(config)))
-    for line in lines(role_drift(host_plan(name, config, got), got)):
+    got = host.get_fact(HostState, **hoststate.merge_queries(..., read_query(config, planner=plan_host)))
+    for line in lines(role_drift(host_plan(name, config, got, planner=plan_host), got)):
         print(line)            # "tuning: /etc/sysctl.d/60-rocmfleet-mi300x.conf: content 3a.., want 9f.."
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import get_args
 
 from rocmfleet.config.settings import HostConfig
@@ -29,7 +31,6 @@ from rocmfleet.facts.state import Gathered
 from rocmfleet.facts.topology import SCRIPT as TOPOLOGY_SCRIPT
 from rocmfleet.plan import drift as drift_rule
 from rocmfleet.plan import sources, vllmplan
-from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.model import HostPlan, Role
 from rocmfleet.plan.sources import HostFacts
 
@@ -42,8 +43,12 @@ READ_SOURCE = sources.READ_SOURCE
 #: ``linux-tools-*``): the read's query is made before the kernel is known.
 KERNEL_PATTERNS = ("linux-modules-extra-*", "linux-tools-common", "linux-tools-*")
 
+#: A host's planner, ``(name, config, facts) -> HostPlan``: :func:`rocmfleet.plan.build.plan_host`,
+#: passed in by the caller (``converge``, ``rocmfleet status``, the tests).
+Planner = Callable[[str, HostConfig, HostFacts], HostPlan]
 
-def read_query(config: HostConfig) -> dict[str, object]:
+
+def read_query(config: HostConfig, *, planner: Planner) -> dict[str, object]:
     """``HostState`` keyword arguments reading every item of the host's plan and the facts it is
     planned on: the plan's paths, packages and units (:func:`rocmfleet.plan.drift.query` of a plan
     whose kernel is ``*``, so kernel packages are asked for by pattern, with :data:`KERNEL_PATTERNS`),
@@ -51,12 +56,13 @@ def read_query(config: HostConfig) -> dict[str, object]:
 
     Args:
         config: the host's validated configuration.
+        planner: the host's planner (:data:`Planner`).
 
     Returns:
         arguments for :func:`rocmfleet.plan.hoststate.merge_queries` and ``HostState``.
     """
     # No topology: the instances are not placed, but their files' paths and units are the same.
-    shape = plan_host("", config, HostFacts("query", None, kernel="*"))
+    shape = planner("", config, HostFacts("query", None, kernel="*"))
     asked = drift_rule.query(shape)
     paths = list(asked["paths"])
     for instance in config.instances():
@@ -79,13 +85,15 @@ def read_facts(got: Gathered) -> HostFacts:
     return sources.from_read(got)
 
 
-def host_plan(name: str, config: HostConfig, got: Gathered) -> HostPlan:
-    """The plan of host ``name`` on what its read ``got`` shows (:func:`read_facts`); never raises
-    for a host's problem (``HostPlan.problem`` says it)."""
-    return plan_host(name, config, read_facts(got))
+def host_plan(name: str, config: HostConfig, got: Gathered, *, planner: Planner) -> HostPlan:
+    """The plan of host ``name`` by ``planner`` (:data:`Planner`) on what its read ``got`` shows
+    (:func:`read_facts`); never raises for a host's problem (``HostPlan.problem`` says it)."""
+    return planner(name, config, read_facts(got))
 
 
-def vllm_plan(name: str, config: HostConfig, topology: Topology | None, got: Gathered) -> vllmplan.VllmPlan:
+def vllm_plan(
+    name: str, config: HostConfig, topology: Topology | None, got: Gathered, *, planner: Planner
+) -> vllmplan.VllmPlan:
     """What the vllm role would do on host ``name``: its items of the host's plan on ``topology``
     and ``got``'s device nodes (:func:`rocmfleet.plan.vllmplan.read_facts`) against ``got``
     (:func:`rocmfleet.plan.vllmplan.plan`), as the role decides when it runs (``roles/vllm``).
@@ -95,12 +103,13 @@ def vllm_plan(name: str, config: HostConfig, topology: Topology | None, got: Gat
         config: its validated configuration.
         topology: its GPU topology (``None``: no KFD).
         got: a ``HostState`` read with (at least) :func:`rocmfleet.plan.vllmplan.query`'s items.
+        planner: the host's planner (:data:`Planner`).
     """
-    items = role_items(plan_host(name, config, vllmplan.read_facts(topology, got)), "vllm")
+    items = role_items(planner(name, config, vllmplan.read_facts(topology, got)), "vllm")
     return vllmplan.plan(config, items, topology, got, name)
 
 
-def instance_drift(config: HostConfig, got: Gathered, host_name: str = "") -> dict[str, list[str]]:
+def instance_drift(config: HostConfig, got: Gathered, host_name: str = "", *, planner: Planner) -> dict[str, list[str]]:
     """Per instance of ``config``, why it is not as wanted: :func:`vllm_plan`'s reasons (``VllmPlan.why``)
     from ``got`` and the GPU topology it holds (``rocmfleet status``'s ``drift``).
 
@@ -108,6 +117,7 @@ def instance_drift(config: HostConfig, got: Gathered, host_name: str = "") -> di
         config: the host's validated configuration.
         got: a ``HostState`` read with (at least) :func:`rocmfleet.plan.vllmplan.query`'s items.
         host_name: for placement messages.
+        planner: the host's planner (:data:`Planner`).
 
     Returns:
         ``{instance: [reasons]}`` for every instance of ``config``, in its order; an empty list:
@@ -125,7 +135,7 @@ def instance_drift(config: HostConfig, got: Gathered, host_name: str = "") -> di
         if ran[0] != 0:
             raise ValueError(f"the GPU topology script exited {ran[0]}")
         raise ValueError("the GPU topology script printed what the GpuTopology parser refuses")
-    todo = vllm_plan(host_name, config, topology, got)
+    todo = vllm_plan(host_name, config, topology, got, planner=planner)
     return {i.name: list(todo.why.get(i.name, [])) for i in config.instances()}
 
 
@@ -163,7 +173,7 @@ def as_dict(drifts: dict[Role, list[drift_rule.Drift]]) -> dict[str, list[str]]:
     return {role: [said(d) for d in found] for role, found in drifts.items()}
 
 
-def dry_lines(name: str, config: HostConfig, got: Gathered) -> list[str]:
+def dry_lines(name: str, config: HostConfig, got: Gathered, *, planner: Planner) -> list[str]:
     """What the deploy's ``--dry`` prints of every role for host ``name`` (pyinfra's ``[name]``
     prefix added by the deploy): ``drift ROLE: ITEM: why`` per drift item of its plan on ``got``
     (:func:`host_plan`, :func:`role_drift`, :func:`lines`); none on a host as wanted.
@@ -172,6 +182,7 @@ def dry_lines(name: str, config: HostConfig, got: Gathered) -> list[str]:
         name: the inventory's host name.
         config: its validated configuration.
         got: the deploy's ``HostState`` read, with :func:`read_query`'s items merged in.
+        planner: the host's planner (:data:`Planner`).
     """
-    plan = host_plan(name, config, got)
+    plan = host_plan(name, config, got, planner=planner)
     return [f"drift {line}" for line in lines(role_drift(plan, got), plan.problem)]

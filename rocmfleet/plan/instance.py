@@ -11,13 +11,16 @@ paths are :func:`rocmfleet.domain.vllmfiles.layout`'s.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
+from rocmfleet.config.hostsettings import HostSettings
 from rocmfleet.config.instances import Instance
-from rocmfleet.config.settings import HostConfig
+from rocmfleet.config.profiles import Image, Profile
 from rocmfleet.config.vault import Secret
 from rocmfleet.domain import cachedirs, lastgood, readiness, vllm, vllmfiles, vllmplace
 from rocmfleet.domain.partitionmodes import PartitionPolicy
 from rocmfleet.domain.placement import Placement, PlacementError
+from rocmfleet.domain.rocm import RocmSettings
 from rocmfleet.domain.topology import Topology
 from rocmfleet.plan import hoststate
 from rocmfleet.plan.hoststate import WantedFile
@@ -31,7 +34,24 @@ ENV_TEMPLATE = "templates/vllm/vllm.env.j2"
 UNIT_TEMPLATE = "templates/vllm/vllm.service.j2"
 
 
-def vllm_settings(config: HostConfig) -> vllm.VllmSettings:
+class InstanceHost(Protocol):
+    """What an instance's settings and files are made of, of a host's validated configuration
+    (``rocmfleet.config.settings.HostConfig`` has it): its ``vllm_*`` settings, profile, image, ROCm
+    version and instances. Taken by its fields, so that the deploy's and the plan's vLLM modules do
+    not stack on the configuration's validation."""
+
+    @property
+    def settings(self) -> HostSettings: ...
+    @property
+    def profile(self) -> Profile: ...
+    @property
+    def image(self) -> Image: ...
+    @property
+    def rocm(self) -> RocmSettings: ...
+    def instances(self) -> list[Instance]: ...
+
+
+def vllm_settings(config: InstanceHost) -> vllm.VllmSettings:
     """The values :mod:`rocmfleet.domain.vllm` reads, from the host's validated configuration: its image,
     profile (name, model, rendered flags, partition modes, TP size), ``vllm_*`` host settings, instances
     and their compiler cache directories (:mod:`rocmfleet.domain.cachedirs`)."""
@@ -84,7 +104,7 @@ class HostPlacement:
 
 
 def place_host(
-    config: HostConfig, topology: Topology | None, device_gids: list[int], host_name: str = ""
+    config: InstanceHost, topology: Topology | None, device_gids: list[int], host_name: str = ""
 ) -> HostPlacement | str:
     """Place ``config``'s instances on ``topology``.
 
@@ -127,7 +147,7 @@ class RenderedFiles:
         return self.env, self.unit
 
 
-def instance_files(config: HostConfig, instance: Instance, placed: HostPlacement) -> RenderedFiles:
+def instance_files(config: InstanceHost, instance: Instance, placed: HostPlacement) -> RenderedFiles:
     """Render ``instance``'s environment file and unit (``templates/vllm/``) from its placement.
 
     Args:
@@ -158,16 +178,16 @@ def instance_files(config: HostConfig, instance: Instance, placed: HostPlacement
     )
 
 
-def secrets_content(config: HostConfig) -> Secret:
+def secrets_content(config: InstanceHost) -> Secret:
     """The secrets file of every instance (``vllm_secret_env`` as ``NAME=value`` lines)."""
     return Secret(vllm.env_lines(_secret_values(config)))
 
 
-def _secret_values(config: HostConfig) -> dict[str, str]:
+def _secret_values(config: InstanceHost) -> dict[str, str]:
     return {name: secret.reveal() for name, secret in config.settings.vllm_secret_env.items()}
 
 
-def stage_env_content(config: HostConfig) -> Secret:
+def stage_env_content(config: InstanceHost) -> Secret:
     """The environment file of the model's staging container (``rocmfleet/scripts/model-stage.sh
     --env-file``): the secrets (the token), plus ``HF_ENDPOINT`` when ``vllm_hf_endpoint`` names a
     mirror (huggingface_hub reads it, ``huggingface_hub/constants.py`` ``ENDPOINT``)."""
@@ -187,7 +207,7 @@ def last_good_of(name: str) -> lastgood.LastGoodFiles:
     )
 
 
-def serve_record(config: HostConfig, instance: Instance, placement: Placement) -> str:
+def serve_record(config: InstanceHost, instance: Instance, placement: Placement) -> str:
     """What the instance runs: its last good version's ``serve.json``
     (:func:`rocmfleet.domain.lastgood.serve_record`)."""
     service = vllm_settings(config)

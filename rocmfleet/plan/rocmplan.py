@@ -23,12 +23,9 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
-
 from rocmfleet.domain import rocm, rocmhost, rocmtools
 from rocmfleet.facts import rocm as facts
-from rocmfleet.facts.state import Gathered
+from rocmfleet.facts.state import Gathered, ran
 from rocmfleet.plan import hoststate
 from rocmfleet.plan.drift import Wanted, WantedAbsent, WantedDir, WantedPackage, drift
 from rocmfleet.plan.wantedfile import WantedFile
@@ -43,8 +40,6 @@ RUN_REBOOT = "rocm-reboot-owed"
 RUN_DRIVER = "rocm-driver-loaded"
 #: Prefix of a keyring's run (``rocm-keyring:/etc/apt/keyrings/rocm.gpg``).
 RUN_KEYRING = "rocm-keyring:"
-
-T = TypeVar("T")
 
 
 def what(settings: rocm.RocmSettings, target: rocm.OsTarget) -> str:
@@ -123,18 +118,6 @@ def query(settings: rocm.RocmSettings) -> dict[str, object]:
         "os": True,
         "runs": runs,
     }
-
-
-def ran(got: Gathered, name: str, process: Callable[[list[str]], T]) -> T | None:
-    """The run ``name`` of ``got`` parsed by ``process`` (a fact's), or ``None`` when it did not
-    run, exited non-zero (124: timed out) or printed what ``process`` refuses."""
-    found = got.runs.get(name)
-    if found is None or found[0] != 0:
-        return None
-    try:
-        return process(found[1])
-    except (ValueError, IndexError, KeyError):
-        return None
 
 
 def streams(got: Gathered) -> rocmhost.HostRocm | None:

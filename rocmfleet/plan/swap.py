@@ -31,9 +31,11 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from rocmfleet import scripts
-from rocmfleet.config.settings import HostConfig
+from rocmfleet.config.instances import Instance
+from rocmfleet.config.profiles import Image, Profile
 from rocmfleet.domain import vllmfiles, warmup
 from rocmfleet.domain.lastgood import LastGoodFiles, last_good_files
 from rocmfleet.domain.readiness import ReadyProbe, probe_args
@@ -163,13 +165,24 @@ class WaitTarget:
     back_model: str | None = None
 
 
-def wait_targets(config: HostConfig, image: str | None = None) -> list[WaitTarget]:
+class Served(Protocol):
+    """What :func:`wait_targets` reads of a host's validated configuration: its profile, image and
+    instances (``rocmfleet.config.settings.HostConfig`` has them)."""
+
+    @property
+    def profile(self) -> Profile: ...
+    @property
+    def image(self) -> Image: ...
+    def instances(self) -> list[Instance]: ...
+
+
+def wait_targets(config: Served, image: str | None = None) -> list[WaitTarget]:
     """One :class:`WaitTarget` per instance of ``config`` (no ``roll_back_to``), for the deploy's
     wait (``roles/vllm``) and a rolling restart's (:mod:`rocmfleet.fleet.rollout.hoststeps`) alike: the profile's
     served name, known-answer request and, with ``warmup_at_start``, its warm-up.
 
     Args:
-        config: the host's validated configuration.
+        config: the host's validated configuration (``HostConfig``).
         image: the image reference the instances run (default: ``config.image.reference``).
     """
     targets = []

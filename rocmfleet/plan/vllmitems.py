@@ -4,13 +4,28 @@ them without the plan importing the deploy's comparison)."""
 
 from __future__ import annotations
 
-from rocmfleet.config.settings import HostConfig
+from typing import Protocol
+
+from rocmfleet.config.hostsettings import HostSettings
+from rocmfleet.config.profiles import Image, Profile
 from rocmfleet.domain import hfmodel, vllm, vllmfiles
 from rocmfleet.plan.hoststate import WantedFile
 from rocmfleet.scripts import DIR as SCRIPTS_DIR
 
 
-def directories(config: HostConfig) -> list[tuple[str, str, str | None, str | None]]:
+class VllmHost(Protocol):
+    """What these items read of a host's validated configuration (``rocmfleet.config.settings.HostConfig``
+    has it; taken by its fields so that the plan's vllm items do not stack on the configuration's validation)."""
+
+    @property
+    def settings(self) -> HostSettings: ...
+    @property
+    def profile(self) -> Profile: ...
+    @property
+    def image(self) -> Image: ...
+
+
+def directories(config: VllmHost) -> list[tuple[str, str, str | None, str | None]]:
     """``(path, mode, user, group)`` of the directories the role creates, in order."""
     settings = config.settings
     return [
@@ -29,7 +44,7 @@ def script_files() -> list[WantedFile]:
     ]
 
 
-def staging(config: HostConfig) -> hfmodel.Staged | None:
+def staging(config: VllmHost) -> hfmodel.Staged | None:
     """The model the host stages before its instances start (:mod:`rocmfleet.domain.hfmodel`): the
     profile's hub model at its revision, into ``vllm_hf_cache_dir``, with the instances' image; ``None``
     for a model given as a path in the container."""

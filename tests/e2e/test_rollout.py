@@ -92,14 +92,14 @@ def rollout(
 ) -> subprocess.CompletedProcess:
     """``rocmfleet rollout INVENTORY [-y] ARGS`` with no terminal (``-y`` unless ``yes`` is false)."""
     return subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", "rollout", inventory, *(["-y"] if yes else []), *args],
+        [sys.executable, "-m", "rocmfleet.entry", "rollout", inventory, *(["-y"] if yes else []), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ), stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
 
 def start_rollout(*args: str, inventory: str = INVENTORY) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "rocmfleet.cli", "rollout", inventory, "-y", *args],
+        [sys.executable, "-m", "rocmfleet.entry", "rollout", inventory, "-y", *args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
@@ -144,7 +144,7 @@ def report_of(results: Path) -> str:
 def running(lab) -> dict[str, set[str]]:
     """``rocmfleet status --json``: per host the digests its instances run (every one ready)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", "status", INVENTORY, "--json"],
+        [sys.executable, "-m", "rocmfleet.entry", "status", INVENTORY, "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     rows = json.loads(proc.stdout)["instances"]
@@ -165,7 +165,7 @@ def other_good(lab) -> tuple[str, str]:
 def check(*hosts: str) -> subprocess.CompletedProcess:
     limit = ["--limit", ",".join(hosts)] if hosts else []
     return subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", "check", INVENTORY, "--select", "vllm", *limit],
+        [sys.executable, "-m", "rocmfleet.entry", "check", INVENTORY, "--select", "vllm", *limit],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
 
@@ -291,7 +291,7 @@ def assert_dry_and_unasked_change_nothing(lab, results: Path, new_ref: str) -> N
     assert unasked.returncode == 2 and "not a terminal to ask on: pass -y" in unasked.stderr, unasked.stderr
     assert LAB_YML.read_text() == saved and started_at(lab) == before and recorded_id(results) == record
     piped = subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", "status", INVENTORY],
+        [sys.executable, "-m", "rocmfleet.entry", "status", INVENTORY],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert "…" not in piped.stdout, piped.stdout
@@ -510,7 +510,7 @@ def test_rollout_bake_of_the_pinned_tag_runs_end_to_end_holding_capacity(baselin
     now = running(lab)
     assert now[names[1]] == now[names[2]] == {digest}, now
     checked = subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", "check", inventory, "--select", "cache,vllm"],
+        [sys.executable, "-m", "rocmfleet.entry", "check", inventory, "--select", "cache,vllm"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert checked.returncode == 0, checked.stdout[-3000:]

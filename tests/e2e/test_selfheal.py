@@ -43,7 +43,7 @@ ECC = "/etc/rocmfleet-lab/ecc"  # read by tests/lab/standin/amd-smi
 
 def cli(*args: str, timeout_s: float = 900, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", *args],
+        [sys.executable, "-m", "rocmfleet.entry", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env,
     )  # fmt: skip
 

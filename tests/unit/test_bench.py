@@ -889,7 +889,7 @@ def test_gate_results_split_the_cases_that_gave_a_result_from_those_that_did_not
 
 
 def test_cli_bench_without_a_valid_inventory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from rocmfleet.cli import main
+    from rocmfleet.entry import main
 
     assert main(["bench", str(tmp_path / "nope.py"), "--results-dir", str(tmp_path / "r")]) == 2
     assert "no such inventory file" in capsys.readouterr().err
@@ -925,7 +925,7 @@ def test_the_json_report_has_every_case_with_its_verdict_and_metrics(
 def test_bench_json_keeps_standard_output_to_the_report(monkeypatch, capsys, tmp_path) -> None:
     import json
 
-    from rocmfleet import cli
+    from rocmfleet import entry
     from rocmfleet.fleet import inventory
 
     monkeypatch.setattr(inventory, "load_fleet", lambda *a, **k: [])
@@ -936,6 +936,6 @@ def test_bench_json_keeps_standard_output_to_the_report(monkeypatch, capsys, tmp
         return 1
 
     monkeypatch.setattr(benchrun, "bench", fake_bench)
-    assert cli.main(["bench", "inv.py", "--json"]) == 1
+    assert entry.main(["bench", "inv.py", "--json"]) == 1
     out, err = capsys.readouterr()
     assert json.loads(out)["hosts"][0]["host"] == "h" and err == "run 1: 0 host(s)\n"

@@ -494,7 +494,8 @@ def test_warmup_script_sends_exact_token_counts(tmp_path):
     ],
 )
 def test_cache_bake_write_refuses_a_file_it_cannot_edit_before_the_bake(tmp_path, monkeypatch, capsys, text):
-    from rocmfleet import cli
+    from rocmfleet import entry
+    from rocmfleet.cli import cache as cache_command
     from rocmfleet.fleet import inventory as fleet
 
     target = tmp_path / "lab.yml"
@@ -502,8 +503,8 @@ def test_cache_bake_write_refuses_a_file_it_cannot_edit_before_the_bake(tmp_path
     from rocmfleet.fleet.cache import cachebake
 
     monkeypatch.setattr(fleet, "load_fleet", lambda *a, **k: ["h"])
-    monkeypatch.setattr(cli.cache, "_not_loaded", lambda path: None)  # the inventory loads it
+    monkeypatch.setattr(cache_command, "_not_loaded", lambda path: None)  # the inventory loads it
     monkeypatch.setattr(cachebake, "bake", lambda *a, **k: pytest.fail("the bake ran"))
-    assert cli.main(["cache", "bake", "inv.py", "--host", "h", "--write", str(target)]) == 2
+    assert entry.main(["cache", "bake", "inv.py", "--host", "h", "--write", str(target)]) == 2
     assert str(target) in capsys.readouterr().err
     assert target.read_text() == text

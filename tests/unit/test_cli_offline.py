@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import cli
+from rocmfleet import entry
 from rocmfleet.fleet.rollout import state as rstate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def test_a_refused_option_makes_no_connection(case, no_network, tmp_path, monkey
     (tmp_path / "other.yml").write_text("vllm_image_tag: old\n")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in CASES[case]]
     try:
-        code = cli.main(argv)
+        code = entry.main(argv)
     except SystemExit as exit_:  # argparse's own refusals
         code = exit_.code
     err = capsys.readouterr().err
@@ -52,7 +52,7 @@ def test_a_refused_option_makes_no_connection(case, no_network, tmp_path, monkey
 def test_the_recorder_sees_a_command_that_does_connect(no_network, tmp_path, monkeypatch, capsys):
     # Control: valid options go on to SSH, and the recorder sees the lookup or the connect.
     monkeypatch.chdir(ROOT)
-    code = cli.main(["status", PROD, "--limit", "mi300x-a01"])
+    code = entry.main(["status", PROD, "--limit", "mi300x-a01"])
     capsys.readouterr()
     assert code != 0 and no_network, no_network
 
@@ -79,14 +79,14 @@ def test_init_writes_every_file_or_none(tmp_path, capsys):
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "group_vars").write_text("")  # a file where a folder of the site goes
-    assert cli.main(["init", str(tmp_path / "a")]) == 2
+    assert entry.main(["init", str(tmp_path / "a")]) == 2
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["group_vars"]  # nothing half-written
     assert "a/group_vars" in capsys.readouterr().err
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "deploy.py").symlink_to(tmp_path / "outside.py")  # a link to nothing: not followed
-    assert cli.main(["init", str(tmp_path / "b")]) == 2 and not (tmp_path / "outside.py").exists()
-    assert cli.main(["init", ""]) == 2
-    assert cli.main(["init", str(tmp_path / "c d")]) == 0
+    assert entry.main(["init", str(tmp_path / "b")]) == 2 and not (tmp_path / "outside.py").exists()
+    assert entry.main(["init", ""]) == 2
+    assert entry.main(["init", str(tmp_path / "c d")]) == 0
     written = sorted(str(p.relative_to(tmp_path / "c d")) for p in (tmp_path / "c d").rglob("*") if p.is_file())
     assert written == sorted(str(r) for r in site.skeleton_files())
     assert f"next: cd '{tmp_path / 'c d'}';" in capsys.readouterr().out
@@ -134,11 +134,11 @@ def test_cache_bake_dry_shows_the_plan_and_without_a_terminal_needs_y(no_network
 
     monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
     monkeypatch.setattr(cachebake, "bake", lambda *a, **k: pytest.fail("baked"))
-    assert cli.main(["cache", "bake", PROD, "--host", "mi300x-a01", "--dry"]) == 0
+    assert entry.main(["cache", "bake", PROD, "--host", "mi300x-a01", "--dry"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("plan: bake on mi300x-a01: stop its instance llama-3.3-70b-0 (port 8000) meanwhile")
     assert ":v0.33.0-rfcache-<cache key>" in out and out.endswith("--dry: nothing was changed\n")
-    assert cli.main(["cache", "bake", PROD, "--host", "mi300x-a01"]) == 2  # pytest's stdin is no terminal
+    assert entry.main(["cache", "bake", PROD, "--host", "mi300x-a01"]) == 2  # pytest's stdin is no terminal
     assert "not a terminal to ask on: pass -y" in capsys.readouterr().err
     assert no_network == []
 
@@ -146,9 +146,9 @@ def test_cache_bake_dry_shows_the_plan_and_without_a_terminal_needs_y(no_network
 def test_a_closed_standard_input_is_no_terminal_not_a_traceback(no_network, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
     monkeypatch.setattr("sys.stdin", None)  # `rocmfleet ... <&-`
-    assert cli.main(["cache", "bake", PROD, "--host", "mi300x-a01"]) == 2
+    assert entry.main(["cache", "bake", PROD, "--host", "mi300x-a01"]) == 2
     assert "not a terminal to ask on: pass -y" in capsys.readouterr().err
-    assert cli.main(["vault", "encrypt-string", "HF_TOKEN"]) == 2
+    assert entry.main(["vault", "encrypt-string", "HF_TOKEN"]) == 2
     assert "standard input is closed" in capsys.readouterr().err
 
 
@@ -162,14 +162,14 @@ def test_limit_and_exclude_items_are_trimmed_and_all_is_every_host():
 
 def test_an_empty_report_path_is_refused(no_network, capsys):
     for option in ("--json", "--junit-xml"):
-        assert cli.main(["check", PROD, option, ""]) == 2
+        assert entry.main(["check", PROD, option, ""]) == 2
         assert f"{option} '': give a file, or - for standard output" in capsys.readouterr().err
 
 
 def test_restart_soak_is_refused_saying_why(no_network, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path / "results"))
-    assert cli.main(["restart", PROD, "--soak", "5m"]) == 2
+    assert entry.main(["restart", PROD, "--soak", "5m"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rocmfleet: --soak with restart: a soak compares a new image with the old one; ")
     assert "unrecognized arguments" not in err and no_network == []
@@ -180,7 +180,7 @@ def test_restart_soak_is_refused_saying_why(no_network, tmp_path, monkeypatch, c
                                                 ("vault", "{encrypt-string,rekey}")])  # fmt: skip
 def test_a_command_group_without_its_command_names_the_choices(group, choices, capsys):
     with pytest.raises(SystemExit) as exit_:
-        cli.main([group])
+        entry.main([group])
     err = capsys.readouterr().err
     assert exit_.value.code == 2
     assert f"the following arguments are required: {choices}" in err and "_command" not in err, err

@@ -308,7 +308,7 @@ def test_a_bad_data_override_is_blamed_on_data_not_a_file(inventory):
 
 
 def test_check_refuses_bad_options_before_any_connection(inventory, tmp_path, capsys):
-    from rocmfleet.cli import main
+    from rocmfleet.entry import main
 
     path = str(inventory(hosts='[("gpu-1", {"ssh_hostname": "127.0.0.1", "ssh_port": 9})]'))
     assert main(["check", path, "--json", str(tmp_path / "missing" / "x.json")]) == 2
@@ -331,7 +331,7 @@ def test_check_refuses_bad_options_before_any_connection(inventory, tmp_path, ca
 def test_a_report_that_cannot_be_written_after_the_run_is_said_and_is_not_a_pass(
     inventory, tmp_path, monkeypatch, capsys
 ):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     path = str(inventory(hosts='["gpu-1"]'))
     passed = [CheckResult("gpu-1", "host::reachable", "passed")]
@@ -347,7 +347,7 @@ def test_a_report_that_cannot_be_written_after_the_run_is_said_and_is_not_a_pass
 
     monkeypatch.setattr(type(junit), "write_text", vanished)
     json_path = tmp_path / "report.json"
-    assert cli.main(["check", path, "--junit-xml", str(junit), "--json", str(json_path)]) == 1
+    assert entry.main(["check", path, "--junit-xml", str(junit), "--json", str(json_path)]) == 1
     out, err = capsys.readouterr()
     assert "gpu-1" in out  # the summary table was printed before the reports
     assert err == f"rocmfleet: --junit-xml {junit}: cannot write the report (No such file or directory)\n"
@@ -355,18 +355,18 @@ def test_a_report_that_cannot_be_written_after_the_run_is_said_and_is_not_a_pass
 
 
 def test_a_report_to_standard_output_keeps_it_to_itself(inventory, monkeypatch, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     path = str(inventory(hosts='["gpu-1"]'))
     monkeypatch.setattr(compliance, "run_fleet", lambda *_a, on_host, **_k: on_host(RESULTS[:2]) or RESULTS[:2])
-    assert cli.main(["check", path, "--json", "-"]) == 1
+    assert entry.main(["check", path, "--json", "-"]) == 1
     out, err = capsys.readouterr()
     assert json.loads(out)["hosts"]  # stdout is the JSON report alone (`| jq` works)
     assert "numa_balancing_persisted" in err  # the progress and the summary went to stderr
     assert not Path("-").exists()
-    assert cli.main(["check", path, "--junit-xml", "-"]) == 1
+    assert entry.main(["check", path, "--junit-xml", "-"]) == 1
     assert ET.fromstring(capsys.readouterr().out).tag == "testsuites"
-    assert cli.main(["check", path, "--junit-xml", "-", "--json", "-"]) == 2
+    assert entry.main(["check", path, "--junit-xml", "-", "--json", "-"]) == 2
 
 
 @pytest.mark.parametrize(
@@ -521,10 +521,10 @@ def test_the_check_modules_never_read_the_configuration():
 
 
 def test_check_help_names_every_module(capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     with pytest.raises(SystemExit):
-        cli.main(["check", "--help"])
+        entry.main(["check", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert all(f" {name}," in text or f" {name} (" in text for name in compliance.MODULES), text
 

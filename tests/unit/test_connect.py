@@ -174,14 +174,14 @@ def test_told_commands_tells_each_command_of_this_process_and_its_children(serve
 
 
 def test_v_tells_commands_before_or_after_the_command(monkeypatch):
-    from rocmfleet import cli
+    from rocmfleet import entry
     from rocmfleet.cli import schema
 
     monkeypatch.delenv(commandlog.COMMAND_LOG_ENV, raising=False)
     seen = []
     monkeypatch.setattr(schema, "run", lambda args: seen.append(os.environ.get(commandlog.COMMAND_LOG_ENV)) or 0)
     for argv in (["schema"], ["-v", "schema"], ["schema", "-v"]):
-        assert cli.main(argv) == 0
+        assert entry.main(argv) == 0
     assert seen[0] is None and seen[1] and seen[2]  # a log to tell from, only with -v
 
 

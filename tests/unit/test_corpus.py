@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet.cli import main
+from rocmfleet.entry import main
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "corpus"

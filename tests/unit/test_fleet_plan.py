@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import cli
+from rocmfleet import entry
 from rocmfleet.config.settings import host_config
 from rocmfleet.config.vault import Secret
 from rocmfleet.plan import render, sources
@@ -117,7 +117,7 @@ def test_plan_of_prod_runs_with_every_socket_call_refused_and_prints_the_same_by
     monkeypatch.chdir(ROOT)
     outputs = []
     for _ in range(2):
-        assert cli.main(["plan", PROD, flag]) == 0
+        assert entry.main(["plan", PROD, flag]) == 0
         captured = capsys.readouterr()
         assert "Traceback" not in captured.err
         # the example pins the shipped placeholder digest: said as `rocmfleet validate` says it, then the summary
@@ -144,14 +144,14 @@ def test_plan_of_prod_runs_with_every_socket_call_refused_and_prints_the_same_by
 )
 def test_bad_options_exit_2_with_a_message_and_a_summary(argv, said, no_network, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    assert cli.main(argv) == 2
+    assert entry.main(argv) == 2
     err = capsys.readouterr().err
     assert said in err and err.endswith("rocmfleet plan: nothing planned (exit 2)\n") and "Traceback" not in err
 
 
 def test_limit_and_exclude_pick_hosts_as_the_fleet_commands_do(no_network, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    assert cli.main(["plan", PROD, "--limit", "gpu_nodes", "--exclude", "mi300x-a02", "--json"]) == 0
+    assert entry.main(["plan", PROD, "--limit", "gpu_nodes", "--exclude", "mi300x-a02", "--json"]) == 0
     assert [h["name"] for h in json.loads(capsys.readouterr().out)["hosts"]] == ["mi300x-a01", "mi300x-a03"]
 
 
@@ -236,7 +236,7 @@ def test_a_shipped_recording_by_name_and_a_placement_problem_said_in_the_text(no
     assert "mi308x-8gpu-cpx" in sources.shipped_names()
     assert sources.load("mi308x-8gpu-cpx").source == "shipped mi308x-8gpu-cpx"
     monkeypatch.chdir(ROOT)
-    assert cli.main(["plan", PROD, "--limit", "mi300x-a01", "--topology", "mi308x-8gpu-cpx"]) == 1
+    assert entry.main(["plan", PROD, "--limit", "mi300x-a01", "--topology", "mi308x-8gpu-cpx"]) == 1
     captured = capsys.readouterr()
     assert "  topology: shipped mi308x-8gpu-cpx\n  assumed: device_gids, os " in captured.out
     assert "\n  problem: placement: cannot place the instances:\n      - host mi300x-a01: " in captured.out

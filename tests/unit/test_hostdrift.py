@@ -64,7 +64,9 @@ def read(edit: dict[str, str] | None = None) -> list[str]:
     """lab-1's recorded read, its OS, and every item of its plan as wanted; each path of ``edit``'s
     values with another content."""
     recorded = [line for line in FACTS["state"] if '"end"' not in line]
-    plan = hostdrift.host_plan("lab-1", CONFIG, parse_state([*recorded, json.dumps(OS), '{"kind":"end"}']))
+    plan = hostdrift.host_plan(
+        "lab-1", CONFIG, parse_state([*recorded, json.dumps(OS), '{"kind":"end"}']), planner=plan_host
+    )
     lines = [*recorded, json.dumps(OS), *as_wanted(plan)]
     edited = set((edit or {}).values())
     out = []
@@ -77,8 +79,8 @@ def read(edit: dict[str, str] | None = None) -> list[str]:
 
 
 def test_the_read_asks_every_item_of_the_plan_and_the_facts_it_is_planned_on():
-    asked = hostdrift.read_query(CONFIG)
-    plan = hostdrift.host_plan("lab-1", CONFIG, parse_state(read()))
+    asked = hostdrift.read_query(CONFIG, planner=plan_host)
+    plan = hostdrift.host_plan("lab-1", CONFIG, parse_state(read()), planner=plan_host)
     assert {f.path for f in plan.files} | {r.path for r in plan.removals} <= set(asked["paths"])
     assert {u.unit for u in plan.units} <= set(asked["units"])
     assert "linux-headers-*" in asked["packages"] and asked["os"] is True
@@ -92,29 +94,29 @@ def test_the_plan_on_a_read_is_the_plan_on_the_same_facts_recorded():
     assert facts.source == hostdrift.READ_SOURCE and facts.assumed == ()
     assert (facts.device_gids, facts.os_codename, facts.kernel) == ((992,), "bookworm", "6.1.0-28-amd64")
     assert facts.topology == vllmplan.topology_of(got)
-    plan = hostdrift.host_plan("lab-1", CONFIG, got)
+    plan = hostdrift.host_plan("lab-1", CONFIG, got, planner=plan_host)
     assert plan == plan_host("lab-1", CONFIG, facts) and not plan.problem and len(plan.instances) == 2
     assert "linux-headers-6.1.0-28-amd64" in {p.name for p in plan.packages}
     # a read without the topology: nothing placed, said; the facts it lacks are assumed
     bare = parse_state([line for line in read() if "gpu-topology" not in line and '"os"' not in line])
     assert hostdrift.read_facts(bare).assumed == ("os",)
-    assert hostdrift.host_plan("lab-1", CONFIG, bare).instances == ()
+    assert hostdrift.host_plan("lab-1", CONFIG, bare, planner=plan_host).instances == ()
 
 
 def test_a_converged_host_has_no_drift_and_dry_says_nothing():
     got = parse_state(read())
-    drifts = hostdrift.role_drift(hostdrift.host_plan("lab-1", CONFIG, got), got)
+    drifts = hostdrift.role_drift(hostdrift.host_plan("lab-1", CONFIG, got, planner=plan_host), got)
     assert list(drifts) == ["base", "rocm", "tuning", "exporter", "docker", "vllm"]
     assert all(found == [] for found in drifts.values())
-    assert hostdrift.dry_lines("lab-1", CONFIG, got) == []
+    assert hostdrift.dry_lines("lab-1", CONFIG, got, planner=plan_host) == []
 
 
 def test_one_file_of_each_role_edited_is_that_roles_drift_in_dry_and_status():
     got = parse_state(read(EDITED))
-    lines = hostdrift.dry_lines("lab-1", CONFIG, got)
+    lines = hostdrift.dry_lines("lab-1", CONFIG, got, planner=plan_host)
     assert [line.split(": ")[0:2] for line in lines] == [[f"drift {role}", path] for role, path in EDITED.items()]
     assert all(": content 000000000000..., want " in line for line in lines)
-    plan = hostdrift.host_plan("lab-1", CONFIG, got)
+    plan = hostdrift.host_plan("lab-1", CONFIG, got, planner=plan_host)
     roles = hostdrift.as_dict(hostdrift.role_drift(plan, got))
     row = InstanceStatus("lab-1", "tiny-llama-a", "active", "running", "img", True, 1.0, None, (), None)
     rows = [dataclasses.replace(row, roles=tuple((r, tuple(w)) for r, w in roles.items())), row]
@@ -128,7 +130,7 @@ def test_one_file_of_each_role_edited_is_that_roles_drift_in_dry_and_status():
 
 def test_the_check_fails_each_role_naming_its_items_but_those_another_check_asserts():
     got = parse_state(read(EDITED))
-    plan = hostdrift.host_plan("lab-1", CONFIG, got)
+    plan = hostdrift.host_plan("lab-1", CONFIG, got, planner=plan_host)
     messages = {}
     for role in hostdrift.ROLES:
         found = hostdrift.role_drift(hostdrift.role_items(plan, role), got)[role]
@@ -154,7 +156,7 @@ def test_the_drift_check_runs_on_the_plan_it_is_given_and_reads_its_items_only()
     from rocmfleet.fleet.check import expect
 
     got = parse_state(read(EDITED))
-    plan = hostdrift.host_plan("drift-case", CONFIG, got)
+    plan = hostdrift.host_plan("drift-case", CONFIG, got, planner=plan_host)
     expect._memo[("drift-case", "plan-state")] = got
     try:
         assert drift_check.plan_read("drift-case", plan) is got
@@ -175,7 +177,7 @@ def test_the_deploys_one_read_asks_the_plans_items_only_for_dry():
     from rocmfleet import converge
 
     plain, dry = converge.read_query(CONFIG, False), converge.read_query(CONFIG, True)
-    asked = hostdrift.read_query(CONFIG)
+    asked = hostdrift.read_query(CONFIG, planner=plan_host)
     assert set(dry) == set(plain) | set(asked)
     for key in ("paths", "packages", "units", "globs", "runs"):
         assert set(plain.get(key, [])) <= set(dry[key]) and set(asked[key]) <= set(dry[key])

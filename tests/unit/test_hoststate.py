@@ -16,6 +16,7 @@ from rocmfleet.domain import lastgood, vllm, vllmfiles
 from rocmfleet.facts.state import HostState, parse_state, state_args
 from rocmfleet.facts.topology import parse_fact_output
 from rocmfleet.plan import drift, hostdrift, hoststate, vllmplan
+from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.drift import WantedAbsent
 from rocmfleet.plan.hoststate import WantedFile
 from rocmfleet.plan.instance import (
@@ -238,7 +239,7 @@ def converged_output(config, topology, *, skip: str = "", ready: int = 0) -> lis
 
 def test_a_converged_host_needs_nothing():
     config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
-    todo = hostdrift.vllm_plan("", config, topology, parse_state(converged_output(config, topology)))
+    todo = hostdrift.vllm_plan("", config, topology, parse_state(converged_output(config, topology)), planner=plan_host)
     assert todo.why == {}
     assert todo.clean
 
@@ -246,7 +247,11 @@ def test_a_converged_host_needs_nothing():
 def test_one_changed_file_makes_only_its_instance_dirty():
     config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
     todo = hostdrift.vllm_plan(
-        "", config, topology, parse_state(converged_output(config, topology, skip="/etc/rocmfleet/vllm/b.env"))
+        "",
+        config,
+        topology,
+        parse_state(converged_output(config, topology, skip="/etc/rocmfleet/vllm/b.env")),
+        planner=plan_host,
     )
     assert todo.dirty == ["b"]
     # (its last good copy still holds what the file should: not a reason of its own)
@@ -262,14 +267,14 @@ def test_an_instance_not_ready_is_dirty_and_an_orphan_is_found():
     lines.insert(
         0, json.dumps({"kind": "marked", "glob": vllmplan.UNIT_GLOB, "path": "/etc/systemd/system/vllm-old.service"})
     )
-    todo = hostdrift.vllm_plan("", config, topology, parse_state(lines))
+    todo = hostdrift.vllm_plan("", config, topology, parse_state(lines), planner=plan_host)
     assert todo.dirty == ["a", "b"]
     assert todo.orphans == ["old"]
 
 
 def test_without_topology_every_instance_goes_through_the_operations():
     config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
-    todo = hostdrift.vllm_plan("", config, None, parse_state(converged_output(config, topology)))
+    todo = hostdrift.vllm_plan("", config, None, parse_state(converged_output(config, topology)), planner=plan_host)
     assert todo.dirty == ["a", "b"]
     assert todo.placed is None
 
@@ -278,7 +283,7 @@ def test_a_changed_image_makes_every_instance_dirty():
     config, topology = host_config(DATA), parse_fact_output(TOPOLOGY)
     lines = converged_output(config, topology)
     newer = host_config({**DATA, "vllm_image_digest": "sha256:" + "ef" * 32})
-    todo = hostdrift.vllm_plan("", newer, topology, parse_state(lines))
+    todo = hostdrift.vllm_plan("", newer, topology, parse_state(lines), planner=plan_host)
     assert todo.dirty == ["a", "b"]
     assert todo.image_missing
 
@@ -355,9 +360,9 @@ def test_a_changed_secret_value_makes_every_instance_dirty_though_the_plan_holds
     topology = parse_fact_output(TOPOLOGY)
     config = host_config({**DATA, "vllm_secret_env": {"HF_TOKEN": Secret("hf_before")}})
     lines = converged_output(config, topology)
-    assert hostdrift.vllm_plan("", config, topology, parse_state(lines)).clean
+    assert hostdrift.vllm_plan("", config, topology, parse_state(lines), planner=plan_host).clean
     other = host_config({**DATA, "vllm_secret_env": {"HF_TOKEN": Secret("hf_changed")}})
-    todo = hostdrift.vllm_plan("", other, topology, parse_state(lines))
+    todo = hostdrift.vllm_plan("", other, topology, parse_state(lines), planner=plan_host)
     assert todo.dirty == ["a", "b"]
     before = hashlib.sha256(secrets_content(config).reveal().encode()).hexdigest()
     assert [r.split(",")[0] for r in todo.why["a"]] == [
@@ -375,7 +380,7 @@ def test_the_roles_directories_and_scripts_are_its_plan_items_that_drift():
         else line
         for line in converged_output(config, topology)
     ]  # fmt: skip
-    todo = hostdrift.vllm_plan("", config, topology, parse_state(lines))
+    todo = hostdrift.vllm_plan("", config, topology, parse_state(lines), planner=plan_host)
     assert [(d.path, d.role, d.mode) for d in todo.directories] == [(vllm.SCRIPT_DIR, "vllm", "755")]
     assert [(f.path, f.mode) for f in todo.scripts] == [(script, "755")]
     assert todo.dirty == [] and not todo.clean

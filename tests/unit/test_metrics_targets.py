@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import cli
+from rocmfleet import entry
 from rocmfleet.config import validate
 from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.settings import host_config
@@ -99,7 +99,7 @@ def test_the_address_is_where_ssh_goes_ssh_config_hostname_included(tmp_path):
 
 def test_metrics_targets_prints_the_whole_inventory_without_connecting(no_network, monkeypatch, capsys):  # noqa: F811
     monkeypatch.chdir(ROOT)
-    assert cli.main(["metrics", "targets", PROD]) == 0
+    assert entry.main(["metrics", "targets", PROD]) == 0
     groups = json.loads(capsys.readouterr().out)
     jobs = [g["labels"]["job"] for g in groups]
     assert jobs.count("amd-device-metrics") == 3 and jobs.count("vllm") == 24  # 8 TP-1 instances a host
@@ -114,7 +114,7 @@ def test_metrics_targets_writes_the_file_whole_with_mode_0644(no_network, monkey
     os.chmod(out, 0o600)
     old = os.umask(0o077)
     try:
-        assert cli.main(["metrics", "targets", PROD, "-o", str(out)]) == 0
+        assert entry.main(["metrics", "targets", PROD, "-o", str(out)]) == 0
     finally:
         os.umask(old)
     said = capsys.readouterr().out
@@ -136,17 +136,17 @@ def test_metrics_targets_writes_the_file_whole_with_mode_0644(no_network, monkey
 )
 def test_an_output_it_cannot_write_is_refused_before_reading_the_inventory(argv, said, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    code = cli.main(["metrics", "targets", PROD, *[a.replace("{tmp}", str(tmp_path)) for a in argv]])
+    code = entry.main(["metrics", "targets", PROD, *[a.replace("{tmp}", str(tmp_path)) for a in argv]])
     err = capsys.readouterr().err
     assert code == 2 and said in err and "Traceback" not in err
 
 
 def test_output_dash_is_standard_output_not_a_file_named_dash(no_network, monkeypatch, capsys, tmp_path):  # noqa: F811
     monkeypatch.chdir(ROOT)
-    assert cli.main(["metrics", "targets", PROD]) == 0
+    assert entry.main(["metrics", "targets", PROD]) == 0
     printed = capsys.readouterr().out
     assert not (ROOT / "-").exists()
-    assert cli.main(["metrics", "targets", PROD, "-o", "-"]) == 0
+    assert entry.main(["metrics", "targets", PROD, "-o", "-"]) == 0
     assert capsys.readouterr().out == printed and len(json.loads(printed)) == 27
     assert not (ROOT / "-").exists()
 
@@ -155,7 +155,7 @@ def test_output_dash_is_standard_output_not_a_file_named_dash(no_network, monkey
 def test_an_output_prometheus_would_not_read_is_refused(name, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     out = tmp_path / name
-    assert cli.main(["metrics", "targets", PROD, "-o", str(out)]) == 2
+    assert entry.main(["metrics", "targets", PROD, "-o", str(out)]) == 2
     assert capsys.readouterr().err == (
         f"rocmfleet: -o {out}: Prometheus's file_sd reads only files ending in .json, .yml or .yaml; "
         "name such a file, or - for standard output\n"
@@ -166,7 +166,7 @@ def test_an_output_prometheus_would_not_read_is_refused(name, tmp_path, monkeypa
 @pytest.mark.parametrize("name", ["t.json", "t.yml", "t.yaml", "T.JSON"])
 def test_json_yml_and_yaml_names_are_written(no_network, name, tmp_path, monkeypatch, capsys):  # noqa: F811
     monkeypatch.chdir(ROOT)
-    assert cli.main(["metrics", "targets", PROD, "-o", str(tmp_path / name)]) == 0
+    assert entry.main(["metrics", "targets", PROD, "-o", str(tmp_path / name)]) == 0
     assert len(json.loads((tmp_path / name).read_text())) == 27  # JSON, which YAML reads too
 
 
@@ -177,16 +177,16 @@ def test_a_write_failure_is_exit_2_in_one_line(monkeypatch, capsys, tmp_path):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(targetsfile.tempfile, "mkstemp", refuse)
-    assert cli.main(["metrics", "targets", PROD, "-o", str(tmp_path / "t.json")]) == 2
+    assert entry.main(["metrics", "targets", PROD, "-o", str(tmp_path / "t.json")]) == 2
     assert capsys.readouterr().err == f"rocmfleet: -o {tmp_path / 't.json'}: cannot write it (Permission denied)\n"
 
 
 def test_an_invalid_inventory_says_every_problem_and_exits_2(no_network, monkeypatch, capsys):  # noqa: F811
     monkeypatch.chdir(ROOT)
-    code = cli.main(["metrics", "targets", "tests/corpus/five-problems-three-files/inventory.py"])
+    code = entry.main(["metrics", "targets", "tests/corpus/five-problems-three-files/inventory.py"])
     err = capsys.readouterr().err
     assert code == 2 and "invalid configuration (5 problem(s))" in err and "Traceback" not in err
-    assert cli.main(["metrics", "targets", "inventories/nosuch.py"]) == 2
+    assert entry.main(["metrics", "targets", "inventories/nosuch.py"]) == 2
     assert "no such inventory file" in capsys.readouterr().err
     assert no_network == []
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import cli
+from rocmfleet import entry
 from rocmfleet.config import vault
 from rocmfleet.fleet.rollout import batches
 from rocmfleet.plan import sources
@@ -78,7 +78,7 @@ def test_a_reader_that_stops_in_the_middle_gets_exit_141(unbuffered):
         {"PYTHONUNBUFFERED": unbuffered} if unbuffered else {}
     )
     child = subprocess.Popen(
-        [sys.executable, "-m", "rocmfleet.cli", "plan", str(RACK24), "--files"],
+        [sys.executable, "-m", "rocmfleet.entry", "plan", str(RACK24), "--files"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
@@ -112,7 +112,7 @@ def test_a_service_whose_replicas_differ_in_profile_and_image_shows_each(tmp_pat
     text = inventory.read_text().replace("\n_check(", '\nscout_b = (["rc-08"], _load("scout_b"))\n\n_check(')
     inventory.write_text(text)
     monkeypatch.chdir(inventory.parent)
-    assert cli.main(["plan", str(inventory), "--json"]) == 0
+    assert entry.main(["plan", str(inventory), "--json"]) == 0
     service = next(s for s in json.loads(capsys.readouterr().out)["services"] if s["name"] == "llama-4-scout")
     assert service["profiles"] == ["llama-4-scout", "scout-b"]
     assert [i["image"].split(":")[1][:9] for i in service["images"]] == ["0.33.0-r1", "0.33.0-r2", "0.33.0-r3"]
@@ -122,7 +122,7 @@ def test_a_service_whose_replicas_differ_in_profile_and_image_shows_each(tmp_pat
         (["rack_c"], "rc-08"),
     ]
     assert {r["id"]: r["profile"] for r in service["replicas"]}["rc-08/scout-b-0"] == "scout-b"
-    assert cli.main(["plan", str(inventory)]) == 0
+    assert entry.main(["plan", str(inventory)]) == 0
     out = capsys.readouterr().out
     assert (
         "  replicas differ: profile llama-4-scout (7), scout-b (1); image registry.example.invalid/vllm:0.33.0-r1@"
@@ -179,16 +179,16 @@ def test_plan_shows_inline_secrets_by_name_without_the_vault_password(tmp_path, 
     for name in (*vault.PASSWORD_FILE_VARIABLES, "ANSIBLE_VAULT_IDENTITY_LIST", "ANSIBLE_VAULT_PASSWORD_FILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(inventory.parent)
-    assert cli.main(["plan", str(inventory), "--files", "--limit", "ra-01"]) == 0
+    assert entry.main(["plan", str(inventory), "--files", "--limit", "ra-01"]) == 0
     out, err = capsys.readouterr()
     assert "secret: HF_TOKEN (values not shown)" in out and token not in out + err
     assert "--env HF_TOKEN" in out
     # nor do the scrape targets, which hold no secret (new-user trial: it asked for the password)
-    assert cli.main(["metrics", "targets", str(inventory)]) == 0
+    assert entry.main(["metrics", "targets", str(inventory)]) == 0
     out, err = capsys.readouterr()
     assert '"rocmfleet_instance": "qwen3-235b-a22b-0"' in out and token not in out + err
     # the commands that use the value still need the password
-    assert cli.main(["validate", str(inventory)]) == 2
+    assert entry.main(["validate", str(inventory)]) == 2
     assert "vllm_secret_env.HF_TOKEN: line 4: cannot decrypt (no vault password" in capsys.readouterr().err
 
 
@@ -199,7 +199,7 @@ def test_a_group_file_that_is_not_yaml_hides_no_problem_of_the_hosts_outside_its
     group_vars = inventory.parent / "group_vars"
     (group_vars / "rack_a.yml").write_text("vllm_env: [unclosed\n")
     (group_vars / "rack_b.yml").write_text((group_vars / "rack_b.yml").read_text() + "vllm_envv: {}\n")
-    assert cli.main(["plan", str(inventory)]) == 2
+    assert entry.main(["plan", str(inventory)]) == 2
     err = capsys.readouterr().err
     assert "rack_a.yml: line 2: not valid YAML" in err, err
     assert "rack_b.yml: vllm_envv: unknown key" in err and "[hosts: rb-01, rb-02," in err, err
@@ -209,7 +209,7 @@ def test_a_group_file_that_is_not_yaml_hides_no_problem_of_the_hosts_outside_its
 def test_json_and_files_together_are_refused(capsys):
     # --files was ignored beside --json (whose contents hold every file already)
     with pytest.raises(SystemExit) as ended:
-        cli.main(["plan", str(RACK24), "--json", "--files"])
+        entry.main(["plan", str(RACK24), "--json", "--files"])
     assert ended.value.code == 2
     assert "argument --files: not allowed with argument --json" in capsys.readouterr().err
 
@@ -267,7 +267,7 @@ def test_a_full_disk_under_standard_output_is_said_in_one_line_and_exit_1():
 def test_an_inventory_that_exits_while_loading_is_bad_input_with_a_summary(tmp_path, capsys):
     # its sys.exit("boom") ended rocmfleet with exit 1 and "boom" alone, no summary
     (tmp_path / "exits.py").write_text('all = (["a"], {})\nimport sys\nsys.exit("boom")\n')
-    assert cli.main(["plan", str(tmp_path / "exits.py")]) == 2
+    assert entry.main(["plan", str(tmp_path / "exits.py")]) == 2
     err = capsys.readouterr().err
     assert f"rocmfleet: {tmp_path / 'exits.py'}: exited while loading (sys.exit('boom')); " in err
     assert err.endswith("rocmfleet plan: nothing planned (exit 2)\n")

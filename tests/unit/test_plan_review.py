@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import cli, project
+from rocmfleet import entry, project
 from rocmfleet.plan.render import FILE_HEADER
 from tests.unit import test_rollout_services
 from tests.unit.test_rollout_services import SCOUTS, SITE
@@ -40,7 +40,7 @@ def site_with_profile(where: Path, old: str | None = None, new: str | None = Non
 def planned(site: Path, monkeypatch, capsys) -> list[str]:
     """``rocmfleet plan inventory.py --files`` run in ``site``: its lines."""
     monkeypatch.chdir(site)
-    assert cli.main(["plan", "inventory.py", "--files"]) == 0
+    assert entry.main(["plan", "inventory.py", "--files"]) == 0
     return capsys.readouterr().out.splitlines()
 
 
@@ -117,7 +117,7 @@ def test_a_profile_change_shows_as_exactly_its_lines_on_the_hosts_that_serve_it(
 
 def test_limit_by_group_plans_that_group_and_says_of_how_many(offline, monkeypatch, capsys):
     monkeypatch.chdir(SITE)
-    assert cli.main(["plan", "inventory.py", "--limit", "rack_a"]) == 0
+    assert entry.main(["plan", "inventory.py", "--limit", "rack_a"]) == 0
     out, err = capsys.readouterr()
     assert [line.split()[1] for line in out.splitlines() if line.startswith("host ")] == [
         f"ra-{i:02d}" for i in range(1, 9)
@@ -129,7 +129,7 @@ def test_limit_by_group_plans_that_group_and_says_of_how_many(offline, monkeypat
 
 def test_the_service_section_names_each_racks_image_and_each_hosts_replicas(offline, monkeypatch, capsys):
     monkeypatch.chdir(SITE)
-    assert cli.main(["plan", "inventory.py"]) == 0
+    assert entry.main(["plan", "inventory.py"]) == 0
     out = capsys.readouterr().out
     section = out[: out.index("\nhost ")].splitlines()
     assert section[0] == "service llama-4-scout: 8 replica(s) on 8 host(s)"

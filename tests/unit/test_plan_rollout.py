@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import cli
+from rocmfleet import entry
 from tests.unit import test_rollout_services
 from tests.unit.test_rollout_services import IMAGE, QWEN, SCOUT, SERVICE_OF
 
@@ -30,7 +30,7 @@ def plan(capsys):
     """``rocmfleet plan SITE OPTIONS`` -> (exit status, stdout, stderr)."""
 
     def run(where: Path, *options: str) -> tuple[int, str, str]:
-        code = cli.main(["plan", str(where / "inventory.py"), *options])
+        code = entry.main(["plan", str(where / "inventory.py"), *options])
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -165,7 +165,7 @@ def test_rollouts_refusals_exit_2_before_any_connection(fixture, options, said, 
 
 def test_a_malformed_image_is_refused_by_the_parser(fleet_wide, offline, capsys):
     with pytest.raises(SystemExit) as exited:  # argparse's exit, as for rollout --image
-        cli.main(["plan", str(fleet_wide / "inventory.py"), "--image", "Registry/UPPER:tag"])
+        entry.main(["plan", str(fleet_wide / "inventory.py"), "--image", "Registry/UPPER:tag"])
     assert exited.value.code == 2 and "argument --image: repository 'Registry/UPPER': must be lower case" in (
         capsys.readouterr().err
     )

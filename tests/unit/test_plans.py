@@ -18,6 +18,7 @@ import pytest
 from rocmfleet.config.settings import HostConfig, host_config
 from rocmfleet.facts.state import parse_state
 from rocmfleet.plan import hostdrift, vllmplan
+from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.drift import drift
 from rocmfleet.plan.instance import HostPlacement, place_host
 
@@ -34,7 +35,7 @@ def planned(case: str) -> tuple[dict[str, object], vllmplan.VllmPlan, object]:
     got = parse_state(facts["state"])
     topology = vllmplan.topology_of(got)
     assert topology != "unknown", f"{case}: the recorded topology does not parse"
-    todo = hostdrift.vllm_plan(facts["host"], config, topology, got)
+    todo = hostdrift.vllm_plan(facts["host"], config, topology, got, planner=plan_host)
     return vllmplan.plan_dict(config, todo), todo, config
 
 
@@ -107,7 +108,6 @@ def test_the_check_asserts_no_drift_with_the_deploys_renderer():
     from rocmfleet.fleet.check import expect
     from rocmfleet.fleet.check import test_vllm as check
     from rocmfleet.plan import hostdrift
-    from rocmfleet.plan.build import plan_host
 
     facts = json.loads((PLANS / "lab-1" / "facts.json").read_text())
     config = host_config(facts["data"])
@@ -169,10 +169,10 @@ def test_instance_drift_is_the_plans_reasons_per_instance_and_refuses_a_read_wit
     _, todo, config = planned("lab-1")
     assert isinstance(config, HostConfig)
     facts = json.loads((PLANS / "lab-1" / "facts.json").read_text())
-    assert hostdrift.instance_drift(config, parse_state(facts["state"]), "lab-1") == todo.why
+    assert hostdrift.instance_drift(config, parse_state(facts["state"]), "lab-1", planner=plan_host) == todo.why
     failed = [line.replace('"rc": 0', '"rc": 124') if '"ran"' in line else line for line in facts["state"]]
     with pytest.raises(ValueError, match="the GPU topology script exited 124"):
-        hostdrift.instance_drift(config, parse_state(failed), "lab-1")
+        hostdrift.instance_drift(config, parse_state(failed), "lab-1", planner=plan_host)
 
 
 def test_a_renamed_neighbour_leaves_an_instance_s_files_as_they_were():
@@ -192,7 +192,7 @@ def test_a_renamed_neighbour_leaves_an_instance_s_files_as_they_were():
         config = host_config(data)
         topology = vllmplan.topology_of(got)
         assert topology != "unknown"
-        todo = hostdrift.vllm_plan(facts["host"], config, topology, got)
+        todo = hostdrift.vllm_plan(facts["host"], config, topology, got, planner=plan_host)
         return vllmplan.plan_dict(config, todo)["instances"]["tiny-llama-a"]["files"]  # type: ignore[index]
 
     assert files_of_a("tiny-llama-b") == files_of_a("tiny-llama-c")

@@ -50,15 +50,15 @@ def test_schema_refuses_unknown_keys_but_allows_pyinfras():
 
 
 def test_cli_reference_is_generated_from_the_parser():
-    from rocmfleet import clidoc
+    from tools import clidoc
 
-    assert clidoc.PAGE.read_text() == clidoc.markdown(), "run `python -m rocmfleet.clidoc`"
-    assert clidoc.CHECKS_PAGE.read_text() == clidoc.checks_markdown(), "run `python -m rocmfleet.clidoc`"
+    assert clidoc.PAGE.read_text() == clidoc.markdown(), f"run `{clidoc.COMMAND}`"
+    assert clidoc.CHECKS_PAGE.read_text() == clidoc.checks_markdown(), f"run `{clidoc.COMMAND}`"
     assert "|  |" not in clidoc.CHECKS_PAGE.read_text(), "every check says what it asserts (its docstring)"
 
 
 def test_every_command_states_its_exit_statuses():
-    from rocmfleet import clidoc
+    from tools import clidoc
 
     for name, parser in clidoc.commands(clidoc.build_parser(), "rocmfleet")[1:]:
         if parser._subparsers is None:  # a command that runs (not a group such as `cache`)
@@ -105,7 +105,7 @@ def _documented_commands() -> list[tuple[str, str]]:
 
 def test_every_documented_command_is_one_the_parser_takes():
     """The command lines the README and the docs show parse as written (an option renamed or removed fails)."""
-    from rocmfleet.cli import build_parser
+    from rocmfleet.entry import build_parser
 
     commands = _documented_commands()
     assert len(commands) >= 15

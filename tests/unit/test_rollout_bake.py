@@ -149,22 +149,22 @@ def test_a_registry_digest_other_than_the_pushed_one_stops_the_rollout():
 
 
 def test_the_cli_flag_calls_bake_and_roll_with_the_rollout_options(monkeypatch, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
     from rocmfleet.fleet.rollout import bake
 
     seen = []
     monkeypatch.setattr(bake, "bake_and_roll", lambda *a, **kw: seen.append((a, kw)) or 0)
     argv = ["rollout", "inv.py", "--bake", "--image", "reg:5000/vllm:lab.2", "--canary", "2", "--max-unavailable", "3"]
     # no terminal to ask on (pytest's stdin): refused before the bake touches the canary, unless -y
-    assert cli.main(argv) == 2 and seen == []
+    assert entry.main(argv) == 2 and seen == []
     assert "not a terminal to ask on: pass -y" in capsys.readouterr().err
-    assert cli.main([*argv, "-y"]) == 0
+    assert entry.main([*argv, "-y"]) == 0
     ((args, options),) = seen
     assert args == ("inv.py", "reg:5000/vllm:lab.2") and options["canary"] == 2
     assert options["max_unavailable"] == "3" and options["force"] is False
-    assert cli.main(["rollout", "inv.py", "--bake", "--resume"]) == 2
+    assert entry.main(["rollout", "inv.py", "--bake", "--resume"]) == 2
     assert "--bake starts a new rollout" in capsys.readouterr().err
-    assert cli.main(["rollout", "inv.py", "--bake", "--dry", "-y"]) == 2 and len(seen) == 1  # nothing baked
+    assert entry.main(["rollout", "inv.py", "--bake", "--dry", "-y"]) == 2 and len(seen) == 1  # nothing baked
     assert "--dry with --bake" in capsys.readouterr().err
 
 
@@ -181,12 +181,12 @@ def test_a_recorded_rollout_refuses_the_bake_before_it_stops_the_canary(tmp_path
 
 
 def test_bake_with_limit_and_cache_bake_during_a_rollout_are_refused(tmp_path, monkeypatch, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
     from rocmfleet.fleet import inventory as fleet
     from rocmfleet.fleet.cache import cachebake
     from tests.unit.test_rollout_state import _state
 
-    assert cli.main(["rollout", "inv.py", "--bake", "--limit", "lab-1"]) == 2
+    assert entry.main(["rollout", "inv.py", "--bake", "--limit", "lab-1"]) == 2
     assert "--bake with --limit" in capsys.readouterr().err
     monkeypatch.delenv(rstate.OWN_DEPLOY_ENV, raising=False)
     monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
@@ -194,17 +194,17 @@ def test_bake_with_limit_and_cache_bake_during_a_rollout_are_refused(tmp_path, m
     monkeypatch.setattr(fleet, "load_fleet", lambda inventory, limit, **_: ["lab-1"])
     baked = []
     monkeypatch.setattr(cachebake, "bake", lambda *a, **kw: baked.append(a))
-    assert cli.main(["cache", "bake", "inv.py", "--host", "lab-1"]) == 2
+    assert entry.main(["cache", "bake", "inv.py", "--host", "lab-1"]) == 2
     assert "is recorded as running" in capsys.readouterr().err and not baked
 
 
 @pytest.mark.parametrize("command", ["check", "bench", "rollout", "restart", "status"])
 @pytest.mark.parametrize("limit", ["--limit=", "--limit=,", "--limit= , "])
 def test_an_empty_limit_is_refused_not_every_host(command, limit, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     with pytest.raises(SystemExit) as exited:
-        cli.main([command, "inv.py", limit])
+        entry.main([command, "inv.py", limit])
     assert exited.value.code == 2
     assert "names no host" in capsys.readouterr().err
 

@@ -547,15 +547,15 @@ def test_a_restart_whose_drain_fails_leaves_the_host_pending_not_failed(tmp_path
 
 
 def test_restart_rollback_is_refused_and_resume_of_a_failed_restart_retries(recorded, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     state = _plan(["h1", "h2"], kind="restart")
     state.status, state.hosts["h1"].step = "failed", "failed"
     rstate.save_state(state, recorded)
-    assert cli.main(["restart", PROD, "--rollback"]) == 2
+    assert entry.main(["restart", PROD, "--rollback"]) == 2
     err = capsys.readouterr().err
     assert "changes no image: nothing to roll back" in err and "--resume" in err
-    assert cli.main(["rollout", PROD, "--resume"]) == 2  # the recorded one is a restart
+    assert entry.main(["rollout", PROD, "--resume"]) == 2  # the recorded one is a restart
     assert f"{recorded} records restart r1, not a rollout: use `rocmfleet restart" in capsys.readouterr().err
 
 
@@ -759,7 +759,7 @@ def test_a_gate_after_resume_still_compares_with_the_baseline_taken_before_the_k
 def test_image_with_limit_is_refused_before_anything_is_read_or_changed(tmp_path):
     # --image rewrites the shared group file: hosts outside --limit would switch at their next deploy.
     proc = subprocess.run(
-        [sys.executable, "-m", "rocmfleet.cli", "rollout", "inventories/prod.py", "--image", "reg:5000/v:new",
+        [sys.executable, "-m", "rocmfleet.entry", "rollout", "inventories/prod.py", "--image", "reg:5000/v:new",
          "--limit", "gpu-node-01"],
         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -794,10 +794,10 @@ def recorded(tmp_path, monkeypatch):
     ],
 )
 def test_resume_and_rollback_refuse_options_that_would_change_the_recorded_plan(recorded, capsys, mode, options, named):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     before = recorded.read_text()
-    assert cli.main(["rollout", PROD, mode, *options]) == 2
+    assert entry.main(["rollout", PROD, mode, *options]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err.startswith(f"rocmfleet: {mode} with {named}: {mode} runs the plan recorded in {recorded}"), err
@@ -805,21 +805,21 @@ def test_resume_and_rollback_refuse_options_that_would_change_the_recorded_plan(
 
 
 def test_resume_of_an_inconsistent_state_file_is_refused_with_every_problem_on_stderr(recorded, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     data = json.loads(recorded.read_text())
     data["batches"] = [["h1"], ["h1"]]
     data["hosts"]["h2"]["step"] = "finished"
     recorded.write_text(json.dumps(data))
     for mode in ("--resume", "--rollback"):
-        assert cli.main(["restart" if mode == "--rollback" else "rollout", PROD, mode]) == 2
+        assert entry.main(["restart" if mode == "--rollback" else "rollout", PROD, mode]) == 2
         out, err = capsys.readouterr()
         assert out == ""
         assert err.startswith(f"rocmfleet: {recorded}: not a usable rollout state file (1 problem(s))"), err
         assert "hosts.h2.step: \"finished\": Input should be 'pending'" in err
     data["hosts"]["h2"]["step"] = "pending"
     recorded.write_text(json.dumps(data))
-    assert cli.main(["rollout", PROD, "--resume"]) == 2
+    assert entry.main(["rollout", PROD, "--resume"]) == 2
     err = capsys.readouterr().err
     assert "(2 problem(s))" in err
     assert "  - batches[1][0]: 'h1': already in batch 0; a host is in one batch\n" in err
@@ -827,9 +827,9 @@ def test_resume_of_an_inconsistent_state_file_is_refused_with_every_problem_on_s
 
 
 def test_a_refusal_to_start_goes_to_stderr_not_stdout(recorded, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
-    assert cli.main(["rollout", PROD]) == 2
+    assert entry.main(["rollout", PROD]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "rollout r1 of inventories/lab.py" in err and "--resume" in err
 
@@ -845,11 +845,11 @@ def test_a_refusal_to_start_goes_to_stderr_not_stdout(recorded, capsys):
     ],
 )
 def test_an_image_docker_would_refuse_is_refused_before_any_read(tmp_path, monkeypatch, capsys, image, why):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path / "results"))
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["rollout", PROD, "--image", image])
+        entry.main(["rollout", PROD, "--image", image])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "argument --image: " in err and why in err and "Traceback" not in err
@@ -871,24 +871,24 @@ def test_an_image_docker_would_refuse_is_refused_before_any_read(tmp_path, monke
 def test_counts_beyond_the_fleet_and_a_limit_typo_are_refused_before_any_connection(
     tmp_path, monkeypatch, capsys, options, said
 ):
-    from rocmfleet import cli
+    from rocmfleet import entry
     from rocmfleet.fleet.rollout import hoststeps
 
     monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
     monkeypatch.setattr(hoststeps.HostSteps, "observe", lambda *_a: pytest.fail("connected to a host"))
-    assert cli.main(["rollout", PROD, *options]) == 2
+    assert entry.main(["rollout", PROD, *options]) == 2
     out, err = capsys.readouterr()
     assert out == "" and said in err, err
 
 
 def test_a_results_root_that_cannot_hold_the_state_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv(rstate.RESULTS_ENV, str(blocker))
     for command in ("rollout", "restart"):
-        assert cli.main([command, PROD]) == 2
+        assert entry.main([command, PROD]) == 2
         out, err = capsys.readouterr()
         assert out == ""
         assert f"cannot write the state's lock file {blocker}/prod/rollout-state.json.lock" in err
@@ -897,7 +897,7 @@ def test_a_results_root_that_cannot_hold_the_state_is_refused_before_anything_ru
 
 @pytest.mark.parametrize("command", ["rollout", "restart", "check", "bench", "status", "cache"])
 def test_ctrl_c_ends_with_what_was_left_and_exit_130_not_a_traceback(monkeypatch, capsys, command):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     def interrupted(_args):
         raise KeyboardInterrupt
@@ -909,7 +909,7 @@ def test_ctrl_c_ends_with_what_was_left_and_exit_130_not_a_traceback(monkeypatch
     argv = [command, PROD] + (["--host", "h1"] if command == "cache" else [])
     if command == "cache":
         argv.insert(1, "bake")
-    assert cli.main(argv) == 130
+    assert entry.main(argv) == 130
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"\nrocmfleet: {command}: interrupted; ")
     assert err.count("\n") == 2, err  # one line: what the command left
@@ -917,7 +917,7 @@ def test_ctrl_c_ends_with_what_was_left_and_exit_130_not_a_traceback(monkeypatch
 
 # --- the whole command from the CLI, on stand-in hosts (issue 24) --------------------------------
 #
-# `rocmfleet rollout INVENTORY --image ...` through cli.main: the inventory is inventories/prod.py's
+# `rocmfleet rollout INVENTORY --image ...` through entry.main: the inventory is inventories/prod.py's
 # hosts with the image its group data file (a copy in tmp_path) pins; the registry, the hosts'
 # status, the preflight check and the steps are stand-ins. A failed rollout ends with its summary
 # on stderr and exit status 1, never with a traceback.
@@ -976,7 +976,7 @@ def stand_in_fleet(tmp_path, monkeypatch, prod_targets):
 
 
 def _assert_failed_with_summary(code, err, state_file, status="rolled_back"):
-    state = rstate.load_state(state_file)  # cli.main returned: nothing raised out (a traceback would fail the test)
+    state = rstate.load_state(state_file)  # entry.main returned: nothing raised out (a traceback would fail the test)
     assert "Traceback" not in err, err
     assert code == (3 if status == "paused" else 1), err
     assert state.status == status
@@ -987,13 +987,13 @@ def _assert_failed_with_summary(code, err, state_file, status="rolled_back"):
 
 
 def test_a_canary_that_fails_its_gate_from_the_cli_ends_with_the_summary_not_a_traceback(stand_in_fleet, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     steps, group = stand_in_fleet
     saved = group.read_text()
     canary = "mi300x-a01"
     steps.fail = {("gate", canary)}
-    code = cli.main(["rollout", PROD, "-y", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
+    code = entry.main(["rollout", PROD, "-y", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
     out, err = capsys.readouterr()
     state = _assert_failed_with_summary(code, err, rstate.state_path(rstate.results_root(None, PROD), PROD))
     assert f"{canary}: rolled_back: check gate failed: vllm::ready[x]: failed" in err
@@ -1004,12 +1004,12 @@ def test_a_canary_that_fails_its_gate_from_the_cli_ends_with_the_summary_not_a_t
 
 
 def test_dry_shows_the_edit_and_the_batches_and_changes_nothing(stand_in_fleet, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     steps, group = stand_in_fleet
     saved = group.read_text()
     slower = f"{SLOWER.repository}:{SLOWER.tag}"
-    code = cli.main(["rollout", PROD, "--dry", "--max-unavailable", "2", "--image", slower])
+    code = entry.main(["rollout", PROD, "--dry", "--max-unavailable", "2", "--image", slower])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert f'+vllm_image_digest: "{SLOWER.digest}"' in out  # the edit it would make, shown
@@ -1021,18 +1021,18 @@ def test_dry_shows_the_edit_and_the_batches_and_changes_nothing(stand_in_fleet, 
     assert f"--dry: rollout of 3 host(s) in 3 batch(es), {said}; nothing was" in out
     assert group.read_text() == saved and steps.running == {}  # no group file edit, no host switched
     assert not rstate.state_path(rstate.results_root(None, PROD), PROD).exists()  # no state recorded
-    assert cli.main(["rollout", PROD, "--dry", "--resume"]) == 2
+    assert entry.main(["rollout", PROD, "--dry", "--resume"]) == 2
 
 
 def test_the_question_before_a_start_stops_it_unless_answered_yes(stand_in_fleet, capsys, monkeypatch):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     steps, group = stand_in_fleet
     saved = group.read_text()
     asked = []
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
     monkeypatch.setattr("builtins.input", lambda *prompt: asked.append(prompt) or "n")
-    code = cli.main(["rollout", PROD, "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
+    code = entry.main(["rollout", PROD, "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
     out, err = capsys.readouterr()
     assert code == 2 and "not confirmed; nothing was changed" in err and asked == [()]
     # the question on stderr: stdout may be a --json report
@@ -1042,23 +1042,23 @@ def test_the_question_before_a_start_stops_it_unless_answered_yes(stand_in_fleet
     assert group.read_text() == saved and steps.running == {}
     asked.clear()
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)  # a script: refused at the question, not asked
-    code = cli.main(["rollout", PROD, "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
+    code = entry.main(["rollout", PROD, "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
     err = capsys.readouterr().err
     assert code == 2 and asked == [] and "not a terminal to ask on: pass -y" in err
     assert group.read_text() == saved and steps.running == {}
-    code = cli.main(["rollout", PROD, "-y", "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
+    code = entry.main(["rollout", PROD, "-y", "--image", f"{SLOWER.repository}:{SLOWER.tag}"])
     assert code == 0 and asked == []  # -y: no question, the rollout ran
     assert set(steps.running.values()) == {SLOWER.digest}
 
 
 def test_a_registry_that_stops_answering_mid_rollout_ends_with_the_summary(stand_in_fleet, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     steps, group = stand_in_fleet
     saved = group.read_text()
     steps.unjudged = {("pull", "mi300x-a02"): -1}  # resolved at the start; the second batch's pull finds no registry
     image = "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"
-    code = cli.main(["rollout", PROD, "-y", "--retries", "0", "--image", image])
+    code = entry.main(["rollout", PROD, "-y", "--retries", "0", "--image", image])
     err = capsys.readouterr().err
     path = rstate.state_path(rstate.results_root(None, PROD), PROD)
     state = _assert_failed_with_summary(code, err, path, status="paused")
@@ -1066,15 +1066,15 @@ def test_a_registry_that_stops_answering_mid_rollout_ends_with_the_summary(stand
     assert "retry" not in err  # --retries 0
     assert state.hosts["mi300x-a01"].step == "done" and steps.running["mi300x-a01"] != BASE_IMAGE.digest
     assert group.read_text() != saved  # the group file keeps the new image: the rollout goes on from here
-    assert cli.main(["rollout", PROD, "-y", "--image", image]) == 2  # a new one is refused while it is paused
+    assert entry.main(["rollout", PROD, "-y", "--image", image]) == 2  # a new one is refused while it is paused
     assert "recorded as paused" in capsys.readouterr().err
     steps.unjudged = {}  # the registry is back
-    assert cli.main(["rollout", PROD, "--resume"]) == 0
+    assert entry.main(["rollout", PROD, "--resume"]) == 0
     assert rstate.load_state(path).status == "done"
 
 
 def test_a_step_that_raises_something_else_is_that_hosts_failure_not_a_traceback(stand_in_fleet, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     steps, _group = stand_in_fleet
 
@@ -1087,7 +1087,7 @@ def test_a_step_that_raises_something_else_is_that_hosts_failure_not_a_traceback
 
     steps.fail = {("gate", "mi300x-a01")}
     steps.pull, steps.rollback = pull, rollback
-    code = cli.main(["rollout", PROD, "-y", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
+    code = entry.main(["rollout", PROD, "-y", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
     err = capsys.readouterr().err
     state = _assert_failed_with_summary(
         code, err, rstate.state_path(rstate.results_root(None, PROD), PROD), status="rollback_failed"
@@ -1096,7 +1096,7 @@ def test_a_step_that_raises_something_else_is_that_hosts_failure_not_a_traceback
 
 
 def test_a_host_whose_status_cannot_be_read_stops_the_start_with_a_message(stand_in_fleet, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     steps, group = stand_in_fleet
     saved = group.read_text()
@@ -1105,7 +1105,7 @@ def test_a_host_whose_status_cannot_be_read_stops_the_start_with_a_message(stand
         raise EOFError("the SSH channel closed")
 
     steps.observe = observe
-    assert cli.main(["rollout", PROD, "-y", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"]) == 2
+    assert entry.main(["rollout", PROD, "-y", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "mi300x-a01: EOFError: the SSH channel closed" in err
     assert err.startswith("rocmfleet: cannot start: what these hosts run is unknown")
@@ -1113,7 +1113,7 @@ def test_a_host_whose_status_cannot_be_read_stops_the_start_with_a_message(stand
 
 
 def test_rollout_bake_whose_rollout_fails_at_the_canary_ends_with_the_summary(stand_in_fleet, monkeypatch, capsys):
-    from rocmfleet import cli
+    from rocmfleet import entry
     from rocmfleet.fleet.cache import cachebake
 
     steps, group = stand_in_fleet
@@ -1136,7 +1136,7 @@ def test_rollout_bake_whose_rollout_fails_at_the_canary_ends_with_the_summary(st
     monkeypatch.setattr(targetimage, "resolve", resolve_baked)
     monkeypatch.setattr(cachebake, "bake", lambda target, emit: Baked)
     steps.fail = {("gate", "mi300x-a01")}
-    code = cli.main(["rollout", PROD, "-y", "--bake"])
+    code = entry.main(["rollout", PROD, "-y", "--bake"])
     err = capsys.readouterr().err
     _assert_failed_with_summary(code, err, rstate.state_path(rstate.results_root(None, PROD), PROD))
     assert group.read_text() == saved
@@ -1146,7 +1146,7 @@ def test_rollout_bake_whose_rollout_fails_at_the_canary_ends_with_the_summary(st
 def test_rollout_bake_whose_bake_fails_ends_with_a_message_not_a_traceback(
     stand_in_fleet, monkeypatch, capsys, failure
 ):
-    from rocmfleet import cli
+    from rocmfleet import entry
     from rocmfleet.fleet.cache import cachebake
 
     steps, group = stand_in_fleet
@@ -1157,7 +1157,7 @@ def test_rollout_bake_whose_bake_fails_ends_with_a_message_not_a_traceback(
         raise exc
 
     monkeypatch.setattr(cachebake, "bake", bake)
-    assert cli.main(["rollout", PROD, "-y", "--bake"]) == 1
+    assert entry.main(["rollout", PROD, "-y", "--bake"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.startswith("rocmfleet: the bake on mi300x-a01 failed, nothing rolled out: "), err
@@ -1165,33 +1165,33 @@ def test_rollout_bake_whose_bake_fails_ends_with_a_message_not_a_traceback(
 
 
 def test_exclude_hands_the_rollout_the_hosts_left_by_name(monkeypatch):
-    from rocmfleet import cli
+    from rocmfleet import entry
     from rocmfleet.fleet.rollout import command
 
     seen = {}
     monkeypatch.setattr(command, "run_rollout", lambda inventory, **kw: seen.update(kw) or 0)
-    assert cli.main(["restart", PROD, "--exclude", "mi300x-a02", "--dry"]) == 0
+    assert entry.main(["restart", PROD, "--exclude", "mi300x-a02", "--dry"]) == 0
     assert seen["limit"] == ["mi300x-a01", "mi300x-a03"]
-    assert cli.main(["restart", PROD, "--limit", "mi300x-a0[12]", "--exclude", "mi300x-a02", "--dry"]) == 0
+    assert entry.main(["restart", PROD, "--limit", "mi300x-a0[12]", "--exclude", "mi300x-a02", "--dry"]) == 0
     assert seen["limit"] == ["mi300x-a01"]
 
 
 def test_json_prints_the_record_this_run_left_and_nothing_else_on_stdout(stand_in_fleet, capsys):
     import json
 
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     steps, _group = stand_in_fleet
     steps.fail = {("gate", "mi300x-a01")}
-    code = cli.main(["rollout", PROD, "-y", "--json", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
+    code = entry.main(["rollout", PROD, "-y", "--json", "--image", "docker.io/vllm/vllm-openai-rocm:v0.34.0-slow"])
     out, err = capsys.readouterr()
     report = json.loads(out)  # stdout is the JSON alone: the plan and the progress went to stderr
     assert report["exit_status"] == code == 1 and "plan: batch 1 (canary): " in err
     assert report["rollout"]["status"] == "rolled_back" and report["rollout"]["hosts"]["mi300x-a01"]["step"]
     assert "mi300x-a01" in report["rollout"]["failure"]
-    code = cli.main(["restart", PROD, "--json", "--rollback"])  # refused: not that record
+    code = entry.main(["restart", PROD, "--json", "--rollback"])  # refused: not that record
     assert json.loads(capsys.readouterr().out) == {"exit_status": 2, "rollout": None} and code == 2
-    code = cli.main(["rollout", PROD, "--json", "--exclude", "mi300x-a01", "--resume"])  # refused before the run
+    code = entry.main(["rollout", PROD, "--json", "--exclude", "mi300x-a01", "--resume"])  # refused before the run
     assert json.loads(capsys.readouterr().out) == {"exit_status": 2, "rollout": None} and code == 2
-    code = cli.main(["restart", PROD, "-y", "--json", "--canary", "999"])  # refused: no record of its own
+    code = entry.main(["restart", PROD, "-y", "--json", "--canary", "999"])  # refused: no record of its own
     assert json.loads(capsys.readouterr().out) == {"exit_status": 2, "rollout": None} and code == 2

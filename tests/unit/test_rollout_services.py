@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmfleet import cli
+from rocmfleet import entry
 from rocmfleet.fleet.rollout import state as rstate
 
 SITE = Path(__file__).parents[1] / "fixtures" / "sites" / "rack24"
@@ -70,7 +70,7 @@ def dry(capsys):
     """``rocmfleet rollout SITE --dry OPTIONS`` -> (exit status, stdout, stderr)."""
 
     def run(site: Path, *options: str) -> tuple[int, str, str]:
-        code = cli.main(["rollout", str(site / "inventory.py"), "--dry", *options])
+        code = entry.main(["rollout", str(site / "inventory.py"), "--dry", *options])
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -240,7 +240,7 @@ def test_a_rack_rolls_with_its_plan_recorded_and_its_pin_edited(site, stand_ins,
     steps, new = stand_ins
     inventory = str(site / "inventory.py")
     rack_a = (site / "group_vars" / "rack_a.yml").read_text()
-    code = cli.main(["rollout", inventory, "-y", "--image", IMAGE, "--group", "rack_b", "--max-unavailable", "25%"])
+    code = entry.main(["rollout", inventory, "-y", "--image", IMAGE, "--group", "rack_b", "--max-unavailable", "25%"])
     out, err = capsys.readouterr()
     assert code == 0, err
     state = rstate.load_state(rstate.state_path(rstate.results_root(None, inventory), inventory))
@@ -259,7 +259,7 @@ def test_a_failed_canary_puts_the_racks_pin_back(site, stand_ins, capsys):
     inventory = str(site / "inventory.py")
     rack_b = (site / "group_vars" / "rack_b.yml").read_text()
     steps.fail = {("gate", "rb-05")}
-    code = cli.main(["rollout", inventory, "-y", "--image", IMAGE, "--group", "rack_b", "--canary-group", "rack_b"])
+    code = entry.main(["rollout", inventory, "-y", "--image", IMAGE, "--group", "rack_b", "--canary-group", "rack_b"])
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     state = rstate.load_state(rstate.state_path(rstate.results_root(None, inventory), inventory))
@@ -363,7 +363,7 @@ def test_dry_json_prints_the_plan_as_plan_image_json_does(fleet_wide, offline, c
 
     inventory = str(fleet_wide / "inventory.py")
     options = ["--image", IMAGE + "@sha256:" + "4" * 64, "--max-unavailable", "25%", "--canary-group", "canary"]
-    code = cli.main(["rollout", inventory, "--dry", "--json", *options])
+    code = entry.main(["rollout", inventory, "--dry", "--json", *options])
     out, err = capsys.readouterr()
     assert code == 0, err
     rollout = json.loads(out)["rollout"]
@@ -373,7 +373,7 @@ def test_dry_json_prints_the_plan_as_plan_image_json_does(fleet_wide, offline, c
     assert rollout["batches"][0] == ["ra-01", "ra-07"] and sum(map(len, rollout["batches"])) == 24
     # what the dry run could not confirm (no host answers here) is in the record too, not on stderr only
     assert any(line.startswith("--dry: what it runs not confirmed: ") for line in rollout["lines"]), rollout["lines"]
-    assert cli.main(["plan", inventory, "--json", *options]) == 0
+    assert entry.main(["plan", inventory, "--json", *options]) == 0
     planned = json.loads(capsys.readouterr().out)["rollout"]
     assert set(planned) == set(rollout)
     for key in ("image", "digest", "hosts", "canary", "canary_hosts", "services", "batches", "canary_batches"):

@@ -568,13 +568,13 @@ def test_an_unreachable_prometheus_or_no_series_is_inconclusive(prom):
     ],
 )
 def test_bad_soak_options_are_refused_with_exit_2_and_no_traceback(argv, said, capsys, tmp_path, monkeypatch):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     monkeypatch.setenv(rstate.RESULTS_ENV, str(tmp_path))
     if "--rollback" in argv:
         rstate.save_state(_plan(["h1"]), rstate.state_path(tmp_path, "inventories/prod.py"))
     try:
-        code = cli.main(["rollout", "inventories/prod.py", "-y", *argv])
+        code = entry.main(["rollout", "inventories/prod.py", "-y", *argv])
     except SystemExit as exc:  # argparse's own refusal
         code = exc.code
     err = capsys.readouterr().err
@@ -586,14 +586,14 @@ def test_a_canary_that_fails_its_soak_from_the_cli_is_rolled_back_with_the_rates
     capsys,
     monkeypatch,
 ):
-    from rocmfleet import cli
+    from rocmfleet import entry
     from rocmfleet.fleet.rollout import command
 
     steps, _group = stand_in_fleet
     soaks = []
     monkeypatch.setattr(command, "MetricsSoak", lambda steps, url: soaks.append(url) or FakeSoak("fail"))
     argv = ["rollout", PROD, "-y", "--image", f"{SLOWER.repository}:{SLOWER.tag}", "--soak", "2m"]
-    code = cli.main(argv)
+    code = entry.main(argv)
     out, err = capsys.readouterr()
     assert code == 1 and "Traceback" not in err and soaks == [None]
     assert "soak: the canary for 2m, in service on the new image" in out

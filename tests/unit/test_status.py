@@ -211,10 +211,10 @@ def test_the_json_rows_keep_their_keys_and_add_the_drift(fleet):
 
 
 def test_the_table_has_a_drift_column(fleet, capsys, monkeypatch):
-    from rocmfleet import cli
+    from rocmfleet import entry
 
     monkeypatch.setenv("COLUMNS", "60")  # a narrow terminal's width; captured output is no terminal: no cell is cut
-    code = cli.main(["status", "inventories/lab.py"])
+    code = entry.main(["status", "inventories/lab.py"])
     out = capsys.readouterr().out
     assert code == 1  # lab-3 and lab-4 have errors
     assert "…" not in out
@@ -234,7 +234,7 @@ def test_every_roles_drift_comes_from_the_same_one_read_per_host(fleet, capsys):
     """The host's plan (``rocmfleet.plan.hostdrift``) is read in the same ``state.sh`` command as the
     instances' drift: lab-2's read holds the vllm role's items only, so every other role's items are
     not reported (drift), in role order; unreachable and unreadable hosts have none (``null``)."""
-    from rocmfleet import cli
+    from rocmfleet import entry
     from rocmfleet.fleet.rollout.report import host_drift
 
     rows, state = fleet_status("inventories/lab.py", drift_rule())
@@ -247,7 +247,7 @@ def test_every_roles_drift_comes_from_the_same_one_read_per_host(fleet, capsys):
     assert sorted(StandIn.opened) == [f"10.213.0.1{i}" for i in range(1, 5)]  # still one connection each
     data = json.loads(status_json([r.row() for r in rows], state, hosts))
     assert data["hosts"]["lab-2"]["drift"] == lab2 and all(set(row) == KEYS | {"drift"} for row in data["instances"])
-    assert cli.main(["status", "inventories/lab.py"]) == 1
+    assert entry.main(["status", "inventories/lab.py"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert "lab-2  base: /etc/apt/apt.conf.d/80rocmfleet-lock-timeout: not reported by the read" in out
     assert out[-1].endswith("; 2 host(s) with drift, 1 host(s) unreadable"), out[-1]

@@ -79,8 +79,11 @@ def run_role(
             sys.path.insert(0, {str(ROOT)!r})
             import rocmfleet.roles.vllm
             from rocmfleet import roles
+            from pyinfra.context import host
             from rocmfleet.config.settings import host_config
-            roles.vllm.apply(host_config({data or DATA!r}))
+            from rocmfleet.plan.build import plan_host
+            config = host_config({data or DATA!r})
+            roles.vllm.apply(config, planner=lambda facts: plan_host(host.name, config, facts))
             """
         )
     )
