@@ -9,6 +9,7 @@ from pyinfra.api.facts import FactBase
 
 from rocmfleet import scripts
 from rocmfleet.domain import rocmhost
+from rocmfleet.facts.state import apt_madison
 
 #: Reasons a reboot is owed live here, one file each. ``/run`` is emptied by every boot, so a
 #: reason lasts exactly until the next reboot, also across a deploy that failed before it.
@@ -24,7 +25,7 @@ class AptRepoVersions(FactBase[dict[str, list[tuple[str, str]]]]):
     default = dict
 
     def command(self, packages: list[str]) -> str:
-        return "apt-cache madison " + " ".join(shlex.quote(p) for p in packages) + " 2>/dev/null || true"
+        return apt_madison(packages)
 
     def process(self, output: list[str]) -> dict[str, list[tuple[str, str]]]:
         versions: dict[str, list[tuple[str, str]]] = {}

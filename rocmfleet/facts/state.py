@@ -9,6 +9,7 @@ pydantic.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, TypeVar
@@ -233,6 +234,16 @@ def parse_state(lines: Sequence[str]) -> Gathered:
     return gathered
 
 
+#: The run of :func:`state_args`'s ``apt_versions``: ``apt-cache madison`` of every package asked.
+APT_VERSIONS = "apt-versions"
+
+
+def apt_madison(packages: Sequence[str]) -> str:
+    """``apt-cache madison`` of ``packages`` (in order, without repeats): one line per version apt
+    offers, ``PACKAGE | VERSION | REPOSITORY LINE``; nothing, not a failure, where apt knows none."""
+    return "apt-cache madison " + " ".join(shlex.quote(p) for p in dict.fromkeys(packages)) + " 2>/dev/null || true"
+
+
 def state_args(
     paths: Sequence[str] = (),
     globs: Sequence[str] = (),
@@ -245,12 +256,15 @@ def state_args(
     os: bool = False,
     texts: Sequence[str] = (),
     runs: Sequence[tuple[str, str]] = (),
+    apt_versions: Sequence[str] = (),
 ) -> list[str]:
     """The arguments of ``state.sh`` for these items (see the script's header).
 
     ``marked`` is ``(marker line, globs)``; ``ready`` is ``[(key, vllm-probe.sh arguments)]``
     (``rocmfleet.domain.readiness.live_args``, or ``ready`` with its arguments); ``os`` asks for the OS and kernel;
-    ``texts`` are files read whole; ``runs`` is ``[(name, shell script)]``, run under ``timeout 20``.
+    ``texts`` are files read whole; ``runs`` is ``[(name, shell script)]``, run under ``timeout 20``;
+    ``apt_versions`` are packages whose versions apt offers, every role's in one ``apt-cache madison``
+    (the run :data:`APT_VERSIONS`: apt loads its cache once, about 20 ms of the host's time, issue 43).
     """
     args: list[str] = ["os", "-"] if os else []
     for kind, values in (
@@ -266,6 +280,8 @@ def state_args(
             args += [kind, value]
     for name, script in runs:
         args += ["script", script, "run", name]
+    if apt_versions:
+        args += ["script", apt_madison(apt_versions), "run", APT_VERSIONS]
     if marked:
         args += ["marker", marked[0]]
         for glob in marked[1]:
@@ -309,8 +325,9 @@ class HostState(FactBase[Gathered]):
         os: bool = False,
         texts: Sequence[str] = (),
         runs: Sequence[tuple[str, str]] = (),
+        apt_versions: Sequence[str] = (),
     ) -> str:
-        args = state_args(paths, globs, units, packages, sysctls, images, marked, ready, os, texts, runs)
+        args = state_args(paths, globs, units, packages, sysctls, images, marked, ready, os, texts, runs, apt_versions)
         return scripts.command("state.sh", *args)
 
     def process(self, output: list[str]) -> Gathered:

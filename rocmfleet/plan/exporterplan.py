@@ -20,11 +20,11 @@ from __future__ import annotations
 from rocmfleet.domain import exporter, rocm
 from rocmfleet.domain.metrics import MetricsSettings
 from rocmfleet.facts import rocm as facts
-from rocmfleet.facts.state import Gathered, ran
+from rocmfleet.facts.state import APT_VERSIONS, Gathered, ran
 from rocmfleet.plan.hoststate import WantedFile
 
-#: The role's run in the ``HostState`` read: what apt offers of the package.
-RUN_VERSIONS = "exporter-apt-versions"
+#: What apt offers of the package: the ``HostState`` read's one ``apt-cache madison`` of every role's.
+RUN_VERSIONS = APT_VERSIONS
 
 
 def query(settings: MetricsSettings) -> dict[str, object]:
@@ -36,7 +36,7 @@ def query(settings: MetricsSettings) -> dict[str, object]:
         "packages": [exporter.PACKAGE],
         "units": list(exporter.UNITS),
         "os": True,
-        "runs": [(RUN_VERSIONS, facts.AptRepoVersions().command([exporter.PACKAGE]))],
+        "apt_versions": [exporter.PACKAGE],
     }
 
 

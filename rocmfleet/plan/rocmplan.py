@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from rocmfleet.domain import rocm, rocmhost, rocmtools
 from rocmfleet.facts import rocm as facts
-from rocmfleet.facts.state import Gathered, ran
+from rocmfleet.facts.state import APT_VERSIONS, Gathered, ran
 from rocmfleet.plan import hoststate
 from rocmfleet.plan.drift import Wanted, WantedAbsent, WantedDir, WantedPackage, drift
 from rocmfleet.plan.wantedfile import WantedFile
@@ -33,7 +33,8 @@ from rocmfleet.plan.wantedfile import WantedFile
 #: Names of the role's runs in the ``HostState`` read.
 RUN_STREAMS = "rocm-streams"
 RUN_SECURE_BOOT = "rocm-secure-boot"
-RUN_VERSIONS = "rocm-apt-versions"
+#: What apt offers of the role's packages: the read's one ``apt-cache madison`` of every role's.
+RUN_VERSIONS = APT_VERSIONS
 RUN_KERNELS = "rocm-kernels"
 RUN_DKMS = "rocm-dkms-status"
 RUN_REBOOT = "rocm-reboot-owed"
@@ -93,7 +94,6 @@ def query(settings: rocm.RocmSettings) -> dict[str, object]:
     runs = [
         (RUN_STREAMS, facts.RocmOnHost().command()),
         (RUN_SECURE_BOOT, facts.SecureBoot().command(*secure_boot)),
-        (RUN_VERSIONS, facts.AptRepoVersions().command(_apt_packages(settings))),
         (RUN_KERNELS, facts.Kernels().command()),
         (RUN_DKMS, facts.DkmsStatus().command()),
         (RUN_REBOOT, facts.RebootReasons().command()),
@@ -117,6 +117,7 @@ def query(settings: rocm.RocmSettings) -> dict[str, object]:
         "packages": ["linux-headers-*", "linux-modules-extra-*", *_apt_packages(settings)],
         "os": True,
         "runs": runs,
+        "apt_versions": _apt_packages(settings),
     }
 
 

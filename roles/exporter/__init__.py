@@ -38,7 +38,7 @@ from rocmfleet.plan.model import FilePlan, HostPlan
 def query(settings: MetricsSettings) -> dict[str, object]:
     """What the role reads besides its plan items (``HostState`` arguments): what apt offers of the
     package (:data:`rocmfleet.plan.exporterplan.RUN_VERSIONS`); nothing with ``metrics_exporter`` off."""
-    return {"runs": exporterplan.query(settings)["runs"]} if settings.metrics_exporter else {}
+    return {"apt_versions": exporterplan.query(settings)["apt_versions"]} if settings.metrics_exporter else {}
 
 
 def idle(settings: MetricsSettings, items: HostPlan, got: Gathered) -> bool:

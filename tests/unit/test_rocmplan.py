@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from rocmfleet.domain import rocm
-from rocmfleet.facts.state import parse_state
-from rocmfleet.plan import rocmplan
+from rocmfleet.domain.metrics import MetricsSettings
+from rocmfleet.facts.state import parse_state, state_args
+from rocmfleet.plan import exporterplan, hoststate, rocmplan
 
 CASE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "rocm" / "lab-converged.json").read_text())
 DRIVER = "1:6.14.14.315000-2278356.22.04"
@@ -53,7 +54,6 @@ def test_the_query_runs_each_fact_of_the_role_once():
     assert runs == [
         rocmplan.RUN_STREAMS,
         rocmplan.RUN_SECURE_BOOT,
-        rocmplan.RUN_VERSIONS,
         rocmplan.RUN_KERNELS,
         rocmplan.RUN_DKMS,
         rocmplan.RUN_REBOOT,
@@ -62,6 +62,18 @@ def test_the_query_runs_each_fact_of_the_role_once():
     ]
     current = rocmplan.query(settings(rocm_userspace=True))["runs"]  # type: ignore[index]
     assert current[-1][0] == rocmplan.RUN_KEYRING + rocm.CURRENT_KEYRING  # type: ignore[index]
+
+
+def test_what_apt_offers_is_one_apt_cache_run_for_the_rocm_and_exporter_roles():
+    # apt loads its cache once per read, not once per role (issue 43); each role reads its packages
+    query = hoststate.merge_queries(
+        rocmplan.query(settings()), exporterplan.query(MetricsSettings(metrics_exporter=True))
+    )
+    args = state_args(**query)  # type: ignore[arg-type]
+    runs = [args[i + 1] for i, arg in enumerate(args) if arg == "run"]
+    assert runs.count(rocmplan.RUN_VERSIONS) == 1 and exporterplan.RUN_VERSIONS == rocmplan.RUN_VERSIONS
+    script = args[args.index(rocmplan.RUN_VERSIONS) - 2]
+    assert script == "apt-cache madison amdgpu-dkms amdgpu-dkms-firmware amdgpu-exporter 2>/dev/null || true"
 
 
 @pytest.mark.parametrize(
@@ -81,7 +93,7 @@ def test_the_query_runs_each_fact_of_the_role_once():
             "amdgpu-dkms-firmware not held",
         ),
         # the repository's lists predate the source file: apt knows no version from there
-        (lines(drop='"key":"rocm-apt-versions","text"'), "amdgpu-dkms not at the version of"),
+        (lines(drop='"key":"apt-versions","text"'), "amdgpu-dkms not at the version of"),
         # the driver purged
         (lines(drop='{"kind":"pkg","package":"amdgpu-dkms"'), "amdgpu-dkms not at the version of"),
         # a newer kernel installed that DKMS did not build for
