@@ -77,28 +77,42 @@ owner() {
         echo free
         return 0
     fi
-    # The PIDs of the container's processes: Docker's API answers {"Processes":[["PID"],...],"Titles":["PID"]}
-    if top=$(docker_api "containers/$container/top?ps_args=-eo%20pid"); then
-        ours=$(printf '%s' "$top" | tr -cs '0-9' ' ')
-    else
-        ours=$(docker top "$container" -eo pid 2>/dev/null | tail -n +2)
-    fi
+    # Whose the processes are: where Docker's API answers, a process is the container's when its
+    # cgroup (/proc/PID/cgroup: /docker/ID under cgroupfs, docker-ID.scope under systemd) holds
+    # the container's ID (the API's {"Id":"<64 hex digits>",...}): the processes `docker top`
+    # lists, without Docker running ps. Else the PIDs `docker top` lists.
+    cid=$(docker_api "containers/$container/json" | sed -n 's/^{"Id":"\([0-9a-f]\{64\}\)".*/\1/p')
+    ours=
+    if [ -z "$cid" ]; then ours=$(docker top "$container" -eo pid 2>/dev/null | tail -n +2); fi
     # One line per listening socket: state, queues, local address:port, peer, processes. The
     # first socket none of whose processes is the container's is the stranger.
     stranger=$(echo "$listening" | while read -r _ _ _ local rest; do
         where=""
         [ "$first" = "$last" ] || where=" on port ${local##*:}"
-        pids=$(echo "$rest" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)
+        # every pid=N of the line ("users:((\"vllm\",pid=1907,fd=12),...)"), without a process
+        pids="" r=$rest
+        while :; do
+            case $r in *pid=[0-9]*) ;; *) break ;; esac
+            r=${r#*pid=}
+            pids="$pids ${r%%[!0-9]*}"
+        done
         if [ -z "$pids" ]; then
             echo "other ? (a listener whose process ss cannot see)$where"
             break
         fi
         for pid in $pids; do
-            for own in $ours; do
-                [ "$pid" = "$own" ] && continue 3
-            done
+            if [ -n "$cid" ]; then
+                { while IFS= read -r line; do
+                    case $line in *"$cid"*) continue 3 ;; esac
+                done <"/proc/$pid/cgroup"; } 2>/dev/null
+            else
+                for own in $ours; do
+                    [ "$pid" = "$own" ] && continue 3
+                done
+            fi
         done
-        pid=$(echo "$pids" | head -n 1)
+        # shellcheck disable=SC2086 # one PID per word, split on purpose
+        pid=$(printf '%s\n' $pids | sort -u | head -n 1)
         command=$( (tr '\0' ' ' < "/proc/$pid/cmdline") 2>/dev/null | cut -c1-120)
         echo "other $pid ${command:-(command unknown)}$where"
         break
