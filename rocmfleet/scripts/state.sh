@@ -190,6 +190,40 @@ path_flush() {
     done
 }
 
+# Every run's output: after a line "$run_mark N" (a line no program prints: a control character
+# and this process's ID), the lines of the run whose name is $RF_RUN_N; then its "ran" line.
+run_mark="$(printf '\001')rocmfleet-run $$"
+nruns=0
+run_lines=
+run_status=
+
+# The runs' lines as json_lines prints them, in one awk process rather than one per run (a
+# converge asks a dozen runs: issue 43), then their "ran" lines, which follow their output.
+run_flush() {
+    if [ -n "$run_lines" ]; then
+        printf '%s' "$run_lines" | RF_MARK="$run_mark" awk '
+            function rep(s, from, to,    n, parts, i, out) {
+                n = split(s, parts, from)
+                out = parts[1]
+                for (i = 2; i <= n; i++) out = out to parts[i]
+                return out
+            }
+            function esc(s) {
+                s = rep(rep(rep(s, "\\", "\\\\"), "\"", "\\\""), "\t", "\\t")
+                gsub(/[\000-\010\012-\037]/, "", s)
+                return s
+            }
+            BEGIN { mark = ENVIRON["RF_MARK"] " " }
+            index($0, mark) == 1 {
+                head = "{\"kind\":\"run\",\"key\":\"" esc(ENVIRON["RF_RUN_" substr($0, length(mark) + 1)]) "\",\"text\":\""
+                next
+            }
+            { printf "%s%s\"}\n", head, esc($0) }
+        '
+    fi
+    printf '%s' "$run_status"
+}
+
 units=
 packages=
 marker=
@@ -259,9 +293,12 @@ while [ $# -ge 2 ]; do
         run)
             out=$(timeout 20 sh -c "$script" 2>/dev/null)
             rc=$?
-            if [ -n "$out" ]; then printf '%s\n' "$out" | json_lines run "$value"; fi
+            # its lines and its status, printed by run_flush after every item (one awk for all runs)
+            nruns=$((nruns + 1))
+            export "RF_RUN_$nruns=$value"
+            if [ -n "$out" ]; then run_lines="$run_lines$run_mark $nruns$nl$out$nl"; fi
             jsv "$value"
-            printf '{"kind":"ran","key":"%s","rc":%d}\n' "$J" "$rc"
+            run_status="$run_status{\"kind\":\"ran\",\"key\":\"$J\",\"rc\":$rc}$nl"
             ;;
         ready)
             count=$1
@@ -286,6 +323,7 @@ while [ $# -ge 2 ]; do
 done
 
 path_flush
+run_flush
 
 # Unit and package names are words, not file globs (a package may be a dpkg-query pattern).
 set -f
