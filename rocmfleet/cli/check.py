@@ -44,6 +44,7 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rocmfleet.fleet.check import compliance
+    from rocmfleet.fleet.check.hostplan import HostPlanning
     from rocmfleet.fleet.inventory import FleetError, load_fleet
     from rocmfleet.plan.build import plan_host
 
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             print(compliance.line(result, width), flush=True, file=said)
 
     results = compliance.run_fleet(
-        targets, args.select, args.timeout_s, args.parallel, on_host=progress, planner=plan_host
+        targets, args.select, args.timeout_s, args.parallel, on_host=progress, planning=HostPlanning(plan_host)
     )
     print(compliance.summary_table(results), file=said)
     status = compliance.exit_status(results)

@@ -32,6 +32,7 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rocmfleet.fleet.inventory import load_fleet
     from rocmfleet.fleet.metrics import command
 
-    return command.run(args.inventory, args.output)
+    return command.run(args.inventory, args.output, load=load_fleet)

@@ -59,6 +59,8 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Refuse the rollout options that need ``--image`` (or that it refuses), then plan."""
     from rocmfleet.fleet import plancmd
+    from rocmfleet.fleet.inventory import load_configs
+    from rocmfleet.plan.build import plan_fleet
 
     rollout_options = {
         "--group": args.group,
@@ -89,4 +91,5 @@ def run(args: argparse.Namespace) -> int:
         args.json,
         args.files,
         rollout=rollout,
+        planning=plancmd.Planning(load_configs, plan_fleet),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 from typing import Any
@@ -146,10 +147,16 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> tuple[int, Any]:
     import rich.console
 
+    from rocmfleet.fleet import inventory
+    from rocmfleet.fleet.check.hostplan import HostPlanning
     from rocmfleet.fleet.rollout import command
     from rocmfleet.fleet.rollout import progress as rollout_progress
+    from rocmfleet.plan.build import plan_host
 
     console = rich.console.Console(stderr=True)
+
+    def fleet() -> command.Fleet:  # the inventory's hosts, their planning: looked up when called (tests replace them)
+        return command.Fleet(inventory.load_targets, HostPlanning(plan_host))
 
     def progress(total: int) -> rollout_progress.Progress:
         if console.is_terminal:
@@ -184,13 +191,13 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
         if not args.yes and not interactive():  # the bake changes a host before any plan
             cannot_ask("")
             return 2, None
-        from rocmfleet.fleet import inventory
         from rocmfleet.fleet.cache import cachebake
         from rocmfleet.fleet.rollout import bake, targetimage
 
         # looked up here, when called: tests replace them in their modules
+        rollout = functools.partial(command.run_rollout, fleet=fleet())
         steps = bake.BakeSteps(
-            inventory.load_targets, targetimage.resolve, targetimage.with_image, cachebake.bake, command.run_rollout
+            inventory.load_targets, targetimage.resolve, targetimage.with_image, cachebake.bake, rollout
         )
         baked = bake.bake_and_roll(
             args.inventory,
@@ -248,6 +255,7 @@ def _run(args: argparse.Namespace) -> tuple[int, Any]:
         retries=args.retries,
         soak=soak,
         groups=command.Groups(canary=args.canary_group, pin=getattr(args, "group", None)),
+        fleet=fleet(),
     )
     if args.dry:
         return code, dataclasses.asdict(planned[0]) if planned and code == 0 else None

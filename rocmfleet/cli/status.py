@@ -28,14 +28,14 @@ def add(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rocmfleet.fleet.inventory import load_targets
     from rocmfleet.fleet.rollout.fleetimage import CommandError
     from rocmfleet.fleet.rollout.report import drift_cell, host_drift, host_drift_lines, status_json
     from rocmfleet.fleet.rollout.status import fleet_status
 
     try:
-        rows, state = fleet_status(
-            args.inventory, drift_rule(), limit_list(args.limit), exclude=limit_list(args.exclude)
-        )
+        targets = load_targets(args.inventory, limit_list(args.limit), exclude=limit_list(args.exclude))
+        rows, state = fleet_status(args.inventory, targets, drift_rule())
     except (CommandError, ValueError) as exc:
         print(f"rocmfleet: {exc}", file=sys.stderr)
         return 2

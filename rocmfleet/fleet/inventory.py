@@ -17,6 +17,7 @@ from typing import Any
 from pyinfra.api.host import Host
 
 from rocmfleet.config.connection import SshSettings
+from rocmfleet.config.settings import HostConfig
 from rocmfleet.config.validate import InventoryError, report, validate_inventory
 from rocmfleet.fleet.target import Target
 
@@ -64,6 +65,31 @@ def load_fleet(
         Target(h.name, SshSettings.from_host_data(h.name, h.data.dict()), configs[h.name], tuple(h.groups))
         for h in chosen
     ]
+
+
+#: A host as ``rocmfleet plan`` takes it: ``(name, validated configuration, inventory groups)``.
+PlannedHost = tuple[str, HostConfig, tuple[str, ...]]
+
+
+def load_configs(
+    inventory: str, limit: list[str] | None = None, exclude: list[str] | None = None
+) -> tuple[list[PlannedHost], int]:
+    """The validated configuration and groups of the hosts ``limit`` and ``exclude`` leave (as
+    :func:`load_fleet`), in inventory order, and how many hosts the inventory has: what
+    ``rocmfleet plan`` plans (nothing connects, so no SSH settings).
+
+    Raises:
+        FleetError: as :func:`load_fleet` (the inventory cannot be loaded or is invalid, a pattern
+            matches no host, or nothing is left).
+    """
+    try:
+        configs, problems, hosts = validate_inventory(inventory, with_hosts=True)
+    except InventoryError as exc:
+        raise FleetError(str(exc)) from None
+    if problems:
+        raise FleetError(report(problems))
+    chosen = select_hosts(hosts, inventory, limit, "--limit", exclude)
+    return [(h.name, configs[h.name], tuple(h.groups)) for h in chosen], len(hosts)
 
 
 def select_hosts(

@@ -1,10 +1,11 @@
 """``rocmfleet plan INVENTORY``: the fleet plan, offline (no host, no registry is contacted).
 
-Loads and validates the inventory as ``rocmfleet validate`` does (pyinfra's inventory loading
-only: nothing connects), keeps the hosts ``--limit``/``--exclude`` leave
-(:func:`rocmfleet.fleet.inventory.select_hosts`), plans every host on the facts ``--topology``
-names (:func:`rocmfleet.plan.sources.load`) and prints the plan as text
-(:mod:`rocmfleet.plan.render`) or JSON (:func:`rocmfleet.plan.model.to_json`).
+The command (``cli/plan.py``) gives the inventory's loading and the planning (:class:`Planning`):
+the inventory is validated as ``rocmfleet validate`` does (pyinfra's inventory loading only: nothing
+connects), the hosts ``--limit``/``--exclude`` leave kept
+(:func:`rocmfleet.fleet.inventory.load_configs`), every host planned on the facts ``--topology``
+names (:func:`rocmfleet.plan.sources.load`; :func:`rocmfleet.plan.build.plan_fleet`) and the plan
+printed as text (:mod:`rocmfleet.plan.render`) or JSON (:func:`rocmfleet.plan.model.to_json`).
 
 With ``--image`` it adds the rollout's batches (:func:`plan_rollout`): the options checked and the
 batches cut by the functions ``rocmfleet rollout`` uses (:func:`rocmfleet.fleet.rollout.rolloutplan.scope`,
@@ -17,20 +18,19 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from rocmfleet.config.groupvars import secrets_by_name
 from rocmfleet.config.profiles import Image
-from rocmfleet.config.validate import EXIT_INVALID, InventoryError, placeholder_warning, report, validate_inventory
-from rocmfleet.fleet.inventory import FleetError, select_hosts
+from rocmfleet.config.settings import HostConfig
+from rocmfleet.config.validate import EXIT_INVALID, placeholder_warning
 from rocmfleet.fleet.rollout import fleetimage, rolloutplan
 from rocmfleet.fleet.rollout.batches import PlanError
 from rocmfleet.fleet.rollout.rolloutplan import Groups as Groups
 from rocmfleet.plan import render, services, sources
-from rocmfleet.plan.build import plan_fleet
 from rocmfleet.plan.model import FleetPlan, RolloutPlan, to_json
 
 #: What the rollout part says of the image's digest when ``--image`` gives none.
@@ -44,6 +44,23 @@ def _shown(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+@dataclass(frozen=True)
+class Planning:
+    """What the command (``cli/plan.py``) gives :func:`run`: only the commands load an inventory, and
+    the planning sits deep in the import graph (``docs/layout.md``'s chain of at most 8).
+
+    Attributes:
+        load: ``load(inventory, limit, exclude) -> ([(name, config, groups)], hosts in the inventory)``
+            (:func:`rocmfleet.fleet.inventory.load_configs`; a ``ValueError`` saying why it cannot).
+        plan: ``plan(hosts, facts) -> FleetPlan`` (:func:`rocmfleet.plan.build.plan_fleet`).
+    """
+
+    load: Callable[
+        [str, list[str] | None, list[str] | None], tuple[Sequence[tuple[str, HostConfig, tuple[str, ...]]], int]
+    ]
+    plan: Callable[[Sequence[tuple[str, HostConfig, Sequence[str]]], sources.HostFacts], FleetPlan]
 
 
 @dataclass(frozen=True)
@@ -116,6 +133,8 @@ def run(
     out: TextIO | None = None,
     err: TextIO | None = None,
     rollout: RolloutOptions | None = None,
+    *,
+    planning: Planning,
 ) -> int:
     """Print the plan of ``inventory``'s hosts; return the exit status.
 
@@ -127,6 +146,7 @@ def run(
         files: with the text, print every file whole (:mod:`rocmfleet.plan.render`).
         out, err: where the plan and the summary go (standard output and error by default).
         rollout: ``--image`` and its options: add the rollout's batches (:func:`plan_rollout`).
+        planning: the inventory's loading and the planning (:class:`Planning`).
 
     Returns:
         0 planned; 1 a host's instances cannot be placed or its OS is not supported (the others are
@@ -137,18 +157,16 @@ def run(
     try:
         facts = sources.load(topology)
         with secrets_by_name():  # shown by name only: no vault password needed
-            configs, problems, hosts = validate_inventory(inventory, with_hosts=True)
-        if problems:
-            raise FleetError(report(problems))
-        chosen = select_hosts(hosts, inventory, limit, "--limit", exclude)
-    except (InventoryError, FleetError, sources.SourceError) as exc:
+            chosen, total = planning.load(inventory, limit, exclude)
+    except ValueError as exc:  # FleetError, SourceError
         print(f"rocmfleet: {exc}", file=err)
         print("rocmfleet plan: nothing planned (exit 2)", file=err)
         return EXIT_INVALID
-    plan = plan_fleet([(h.name, configs[h.name], list(h.groups)) for h in chosen], facts)
+    plan = planning.plan(chosen, facts)
+    configs = {name: config for name, config, _ in chosen}
     if rollout is not None:
         try:
-            groups_of = {h.name: tuple(h.groups) for h in chosen}
+            groups_of = {name: groups for name, _, groups in chosen}
             planned = plan_rollout(plan, groups_of, {n: configs[n].image for n in groups_of}, inventory, rollout)
         except (PlanError, fleetimage.CommandError) as exc:
             print(f"rocmfleet: {exc}", file=err)
@@ -157,7 +175,7 @@ def run(
         plan = dataclasses.replace(plan, rollout=planned)
     out.write(to_json(plan) if as_json else render.plan_text(plan, files))
     out.flush()
-    if warning := placeholder_warning({h.name: configs[h.name] for h in chosen}):  # as `rocmfleet validate` warns
+    if warning := placeholder_warning(configs):  # as `rocmfleet validate` warns
         print(f"rocmfleet: warning: {warning}", file=err)
-    print(render.summary(plan, len(hosts)), file=err)
+    print(render.summary(plan, total), file=err)
     return 1 if any(h.problem for h in plan.hosts) else 0

@@ -433,10 +433,10 @@ def test_each_hosts_last_check_is_found_in_run_order():
 
 
 def _check_file(tmp_path, monkeypatch, hosts):
-    """Write ``hostplan.check_input(hosts)`` where a check process reads it; its text."""
-    from rocmfleet.fleet.check import expect, hostplan
+    """Write ``checkfile.check_input(hosts)`` where a check process reads it; its text."""
+    from rocmfleet.fleet.check import expect
 
-    text = hostplan.check_input(hosts)
+    text = checkfile.check_input(hosts)
     path = tmp_path / "check.json"
     path.write_text(text)
     monkeypatch.setenv(checkfile.FILE_ENV, str(path))

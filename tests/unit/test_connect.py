@@ -16,6 +16,7 @@ from rocmfleet.config.sshkeys import pyinfra_ssh_keys
 from rocmfleet.domain.tooloutput import CannotCheck
 from rocmfleet.fleet import commandlog, connect
 from rocmfleet.fleet.check.backend import SessionBackend
+from rocmfleet.fleet.check.hostplan import HostPlanning
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session
 from rocmfleet.plan.build import plan_host
 from tests.unit.sshserver import LoopbackSshServer
@@ -355,7 +356,7 @@ def test_run_host_checks_a_long_named_host_with_its_own_expectations(tmp_path, l
     config = host_config({**lab_data, "vllm_secret_env": {"HF_TOKEN": Secret("hf_neverShown")}})
     target = Target(name, settings_for(server, sudo=True, sudo_user="svc"), config)
     try:
-        results = compliance.run_host(target, [str(checks)], timeout_s=60, planner=plan_host)
+        results = compliance.run_host(target, [str(checks)], timeout_s=60, planning=HostPlanning(plan_host))
     finally:
         server.close()
     outcomes = {r.check: (r.outcome, r.message) for r in results}
@@ -383,7 +384,7 @@ def test_run_host_without_sudo_rights_makes_every_host_check_an_error(tmp_path, 
             Target("gpu-1", settings_for(server, sudo=True), host_config(lab_data)),
             [str(checks)],
             60,
-            planner=plan_host,
+            planning=HostPlanning(plan_host),
         )
     finally:
         server.close()
@@ -458,7 +459,7 @@ def test_one_process_checks_several_hosts_each_with_its_own_data_and_deadline(tm
             [str(tmp_path / "test_group.py")],
             timeout_s=2,
             on_host=lambda h, r: finished.append(h),
-            planner=plan_host,
+            planning=HostPlanning(plan_host),
         )
     finally:
         server.close()
@@ -595,7 +596,7 @@ def test_check_runs_on_a_host_behind_a_jump(tmp_path, lab_data):
     settings = SshSettings.from_host_data("gpu-behind", {"ssh_config_file": str(config_file)})
     try:
         behind = Target("gpu-behind", settings, host_config(lab_data))
-        results = compliance.run_host(behind, [str(checks)], 60, planner=plan_host)
+        results = compliance.run_host(behind, [str(checks)], 60, planning=HostPlanning(plan_host))
     finally:
         jump.close()
         target.close()

@@ -971,7 +971,7 @@ def stand_in_fleet(tmp_path, monkeypatch, prod_targets):
     monkeypatch.setattr(fleet_inventory, "load_targets", load)
     monkeypatch.setattr(targetimage, "resolve", resolve)
     monkeypatch.setattr(hoststeps, "HostSteps", lambda *args, **kwargs: steps)
-    monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s, planner: [])
+    monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s, planning: [])
     return steps, group
 
 

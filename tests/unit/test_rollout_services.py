@@ -232,7 +232,7 @@ def stand_ins(site, monkeypatch):
     steps = CliSteps()
     monkeypatch.setattr(targetimage, "resolve", lambda reference, targets: new)
     monkeypatch.setattr(hoststeps, "HostSteps", lambda *args, **kwargs: steps)
-    monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s, planner: [])
+    monkeypatch.setattr(compliance, "run_fleet", lambda targets, select, timeout_s, planning: [])
     return steps, new
 
 

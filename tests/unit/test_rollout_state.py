@@ -411,7 +411,10 @@ def test_one_rollout_process_per_inventory_and_each_writer_its_own_temp_file(tmp
     import subprocess
     import sys
 
+    from rocmfleet.fleet.check.hostplan import HostPlanning
+    from rocmfleet.fleet.inventory import load_targets
     from rocmfleet.fleet.rollout import command
+    from rocmfleet.plan.build import plan_host
 
     path = rstate.state_path(tmp_path, "inventories/prod.py")
     held = subprocess.Popen(  # another process holds the lock, as a running rollout does
@@ -423,8 +426,9 @@ def test_one_rollout_process_per_inventory_and_each_writer_its_own_temp_file(tmp
     try:
         assert held.stdout.readline().strip() == "held"
         errors: list[str] = []
+        fleet = command.Fleet(load_targets, HostPlanning(plan_host))  # not reached: the lock is refused first
         code = command.run_rollout(
-            "inventories/prod.py", resume=True, results_dir=str(tmp_path), emit=print, error=errors.append
+            "inventories/prod.py", resume=True, results_dir=str(tmp_path), emit=print, error=errors.append, fleet=fleet
         )
         assert code == 2 and "another rollout or restart process holds" in errors[0], errors
         assert "nothing was done" in errors[0]

@@ -143,7 +143,7 @@ def by_host(rows):
 
 
 def test_each_rows_drift_is_the_plans_reasons_from_the_hosts_read(fleet):
-    rows, state = fleet_status("inventories/lab.py", drift_rule())
+    rows, state = fleet_status("inventories/lab.py", fleet, drift_rule())
     assert state is None
     hosts = by_host(rows)
     # nothing of the role on lab-1 yet: the plan's own reasons, as test_plans checks them in
@@ -173,7 +173,7 @@ def test_an_edited_file_on_a_converged_host_is_its_instances_drift_alone(fleet):
     lines = converged(CONFIG)
     edited = [line.replace('"sha256": "', '"sha256": "00', 1) if f'"{env}"' in line else line for line in lines]
     StandIn.hosts["10.213.0.12"] = {"state": edited}
-    rows, _ = fleet_status("inventories/lab.py", drift_rule())
+    rows, _ = fleet_status("inventories/lab.py", fleet, drift_rule())
     drift = {r.instance: r.drift for r in by_host(rows)["lab-2"]}
     assert drift["tiny-llama-b"] == ()
     # its last good copy still holds what the file should: the edit is the one drift
@@ -183,14 +183,14 @@ def test_an_edited_file_on_a_converged_host_is_its_instances_drift_alone(fleet):
 
 def test_a_read_without_its_topology_leaves_the_drift_unknown(fleet):
     StandIn.hosts["10.213.0.12"] = {"state": [line for line in converged(CONFIG) if '"gpu-topology"' not in line]}
-    rows, _ = fleet_status("inventories/lab.py", drift_rule())
+    rows, _ = fleet_status("inventories/lab.py", fleet, drift_rule())
     lab2 = by_host(rows)["lab-2"]
     assert [r.drift for r in lab2] == [None, None]
     assert lab2[0].error == "lab-2: the read holds no run of the GPU topology script"
 
 
 def test_the_json_rows_keep_their_keys_and_add_the_drift(fleet):
-    rows, state = fleet_status("inventories/lab.py", drift_rule())
+    rows, state = fleet_status("inventories/lab.py", fleet, drift_rule())
     data = json.loads(status_json([r.row() for r in rows], state))["instances"]
     assert all(set(row) == KEYS | {"drift"} for row in data)
     first = {row["host"]: row for row in reversed(data)}  # each host's first row
@@ -237,7 +237,7 @@ def test_every_roles_drift_comes_from_the_same_one_read_per_host(fleet, capsys):
     from rocmfleet import entry
     from rocmfleet.fleet.rollout.report import host_drift
 
-    rows, state = fleet_status("inventories/lab.py", drift_rule())
+    rows, state = fleet_status("inventories/lab.py", fleet, drift_rule())
     hosts = host_drift(rows)
     lab2 = hosts["lab-2"]["drift"]
     assert list(lab2) == ["base", "rocm", "tuning", "exporter", "docker", "vllm"]

@@ -1,8 +1,8 @@
 """The input file of one ``rocmfleet check`` pytest process: which hosts, their SSH settings and plans.
 
-The parent writes it (:func:`rocmfleet.fleet.check.hostplan.check_input`); this module only reads
-it, and imports nothing of the configuration, so the testinfra backend
-(:mod:`rocmfleet.fleet.check.backend`) finds a host's SSH settings without the config layer.
+The parent writes it (:func:`check_input`, from :mod:`rocmfleet.fleet.check.compliance`); the check
+process reads it (:func:`load`). This module imports nothing of the configuration, so the testinfra
+backend (:mod:`rocmfleet.fleet.check.backend`) finds a host's SSH settings without the config layer.
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from rocmfleet.config.connection import SshSettings
+from rocmfleet.plan.model import HostPlan, to_dict
 
 #: The environment variable naming the input file.
 FILE_ENV = "ROCMFLEET_CHECK_FILE"
@@ -22,7 +24,20 @@ UNREAD = "not read from the host"
 
 
 class ExpectationError(RuntimeError):
-    """The input file is missing, unreadable or not what ``hostplan.check_input`` writes."""
+    """The input file is missing, unreadable or not what :func:`check_input` writes."""
+
+
+def check_input(hosts: Mapping[str, tuple[SshSettings, HostPlan]]) -> str:
+    """The input file of one check process: ``{"hosts": {NAME: {"ssh": ..., "plan": ...}}}``, the
+    hosts that process checks and only those, in inventory order (``plan``: ``to_dict`` of the host's
+    plan; its secrets by name only).
+
+    Args:
+        hosts: inventory name -> (SSH settings, the host's plan).
+    """
+    return json.dumps(
+        {"hosts": {name: {"ssh": ssh.to_dict(), "plan": to_dict(plan)} for name, (ssh, plan) in hosts.items()}}
+    )
 
 
 @functools.cache

@@ -6,13 +6,13 @@ at all (``--parallel`` hosts at a time): an unreachable host is one failed check
 ``host::reachable``, not a page of connection errors. The same connection reads the facts the
 host's plan is made on (its GPU topology, device group ids, OS:
 :func:`rocmfleet.fleet.check.hostplan.reach_and_read`), and the host is planned here
-(the caller's :data:`~rocmfleet.fleet.check.hostplan.Planner`:
+(the caller's :class:`Planning`: :class:`rocmfleet.fleet.check.hostplan.HostPlanning` on
 :func:`rocmfleet.plan.build.plan_host`). The reachable hosts are then dealt, in
 inventory order, into at most ``--parallel`` ``pytest`` processes (:func:`groups`), run at once:
 one process checks its hosts in turn (testinfra's ``--hosts``, one module-scoped parameter per
 host), so the cost of starting pytest and importing the suite is paid once per process, not once
 per host. Each process gets only its hosts' SSH settings and plans
-(:func:`rocmfleet.fleet.check.hostplan.check_input`, a 0600 file; secrets by name only; never the
+(:func:`rocmfleet.fleet.check.checkfile.check_input`, a 0600 file; secrets by name only; never the
 configuration), reaches each host over one SSH session of :mod:`rocmfleet.fleet.connect`
 (testinfra backend ``rocmfleet://``, :mod:`rocmfleet.fleet.check.backend`) with the inventory's
 sudo settings, and gives each host its own deadline: ``timeout_s`` seconds of command time.
@@ -42,13 +42,14 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-from rocmfleet.config.settings import HostConfig
+from rocmfleet.config.connection import SshSettings
 from rocmfleet.domain import cachedirs
 from rocmfleet.fleet import check as checks
-from rocmfleet.fleet.check import backend, checkfile, hostplan, report
+from rocmfleet.fleet.check import backend, checkfile, report
 from rocmfleet.fleet.target import Target
+from rocmfleet.plan.model import HostPlan
 from rocmfleet.plan.sources import HostFacts
 
 #: Modules of the suite, in the order they run (``rocmfleet/fleet/check/test_<name>.py``); all by
@@ -87,6 +88,27 @@ class CheckResult:
 _T = TypeVar("_T")
 
 
+class Planning(Protocol):
+    """How the control side reaches a host, reads the facts its plan is made on and plans it, given by
+    the command (``cli/check.py``, the rollout's): :class:`rocmfleet.fleet.check.hostplan.HostPlanning`
+    on :func:`rocmfleet.plan.build.plan_host`, so that this module imports neither the facts' read nor
+    the planning (both deep in the import graph; ``docs/layout.md``'s chain of at most 8).
+    """
+
+    def reach(self, settings: SshSettings, timeout_s: float) -> tuple[str | None, HostFacts]:
+        """One connection running ``true`` (``None``: reachable; else why not, one line), then the
+        host's facts over it (never raises for the host's answer)."""
+        ...
+
+    def facts(self, target: Target) -> HostFacts:
+        """``target``'s facts over a connection of their own (a check run without the probe)."""
+        ...
+
+    def plan(self, target: Target, facts: HostFacts) -> HostPlan:
+        """``target``'s plan on ``facts``."""
+        ...
+
+
 def module_paths(select: list[str] | None = None) -> list[str]:
     """Files of the selected modules (all of :data:`MODULES` by default).
 
@@ -100,11 +122,11 @@ def module_paths(select: list[str] | None = None) -> list[str]:
     return [str(root / f"test_{name}.py") for name in MODULES if not select or name in select]
 
 
-def _reachable(target: Target) -> tuple[CheckResult, HostFacts]:
+def _reachable(target: Target, planning: Planning) -> tuple[CheckResult, HostFacts]:
     """``host::reachable``: one connection running ``true``; over it, the facts the host's plan is
-    made on (:func:`rocmfleet.fleet.check.hostplan.reach_and_read`)."""
+    made on (``planning.reach``: :func:`rocmfleet.fleet.check.hostplan.reach_and_read`)."""
     started = time.monotonic()
-    why, facts = hostplan.reach_and_read(target.ssh, REACH_TIMEOUT_S)
+    why, facts = planning.reach(target.ssh, REACH_TIMEOUT_S)
     result = CheckResult(
         target.name, REACHABLE, "failed" if why else "passed", why or "", "", time.monotonic() - started
     )
@@ -205,10 +227,10 @@ def run_group(
     on_host: Callable[[str, list[CheckResult]], None] | None = None,
     facts: Mapping[str, HostFacts] | None = None,
     *,
-    planner: hostplan.Planner,
+    planning: Planning,
 ) -> list[CheckResult]:
     """Run the suite on ``targets`` (reachable hosts) in one pytest process, which gets each host's
-    plan (:func:`rocmfleet.fleet.check.hostplan.check_input`), never its configuration.
+    plan (:func:`rocmfleet.fleet.check.checkfile.check_input`), never its configuration.
 
     Args:
         targets: the hosts, as :func:`rocmfleet.fleet.inventory.load_fleet` validated them.
@@ -217,8 +239,8 @@ def run_group(
             ``timeout_s`` per host plus :data:`STARTUP_S`.
         on_host: called with ``(host, results)`` of each host as soon as its last check ends.
         facts: what each host's plan is made on, by name, as the reachability probe read them;
-            a host without them is read here (:func:`rocmfleet.fleet.check.hostplan.facts_of`).
-        planner: plans a host on its facts (:func:`rocmfleet.plan.build.plan_host`).
+            a host without them is read here (``planning.facts``).
+        planning: reads a host's facts and plans it on them (:class:`Planning`).
 
     Returns:
         Every check's result, host by host in the order of ``targets``. A process cut off by its
@@ -237,9 +259,9 @@ def run_group(
     with tempfile.TemporaryDirectory(prefix="rocmfleet-check-") as tmp:  # mode 0700
         report_file, data = Path(tmp, "report.jsonl"), Path(tmp, "expect.json")
         with os.fdopen(os.open(data, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as out:
-            read = {t.name: (facts or {}).get(t.name) or hostplan.facts_of(t) for t in targets}
-            plans = {t.name: (t.ssh, planner(t.name, t.config, read[t.name])) for t in targets}
-            out.write(hostplan.check_input(plans))
+            read = {t.name: (facts or {}).get(t.name) or planning.facts(t) for t in targets}
+            plans = {t.name: (t.ssh, planning.plan(t, read[t.name])) for t in targets}
+            out.write(checkfile.check_input(plans))
         report_file.touch(0o600)
         env = {**os.environ, checkfile.FILE_ENV: str(data), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         started = time.monotonic()
@@ -284,26 +306,26 @@ def run_group(
     return [r for t in targets for r in finished.get(t.name, [])]
 
 
-def run_host(target: Target, paths: list[str], timeout_s: float, *, planner: hostplan.Planner) -> list[CheckResult]:
-    """Check one host: reachability, then the suite (:func:`run_group`, its plan by ``planner``),
-    ``timeout_s`` seconds its deadline.
+def run_host(target: Target, paths: list[str], timeout_s: float, *, planning: Planning) -> list[CheckResult]:
+    """Check one host: reachability, then the suite (:func:`run_group`, its facts read and its plan
+    made by ``planning``), ``timeout_s`` seconds its deadline.
 
     Returns:
         ``host::reachable`` and, when it passed, every check's result.
     """
-    reach, facts = _reachable(target)
+    reach, facts = _reachable(target, planning)
     if reach.outcome != "passed":
         return [reach]
-    return [reach, *run_group([target], paths, timeout_s, facts={target.name: facts}, planner=planner)]
+    return [reach, *run_group([target], paths, timeout_s, facts={target.name: facts}, planning=planning)]
 
 
-def gate_modules(config: HostConfig) -> tuple[str, ...]:
+def gate_modules(config: cachedirs.CacheHost) -> tuple[str, ...]:
     """The check modules of a host's rollout gate: :data:`GATE_MODULES`, and :data:`BAKED_GATE_MODULES`
     when ``config``'s image is baked (:func:`rocmfleet.domain.cachedirs.is_baked`)."""
     return GATE_MODULES + (BAKED_GATE_MODULES if cachedirs.is_baked(config) else ())
 
 
-def vllm_failures(target: Target, timeout_s: float, *, planner: hostplan.Planner) -> list[str]:
+def vllm_failures(target: Target, timeout_s: float, *, planning: Planning) -> list[str]:
     """``rocmfleet check --select gpu,vllm`` on one host (:func:`run_host`), with ``cache`` when its
     image is baked (:func:`gate_modules`), as a rollout's gate reads it: one ``check: outcome: message``
     line per check that neither passed nor was skipped; empty: it passes.
@@ -311,8 +333,9 @@ def vllm_failures(target: Target, timeout_s: float, *, planner: hostplan.Planner
     Args:
         target: the host, with the image it runs now (the one the gate judges).
         timeout_s: the host's deadline, seconds.
+        planning: reads the host's facts and plans it (:class:`Planning`).
     """
-    results = run_host(target, module_paths(list(gate_modules(target.config))), timeout_s, planner=planner)
+    results = run_host(target, module_paths(list(gate_modules(target.config))), timeout_s, planning=planning)
     return [f"{r.check}: {r.outcome}: {r.message}" for r in results if r.outcome not in ("passed", "skipped")]
 
 
@@ -327,7 +350,7 @@ def run_fleet(
     parallel: int = 10,
     on_host: Callable[[list[CheckResult]], None] | None = None,
     *,
-    planner: hostplan.Planner,
+    planning: Planning,
 ) -> list[CheckResult]:
     """Check every target: reachability ``parallel`` hosts at a time, then the suite in at most
     ``parallel`` pytest processes at once (:func:`groups`); results in inventory order.
@@ -338,13 +361,12 @@ def run_fleet(
         timeout_s: each host's deadline, in seconds of command time.
         parallel: reachability probes and pytest processes at once.
         on_host: called with each host's results (reachability first) as the host finishes.
-        planner: plans a host on the facts its reachability probe read
-            (:func:`rocmfleet.plan.build.plan_host`).
+        planning: reaches each host, reading its facts, and plans it on them (:class:`Planning`).
     """
     paths = module_paths(select)
     lock = threading.Lock()  # one host's lines together
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        probed = dict(zip([t.name for t in targets], pool.map(_reachable, targets), strict=True))
+        probed = dict(zip([t.name for t in targets], pool.map(lambda t: _reachable(t, planning), targets), strict=True))
     reach = {name: result for name, (result, _) in probed.items()}
     facts = {name: read for name, (_, read) in probed.items()}
     if on_host:
@@ -361,7 +383,7 @@ def run_fleet(
                     on_host([reach[name], *results])
 
         done = host_done if on_host else None
-        for result in run_group(group, paths, timeout_s, on_host=done, facts=facts, planner=planner):
+        for result in run_group(group, paths, timeout_s, on_host=done, facts=facts, planning=planning):
             checked.setdefault(result.host, []).append(result)
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:

@@ -4,7 +4,7 @@
 there on the facts read from it (:mod:`rocmfleet.fleet.check.hostplan`) and gives each of its
 pytest processes one JSON file (``ROCMFLEET_CHECK_FILE``, mode 0600 in a 0700 directory) holding
 the SSH settings and the :class:`~rocmfleet.plan.model.HostPlan` of the hosts that process checks,
-and only those (:func:`rocmfleet.fleet.check.hostplan.check_input`): a check process never loads
+and only those (:func:`rocmfleet.fleet.check.checkfile.check_input`): a check process never loads
 the inventory, nor reads or rebuilds a host's configuration. The checks look their host's plan up
 by inventory name (``host.backend.hostname``, :func:`host_name`), loaded back with the plan's own
 loader (:func:`rocmfleet.plan.model.host_from_dict`): its items (the drift rule's), and under

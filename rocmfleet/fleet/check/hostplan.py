@@ -5,7 +5,9 @@ in its own process (:data:`Planner`: :func:`rocmfleet.plan.build.plan_host`, the
 host's validated configuration) on the
 facts read from the host itself (:func:`read_facts`: its GPU topology, the device nodes'
 group ids, its OS and kernel, in one ``state.sh`` command over the connection that proves it
-reachable), and gives each process one JSON file (:func:`check_input`) holding, per host, its SSH
+reachable); :class:`HostPlanning` is what the command hands :mod:`rocmfleet.fleet.check.compliance`
+(the read and the planning), which gives each process one JSON file
+(:func:`rocmfleet.fleet.check.checkfile.check_input`) holding, per host, its SSH
 settings and its :class:`~rocmfleet.plan.model.HostPlan` (``to_dict``: files by SHA-256 under
 ``contents``, secrets by name only, what the live checks compare with under ``checks``). The checks
 read it back with :func:`rocmfleet.plan.model.host_from_dict` (:mod:`rocmfleet.fleet.check.expect`).
@@ -13,8 +15,8 @@ read it back with :func:`rocmfleet.plan.model.host_from_dict` (:mod:`rocmfleet.f
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from rocmfleet import scripts
 from rocmfleet.config.connection import SshSettings
@@ -25,7 +27,7 @@ from rocmfleet.fleet.check.checkfile import UNREAD
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Session
 from rocmfleet.fleet.target import Target
 from rocmfleet.plan import sources
-from rocmfleet.plan.model import HostPlan, to_dict
+from rocmfleet.plan.model import HostPlan
 from rocmfleet.plan.sources import HostFacts
 
 
@@ -84,9 +86,9 @@ def reach_and_read(settings: SshSettings, timeout_s: float) -> tuple[str | None,
 
 
 #: How the caller plans a host on its facts: :func:`rocmfleet.plan.build.plan_host` (name, validated
-#: configuration, facts), given to :mod:`rocmfleet.fleet.check.compliance` by ``cli/check.py`` and the
-#: rollout, so that it needs no import of the planning (``plan.build`` sits deep in the import graph;
-#: ``docs/layout.md``'s chain of at most 8).
+#: configuration, facts), given by ``cli/check.py`` and ``cli/rollout.py`` in a :class:`HostPlanning`,
+#: so that the fleet's modules need no import of the planning (``plan.build`` sits deep in the
+#: import graph; ``docs/layout.md``'s chain of at most 8).
 Planner = Callable[[str, HostConfig, HostFacts], HostPlan]
 
 
@@ -96,14 +98,26 @@ def facts_of(target: Target) -> HostFacts:
     return reach_and_read(target.ssh, FACTS_TIMEOUT_S)[1]
 
 
-def check_input(hosts: Mapping[str, tuple[SshSettings, HostPlan]]) -> str:
-    """The input file of one check process: ``{"hosts": {NAME: {"ssh": ..., "plan": ...}}}``, the
-    hosts that process checks and only those, in inventory order (``plan``: ``to_dict`` of the host's
-    plan; its secrets by name only).
+@dataclass(frozen=True)
+class HostPlanning:
+    """The control side's reads and planning, as :class:`rocmfleet.fleet.check.compliance.Planning`
+    asks them: :func:`reach_and_read`, :func:`facts_of`, and ``planner`` of a target's name and
+    configuration on the facts read.
 
     Args:
-        hosts: inventory name -> (SSH settings, the host's plan).
+        planner: :func:`rocmfleet.plan.build.plan_host`, passed by the command.
     """
-    return json.dumps(
-        {"hosts": {name: {"ssh": ssh.to_dict(), "plan": to_dict(plan)} for name, (ssh, plan) in hosts.items()}}
-    )
+
+    planner: Planner
+
+    def reach(self, settings: SshSettings, timeout_s: float) -> tuple[str | None, HostFacts]:
+        """:func:`reach_and_read`."""
+        return reach_and_read(settings, timeout_s)
+
+    def facts(self, target: Target) -> HostFacts:
+        """:func:`facts_of`."""
+        return facts_of(target)
+
+    def plan(self, target: Target, facts: HostFacts) -> HostPlan:
+        """``target``'s plan on ``facts`` (``planner`` of its name and configuration)."""
+        return self.planner(target.name, target.config, facts)

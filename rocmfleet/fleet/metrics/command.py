@@ -12,12 +12,13 @@ line says what it holds. FILE must end in ``.json``, ``.yml`` or ``.yaml``
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
 from rocmfleet.config.groupvars import secrets_by_name
 from rocmfleet.domain.metrics import file_sd_name_problem
-from rocmfleet.fleet.inventory import FleetError, load_fleet
+from rocmfleet.fleet.target import Target
 from rocmfleet.plan import metricstargets as targets
 from rocmfleet.plan.targetsfile import scrape_address, write_file
 
@@ -42,11 +43,20 @@ def output_problem(output: str) -> str | None:
     return None
 
 
-def run(inventory: str, output: str | None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def run(
+    inventory: str,
+    output: str | None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    *,
+    load: Callable[[str], Sequence[Target]],
+) -> int:
     """Print or write ``inventory``'s targets (:func:`rocmfleet.plan.metricstargets.file_sd`).
 
     Args:
         inventory: a pyinfra inventory file.
+        load: ``load(inventory) -> [Target]``, given by the command (:func:`rocmfleet.fleet.inventory.load_fleet`:
+            only the commands load an inventory; a ``ValueError`` saying why it cannot).
         output: the file to write (``None`` or :data:`STDOUT`: the JSON on ``out``).
         out, err: where the JSON or the summary, and the errors, go (default stdout, stderr).
 
@@ -62,8 +72,8 @@ def run(inventory: str, output: str | None, out: TextIO | None = None, err: Text
         return EXIT_NOT_WRITTEN
     try:
         with secrets_by_name():  # no secret is in a target: no vault password needed (as `rocmfleet plan`)
-            fleet = load_fleet(inventory)
-    except FleetError as exc:
+            fleet = load(inventory)
+    except ValueError as exc:  # FleetError
         print(f"rocmfleet: {exc}", file=err)
         return EXIT_NOT_WRITTEN
     hosts = [targets.FleetHost(t.name, scrape_address(t.ssh), t.config) for t in fleet]

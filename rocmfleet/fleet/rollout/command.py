@@ -19,7 +19,6 @@ from pathlib import Path
 from rocmfleet.config.groupdata_edit import IMAGE_KEYS, parse, unified_diff
 from rocmfleet.config.validate import placeholder_warning
 from rocmfleet.domain.soak import format_duration
-from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.bench import benchrun
 from rocmfleet.fleet.bench.runs import new_run_id
 from rocmfleet.fleet.check import compliance
@@ -52,8 +51,17 @@ from rocmfleet.fleet.rollout.state import (
 )
 from rocmfleet.fleet.rollout.steps import RETRIES, StepError, step_failure
 from rocmfleet.fleet.target import Target, parallel
-from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.model import RolloutPlan
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What ``cli/rollout.py`` gives the rollout: ``load(inventory, limit) -> {name: Target}`` in inventory order
+    (:func:`rocmfleet.fleet.inventory.load_targets`; only the commands load an inventory), and ``planning``, how the
+    preflight and the gates read a host's facts and plan it (:class:`rocmfleet.fleet.check.hostplan.HostPlanning`)."""
+
+    load: Callable[[str, list[str] | None], Mapping[str, Target]]
+    planning: compliance.Planning
 
 
 @dataclass(frozen=True)
@@ -104,10 +112,13 @@ def run_rollout(
     retries: int | None = None,
     soak: SoakPlan | None = None,
     groups: Groups = Groups(),  # noqa: B008 - frozen, never mutated
+    *,
+    fleet: Fleet,
 ) -> int:
     """``rocmfleet rollout``/``restart``: plan, record and run, or ``--resume``/``--rollback`` one.
 
     Args:
+        fleet: the hosts' loader and planning (:class:`Fleet`), given by the command.
         canary, max_unavailable: ``--canary`` (replicas of each service, default 1) and
             ``--max-unavailable`` (replicas of each service, a count or a percentage of its
             replicas; default ``"1"``); ``None``: not given (:mod:`rocmfleet.fleet.rollout.batches`).
@@ -144,6 +155,7 @@ def run_rollout(
             return _run_rollout(
                 inventory, checked, image, canary, max_unavailable, force, resume, rollback, limit, root, path,
                 emit, progress_factory, say_error, start, RETRIES if retries is None else retries, soak, groups,
+                fleet=fleet,
             )  # fmt: skip
     except RunLocked as exc:
         say_error(f"rocmfleet: {exc}; nothing was done")
@@ -155,6 +167,7 @@ def _run_rollout(
     resume: bool, rollback: bool, limit: list[str] | None, root: Path, path: Path, emit: Emit,
     progress_factory: ProgressFactory | None, say_error: Emit, start: StartOptions = StartOptions(),  # noqa: B008
     retries: int = RETRIES, soak: SoakPlan | None = None, groups: Groups = Groups(),  # noqa: B008
+    *, fleet: Fleet,
 ) -> int:  # fmt: skip
     """:func:`run_rollout` with its run lock held; ``root`` and ``path``: the results root and state file."""
     try:
@@ -194,27 +207,13 @@ def _run_rollout(
                 )
             if soak is not None:
                 _resoak(existing, soak, path, emit)
-            return _continue(existing, path, inventory, rollback, emit, progress_factory, say_error, retries)
+            return _continue(existing, path, inventory, fleet, rollback, emit, progress_factory, say_error, retries)
         if existing is not None and existing.blocking:
             raise CommandError(deploy_refusal(inventory, root) or f"{path}: a rollout is recorded")
         return _start(
-            inventory,
-            kind,
-            image,
-            canary,
-            "1" if max_unavailable is None else max_unavailable,
-            force,
-            limit,
-            root,
-            path,
-            emit,
-            progress_factory,
-            say_error,
-            start,
-            retries,
-            soak,
-            groups,
-        )
+            inventory, kind, image, canary, "1" if max_unavailable is None else max_unavailable, force, limit, root,
+            path, emit, progress_factory, say_error, start, retries, soak, groups, fleet=fleet,
+        )  # fmt: skip
     except (CommandError, PlanError, ValueError) as exc:
         say_error(f"rocmfleet: {exc}")
         return 2
@@ -250,6 +249,7 @@ def _runner(
     path: Path,
     targets: Mapping[str, Target],
     inventory: str,
+    planning: compliance.Planning,
     emit: Emit,
     progress_factory: ProgressFactory | None,
     error: Emit = to_stderr,
@@ -265,7 +265,7 @@ def _runner(
 
     steps = hoststeps.HostSteps(
         inventory, targets, path.parent / state.id, state.id, emit=to_log,
-        check=functools.partial(compliance.vllm_failures, planner=plan_host), bench=benchrun.gate_results,
+        check=functools.partial(compliance.vllm_failures, planning=planning), bench=benchrun.gate_results,
     )  # fmt: skip
     revert = fleetimage.revert_data(state.data_edit, emit, error) if state.data_edit else None
     progress = progress_factory(len(state.hosts)) if progress_factory else LineProgress(emit)
@@ -288,6 +288,7 @@ def _continue(
     state: RolloutState,
     path: Path,
     inventory: str,
+    fleet: Fleet,
     rollback: bool,
     emit: Emit,
     progress_factory: ProgressFactory | None,
@@ -299,14 +300,14 @@ def _continue(
             f"restart {state.id} ({state.status}) changes no image: nothing to roll back; "
             f"`rocmfleet restart {inventory} --resume` finishes it (a failed host is restarted and gated again)"
         )
-    targets = fleet_inventory.load_targets(inventory, None)
+    targets = fleet.load(inventory, None)
     missing = sorted(set(state.hosts) - set(targets))
     if missing:
         raise CommandError(f"hosts of rollout {state.id} are no longer in {inventory}: {', '.join(missing)}")
     targets = {name: targets[name] for name in state.hosts}
     if state.kind == "rollout" and state.target is not None and not rollback:
         targets = {name: targetimage.with_image(t, state.target) for name, t in targets.items()}
-    runner, progress = _runner(state, path, targets, inventory, emit, progress_factory, error, retries)
+    runner, progress = _runner(state, path, targets, inventory, fleet.planning, emit, progress_factory, error, retries)
     if rollback:
         code = _drive(progress, lambda: runner.roll_back(None))
     elif state.status == "running":
@@ -330,8 +331,9 @@ def _start(
     limit: list[str] | None, root: Path, path: Path, emit: Emit, progress_factory: ProgressFactory | None,
     error: Emit = to_stderr, start: StartOptions = StartOptions(),  # noqa: B008
     retries: int = RETRIES, soak: SoakPlan | None = None, groups: Groups = Groups(),  # noqa: B008
+    *, fleet: Fleet,
 ) -> int:  # fmt: skip
-    targets = fleet_inventory.load_targets(inventory, limit)
+    targets = fleet.load(inventory, limit)
     replicas = rolloutplan.host_replicas(targets)
     # Counts no service can hold are typos (--canary 10 for 3 replicas); refused before any connection.
     covered = rolloutplan.scope(
@@ -412,7 +414,7 @@ def _start(
     emit(f"preflight: rocmfleet check --select gpu,vllm on {len(checked)} host(s){unread}")
     current = [targetimage.with_image(targets[n], before[n]) for n in checked]
     modules = list(compliance.GATE_MODULES)
-    results = compliance.run_fleet(current, modules, CHECK_TIMEOUT_S, planner=plan_host) if current else []
+    results = compliance.run_fleet(current, modules, CHECK_TIMEOUT_S, planning=fleet.planning) if current else []
     failing = [compliance.line(r) for r in results if r.outcome not in ("passed", "skipped")]
     if failing:
         for line in failing:
@@ -458,7 +460,7 @@ def _start(
                 before={k: (str(previous[k]) if k in previous else None) for k in IMAGE_KEYS},
                 after=wanted_ref.data(),
             )
-        reloaded = fleet_inventory.load_targets(inventory, limit)
+        reloaded = fleet.load(inventory, limit)
         wrong = [n for n in scope if reloaded[n].config.image.digest != wanted_ref.digest]
         if wrong:
             if data_edit is not None:
@@ -492,6 +494,6 @@ def _start(
     save_state(state, path)
     emit(f"{kind} {state.id}: {rolloutplan.counted(planned, len(hosts))}; state {path}")
     runner, progress = _runner(
-        state, path, {h: targets[h] for h in hosts}, inventory, emit, progress_factory, error, retries
+        state, path, {h: targets[h] for h in hosts}, inventory, fleet.planning, emit, progress_factory, error, retries
     )
     return _finish(state, path, _drive(progress, runner.run), emit, error)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from rocmfleet.fleet.rollout.state import ImageRef
+from rocmfleet.fleet.rollout.records import ImageRef
 
 
 @dataclass(frozen=True)

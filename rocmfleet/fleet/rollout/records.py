@@ -1,15 +1,45 @@
-"""Records a rollout's state file holds beside its hosts' steps: one benchmark case's numbers
-before and after a switch (:class:`CaseNumbers`), the soak asked for (:class:`SoakPlan`) and one
-soak's outcome (:class:`SoakResult`). Pure data; :mod:`rocmfleet.fleet.rollout.state` re-exports them.
+"""Records a rollout's state file holds beside its hosts' steps: an image as the rollout pins it
+(:class:`ImageRef`), one benchmark case's numbers before and after a switch (:class:`CaseNumbers`),
+the soak asked for (:class:`SoakPlan`) and one soak's outcome (:class:`SoakResult`). Pure data;
+:mod:`rocmfleet.fleet.rollout.state` re-exports them.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rocmfleet.fleet.metrics.figures import Figures
+
+_DIGEST = re.compile(r"^(?P<repository>[^@]+?)(?::(?P<tag>[\w][\w.-]{0,127}))?@(?P<digest>sha256:[0-9a-f]{64})$")
+
+
+class ImageRef(BaseModel):
+    """An image as a rollout pins it: repository, tag and manifest digest."""
+
+    repository: str
+    tag: str
+    digest: str
+
+    @property
+    def reference(self) -> str:
+        """``repository:tag@digest``, as the units run it."""
+        return f"{self.repository}:{self.tag}@{self.digest}"
+
+    def data(self) -> dict[str, str]:
+        """The ``--data`` overrides that make a deploy run this image."""
+        return {"vllm_image_repository": self.repository, "vllm_image_tag": self.tag, "vllm_image_digest": self.digest}
+
+    @classmethod
+    def parse(cls, reference: str) -> ImageRef | None:
+        """``repo:tag@sha256:...`` (what ``docker inspect`` shows as ``Config.Image`` for our units),
+        or ``None`` when the reference has no digest or no tag."""
+        match = _DIGEST.match(reference.strip())
+        if not match or not match["tag"]:
+            return None
+        return cls(repository=match["repository"], tag=match["tag"], digest=match["digest"])
 
 
 class CaseNumbers(BaseModel):

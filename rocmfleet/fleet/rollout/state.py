@@ -18,7 +18,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -29,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from rocmfleet.fleet.rollout.batches import over_bound
 from rocmfleet.fleet.rollout.records import CaseNumbers as CaseNumbers
+from rocmfleet.fleet.rollout.records import ImageRef as ImageRef
 from rocmfleet.fleet.rollout.records import SoakPlan as SoakPlan
 from rocmfleet.fleet.rollout.records import SoakResult as SoakResult
 
@@ -84,34 +84,6 @@ RESULTS_ENV = "ROCMFLEET_ROLLOUT_RESULTS"
 DEFAULT_RESULTS = "rollout-results"
 #: Set by the runner for its own deploys: the rollout id the deploy belongs to.
 OWN_DEPLOY_ENV = "ROCMFLEET_ROLLOUT_ID"
-
-_DIGEST = re.compile(r"^(?P<repository>[^@]+?)(?::(?P<tag>[\w][\w.-]{0,127}))?@(?P<digest>sha256:[0-9a-f]{64})$")
-
-
-class ImageRef(BaseModel):
-    """An image as a rollout pins it: repository, tag and manifest digest."""
-
-    repository: str
-    tag: str
-    digest: str
-
-    @property
-    def reference(self) -> str:
-        """``repository:tag@digest``, as the units run it."""
-        return f"{self.repository}:{self.tag}@{self.digest}"
-
-    def data(self) -> dict[str, str]:
-        """The ``--data`` overrides that make a deploy run this image."""
-        return {"vllm_image_repository": self.repository, "vllm_image_tag": self.tag, "vllm_image_digest": self.digest}
-
-    @classmethod
-    def parse(cls, reference: str) -> ImageRef | None:
-        """``repo:tag@sha256:...`` (what ``docker inspect`` shows as ``Config.Image`` for our units),
-        or ``None`` when the reference has no digest or no tag."""
-        match = _DIGEST.match(reference.strip())
-        if not match or not match["tag"]:
-            return None
-        return cls(repository=match["repository"], tag=match["tag"], digest=match["digest"])
 
 
 class HostState(BaseModel):

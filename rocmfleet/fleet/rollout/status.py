@@ -11,12 +11,11 @@ from typing import Any
 from rocmfleet import scripts
 from rocmfleet.config.settings import HostConfig
 from rocmfleet.facts.state import Gathered, parse_state, state_args
-from rocmfleet.fleet import inventory as fleet_inventory
 from rocmfleet.fleet.rollout import hoststeps
 from rocmfleet.fleet.rollout.instancestatus import InstanceStatus
 from rocmfleet.fleet.rollout.state import RolloutState, load_state, results_root, state_path
 from rocmfleet.fleet.rollout.steps import StepError, step_failure
-from rocmfleet.fleet.target import parallel
+from rocmfleet.fleet.target import Target, parallel
 
 #: Seconds the ``HostState`` read of a host may take (its GPU topology script runs under ``timeout 20``).
 STATE_TIMEOUT_S = 120
@@ -76,10 +75,9 @@ def read_drift(steps: hoststeps.HostSteps, host: str, rule: DriftRule) -> HostDr
 
 def fleet_status(
     inventory: str,
+    targets: Mapping[str, Target],
     rule: DriftRule,
-    limit: list[str] | None = None,
     results_dir: str | None = None,
-    exclude: list[str] | None = None,
 ) -> tuple[list[InstanceStatus], RolloutState | None]:
     """``rocmfleet status``: every instance of every host (unit, image, ready, uptime, drift, its host's
     drift per role: :attr:`InstanceStatus.roles`, judged by ``rule``) and any rollout recorded.
@@ -88,11 +86,13 @@ def fleet_status(
     A host that cannot be read gets one row with ``error`` (nothing raised); a host whose
     ``HostState`` read alone fails keeps its rows, each with ``drift`` ``None`` and that ``error``.
 
-    Raises:
-        FleetError: the inventory cannot be loaded (a ``ValueError``, as
-            :func:`rocmfleet.fleet.inventory.load_targets`).
+    Args:
+        inventory: the inventory file (the rollout recorded for it is read).
+        targets: its hosts, by name in inventory order (:func:`rocmfleet.fleet.inventory.load_targets`,
+            called by the command: only the commands load an inventory).
+        rule: the plan's drift rules (:class:`DriftRule`).
+        results_dir: where rollouts are recorded (``None``: the default).
     """
-    targets = fleet_inventory.load_targets(inventory, limit, exclude=exclude)
     steps = hoststeps.HostSteps(inventory, targets, Path("."), "status")
 
     def one(name: str) -> list[InstanceStatus]:
