@@ -52,24 +52,28 @@ object() {
     printf '%s}\n' "$line"
 }
 
-# json_lines KIND KEY: each line of stdin as {"kind":KIND,"key":KEY,"text":LINE}: backslashes
-# and quotes escaped, tabs as \t, other control characters (NUL and newline included) dropped; a
-# last line without a newline ends like the others. One awk process (a file read per item costs
-# the host a process, not six: issue 16). Replacements are made by split and join, not gsub,
-# whose backslashes in the replacement differ between mawk and gawk.
+# awk's esc(S): S as the body of a JSON string: backslashes and quotes escaped, tabs as \t, other
+# control characters (NUL and newline included) dropped. Replacements are made by split and join,
+# not gsub, whose backslashes in the replacement differ between mawk and gawk.
+AWK_ESC='
+    function rep(s, from, to,    n, parts, i, out) {
+        n = split(s, parts, from)
+        out = parts[1]
+        for (i = 2; i <= n; i++) out = out to parts[i]
+        return out
+    }
+    function esc(s) {
+        s = rep(rep(rep(s, "\\", "\\\\"), "\"", "\\\""), "\t", "\\t")
+        gsub(/[\000-\010\012-\037]/, "", s)
+        return s
+    }
+'
+
+# json_lines KIND KEY: each line of stdin as {"kind":KIND,"key":KEY,"text":LINE} (esc); a last line
+# without a newline ends like the others. One awk process (a file read per item costs the host a
+# process, not six: issue 16).
 json_lines() {
-    RF_KIND=$1 RF_KEY=$2 awk '
-        function rep(s, from, to,    n, parts, i, out) {
-            n = split(s, parts, from)
-            out = parts[1]
-            for (i = 2; i <= n; i++) out = out to parts[i]
-            return out
-        }
-        function esc(s) {
-            s = rep(rep(rep(s, "\\", "\\\\"), "\"", "\\\""), "\t", "\\t")
-            gsub(/[\000-\010\012-\037]/, "", s)
-            return s
-        }
+    RF_KIND=$1 RF_KEY=$2 awk "$AWK_ESC"'
         BEGIN { head = "{\"kind\":\"" ENVIRON["RF_KIND"] "\",\"key\":\"" esc(ENVIRON["RF_KEY"]) "\",\"text\":\"" }
         { printf "%s%s\"}\n", head, esc($0) }
     '
@@ -201,18 +205,7 @@ run_status=
 # converge asks a dozen runs: issue 43), then their "ran" lines, which follow their output.
 run_flush() {
     if [ -n "$run_lines" ]; then
-        printf '%s' "$run_lines" | RF_MARK="$run_mark" awk '
-            function rep(s, from, to,    n, parts, i, out) {
-                n = split(s, parts, from)
-                out = parts[1]
-                for (i = 2; i <= n; i++) out = out to parts[i]
-                return out
-            }
-            function esc(s) {
-                s = rep(rep(rep(s, "\\", "\\\\"), "\"", "\\\""), "\t", "\\t")
-                gsub(/[\000-\010\012-\037]/, "", s)
-                return s
-            }
+        printf '%s' "$run_lines" | RF_MARK="$run_mark" awk "$AWK_ESC"'
             BEGIN { mark = ENVIRON["RF_MARK"] " " }
             index($0, mark) == 1 {
                 head = "{\"kind\":\"run\",\"key\":\"" esc(ENVIRON["RF_RUN_" substr($0, length(mark) + 1)]) "\",\"text\":\""
