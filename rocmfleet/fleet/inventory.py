@@ -38,7 +38,7 @@ def load_fleet(
     overrides: dict[str, Any] | None = None,
     option: str = "--limit",
     exclude: list[str] | None = None,
-) -> list[Target]:
+) -> list[Target[HostConfig]]:
     """Validate ``inventory`` and return its hosts, optionally limited (pyinfra's ``--limit`` rules).
 
     Args:
@@ -130,7 +130,7 @@ def load_targets(
     limit: list[str] | None = None,
     overrides: dict[str, Any] | None = None,
     exclude: list[str] | None = None,
-) -> dict[str, Target]:
+) -> dict[str, Target[HostConfig]]:
     """:func:`load_fleet`'s hosts by name, in inventory order (what ``rocmfleet rollout``, ``restart``
     and ``status`` work on).
 

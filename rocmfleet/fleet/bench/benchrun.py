@@ -18,7 +18,7 @@ import contextlib
 import shlex
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +45,7 @@ from rocmfleet.fleet.bench.runs import (
 )
 from rocmfleet.fleet.bench.verdicts import Verdict, judge
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError, Result, Session
-from rocmfleet.fleet.target import Target
+from rocmfleet.fleet.target import FleetConfig, Target
 
 #: Seconds a short command (``cat``, ``rm``) may take.
 SHORT_COMMAND_S = 60
@@ -91,14 +91,14 @@ class HostOutcome:
 # --- SSH ------------------------------------------------------------------------------------
 
 
-def connect(target: Target) -> Session:
+def connect(target: Target[FleetConfig]) -> Session:
     """An opened :class:`~rocmfleet.fleet.connect.Session` to ``target``.
 
     Raises :class:`~rocmfleet.fleet.connect.ConnectError`."""
     return Session.open(target.ssh)
 
 
-def _secrets(target: Target) -> list[str]:
+def _secrets(target: Target[FleetConfig]) -> list[str]:
     """The host's decrypted secret values, to mask in anything printed (never printed themselves)."""
     settings = target.config.settings
     values = [s.reveal() for s in settings.vllm_secret_env.values()]
@@ -125,7 +125,7 @@ class _Where(TypedDict):
     label: str
 
 
-def serving_client(target: Target) -> BenchClient:
+def serving_client(target: Target[FleetConfig]) -> BenchClient:
     """The client of ``rocmfleet bench``: each serving container's own ``vllm bench serve``
     (:data:`~rocmfleet.fleet.bench.client.EXEC`), the host's image and its profile's vLLM version."""
     return BenchClient(target.config.image.reference, target.config.profile.vllm_version, EXEC)
@@ -144,7 +144,7 @@ def _run(conn: Session, command: str, timeout_s: float) -> Result:
 
 def _bench_case(
     conn: Session,
-    target: Target,
+    target: Target[FleetConfig],
     instance: Instance,
     inst_dir: str | None,
     case: Case,
@@ -227,12 +227,12 @@ def _bench_case(
 
 
 def bench_host(
-    target: Target,
+    target: Target[FleetConfig],
     root: Path,
     run_id: str,
     timeout_s: float,
     emit: Emit,
-    connector: Callable[[Target], Session] = connect,
+    connector: Callable[[Target[FleetConfig]], Session] = connect,
     client: BenchClient | None = None,
 ) -> HostOutcome:
     """Every case of every instance of ``target``, one after the other, within ``timeout_s`` seconds.
@@ -279,12 +279,12 @@ def bench_host(
 
 
 def gate_results(
-    target: Target,
+    target: Target[FleetConfig],
     root: Path,
     timeout_s: float,
     emit: Emit,
     client: BenchClient,
-    connector: Callable[[Target], Session] = connect,
+    connector: Callable[[Target[FleetConfig]], Session] = connect,
 ) -> tuple[str | None, dict[str, BenchResult], list[str]]:
     """:func:`bench_host` (run id ``run``, results under ``root``; ``connector`` and ``client``
     as there), as a rollout's gate reads it. A rollout passes the same ``client`` for the runs
@@ -339,12 +339,12 @@ def write_reports(run_dir: Path, run_id: str, hosts: list[HostOutcome], title: s
 
 
 def bench(
-    targets: list[Target],
+    targets: Sequence[Target[FleetConfig]],
     results_dir: str | Path,
     timeout_s: float,
     emit: Emit = print,
     title: str = "Smoke benchmark",
-    connector: Callable[[Target], Session] = connect,
+    connector: Callable[[Target[FleetConfig]], Session] = connect,
     on_done: Callable[[str, Path, list[HostOutcome]], None] | None = None,
 ) -> int:
     """Benchmark ``targets`` in parallel; results, Markdown and plots under ``results_dir/<run id>/``.

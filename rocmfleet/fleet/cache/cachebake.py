@@ -209,7 +209,7 @@ class Baked:
         return f"{self.repository}:{self.tag}@{self.digest}"
 
 
-def bake(target: Target, emit: Callable[[str], None] = print, ready_timeout_s: int | None = None) -> Baked:
+def bake(target: Target[HostConfig], emit: Callable[[str], None] = print, ready_timeout_s: int | None = None) -> Baked:
     """Bake the compile caches of ``target``'s first instance into an image and push it.
 
     Args:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from rocmfleet.config.connection import SshSettings
+from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import cachedirs
 from rocmfleet.fleet import check as checks
 from rocmfleet.fleet.check import backend, checkfile, report
@@ -100,11 +101,11 @@ class Planning(Protocol):
         host's facts over it (never raises for the host's answer)."""
         ...
 
-    def facts(self, target: Target) -> HostFacts:
+    def facts(self, target: Target[HostConfig]) -> HostFacts:
         """``target``'s facts over a connection of their own (a check run without the probe)."""
         ...
 
-    def plan(self, target: Target, facts: HostFacts) -> HostPlan:
+    def plan(self, target: Target[HostConfig], facts: HostFacts) -> HostPlan:
         """``target``'s plan on ``facts``."""
         ...
 
@@ -122,7 +123,7 @@ def module_paths(select: list[str] | None = None) -> list[str]:
     return [str(root / f"test_{name}.py") for name in MODULES if not select or name in select]
 
 
-def _reachable(target: Target, planning: Planning) -> tuple[CheckResult, HostFacts]:
+def _reachable(target: Target[HostConfig], planning: Planning) -> tuple[CheckResult, HostFacts]:
     """``host::reachable``: one connection running ``true``; over it, the facts the host's plan is
     made on (``planning.reach``: :func:`rocmfleet.fleet.check.hostplan.reach_and_read`)."""
     started = time.monotonic()
@@ -221,7 +222,7 @@ def _pytest_argv(names: list[str], paths: list[str], report_file: Path, root: st
 
 
 def run_group(
-    targets: list[Target],
+    targets: list[Target[HostConfig]],
     paths: list[str],
     timeout_s: float,
     on_host: Callable[[str, list[CheckResult]], None] | None = None,
@@ -306,7 +307,9 @@ def run_group(
     return [r for t in targets for r in finished.get(t.name, [])]
 
 
-def run_host(target: Target, paths: list[str], timeout_s: float, *, planning: Planning) -> list[CheckResult]:
+def run_host(
+    target: Target[HostConfig], paths: list[str], timeout_s: float, *, planning: Planning
+) -> list[CheckResult]:
     """Check one host: reachability, then the suite (:func:`run_group`, its facts read and its plan
     made by ``planning``), ``timeout_s`` seconds its deadline.
 
@@ -325,7 +328,7 @@ def gate_modules(config: cachedirs.CacheHost) -> tuple[str, ...]:
     return GATE_MODULES + (BAKED_GATE_MODULES if cachedirs.is_baked(config) else ())
 
 
-def vllm_failures(target: Target, timeout_s: float, *, planning: Planning) -> list[str]:
+def vllm_failures(target: Target[HostConfig], timeout_s: float, *, planning: Planning) -> list[str]:
     """``rocmfleet check --select gpu,vllm`` on one host (:func:`run_host`), with ``cache`` when its
     image is baked (:func:`gate_modules`), as a rollout's gate reads it: one ``check: outcome: message``
     line per check that neither passed nor was skipped; empty: it passes.
@@ -344,7 +347,7 @@ def _tail(text: str, lines: int = 5) -> str:
 
 
 def run_fleet(
-    targets: list[Target],
+    targets: list[Target[HostConfig]],
     select: list[str] | None = None,
     timeout_s: float = 300,
     parallel: int = 10,
@@ -376,7 +379,7 @@ def run_fleet(
     reachable = [t for t in targets if reach[t.name].outcome == "passed"]
     checked: dict[str, list[CheckResult]] = {}
 
-    def one(group: list[Target]) -> None:
+    def one(group: list[Target[HostConfig]]) -> None:
         def host_done(name: str, results: list[CheckResult]) -> None:
             with lock:
                 if on_host is not None:  # host_done is passed only then

@@ -92,7 +92,7 @@ def reach_and_read(settings: SshSettings, timeout_s: float) -> tuple[str | None,
 Planner = Callable[[str, HostConfig, HostFacts], HostPlan]
 
 
-def facts_of(target: Target) -> HostFacts:
+def facts_of(target: Target[HostConfig]) -> HostFacts:
     """The facts of ``target`` read over a connection of its own (:func:`reach_and_read`), for a
     check run without the reachability probe that reads them."""
     return reach_and_read(target.ssh, FACTS_TIMEOUT_S)[1]
@@ -114,10 +114,10 @@ class HostPlanning:
         """:func:`reach_and_read`."""
         return reach_and_read(settings, timeout_s)
 
-    def facts(self, target: Target) -> HostFacts:
+    def facts(self, target: Target[HostConfig]) -> HostFacts:
         """:func:`facts_of`."""
         return facts_of(target)
 
-    def plan(self, target: Target, facts: HostFacts) -> HostPlan:
+    def plan(self, target: Target[HostConfig], facts: HostFacts) -> HostPlan:
         """``target``'s plan on ``facts`` (``planner`` of its name and configuration)."""
         return self.planner(target.name, target.config, facts)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rocmfleet.config.groupvars import secrets_by_name
+from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain.metrics import file_sd_name_problem
 from rocmfleet.fleet.target import Target
 from rocmfleet.plan import metricstargets as targets
@@ -49,7 +50,7 @@ def run(
     out: TextIO | None = None,
     err: TextIO | None = None,
     *,
-    load: Callable[[str], Sequence[Target]],
+    load: Callable[[str], Sequence[Target[HostConfig]]],
 ) -> int:
     """Print or write ``inventory``'s targets (:func:`rocmfleet.plan.metricstargets.file_sd`).
 

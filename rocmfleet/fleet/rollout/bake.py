@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import cachedirs
 from rocmfleet.fleet.cache.cachebake import Baked, BakeError
 from rocmfleet.fleet.connect import CommandTimeout, ConnectError
@@ -43,10 +44,10 @@ class BakeSteps:
     ``rollout(inventory, image=..., **options) -> exit status``.
     """
 
-    load: Callable[[str, list[str] | None], Mapping[str, Target]]
-    resolve: Callable[[str, Mapping[str, Target]], ImageRef]
-    with_image: Callable[[Target, ImageRef], Target]
-    bake: Callable[[Target, Emit], Baked]
+    load: Callable[[str, list[str] | None], Mapping[str, Target[HostConfig]]]
+    resolve: Callable[[str, Mapping[str, Target[HostConfig]]], ImageRef]
+    with_image: Callable[[Target[HostConfig], ImageRef], Target[HostConfig]]
+    bake: Callable[[Target[HostConfig], Emit], Baked]
     #: ``run_rollout``'s keyword arguments: its options are passed through as given.
     rollout: Callable[..., int]
 

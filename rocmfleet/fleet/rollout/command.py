@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +50,7 @@ from rocmfleet.fleet.rollout.state import (
     state_path,
 )
 from rocmfleet.fleet.rollout.steps import RETRIES, StepError, step_failure
-from rocmfleet.fleet.target import Target, parallel
+from rocmfleet.fleet.target import parallel
 from rocmfleet.plan.model import RolloutPlan
 
 
@@ -60,7 +60,7 @@ class Fleet:
     (:func:`rocmfleet.fleet.inventory.load_targets`; only the commands load an inventory), and ``planning``, how the
     preflight and the gates read a host's facts and plan it (:class:`rocmfleet.fleet.check.hostplan.HostPlanning`)."""
 
-    load: Callable[[str, list[str] | None], Mapping[str, Target]]
+    load: Callable[[str, list[str] | None], hoststeps.HostTargets]
     planning: compliance.Planning
 
 
@@ -247,7 +247,7 @@ def _soak_words(soak: SoakPlan) -> str:
 def _runner(
     state: RolloutState,
     path: Path,
-    targets: Mapping[str, Target],
+    targets: hoststeps.HostTargets,
     inventory: str,
     planning: compliance.Planning,
     emit: Emit,

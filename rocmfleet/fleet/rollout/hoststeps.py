@@ -39,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rocmfleet import project, scripts
+from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain import watchdog
 from rocmfleet.domain.readiness import probe_script
 from rocmfleet.domain.vllmfiles import files_of
@@ -61,15 +62,19 @@ PULL_TIMEOUT_S = 3600
 DEPLOY_MARGIN_S = 1800
 #: Seconds between readiness polls of a rolling restart.
 POLL_S = 5
+#: ``{host: Target}`` with each host's whole configuration, as the rollout takes them.
+HostTargets = Mapping[str, Target[HostConfig]]
 #: ``check(target, timeout_s) -> lines``: ``rocmfleet check --select gpu,vllm`` (and ``cache`` for a
 #: baked image) on one host within ``timeout_s`` seconds, one ``check: outcome: message`` line per
 #: check that neither passed nor was skipped (empty: it passes).
-HostCheck = Callable[[Target, float], list[str]]
+HostCheck = Callable[[Target[HostConfig], float], list[str]]
 #: ``bench(target, directory, timeout_s, emit, client) -> (error, results, errors)``: the smoke
 #: benchmark of one host run by ``client``, its results under ``directory``: ``error`` when the
 #: host could not be benchmarked at all (else ``None``), ``{"<target>:<case>": result}`` of the cases that gave one, and
 #: ``"<target>:<case>: <error>"`` of those that did not.
-HostBench = Callable[[Target, Path, float, Emit, BenchClient], tuple[str | None, dict[str, BenchResult], list[str]]]
+HostBench = Callable[
+    [Target[HostConfig], Path, float, Emit, BenchClient], tuple[str | None, dict[str, BenchResult], list[str]]
+]
 
 #: Seconds a rolling restart's wait may take beyond ``vllm_ready_timeout_s`` (its logs, its end).
 WAIT_MARGIN_S = 120
@@ -123,7 +128,7 @@ class HostSteps:
     def __init__(
         self,
         inventory: str,
-        targets: Mapping[str, Target],
+        targets: Mapping[str, Target[HostConfig]],
         run_dir: Path,
         rollout_id: str,
         bench_timeout_s: float = 1800,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmfleet.config.profiles import Image
+from rocmfleet.config.settings import HostConfig
 from rocmfleet.fleet.rollout.batches import (
     PlanError,
     default_canary,
@@ -45,7 +46,7 @@ class Groups:
     pin: str | None = None
 
 
-def host_replicas(targets: Mapping[str, Target]) -> dict[str, dict[str, int]]:
+def host_replicas(targets: Mapping[str, Target[HostConfig]]) -> dict[str, dict[str, int]]:
     """``{host: {service: replicas}}`` of ``targets``, in their order: the replicas of their services
     as the fleet plan holds them (:func:`rocmfleet.plan.services.plan_services`,
     :func:`~rocmfleet.plan.services.replica_counts`)."""

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
+from rocmfleet.config.settings import HostConfig
 from rocmfleet.fleet.connect import Result
 from rocmfleet.fleet.metrics import promapi, read
 from rocmfleet.fleet.metrics.window import Counts, SeriesKey, difference, figures, snapshot, tpot_metric
@@ -40,7 +41,7 @@ class HostRunner(Protocol):
     """What :class:`MetricsSoak` needs of :class:`~rocmfleet.fleet.rollout.hoststeps.HostSteps`."""
 
     @property
-    def targets(self) -> dict[str, Target]: ...
+    def targets(self) -> dict[str, Target[HostConfig]]: ...
 
     def run(self, host: str, command: str, timeout_s: float, gate: str) -> Result: ...
 
@@ -191,7 +192,7 @@ class MetricsSoak:
         )
 
 
-def prometheus_url(targets: Mapping[str, Target]) -> str | None:
+def prometheus_url(targets: Mapping[str, Target[HostConfig]]) -> str | None:
     """The ``metrics_prometheus_url`` the soak reads: one value for every host of the rollout.
 
     Raises:

@@ -75,7 +75,7 @@ def read_drift(steps: hoststeps.HostSteps, host: str, rule: DriftRule) -> HostDr
 
 def fleet_status(
     inventory: str,
-    targets: Mapping[str, Target],
+    targets: Mapping[str, Target[HostConfig]],
     rule: DriftRule,
     results_dir: str | None = None,
 ) -> tuple[list[InstanceStatus], RolloutState | None]:

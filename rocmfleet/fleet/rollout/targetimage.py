@@ -12,20 +12,21 @@ import urllib.error
 from collections.abc import Mapping
 from dataclasses import replace
 
+from rocmfleet.config.settings import HostConfig
 from rocmfleet.fleet.registry import RegistryError, docker_config_credentials, parse_image, resolve_digest
 from rocmfleet.fleet.rollout.fleetimage import CommandError, Unconfirmed
 from rocmfleet.fleet.rollout.state import ImageRef
 from rocmfleet.fleet.target import Target
 
 
-def with_image(target: Target, image: ImageRef) -> Target:
+def with_image(target: Target[HostConfig], image: ImageRef) -> Target[HostConfig]:
     """``target`` with ``image`` pinned in its configuration."""
     config = target.config
     pinned = config.image.model_copy(update={"repository": image.repository, "tag": image.tag, "digest": image.digest})
     return replace(target, config=replace(config, image=pinned))
 
 
-def resolve(reference: str, targets: Mapping[str, Target]) -> ImageRef:
+def resolve(reference: str, targets: Mapping[str, Target[HostConfig]]) -> ImageRef:
     """``REPO:TAG`` to an :class:`~rocmfleet.fleet.rollout.state.ImageRef`, the digest from the registry (once).
 
     The hosts' ``docker_insecure_registries`` say which registries speak plain HTTP, their
