@@ -31,9 +31,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from rocmfleet.config.settings import HostConfig
+from rocmfleet.config.instances import Instance
+from rocmfleet.config.profiles import Image, Profile
+from rocmfleet.domain.metrics import MetricsSettings
 
 #: ``job`` of a vLLM instance's target.
 VLLM_JOB = "vllm"
@@ -43,13 +45,31 @@ EXPORTER_JOB = "amd-device-metrics"
 INSTANCE_LABEL = "rocmfleet_instance"
 
 
+class ScrapedConfig(Protocol):
+    """What the targets read of a host's configuration
+    (:class:`rocmfleet.config.settings.HostConfig` has each)."""
+
+    @property
+    def profile(self) -> Profile: ...
+
+    @property
+    def image(self) -> Image: ...
+
+    @property
+    def metrics(self) -> MetricsSettings: ...
+
+    def instances(self) -> list[Instance]:
+        """The host's vLLM instances."""
+        ...
+
+
 @dataclass(frozen=True)
 class FleetHost:
     """One host as the targets see it: inventory name, the address it is reached at, its config."""
 
     name: str
     address: str
-    config: HostConfig
+    config: ScrapedConfig
 
 
 def target(address: str, port: int) -> str:

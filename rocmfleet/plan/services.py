@@ -12,19 +12,36 @@ services; :func:`replica_counts` what each host holds of them, which both ``rocm
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
-from rocmfleet.config.settings import HostConfig
+from rocmfleet.config.instances import Instance
+from rocmfleet.config.profiles import Image, Profile
 from rocmfleet.plan.model import Rank, ReplicaPlan, ServiceImage, ServicePlan
 
 
-def service_name(config: HostConfig) -> str:
+class ServiceHost(Protocol):
+    """What the services read of a host's configuration
+    (:class:`rocmfleet.config.settings.HostConfig` has each)."""
+
+    @property
+    def profile(self) -> Profile: ...
+
+    @property
+    def image(self) -> Image: ...
+
+    def instances(self) -> list[Instance]:
+        """The host's vLLM instances."""
+        ...
+
+
+def service_name(config: ServiceHost) -> str:
     """The service the instances of ``config`` serve: ``served_model_name`` or, if empty, ``model``
     of the host's profile (e.g. ``"meta-llama/Llama-3.3-70B-Instruct"``)."""
     profile = config.profile
     return profile.served_model_name or profile.model
 
 
-def replicas(config: HostConfig) -> list[tuple[str, str]]:
+def replicas(config: ServiceHost) -> list[tuple[str, str]]:
     """``(service, instance name)`` of every instance of ``config``, in the host's instance order:
     each instance is one replica of its service."""
     service = service_name(config)
@@ -50,7 +67,7 @@ def _images(hosts: Sequence[tuple[str, str, Sequence[str]]]) -> tuple[ServiceIma
     )
 
 
-def plan_services(hosts: Sequence[tuple[str, HostConfig, Sequence[str]]]) -> tuple[ServicePlan, ...]:
+def plan_services(hosts: Sequence[tuple[str, ServiceHost, Sequence[str]]]) -> tuple[ServicePlan, ...]:
     """The services ``hosts`` serve, sorted by name: each with its profiles (sorted, each once), its
     images (:class:`~rocmfleet.plan.model.ServiceImage`, in order of first host) and its replicas in
     host then instance order, one rank each, with their host's profile and image (each instance is

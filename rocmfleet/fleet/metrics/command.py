@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import TextIO
 
 from rocmfleet.config.groupvars import secrets_by_name
-from rocmfleet.config.settings import HostConfig
 from rocmfleet.domain.metrics import file_sd_name_problem
-from rocmfleet.fleet.target import Target
+from rocmfleet.fleet.target import FleetConfig, Target
 from rocmfleet.plan import metricstargets as targets
 from rocmfleet.plan.targetsfile import scrape_address, write_file
 
@@ -50,7 +49,7 @@ def run(
     out: TextIO | None = None,
     err: TextIO | None = None,
     *,
-    load: Callable[[str], Sequence[Target[HostConfig]]],
+    load: Callable[[str], Sequence[Target[FleetConfig]]],
 ) -> int:
     """Print or write ``inventory``'s targets (:func:`rocmfleet.plan.metricstargets.file_sd`).
 
