@@ -37,7 +37,7 @@ from rocmfleet.config.validate import validated_config
 from rocmfleet.domain import gpuhealth, vllmfiles
 from rocmfleet.facts.state import Gathered, HostState
 from rocmfleet.operations import fail
-from rocmfleet.plan import drift, hostdrift, hoststate, targetsfile, vllmplan
+from rocmfleet.plan import drift, hostdrift, hoststate, targetsdeploy, vllmplan
 from rocmfleet.plan.build import plan_host
 from rocmfleet.plan.model import HostPlan, Role
 from rocmfleet.plan.sources import HostFacts
@@ -168,7 +168,7 @@ def converge() -> None:
     _register_deploy_file()
     # The inventory's scrape targets, once per run, on the control machine, before any operation
     # runs (metrics_targets_file; a write failure ends the run, one line, no traceback).
-    if said := targetsfile.write_for_deploy(ctx_state.get()):  # type: ignore[no-untyped-call]  # the State, not its proxy
+    if said := targetsdeploy.write_for_deploy(ctx_state.get()):  # type: ignore[no-untyped-call]  # the State, not its proxy
         logger.info(said)
     try:
         # Group files that could not be read (an inventory without check_on_load still loads them).

@@ -16,7 +16,7 @@ from rocmfleet.config import validate
 from rocmfleet.config.connection import SshSettings
 from rocmfleet.config.settings import host_config
 from rocmfleet.plan import metricstargets as targets
-from rocmfleet.plan import targetsfile
+from rocmfleet.plan import targetsdeploy, targetsfile
 from tests.unit.conftest import DIGEST
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,21 +223,21 @@ def test_the_deploy_writes_the_whole_inventory_once_per_run(lab_data, tmp_path, 
     data = {**lab_data, "metrics_targets_file": str(path)}
     hosts = {"lab-1": data, "lab-2": {**data, "ssh_hostname": "10.213.0.12", "vllm_instances": None}}
     state = pyinfra_state(hosts)
-    said = targetsfile.write_for_deploy(state)
+    said = targetsdeploy.write_for_deploy(state)
     assert said == (
         f"rocmfleet: metrics_targets_file {path}: 3 vLLM instance(s) and 2 exporter(s) on 2 host(s): lab-1, lab-2"
     )
     groups = json.loads(path.read_text())
     assert {g["targets"][0] for g in groups} >= {"10.213.0.11:8001", "10.213.0.12:8000", "10.213.0.12:5000"}
     path.write_text("[]")
-    assert targetsfile.write_for_deploy(state) is None  # the other hosts' calls of the same run
+    assert targetsdeploy.write_for_deploy(state) is None  # the other hosts' calls of the same run
     assert path.read_text() == "[]"
-    assert targetsfile.write_for_deploy(pyinfra_state(hosts)) is not None  # the next run writes again
+    assert targetsdeploy.write_for_deploy(pyinfra_state(hosts)) is not None  # the next run writes again
     assert json.loads(path.read_text()) == groups
 
 
 def test_a_deploy_without_the_setting_writes_nothing(lab_data):
-    assert targetsfile.write_for_deploy(pyinfra_state({"lab-1": lab_data})) is None
+    assert targetsdeploy.write_for_deploy(pyinfra_state({"lab-1": lab_data})) is None
 
 
 def test_hosts_outside_the_limit_keep_the_image_the_inventory_gives_them(lab_data, tmp_path, monkeypatch):
@@ -249,7 +249,7 @@ def test_hosts_outside_the_limit_keep_the_image_the_inventory_gives_them(lab_dat
     monkeypatch.setitem(validate._VALIDATED, "lab-2", ({}, host_config({**on_disk, "ssh_hostname": "10.213.0.12"})))
     overridden = {**on_disk, "vllm_image_digest": new}
     state = pyinfra_state({"lab-1": overridden, "lab-2": {**overridden, "ssh_hostname": "10.213.0.12"}}, ["lab-1"])
-    targetsfile.write_for_deploy(state)
+    targetsdeploy.write_for_deploy(state)
     digests = {(g["labels"]["host"], g["labels"].get("image_digest")) for g in json.loads(path.read_text())}
     assert digests == {("lab-1", new), ("lab-2", DIGEST), ("lab-1", None), ("lab-2", None)}
 
@@ -260,7 +260,7 @@ def test_a_file_it_cannot_write_ends_the_run_in_one_line(lab_data, tmp_path):
     path = tmp_path / "no" / "fleet.json"
     state = pyinfra_state({"lab-1": {**lab_data, "metrics_targets_file": str(path)}})
     with pytest.raises(PyinfraError) as raised:
-        targetsfile.write_for_deploy(state)
+        targetsdeploy.write_for_deploy(state)
     assert str(raised.value) == (
         f"rocmfleet: metrics_targets_file {path}: cannot write it on this machine (No such file or directory); "
         "nothing was deployed"
@@ -277,5 +277,5 @@ def test_hosts_naming_different_files_end_the_run(lab_data, tmp_path):
         }
     )
     with pytest.raises(PyinfraError, match="the hosts name different files"):
-        targetsfile.write_for_deploy(state)
+        targetsdeploy.write_for_deploy(state)
     assert list(tmp_path.iterdir()) == []
