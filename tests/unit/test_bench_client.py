@@ -10,6 +10,7 @@ import pytest
 
 from rocmfleet.domain.benchshape import Case
 from rocmfleet.fleet.bench import client as bclient
+from rocmfleet.fleet.bench import clientrun
 from rocmfleet.fleet.bench.bench import Thresholds, bench_command, parse_result
 from rocmfleet.fleet.bench.bench_report import markdown_summary
 from rocmfleet.fleet.bench.verdicts import judge
@@ -48,7 +49,7 @@ def test_every_run_pins_greedy_sampling_and_the_seed(version: str) -> None:
 
 def test_the_client_container_runs_the_given_image_with_no_secret_in_its_arguments() -> None:
     argv = bench_command(Case(200, 15, 4, 32), 8000, "m", "/tmp/rocmfleet-bench/run/c.json")
-    command = bclient.client_run(OLD, "a", argv, "/tmp/rocmfleet-bench/run", "/etc/rocmfleet/vllm/a.env", "/hf", 99.5)
+    command = clientrun.client_run(OLD, "a", argv, "/tmp/rocmfleet-bench/run", "/etc/rocmfleet/vllm/a.env", "/hf", 99.5)
     leftover, _, run = command.partition("; ")
     assert shlex.split(leftover)[:4] == ["docker", "rm", "--force", "rocmfleet-bench-a"]
     words = shlex.split(run.split("&& ", 1)[1])
@@ -59,7 +60,7 @@ def test_the_client_container_runs_the_given_image_with_no_secret_in_its_argumen
     assert "/hf:/root/.cache/huggingface:ro" in words and "HF_HUB_OFFLINE=1" in words
     assert not any("HF_TOKEN" in w for w in words)
     with pytest.raises(ValueError):
-        bclient.client_run(OLD, "a", ["sh"], "/d", "/e", "/hf", 1)
+        clientrun.client_run(OLD, "a", ["sh"], "/d", "/e", "/hf", 1)
 
 
 def test_results_of_two_clients_are_not_compared_and_an_unknown_client_is_said() -> None:

@@ -30,8 +30,9 @@ from rocmfleet.domain.benchshape import Case, shape_for, sweep_for
 from rocmfleet.domain.vllmfiles import files_of
 from rocmfleet.fleet.bench.bench import BenchParseError, BenchResult, bench_command, load_result
 from rocmfleet.fleet.bench.bench_report import case_line, markdown_summary, plots
-from rocmfleet.fleet.bench.client import EXEC, BenchClient, client_container, client_json, client_run
+from rocmfleet.fleet.bench.client import EXEC, BenchClient, client_container, client_json
 from rocmfleet.fleet.bench.client import metadata as client_metadata
+from rocmfleet.fleet.bench.clientrun import client_run
 from rocmfleet.fleet.bench.runs import (
     KILL_AFTER_S,
     container_result_path,
@@ -158,7 +159,7 @@ def _bench_case(
 
     :data:`~rocmfleet.fleet.bench.client.EXEC`: in the instance's container, the JSON read back
     with ``docker exec cat``; :data:`~rocmfleet.fleet.bench.client.RUN`: in a client container
-    of its own (:func:`~rocmfleet.fleet.bench.client.client_run`), the JSON on the host.
+    of its own (:func:`~rocmfleet.fleet.bench.clientrun.client_run`), the JSON on the host.
     """
     profile = target.config.profile
     files = files_of(instance)
