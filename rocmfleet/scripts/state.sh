@@ -87,21 +87,29 @@ docker_api() {
         curl -fsS -m 10 --unix-socket /var/run/docker.sock "http://localhost/$1" 2>/dev/null
 }
 
-path_item() {
-    p=$1
-    jsv "$p"
-    if [ -L "$p" ]; then
+# The type of path $1 in $kind (link, dir, file, other), without a process; a missing path is
+# printed at once and $kind left empty.
+path_type() {
+    if [ -L "$1" ]; then
         kind='link'
-    elif [ -d "$p" ]; then
+    elif [ -d "$1" ]; then
         kind='dir'
-    elif [ -f "$p" ]; then
+    elif [ -f "$1" ]; then
         kind='file'
-    elif [ -e "$p" ]; then
+    elif [ -e "$1" ]; then
         kind='other'
     else
+        kind=''
+        jsv "$1"
         printf '{"kind":"path","path":"%s","type":"missing"}\n' "$J"
-        return
     fi
+}
+
+path_item() {
+    p=$1
+    path_type "$p"
+    [ -n "$kind" ] || return 0
+    jsv "$p"
     pj=$J
     # "-": unknown (never a glob character: `set -- $meta` splits it before `set -f`)
     meta=$(stat -c '%a %U %G %g' "$p" 2>/dev/null) || meta="- - - -"
@@ -135,18 +143,8 @@ path_add() {
             return
             ;;
     esac
-    if [ -L "$1" ]; then
-        pending="${pending}link $1$nl"
-    elif [ -d "$1" ]; then
-        pending="${pending}dir $1$nl"
-    elif [ -f "$1" ]; then
-        pending="${pending}file $1$nl"
-    elif [ -e "$1" ]; then
-        pending="${pending}other $1$nl"
-    else
-        jsv "$1"
-        printf '{"kind":"path","path":"%s","type":"missing"}\n' "$J"
-    fi
+    path_type "$1"
+    if [ -n "$kind" ]; then pending="$pending$kind $1$nl"; fi
 }
 
 # Every pending path as path_item prints it. Where `stat` or `sha256sum` fails for one of them
